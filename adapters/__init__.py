@@ -1,0 +1,11 @@
+"""Harness adapters: each turns the locked, trusted declaration into that harness's native files.
+
+Installed as `agentstack_adapters` (a name no other distribution uses). Built-in adapters are listed
+in `BUILTIN` (a dict the type checker verifies); third parties register through the
+`agentstack.adapters` entry-point group, consulted only for names the built-ins do not have.
+"""
+
+from .base import Adapter, FileOperation, RenderContext
+from .registry import BUILTIN, AdapterConflict, load_adapters
+
+__all__ = ["BUILTIN", "Adapter", "AdapterConflict", "FileOperation", "RenderContext", "load_adapters"]

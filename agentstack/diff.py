@@ -1,0 +1,295 @@
+"""The consent diff: what changed between two consent documents, risk findings first.
+
+`old` may be None (a first review): then every risk fact of `new` is a finding. Findings are
+computed from the documents alone, so `trust`, `quarantine release` and `agentstack diff A B` agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Severity = Literal["high", "medium", "low"]
+_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+# Findings that must be accepted explicitly (`--accept-risk`) on a re-review.
+HIGH_RISK_CODES = frozenset(
+    {
+        "new-executable",
+        "changed-executable",
+        "link-local",
+        "secret-new-process",
+        "unpinned-package",
+        "sandbox-disabled",
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    severity: Severity
+    code: str
+    item: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "severity": self.severity,
+            "code": self.code,
+            "item": self.item,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    path: str
+    kind: Literal["added", "removed", "changed"]
+    old: Any = None
+    new: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "old": self.old, "new": self.new}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsentDiff:
+    findings: list[Finding]
+    changes: list[Change]
+
+    @property
+    def high_risk(self) -> list[Finding]:
+        return [f for f in self.findings if f.code in HIGH_RISK_CODES]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "findings": [f.to_json() for f in self.findings],
+            "changes": [c.to_json() for c in self.changes],
+        }
+
+
+def _command_line(item: dict[str, Any]) -> list[str]:
+    if "command" in item and isinstance(item["command"], list):
+        return list(item["command"])
+    if "script" in item:
+        return [item["script"], *item.get("args", [])]
+    if item.get("command") is not None:
+        return [item["command"], *item.get("args", [])]
+    return []
+
+
+def _executes(item: dict[str, Any]) -> tuple[Any, ...]:
+    """What about an item decides the code it runs: argv, cwd, and the bytes of named files."""
+    files = tuple((f["path"], f["digest"], f["executable"]) for f in item.get("files", []))
+    return (tuple(_command_line(item)), item.get("cwd"), files)
+
+
+def _secrets(doc: dict[str, Any]) -> dict[str, set[str]]:
+    """secret name -> the processes or hosts that receive it."""
+    out: dict[str, set[str]] = {}
+    for name, server in doc.get("servers", {}).items():
+        for table in ("env", "headers"):
+            for source in server.get(table, {}).values():
+                if "secret" in source:
+                    out.setdefault(source["secret"], set()).add(f"servers.{name}")
+    return out
+
+
+def _facts(item: dict[str, Any], prefix: str) -> set[str]:
+    return {f for f in item.get("risks", []) if f.startswith(prefix)}
+
+
+class _Differ:
+    def __init__(self, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+        self.old = old or {}
+        self.new = new
+        self.findings: list[Finding] = []
+
+    def add(self, severity: Severity, code: str, item: str, message: str) -> None:
+        self.findings.append(Finding(severity=severity, code=code, item=item, message=message))
+
+    def commands(self, section: str, noun: str) -> None:
+        before, after = self.old.get(section, {}), self.new.get(section, {})
+        for name, item in sorted(after.items()):
+            where = f"{section}.{name}"
+            previous = before.get(name)
+            argv = " ".join(_command_line(item))
+            if item.get("transport") != "http":
+                if previous is None:
+                    self.add("high", "new-executable", where, f"new {noun} runs: {argv}")
+                elif _executes(previous) != _executes(item):
+                    self.add(
+                        "high",
+                        "changed-executable",
+                        where,
+                        f"{noun} now runs something different: {argv}",
+                    )
+            for fact in sorted(
+                _facts(item, "unpinned-package:") - _facts(previous or {}, "unpinned")
+            ):
+                package = fact.split(":", 2)[-1]
+                self.add(
+                    "high",
+                    "unpinned-package",
+                    where,
+                    f"fetches and runs {package!r} from a registry at launch, unpinned",
+                )
+            for fact in sorted(_facts(item, "link-local:") - _facts(previous or {}, "link-local:")):
+                self.add(
+                    "high",
+                    "link-local",
+                    where,
+                    f"reaches link-local / cloud-metadata host {fact.split(':', 1)[1]}",
+                )
+            if item.get("transport") == "http":
+                host = next((f.split(":", 1)[1] for f in _facts(item, "remote-host:")), "")
+                old_hosts = {f.split(":", 1)[1] for f in _facts(previous or {}, "remote-host:")}
+                sends_secret = any("secret" in s for s in item.get("headers", {}).values())
+                if host not in old_hosts and (sends_secret or item.get("headers")):
+                    self.add(
+                        "medium",
+                        "new-credentialed-host",
+                        where,
+                        f"sends credentials to a new host: {host}",
+                    )
+                for fact in sorted(
+                    _facts(item, "plain-http:") - _facts(previous or {}, "plain-http:")
+                ):
+                    self.add(
+                        "medium",
+                        "plain-http",
+                        where,
+                        f"talks to {fact.split(':', 1)[1]} over unencrypted http",
+                    )
+
+    def secrets(self) -> None:
+        before, after = _secrets(self.old), _secrets(self.new)
+        for secret, consumers in sorted(after.items()):
+            for consumer in sorted(consumers - before.get(secret, set())):
+                self.add(
+                    "high",
+                    "secret-new-process",
+                    consumer,
+                    f"secret {secret!r} now reaches {consumer}",
+                )
+
+    def skills(self) -> None:
+        before, after = self.old.get("skills", {}), self.new.get("skills", {})
+        for name, skill in sorted(after.items()):
+            where = f"skills.{name}"
+            previous = before.get(name)
+            old_files = {f["path"]: f for f in (previous or {}).get("files", [])}
+            for entry in skill.get("files", []):
+                if not entry["executable"]:
+                    continue
+                old = old_files.get(entry["path"])
+                if old is None or not old["executable"]:
+                    self.add(
+                        "high", "new-executable", where, f"new executable file {entry['path']}"
+                    )
+                elif old["digest"] != entry["digest"]:
+                    self.add(
+                        "high",
+                        "changed-executable",
+                        where,
+                        f"executable file {entry['path']} changed",
+                    )
+            if previous is None:
+                self.add("medium", "model-reads", where, "new skill the model will read")
+            elif previous.get("digest") != skill.get("digest"):
+                self.add("low", "model-reads", where, "skill content changed")
+
+    def instructions(self) -> None:
+        old = [(i["path"], i["digest"]) for i in self.old.get("instructions", [])]
+        new = [(i["path"], i["digest"]) for i in self.new.get("instructions", [])]
+        if new != old and new:
+            self.add("medium", "model-reads", "instructions", "instructions to the model changed")
+
+    def sandbox(self) -> None:
+        before, after = self.old.get("sandbox"), self.new.get("sandbox", {})
+        if not after.get("enabled", True) and (before is None or before.get("enabled", True)):
+            self.add("high", "sandbox-disabled", "sandbox", "the kernel sandbox is turned off")
+        old = before or {}
+        for key in ("write_dirs", "write_files"):
+            for path in sorted(set(after.get(key, [])) - set(old.get(key, []))):
+                self.add("medium", "widened-write", f"sandbox.{key}", f"may now write {path}")
+        new_net, old_net = after.get("network", {}), old.get("network", {})
+        if not new_net.get("block", True) and old_net.get("block", True):
+            self.add("medium", "network-open", "sandbox.network", "network is no longer blocked")
+        for host in sorted(
+            set(new_net.get("allow_domains", [])) - set(old_net.get("allow_domains", []))
+        ):
+            self.add("medium", "new-host", "sandbox.network", f"may now connect to {host}")
+        for fact in sorted(set(after.get("risks", [])) - set(old.get("risks", []))):
+            if fact.startswith("link-local:"):
+                self.add(
+                    "high",
+                    "link-local",
+                    "sandbox.network",
+                    f"may reach link-local / cloud-metadata host {fact.split(':', 1)[1]}",
+                )
+
+    def settings(self) -> None:
+        before = self.old.get("settings", {}).get("permissions", {})
+        after = self.new.get("settings", {}).get("permissions", {})
+        for rule in sorted(set(after.get("allow", [])) - set(before.get("allow", []))):
+            self.add(
+                "medium",
+                "permission-allowed",
+                "settings.permissions.allow",
+                f"tool use allowed without asking: {rule}",
+            )
+        if self.new.get("settings", {}).get("passthrough") != self.old.get("settings", {}).get(
+            "passthrough"
+        ) and self.new.get("settings", {}).get("passthrough"):
+            self.add(
+                "low",
+                "passthrough",
+                "settings.passthrough",
+                "harness settings passed through verbatim changed",
+            )
+
+    def run(self) -> list[Finding]:
+        self.commands("servers", "server")
+        self.commands("hooks", "hook")
+        self.secrets()
+        self.skills()
+        self.instructions()
+        self.sandbox()
+        self.settings()
+        return sorted(self.findings, key=lambda f: (_ORDER[f.severity], f.item, f.code, f.message))
+
+
+def _leaf_changes(old: Any, new: Any, path: str, out: list[Change]) -> None:
+    if old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            sub = f"{path}.{key}" if path else key
+            if key not in old:
+                out.append(Change(path=sub, kind="added", new=new[key]))
+            elif key not in new:
+                out.append(Change(path=sub, kind="removed", old=old[key]))
+            else:
+                _leaf_changes(old[key], new[key], sub, out)
+        return
+    if _is_file_list(old) and _is_file_list(new):
+        before = {f["path"]: f for f in old}
+        after = {f["path"]: f for f in new}
+        _leaf_changes(before, after, path, out)
+        return
+    out.append(Change(path=path, kind="changed", old=old, new=new))
+
+
+def _is_file_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, dict) and "path" in v and "digest" in v for v in value)
+    )
+
+
+def consent_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> ConsentDiff:
+    changes: list[Change] = []
+    _leaf_changes(old or {}, new, "", changes)
+    return ConsentDiff(findings=_Differ(old, new).run(), changes=changes)

@@ -1,0 +1,189 @@
+"""Git sources: fetched into a bare mirror under $AGENTSTACK_CACHE and pinned by commit.
+
+Safety: nothing here runs in a repository we do not own. The source is cloned `--mirror` into the
+cache (a clone copies no config and no hooks), and only plumbing that never consults
+`core.fsmonitor` is used (`fetch`, `rev-parse`, object reads). `git status`, `diff`, `ls-files` and
+`add` are never run: a repo-local `core.fsmonitor` executes on them. `import git` costs ~170 ms and
+spawns `git` twice, so this module is imported only when a git source must be resolved.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import blake3
+
+from agentstack.errors import TreeHashError
+from agentstack.treehash import TreeEntry, _check_link, _collision_key, bytes_digest, check_name
+
+GIT_TIMEOUT_S = 120
+# Hardened options for every git invocation: no fsmonitor, no prompts, no hooks, no protocol the
+# user did not write (file:// is allowed: teams share local mirrors and the tests use it).
+_GIT_CONFIG = (
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "protocol.allow=never",
+    "protocol.https.allow=always",
+    "protocol.ssh.allow=always",
+    "protocol.file.allow=always",
+    "credential.interactive=never",
+)
+
+
+class GitSourceError(Exception):
+    """Resolution failed; `field` names the manifest key at fault (git, rev or subdir)."""
+
+    def __init__(self, field: str, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedGit:
+    commit: str
+    git_tree: str
+    entries: list[TreeEntry]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        GIT_TERMINAL_PROMPT="0",
+        GIT_ASKPASS="/bin/false",
+        SSH_ASKPASS="/bin/false",
+        GIT_SSH_COMMAND="ssh -oBatchMode=yes",
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
+        env.pop(key, None)
+    return env
+
+
+def mirror_path(cache: Path, url: str) -> Path:
+    return cache / "git" / (blake3.blake3(url.encode()).hexdigest()[:32] + ".git")
+
+
+def _git_args() -> list[str]:
+    args: list[str] = []
+    for item in _GIT_CONFIG:
+        args += ["-c", item]
+    return args
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
+    import git  # lazy: see the module docstring
+
+    runner = git.Git(str(cwd) if cwd else None)
+    return str(
+        runner.execute(
+            ["git", *_git_args(), *cmd],
+            env=_env(),
+            kill_after_timeout=GIT_TIMEOUT_S,
+            stdout_as_string=True,
+        )
+    )
+
+
+def _fetch(cache: Path, url: str) -> Path:
+    import git
+
+    mirror = mirror_path(cache, url)
+    try:
+        if not (mirror / "HEAD").exists():
+            mirror.parent.mkdir(parents=True, exist_ok=True)
+            tmp = mirror.with_name(mirror.name + f".tmp{os.getpid()}")
+            _run(["clone", "--mirror", "--quiet", "--", url, str(tmp)])
+            os.replace(tmp, mirror)
+        else:
+            _run(["fetch", "--quiet", "--prune", "--tags", "--force", "origin"], cwd=mirror)
+    except git.GitCommandError as exc:
+        detail = (exc.stderr or "").strip().replace("\n", " ")[-300:]
+        raise GitSourceError(
+            "git",
+            f"cannot fetch {url!r}: {detail or 'git failed'}",
+            "check the URL and that you can reach it (git ls-remote URL)",
+        ) from None
+    return mirror
+
+
+def resolve(cache: Path, url: str, rev: str, subdir: str | None) -> ResolvedGit:
+    """Fetch `url`, pin `rev` to a full commit id, and read the (sub)tree's entries."""
+    import git
+
+    mirror = _fetch(cache, url)
+    repo = git.Repo(str(mirror))
+    try:
+        commit_id = _run(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+            cwd=mirror,
+        ).strip()
+    except git.GitCommandError:
+        raise GitSourceError(
+            "rev", f"{rev!r} is not a branch, tag or commit of {url!r}", "check 'git ls-remote URL'"
+        ) from None
+    commit = repo.commit(commit_id)
+    tree = commit.tree
+    if subdir:
+        try:
+            tree = tree / subdir
+        except KeyError:
+            raise GitSourceError(
+                "subdir", f"{subdir!r} does not exist at {commit_id[:12]} of {url!r}"
+            ) from None
+        if tree.type != "tree":
+            raise GitSourceError("subdir", f"{subdir!r} is not a directory at {commit_id[:12]}")
+    return ResolvedGit(commit=commit_id, git_tree=tree.hexsha, entries=_entries(tree, url))
+
+
+def _entries(tree: object, url: str) -> list[TreeEntry]:
+    import git
+
+    assert isinstance(tree, git.Tree)
+    where = f"{url}"
+    entries: list[TreeEntry] = []
+
+    def walk(node: git.Tree, prefix: str) -> None:
+        seen: dict[str, str] = {}
+        for item in node:
+            name = item.name
+            rel = f"{prefix}/{name}" if prefix else name
+            check_name(name, f"{where}: {rel}")
+            key = _collision_key(name)
+            if key in seen:
+                raise TreeHashError(f"{where}: {rel} collides with {seen[key]!r} ignoring case")
+            seen[key] = name
+            if isinstance(item, git.Tree):
+                walk(item, rel)
+            elif isinstance(item, git.Blob):
+                data = item.data_stream.read()
+                if item.mode == 0o120000:
+                    target = data.decode("utf-8", "surrogateescape")
+                    _check_link(Path(where), rel, target)
+                    entries.append(
+                        TreeEntry(
+                            path=rel,
+                            kind="link",
+                            executable=False,
+                            size=len(data),
+                            digest=bytes_digest(data),
+                        )
+                    )
+                else:
+                    entries.append(
+                        TreeEntry(
+                            path=rel,
+                            kind="file",
+                            executable=bool(item.mode & 0o100),
+                            size=len(data),
+                            digest=bytes_digest(data),
+                        )
+                    )
+            else:
+                raise TreeHashError(f"{where}: {rel} is a submodule; submodules cannot be pinned")
+
+    walk(tree, "")
+    return entries

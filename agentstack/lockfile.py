@@ -1,0 +1,358 @@
+"""`agentstack.lock`: every byte the manifest refers to, pinned.
+
+The lock is deterministic: sorted, no timestamps, nothing machine-specific (paths are
+project-relative; git sources are pinned by URL, full commit id and tree). It records the digest of
+the manifest it was resolved from, so a stale lock is detected without guessing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from agentstack.canonical import digest_of
+from agentstack.errors import (
+    InvalidInput,
+    ManifestInvalid,
+    Problem,
+    StaleLock,
+    TreeHashError,
+)
+from agentstack.manifest import LOCK_NAME, MANIFEST_NAME, Hook, Manifest, Server, Skill
+from agentstack.risk import command_facts, url_facts
+from agentstack.treehash import StatCache, TreeEntry, hash_file, tree_digest, walk_tree
+
+LOCK_VERSION = 1
+
+
+def manifest_digest(manifest: Manifest) -> str:
+    """Digest of the manifest's meaning: comments, whitespace, key order and quoting drop out."""
+    return digest_of(manifest.model_dump(mode="json"))
+
+
+def entry_json(entry: TreeEntry) -> dict[str, Any]:
+    return {
+        "path": entry.path,
+        "kind": entry.kind,
+        "executable": entry.executable,
+        "size": entry.size,
+        "digest": entry.digest,
+    }
+
+
+@dataclass
+class Resolver:
+    """Resolves each manifest item into its lock entry, collecting every problem."""
+
+    root: Path
+    cache_dir: Path
+    stat_cache: StatCache
+    previous: dict[str, Any] | None
+    offline_git: bool = False
+    update_git: bool = False
+
+    def __post_init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.real_root = self.root.resolve()
+
+    def problem(self, path: str, message: str, hint: str = "") -> None:
+        self.problems.append(Problem(file=MANIFEST_NAME, path=path, message=message, hint=hint))
+
+    def _inside(self, rel: str, where: str) -> Path | None:
+        """The project path `rel`, refusing one that leaves the project through a symlink."""
+        candidate = self.root / rel
+        try:
+            real = candidate.resolve(strict=True)
+        except (FileNotFoundError, NotADirectoryError):
+            self.problem(
+                where,
+                f"{rel!r} does not exist in the project",
+                "create it or fix the path (paths are relative to agentstack.toml)",
+            )
+            return None
+        except OSError as exc:
+            self.problem(where, f"{rel!r} cannot be read: {exc.strerror}")
+            return None
+        if real != self.real_root and self.real_root not in real.parents:
+            self.problem(where, f"{rel!r} leads outside the project through a symbolic link")
+            return None
+        return candidate
+
+    def _file(self, rel: str, where: str) -> dict[str, Any] | None:
+        path = self._inside(rel, where)
+        if path is None:
+            return None
+        try:
+            entry = hash_file(path, self.stat_cache)
+        except TreeHashError as exc:
+            self.problem(where, exc.message, exc.hint)
+            return None
+        return {**entry_json(entry), "path": str(PurePosixPath(rel))}
+
+    def _referenced_files(
+        self, argv: list[str], cwd: str | None, where: str
+    ) -> list[dict[str, Any]]:
+        """Project files named on a command line: they execute, so their bytes are pinned."""
+        files: dict[str, dict[str, Any]] = {}
+        base = PurePosixPath(cwd or ".")
+        for index, arg in enumerate(argv):
+            if not arg or arg.startswith("-") or "\0" in arg or PurePosixPath(arg).is_absolute():
+                continue
+            rel = os.path.normpath(str(base / arg))
+            if rel.startswith("..") or rel in files:
+                continue
+            candidate = self.root / rel
+            if not candidate.is_file() or candidate.is_symlink():
+                continue
+            entry = self._file(rel, f"{where}[{index}]")
+            if entry is not None:
+                files[rel] = entry
+        return [files[k] for k in sorted(files, key=lambda p: p.encode())]
+
+    def server(self, name: str, server: Server) -> dict[str, Any]:
+        where = f"servers.{name}"
+        if server.command is not None:
+            argv = [server.command, *server.args]
+            if server.cwd is not None:
+                cwd_path = self._inside(server.cwd, f"{where}.cwd")
+                if cwd_path is not None and not cwd_path.is_dir():
+                    self.problem(f"{where}.cwd", f"{server.cwd!r} is not a directory")
+            return {
+                "files": self._referenced_files(argv, server.cwd, f"{where}.args"),
+                "risks": command_facts(argv),
+            }
+        assert server.url is not None
+        return {"files": [], "risks": url_facts(server.url)}
+
+    def skill(self, name: str, skill: Skill) -> dict[str, Any] | None:
+        where = f"skills.{name}"
+        if skill.path is not None:
+            path = self._inside(skill.path, f"{where}.path")
+            if path is None:
+                return None
+            try:
+                entries = walk_tree(path, self.stat_cache)
+            except TreeHashError as exc:
+                self.problem(f"{where}.path", exc.message, exc.hint)
+                return None
+            return self._tree({"source": "path", "path": skill.path}, entries)
+        return self._git_skill(name, skill)
+
+    def _git_skill(self, name: str, skill: Skill) -> dict[str, Any] | None:
+        where = f"skills.{name}"
+        assert skill.git is not None and skill.rev is not None
+        wanted = {"source": "git", "git": skill.git, "rev": skill.rev, "subdir": skill.subdir or ""}
+        previous = ((self.previous or {}).get("skills") or {}).get(name)
+        if (
+            not self.update_git
+            and isinstance(previous, dict)
+            and all(previous.get(k) == v for k, v in wanted.items())
+        ):
+            return previous  # a pin stands until the manifest changes it or --update is given
+        if self.offline_git:
+            self.problem(where, "is not pinned in agentstack.lock yet", "run 'agentstack lock'")
+            return None
+        from agentstack import gitsource
+
+        try:
+            resolved = gitsource.resolve(self.cache_dir, skill.git, skill.rev, skill.subdir)
+        except gitsource.GitSourceError as exc:
+            self.problem(f"{where}.{exc.field}", exc.message, exc.hint)
+            return None
+        except TreeHashError as exc:
+            self.problem(f"{where}.git", exc.message, exc.hint)
+            return None
+        return self._tree(
+            {**wanted, "commit": resolved.commit, "git_tree": resolved.git_tree}, resolved.entries
+        )
+
+    @staticmethod
+    def _tree(source: dict[str, Any], entries: list[TreeEntry]) -> dict[str, Any]:
+        ordered = sorted(entries, key=lambda e: e.path.encode("utf-8"))
+        return {**source, "digest": tree_digest(ordered), "files": [entry_json(e) for e in ordered]}
+
+    def hook(self, name: str, hook: Hook) -> dict[str, Any]:
+        where = f"hooks.{name}"
+        files: list[dict[str, Any]] = []
+        argv: list[str]
+        if hook.script is not None:
+            entry = self._file(hook.script, f"{where}.script")
+            if entry is not None:
+                files.append(entry)
+                if not entry["executable"]:
+                    self.problem(
+                        f"{where}.script",
+                        f"{hook.script!r} is not executable",
+                        f"chmod +x {hook.script}",
+                    )
+            argv = [hook.script, *hook.args]
+            extra = self._referenced_files(hook.args, None, f"{where}.args")
+        else:
+            assert hook.command is not None
+            argv = hook.command
+            extra = self._referenced_files(hook.command, None, f"{where}.command")
+        known = {f["path"] for f in files}
+        files += [f for f in extra if f["path"] not in known]
+        return {"files": files, "risks": command_facts(argv)}
+
+    def resolve(self, manifest: Manifest) -> dict[str, Any]:
+        lock: dict[str, Any] = {
+            "version": LOCK_VERSION,
+            "manifest": manifest_digest(manifest),
+            "servers": {n: self.server(n, s) for n, s in sorted(manifest.servers.items())},
+            "skills": {},
+            "instructions": [],
+            "hooks": {n: self.hook(n, h) for n, h in sorted(manifest.hooks.items())},
+        }
+        for name, skill in sorted(manifest.skills.items()):
+            resolved = self.skill(name, skill)
+            if resolved is not None:
+                lock["skills"][name] = resolved
+        for index, rel in enumerate(manifest.instructions.files):
+            entry = self._file(rel, f"instructions.files[{index}]")
+            if entry is not None:
+                lock["instructions"].append(entry)
+        if self.problems:
+            raise ManifestInvalid(self.problems)
+        return lock
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and writing the lock file (TOML, emitted by hand so the bytes are ours to fix).
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_string(value: str) -> str:
+    # JSON string escapes are valid TOML basic-string escapes; DEL must be escaped in TOML too.
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else _toml_string(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        return "[\n" + "".join(f"  {_toml_value(v)},\n" for v in value) + "]"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in sorted(value.items()))
+        return "{ " + inner + " }" if inner else "{}"
+    raise TypeError(f"cannot write {type(value).__name__} to the lock")
+
+
+def dumps_lock(lock: dict[str, Any]) -> str:
+    lines = [
+        "# agentstack.lock: generated by 'agentstack lock'. Do not edit by hand.",
+        f"version = {lock['version']}",
+        f"manifest = {_toml_string(lock['manifest'])}",
+        f"instructions = {_toml_value(lock['instructions'])}",
+    ]
+    for section in ("servers", "skills", "hooks"):
+        for name, item in sorted(lock[section].items()):
+            lines.append("")
+            lines.append(f"[{section}.{_toml_key(name)}]")
+            for key, value in sorted(item.items()):
+                lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_lock(data: bytes) -> dict[str, Any]:
+    """Parse lock bytes; an unknown major version is an error, never a guess."""
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidInput(
+            f"{LOCK_NAME} is not valid TOML: {exc}", hint="delete it and run 'agentstack lock'"
+        ) from None
+    version = raw.get("version")
+    if version != LOCK_VERSION:
+        raise InvalidInput(
+            f"{LOCK_NAME} has format version {version!r}; this agentstack reads version "
+            f"{LOCK_VERSION}",
+            hint="upgrade agentstack, or delete the lock and run 'agentstack lock'",
+        )
+    from agentstack.lockmodel import LockModel
+
+    LockModel.validate_lock(raw)
+    for section in ("servers", "skills", "hooks"):
+        raw.setdefault(section, {})
+    raw.setdefault("instructions", [])
+    return raw
+
+
+def read_lock(root: Path) -> dict[str, Any] | None:
+    try:
+        data = (root / LOCK_NAME).read_bytes()
+    except FileNotFoundError:
+        return None
+    return parse_lock(data)
+
+
+def resolver_for(root: Path, previous: dict[str, Any] | None, **kwargs: bool) -> Resolver:
+    from agentstack.paths import agentstack_cache
+
+    cache = agentstack_cache()
+    return Resolver(
+        root=root,
+        cache_dir=cache,
+        stat_cache=StatCache(cache / "statcache-v1.json"),
+        previous=previous,
+        **kwargs,
+    )
+
+
+def fresh_lock(root: Path, manifest: Manifest) -> dict[str, Any]:
+    """The lock on disk, checked against the manifest and every local byte it pins.
+
+    Raises StaleLock (exit 1) when re-locking would change anything: the digest is only ever
+    computed over a lock that describes what is on disk.
+    """
+    current = read_lock(root)
+    if current is None:
+        raise StaleLock(f"no {LOCK_NAME} in {root}", hint="run 'agentstack lock'")
+    if current["manifest"] != manifest_digest(manifest):
+        raise StaleLock(
+            f"{LOCK_NAME} does not match {MANIFEST_NAME}",
+            hint="run 'agentstack lock' and review the change",
+        )
+    resolver = resolver_for(root, current, offline_git=True)
+    try:
+        relocked = resolver.resolve(manifest)
+    finally:
+        resolver.stat_cache.save()
+    if relocked != current:
+        changed = changed_items(current, relocked)
+        raise StaleLock(
+            f"{LOCK_NAME} is stale: {', '.join(changed)} changed on disk",
+            hint="run 'agentstack lock' and review the change",
+        )
+    return current
+
+
+def changed_items(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted names of the lock items that differ (for messages)."""
+    changed: list[str] = []
+    for section in ("servers", "skills", "hooks"):
+        before, after = old.get(section, {}), new.get(section, {})
+        for name in sorted(set(before) | set(after)):
+            if before.get(name) != after.get(name):
+                changed.append(f"{section}.{name}")
+    if old.get("instructions") != new.get("instructions"):
+        changed.append("instructions")
+    if old.get("manifest") != new.get("manifest"):
+        changed.append("manifest")
+    return changed or ["lock format"]

@@ -1,0 +1,71 @@
+"""Pydantic models of `agentstack.lock`: validation on read, and the JSON Schema in schemas/."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from agentstack.errors import ManifestInvalid
+
+Digest = Annotated[str, StringConstraints(pattern=r"^b3:[0-9a-f]{64}$")]
+CommitId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LockedFile(_Model):
+    path: str
+    kind: Literal["file", "link"]
+    executable: bool
+    size: Annotated[int, Field(ge=0)]
+    digest: Digest
+
+
+class LockedCommand(_Model):
+    """A server or hook: the project files its command line names, and its risk facts."""
+
+    files: list[LockedFile] = Field(default_factory=list)
+    risks: list[str] = Field(default_factory=list)
+
+
+class LockedSkill(_Model):
+    source: Literal["path", "git"]
+    path: str | None = None
+    git: str | None = None
+    rev: str | None = None
+    subdir: str | None = None
+    commit: CommitId | None = None
+    git_tree: CommitId | None = None
+    digest: Digest
+    files: list[LockedFile]
+
+
+class LockModel(_Model):
+    version: Literal[1]
+    manifest: Digest
+    instructions: list[LockedFile] = Field(default_factory=list)
+    servers: dict[str, LockedCommand] = Field(default_factory=dict)
+    skills: dict[str, LockedSkill] = Field(default_factory=dict)
+    hooks: dict[str, LockedCommand] = Field(default_factory=dict)
+
+    @classmethod
+    def validate_lock(cls, raw: dict[str, Any]) -> None:
+        from agentstack.errors import Problem
+        from agentstack.manifest import LOCK_NAME, dotted
+
+        try:
+            cls.model_validate(raw)
+        except ValidationError as exc:
+            problems = [
+                Problem(
+                    file=LOCK_NAME,
+                    path=dotted(tuple(e["loc"])),
+                    message=e["msg"],
+                    hint="delete the lock and run 'agentstack lock'",
+                )
+                for e in exc.errors(include_url=False)
+            ]
+            raise ManifestInvalid(problems) from None

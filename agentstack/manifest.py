@@ -1,0 +1,435 @@
+"""The project manifest, `agentstack.toml`: what the team declares, validated in one pass.
+
+Every model forbids unknown keys. A manifest that does not validate raises `ManifestInvalid` listing
+every bad field by dotted path (`servers.github.args[2]`), each with a hint.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from agentstack.errors import ManifestInvalid, Problem
+
+MANIFEST_NAME = "agentstack.toml"
+LOCK_NAME = "agentstack.lock"
+
+HARNESSES = ("claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode")
+HarnessName = Literal[
+    "claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode"
+]
+DEFAULT_HARNESSES: tuple[HarnessName, ...] = ("claude-code", "codex")
+HOOK_EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop")
+HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop"]
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
+SECRET_PREFIX = "secret:"  # noqa: S105 - a reference prefix, not a secret
+SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # noqa: S105
+FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+ABBREVIATED_COMMIT = re.compile(r"^[0-9a-f]{4,39}$")
+
+ItemName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
+HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
+Text = Annotated[str, StringConstraints(max_length=8192)]
+
+# Hosts that reach cloud metadata services (link-local reach, DESIGN.md risk findings).
+METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data"})
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+def _check_value_source(value: str) -> str:
+    if value.startswith(SECRET_PREFIX):
+        name = value[len(SECRET_PREFIX) :]
+        if not re.match(SECRET_NAME_PATTERN, name):
+            raise ValueError(
+                f"secret reference {value!r} is malformed; write secret:NAME with NAME made of "
+                "letters, digits, '.', '_' or '-'"
+            )
+    return value
+
+
+def _check_relative_path(value: str) -> str:
+    """A path inside the project: relative, `/`-separated, no `..`, no NUL."""
+    if not value or "\0" in value or "\\" in value:
+        raise ValueError("must be a non-empty project-relative path using '/'")
+    pure = PurePosixPath(value)
+    if pure.is_absolute() or ".." in pure.parts:
+        raise ValueError("must stay inside the project: no absolute path and no '..'")
+    return value
+
+
+ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
+
+class ProjectSection(Model):
+    name: ItemName
+    harnesses: list[HarnessName] = Field(default_factory=lambda: list(DEFAULT_HARNESSES))
+
+    @field_validator("harnesses")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("lists a harness twice")
+        return value
+
+
+class Server(Model):
+    """An MCP server: stdio (`command`) or remote (`url`), never both."""
+
+    command: Text | None = None
+    args: list[Text] = Field(default_factory=list)
+    env: dict[EnvName, Text] = Field(default_factory=dict)
+    cwd: ProjectPath | None = None
+    url: Text | None = None
+    headers: dict[HeaderName, Text] = Field(default_factory=dict)
+
+    @field_validator("env", "headers")
+    @classmethod
+    def _sources(cls, value: dict[str, str]) -> dict[str, str]:
+        for item in value.values():
+            _check_value_source(item)
+        return value
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, value: str | None) -> str | None:
+        return None if value is None else _check_relative_path(value)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str | None) -> str | None:
+        if value is not None and (not value or "\0" in value):
+            raise ValueError("must be a non-empty program name or path")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if parts.username or parts.password:
+            raise ValueError("must not carry credentials; use headers with secret:NAME instead")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> Server:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("needs exactly one of 'command' (stdio) or 'url' (remote)")
+        if self.url is not None and (self.args or self.env or self.cwd):
+            raise ValueError("a remote server ('url') takes 'headers', not 'args', 'env' or 'cwd'")
+        if self.command is not None and self.headers:
+            raise ValueError("a stdio server ('command') takes 'env', not 'headers'")
+        return self
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command is not None else "http"
+
+
+class Skill(Model):
+    """A skill directory: local (`path`) or from git (`git` + `rev` [+ `subdir`])."""
+
+    path: ProjectPath | None = None
+    git: Text | None = None
+    rev: Text | None = None
+    subdir: ProjectPath | None = None
+
+    @field_validator("path", "subdir")
+    @classmethod
+    def _paths(cls, value: str | None) -> str | None:
+        return None if value is None else _check_relative_path(value)
+
+    @field_validator("rev")
+    @classmethod
+    def _rev(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if ABBREVIATED_COMMIT.match(value):
+            raise ValueError(
+                f"{value!r} is an abbreviated commit id, which is never a pin; "
+                "write the full 40-character commit id, or a tag or branch name"
+            )
+        if not value or value.startswith("-") or "\0" in value or ".." in value:
+            raise ValueError("must be a commit id, tag or branch name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Skill:
+        if (self.path is None) == (self.git is None):
+            raise ValueError("needs exactly one of 'path' (local directory) or 'git' (repository)")
+        if self.git is not None and self.rev is None:
+            raise ValueError("a git skill needs 'rev' (a tag, branch or full commit id)")
+        if self.path is not None and (self.rev is not None or self.subdir is not None):
+            raise ValueError("'rev' and 'subdir' only apply to a git skill")
+        return self
+
+
+class Instructions(Model):
+    """Instruction files, concatenated in the order given."""
+
+    files: list[ProjectPath] = Field(default_factory=list)
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, value: list[str]) -> list[str]:
+        for item in value:
+            _check_relative_path(item)
+        if len(set(value)) != len(value):
+            raise ValueError("lists a file twice")
+        return value
+
+
+class Hook(Model):
+    """A harness hook: an event, an optional tool matcher, and a command (argv) or a script file."""
+
+    event: HookEvent
+    matcher: Text | None = None
+    command: list[Text] | None = None
+    script: ProjectPath | None = None
+    args: list[Text] = Field(default_factory=list)
+    timeout: Annotated[int, Field(ge=1, le=600)] = 30
+
+    @field_validator("script")
+    @classmethod
+    def _script(cls, value: str | None) -> str | None:
+        return None if value is None else _check_relative_path(value)
+
+    @field_validator("matcher")
+    @classmethod
+    def _matcher(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"is not a valid regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_action(self) -> Hook:
+        if (self.command is None) == (self.script is None):
+            raise ValueError("needs exactly one of 'command' (argv list) or 'script' (a file)")
+        if self.command is not None and not self.command:
+            raise ValueError("'command' must name a program")
+        if self.command is not None and self.args:
+            raise ValueError("'args' only applies to 'script'; put arguments in 'command'")
+        return self
+
+
+class Permissions(Model):
+    allow: list[Text] = Field(default_factory=list)
+    deny: list[Text] = Field(default_factory=list)
+    ask: list[Text] = Field(default_factory=list)
+
+
+PassthroughValue = Any
+
+
+class Settings(Model):
+    """Harness settings. `passthrough.<harness>` tables are copied verbatim into that harness's
+    native settings: agentstack does not interpret them, but they are part of the consent digest."""
+
+    permissions: Permissions = Field(default_factory=Permissions)
+    passthrough: dict[HarnessName, dict[str, PassthroughValue]] = Field(default_factory=dict)
+
+    @field_validator("passthrough")
+    @classmethod
+    def _plain_values(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for harness, table in value.items():
+            _check_plain(table, f"passthrough.{harness}")
+        return value
+
+
+def _check_plain(value: Any, path: str) -> None:
+    if isinstance(value, bool | int | str):
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not key.isascii():
+                raise ValueError(f"{path}: key {key!r} must be ASCII")
+            _check_plain(item, f"{path}.{key}")
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_plain(item, f"{path}[{index}]")
+        return
+    raise ValueError(
+        f"{path}: {type(value).__name__} values have no canonical form; write it as a string"
+    )
+
+
+class Network(Model):
+    block: bool = True
+    allow_domains: list[Text] = Field(default_factory=list)
+    localhost_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
+
+    @field_validator("allow_domains")
+    @classmethod
+    def _domains(cls, value: list[str]) -> list[str]:
+        for item in value:
+            host = item[2:] if item.startswith("*.") else item
+            if not re.match(r"^[A-Za-z0-9.-]{1,253}$", host) and not _is_ip(host):
+                raise ValueError(
+                    f"{item!r} is not a host name (use 'example.com' or '*.example.com')"
+                )
+        return value
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+class Sandbox(Model):
+    enabled: bool = True
+    read_dirs: list[Text] = Field(default_factory=list)
+    write_dirs: list[Text] = Field(default_factory=list)
+    read_files: list[Text] = Field(default_factory=list)
+    write_files: list[Text] = Field(default_factory=list)
+    env: list[EnvName] = Field(default_factory=list)
+    network: Network = Field(default_factory=Network)
+
+
+class Manifest(Model):
+    """The whole of `agentstack.toml`."""
+
+    project: ProjectSection
+    servers: dict[ItemName, Server] = Field(default_factory=dict)
+    skills: dict[ItemName, Skill] = Field(default_factory=dict)
+    instructions: Instructions = Field(default_factory=Instructions)
+    hooks: dict[ItemName, Hook] = Field(default_factory=dict)
+    settings: Settings = Field(default_factory=Settings)
+    sandbox: Sandbox = Field(default_factory=Sandbox)
+
+
+_HINTS = {
+    "extra_forbidden": "remove it, or check its spelling against docs/manifest.md",
+    "missing": "add it",
+    "string_pattern_mismatch": "names are lowercase ASCII: letters, digits, '.', '_' and '-'",
+    "literal_error": "use one of the values listed",
+    "string_type": "write it as a quoted string",
+    "list_type": 'write it as an array: ["a", "b"]',
+    "dict_type": "write it as a table",
+    "int_type": "write it as an integer",
+    "int_parsing": "write it as an integer",
+    "bool_type": "write true or false",
+    "bool_parsing": "write true or false",
+}
+
+
+def dotted(loc: tuple[str | int, ...]) -> str:
+    """('servers', 'github', 'args', 2) -> 'servers.github.args[2]'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part == "[key]":
+            out += " (the name)"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _problems(exc: ValidationError, file: str) -> list[Problem]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        # Drop pydantic's internal union/validator tags ("function-after[...]") from the path.
+        loc = tuple(
+            p for p in error["loc"] if not (isinstance(p, str) and "[" in p and p != "[key]")
+        )
+        message = error["msg"]
+        if message.startswith("Value error, "):
+            message = message[len("Value error, ") :]
+        hint = _HINTS.get(error["type"], "")
+        if error["type"] == "string_pattern_mismatch" and loc and loc[-1] == "[key]":
+            message = f"{loc[-2]!r} is not a valid name"
+        problems.append(Problem(file=file, path=dotted(loc), message=message, hint=hint))
+    return problems
+
+
+def parse_manifest(data: bytes, file: str = MANIFEST_NAME) -> Manifest:
+    """Parse and validate manifest bytes; every problem is reported at once."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestInvalid(
+            [
+                Problem(
+                    file=file, path="", message=f"is not UTF-8 ({exc.reason} at byte {exc.start})"
+                )
+            ]
+        ) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestInvalid(
+            [
+                Problem(
+                    file=file, path="", message=f"is not valid TOML: {exc}", hint="fix the syntax"
+                )
+            ]
+        ) from None
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        raise ManifestInvalid(_problems(exc, file)) from None
+
+
+def find_project(start: Path) -> Path:
+    """The nearest directory at or above `start` holding agentstack.toml."""
+    from agentstack.errors import InvalidInput
+
+    here = start.resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / MANIFEST_NAME).is_file():
+            return candidate
+    raise InvalidInput(
+        f"no {MANIFEST_NAME} in {here} or any parent directory",
+        hint="run 'agentstack init' to create one, or pass --project DIR",
+    )
+
+
+def load_manifest(root: Path) -> Manifest:
+    path = root / MANIFEST_NAME
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        from agentstack.errors import InvalidInput
+
+        raise InvalidInput(
+            f"{path}: no manifest", hint="run 'agentstack init' to create one"
+        ) from None
+    return parse_manifest(data, MANIFEST_NAME)
+
+
+def is_secret(value: str) -> bool:
+    return value.startswith(SECRET_PREFIX)
+
+
+def secret_name(value: str) -> str:
+    return value[len(SECRET_PREFIX) :]

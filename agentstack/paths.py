@@ -1,0 +1,30 @@
+"""Where agentstack keeps user-level state. Standard library only: the guard imports it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def agentstack_home() -> Path:
+    """$AGENTSTACK_HOME, else $XDG_CONFIG_HOME/agentstack, else ~/.config/agentstack."""
+    explicit = os.environ.get("AGENTSTACK_HOME")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "agentstack"
+
+
+def agentstack_cache() -> Path:
+    """$AGENTSTACK_CACHE, else $XDG_CACHE_HOME/agentstack, else ~/.cache/agentstack."""
+    explicit = os.environ.get("AGENTSTACK_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "agentstack"
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create `path` (0700) if missing; user-level state is never group/world readable."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path

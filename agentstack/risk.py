@@ -1,0 +1,123 @@
+"""Risk facts: deterministic observations about what a declaration will execute or reach.
+
+A fact is a short string `code:detail`, so it can live in the lock and the consent document and be
+compared between two of them. Facts describe; the consent diff decides what is a finding.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from urllib.parse import urlsplit
+
+from agentstack.manifest import METADATA_HOSTS
+
+# Runners that fetch and execute a package from a registry at launch time.
+_RUNNERS: dict[tuple[str, ...], str] = {
+    ("npx",): "npm",
+    ("bunx",): "npm",
+    ("pnpx",): "npm",
+    ("pnpm", "dlx"): "npm",
+    ("yarn", "dlx"): "npm",
+    ("npm", "exec"): "npm",
+    ("uvx",): "pypi",
+    ("uv", "tool", "run"): "pypi",
+    ("pipx", "run"): "pypi",
+    ("docker", "run"): "oci",
+    ("podman", "run"): "oci",
+}
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
+_NPM_EXACT = re.compile(r"^(@[^/@]+/)?[^@/]+@\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]*)?$")
+_OPTIONS_WITH_VALUE = frozenset(
+    {
+        "-p",
+        "--package",
+        "--from",
+        "--with",
+        "--spec",
+        "-e",
+        "--env",
+        "-v",
+        "--volume",
+        "--name",
+        "--entrypoint",
+        "-w",
+        "--workdir",
+    }
+)
+
+
+def _package_argument(args: list[str]) -> str | None:
+    """The first positional argument (the package or image) after the runner's own options."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in _OPTIONS_WITH_VALUE:
+            skip = True
+            continue
+        if arg == "--" or arg.startswith("-"):
+            continue
+        return arg
+    return None
+
+
+def _pinned(ecosystem: str, package: str) -> bool:
+    if ecosystem == "npm":
+        return bool(_NPM_EXACT.match(package))
+    if ecosystem == "pypi":
+        return "==" in package and not package.endswith("==")
+    return "@sha256:" in package  # oci: only a content digest pins an image
+
+
+def command_facts(argv: list[str]) -> list[str]:
+    """Facts about one command line (a server or hook)."""
+    if not argv:
+        return []
+    facts: list[str] = []
+    program = posixpath.basename(argv[0])
+    if posixpath.isabs(argv[0]):
+        facts.append(f"absolute-binary:{argv[0]}")
+    for prefix, ecosystem in _RUNNERS.items():
+        if (program, *argv[1 : len(prefix)]) == prefix:
+            package = _package_argument(argv[len(prefix) :])
+            if package is None or not _pinned(ecosystem, package):
+                facts.append(f"unpinned-package:{ecosystem}:{package or '?'}")
+            break
+    if program in _SHELLS and "-c" in argv[1:]:
+        facts.append(f"shell-command:{program}")
+    return facts
+
+
+def _host_class(host: str) -> str | None:
+    lowered = host.lower().rstrip(".")
+    if lowered in METADATA_HOSTS:
+        return "link-local"
+    try:
+        address = ipaddress.ip_address(lowered.strip("[]"))
+    except ValueError:
+        return None
+    if address.is_link_local:
+        return "link-local"
+    if address.is_loopback:
+        return "loopback"
+    return None
+
+
+def url_facts(url: str) -> list[str]:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    facts = [f"remote-host:{host}"]
+    host_class = _host_class(host)
+    if host_class == "link-local":
+        facts.append(f"link-local:{host}")
+    if parts.scheme == "http" and host_class != "loopback":
+        facts.append(f"plain-http:{host}")
+    return facts
+
+
+def host_facts(host: str) -> list[str]:
+    """Facts about a host the sandbox lets the process reach."""
+    return [f"link-local:{host}"] if _host_class(host.removeprefix("*.")) == "link-local" else []

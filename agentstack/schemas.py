@@ -1,0 +1,41 @@
+"""JSON Schemas for agentstack.toml and agentstack.lock, generated from the pydantic models.
+
+`python -m agentstack.schemas` rewrites schemas/*.schema.json; a test fails when they are stale.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SCHEMA_FILES = {"manifest": "manifest.schema.json", "lock": "lock.schema.json"}
+
+
+def schema_for(which: str) -> dict[str, Any]:
+    from agentstack.lockmodel import LockModel
+    from agentstack.manifest import Manifest
+
+    model = Manifest if which == "manifest" else LockModel
+    schema = model.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "agentstack.toml" if which == "manifest" else "agentstack.lock"
+    return schema
+
+
+def render(which: str) -> str:
+    return json.dumps(schema_for(which), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    target = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "schemas"
+    target.mkdir(parents=True, exist_ok=True)
+    for which, filename in SCHEMA_FILES.items():
+        (target / filename).write_text(render(which), encoding="utf-8")
+        sys.stdout.write(f"wrote {target / filename}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

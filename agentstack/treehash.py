@@ -1,0 +1,268 @@
+"""Content hashing of local files and trees (DESIGN.md "Tree hashing").
+
+Rules: never follow symlinks (in-tree relative links are hashed as links; links escaping the tree,
+devices, FIFOs and sockets are errors); only the user-executable bit counts; entries are sorted by raw
+UTF-8 bytes; names must be NFC UTF-8 without `/`, NUL, `.` or `..`, and must not collide after
+casefold+NFC; bytes are hashed exactly as stored; every entry is length-framed.
+
+Re-hashing an unchanged tree is avoided by a stat cache keyed on (device, inode, size, mtime_ns,
+ctime_ns) that obeys the racy-timestamp rule: an entry whose file changed within `RACY_SLACK_NS` of
+the moment the cache was written is never trusted, because a later same-size edit in the same clock
+tick would leave every stat field equal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+import time
+import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import blake3
+
+from agentstack.canonical import DIGEST_PREFIX
+from agentstack.errors import TreeHashError
+
+TREE_DOMAIN = b"agentstack-tree-v1\0"
+RACY_SLACK_NS = 1_000_000_000
+_CHUNK = 1 << 20
+_BIG_FILE = 8 << 20
+
+EntryKind = Literal["file", "link"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TreeEntry:
+    """One regular file or in-tree symlink; `digest` hashes the file bytes or the link target."""
+
+    path: str
+    kind: EntryKind
+    executable: bool
+    size: int
+    digest: str
+
+
+def _frame(data: bytes) -> bytes:
+    return len(data).to_bytes(8, "big") + data
+
+
+def tree_digest(entries: Iterable[TreeEntry]) -> str:
+    """Digest of a tree: framed (kind, path, mode, content digest) per entry, in raw-byte order."""
+    hasher = blake3.blake3(TREE_DOMAIN)
+    for entry in sorted(entries, key=lambda e: e.path.encode("utf-8")):
+        mode = b"x" if entry.executable else b"-"
+        hasher.update(
+            _frame(entry.kind.encode())
+            + _frame(entry.path.encode("utf-8"))
+            + _frame(mode)
+            + _frame(entry.digest.encode())
+        )
+    return DIGEST_PREFIX + hasher.hexdigest()
+
+
+def bytes_digest(data: bytes) -> str:
+    return DIGEST_PREFIX + blake3.blake3(data).hexdigest()
+
+
+def check_name(name: str, where: str) -> None:
+    """Reject a path component that cannot be hashed portably."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TreeHashError(
+            f"{where}: name is not valid UTF-8", hint="rename the file to a UTF-8 name"
+        ) from None
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise TreeHashError(f"{where}: name {name!r} is not allowed")
+    if unicodedata.normalize("NFC", name) != name:
+        raise TreeHashError(
+            f"{where}: name is not NFC-normalised Unicode",
+            hint="rename it to its NFC form; macOS and Linux would otherwise disagree on the bytes",
+        )
+
+
+def _collision_key(name: str) -> str:
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).casefold())
+
+
+class StatCache:
+    """Maps a file's stat fingerprint to its content digest, persisted under $AGENTSTACK_CACHE."""
+
+    VERSION = 1
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._entries: dict[str, list[int | str]] = {}
+        self._written_ns = 0
+        self._dirty = False
+        if path is not None:
+            self._load(path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            raw = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return  # a missing or damaged cache only costs a re-hash
+        if not isinstance(raw, dict) or raw.get("version") != self.VERSION:
+            return
+        entries = raw.get("entries")
+        written = raw.get("written_ns")
+        if isinstance(entries, dict) and isinstance(written, int):
+            self._entries = entries
+            self._written_ns = written
+
+    @staticmethod
+    def _key(st: os.stat_result) -> list[int | str]:
+        return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+    def lookup(self, abspath: str, st: os.stat_result) -> str | None:
+        cached = self._entries.get(abspath)
+        if cached is None or cached[:5] != self._key(st):
+            return None
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= self._written_ns - RACY_SLACK_NS:
+            return None  # racily clean: the stat fields cannot prove the bytes unchanged
+        digest = cached[5]
+        return digest if isinstance(digest, str) else None
+
+    def store(self, abspath: str, st: os.stat_result, digest: str) -> None:
+        self._entries[abspath] = [*self._key(st), digest]
+        self._dirty = True
+
+    def save(self) -> None:
+        if self.path is None or not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"version": self.VERSION, "written_ns": time.time_ns(), "entries": self._entries}
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".statcache-")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(payload, handle, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except OSError:
+            Path(tmp).unlink(
+                missing_ok=True
+            )  # the cache is an optimisation; never fail a lock on it
+        self._dirty = False
+
+
+def _hash_fd(fd: int, size: int) -> str:
+    big = size > _BIG_FILE
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO) if big else blake3.blake3()
+    read_size = 16 * _CHUNK if big else max(size + 1, 4096)
+    while chunk := os.read(fd, read_size):
+        hasher.update(chunk)
+    return DIGEST_PREFIX + hasher.hexdigest()
+
+
+def hash_regular_file(path: Path, st: os.stat_result, cache: StatCache | None) -> str:
+    abspath = str(path)
+    if cache is not None:
+        hit = cache.lookup(abspath, st)
+        if hit is not None:
+            return hit
+    fd = os.open(abspath, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+            raise TreeHashError(f"{path}: file was replaced while it was being hashed")
+        digest = _hash_fd(fd, opened.st_size)
+    finally:
+        os.close(fd)
+    if cache is not None:
+        cache.store(abspath, opened, digest)
+    return digest
+
+
+def hash_file(path: Path, cache: StatCache | None = None) -> TreeEntry:
+    """Hash one regular file (not a link); the entry's path is the file name."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise TreeHashError(f"{path}: no such file") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise TreeHashError(f"{path}: is a symbolic link", hint="point the manifest at the file")
+    if not stat.S_ISREG(st.st_mode):
+        raise TreeHashError(f"{path}: not a regular file")
+    return TreeEntry(
+        path=path.name,
+        kind="file",
+        executable=bool(st.st_mode & stat.S_IXUSR),
+        size=st.st_size,
+        digest=hash_regular_file(path, st, cache),
+    )
+
+
+def _check_link(root: Path, rel: str, target: str) -> None:
+    if os.path.isabs(target):
+        raise TreeHashError(
+            f"{root / rel}: symbolic link to an absolute path ({target!r}) escapes the tree",
+            hint="use a relative link that stays inside the directory, or copy the file",
+        )
+    parent = os.path.dirname(rel)
+    resolved = os.path.normpath(os.path.join(parent, target))
+    if resolved == ".." or resolved.startswith("../") or os.path.isabs(resolved):
+        raise TreeHashError(
+            f"{root / rel}: symbolic link to {target!r} escapes the tree",
+            hint="use a relative link that stays inside the directory, or copy the file",
+        )
+
+
+def walk_tree(root: Path, cache: StatCache | None = None) -> list[TreeEntry]:
+    """Every file and in-tree link under `root`, validated; empty directories are not content."""
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        raise TreeHashError(f"{root}: no such directory") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise TreeHashError(
+            f"{root}: is a symbolic link", hint="point the manifest at the directory"
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise TreeHashError(f"{root}: not a directory")
+    return list(_walk(root, "", cache))
+
+
+def _walk(root: Path, prefix: str, cache: StatCache | None) -> Iterator[TreeEntry]:
+    directory = root / prefix if prefix else root
+    seen: dict[str, str] = {}
+    with os.scandir(directory) as it:
+        children = sorted(it, key=lambda d: os.fsencode(d.name))
+    for child in children:
+        name = child.name
+        rel = f"{prefix}/{name}" if prefix else name
+        check_name(name, str(root / rel))
+        key = _collision_key(name)
+        if key in seen:
+            raise TreeHashError(
+                f"{root / rel}: collides with {seen[key]!r} on a case-insensitive file system",
+                hint="rename one of them",
+            )
+        seen[key] = name
+        st = child.stat(follow_symlinks=False)
+        mode = st.st_mode
+        if stat.S_ISDIR(mode):
+            yield from _walk(root, rel, cache)
+        elif stat.S_ISREG(mode):
+            yield TreeEntry(
+                path=rel,
+                kind="file",
+                executable=bool(mode & stat.S_IXUSR),
+                size=st.st_size,
+                digest=hash_regular_file(Path(child.path), st, cache),
+            )
+        elif stat.S_ISLNK(mode):
+            target = os.readlink(child.path)
+            _check_link(root, rel, target)
+            raw = os.fsencode(target)
+            yield TreeEntry(
+                path=rel, kind="link", executable=False, size=len(raw), digest=bytes_digest(raw)
+            )
+        else:
+            kind = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
+            raise TreeHashError(f"{root / rel}: is a {kind}; only files and links can be pinned")
