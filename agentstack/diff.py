@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentstack.risk import command_facts, host_facts, url_facts
+
 Severity = Literal["high", "medium", "low"]
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 
@@ -96,7 +98,15 @@ def _secrets(doc: dict[str, Any]) -> dict[str, set[str]]:
 
 
 def _facts(item: dict[str, Any], prefix: str) -> set[str]:
-    return {f for f in item.get("risks", []) if f.startswith(prefix)}
+    """Risk facts recomputed from the item itself: a document from someone else (a bundle) could
+    carry a `risks` list that leaves things out, so it is never taken on trust."""
+    if not item:
+        return set()
+    if item.get("transport") == "http":
+        facts = url_facts(str(item.get("url", "")))
+    else:
+        facts = command_facts(_command_line(item))
+    return {f for f in facts if f.startswith(prefix)}
 
 
 class _Differ:
@@ -125,7 +135,7 @@ class _Differ:
                         f"{noun} now runs something different: {argv}",
                     )
             for fact in sorted(
-                _facts(item, "unpinned-package:") - _facts(previous or {}, "unpinned")
+                _facts(item, "unpinned-package:") - _facts(previous or {}, "unpinned-package:")
             ):
                 package = fact.split(":", 2)[-1]
                 self.add(
@@ -220,7 +230,9 @@ class _Differ:
             set(new_net.get("allow_domains", [])) - set(old_net.get("allow_domains", []))
         ):
             self.add("medium", "new-host", "sandbox.network", f"may now connect to {host}")
-        for fact in sorted(set(after.get("risks", [])) - set(old.get("risks", []))):
+        reach_before = {f for h in old_net.get("allow_domains", []) for f in host_facts(h)}
+        reach_after = {f for h in new_net.get("allow_domains", []) for f in host_facts(h)}
+        for fact in sorted(reach_after - reach_before):
             if fact.startswith("link-local:"):
                 self.add(
                     "high",

@@ -104,6 +104,7 @@ class ManifestEditor:
                 table.add(key, inline)
             else:
                 table.add(key, value)
+        table.add(tomlkit.nl())  # keep a blank line between this table and whatever follows
         if name in section:
             section[name] = table
         else:
@@ -134,5 +135,7 @@ class ManifestEditor:
 
     def save(self) -> None:
         text = tomlkit.dumps(self.doc)
+        if not text.endswith("\n"):
+            text += "\n"
         parse_manifest(text.encode(), MANIFEST_NAME)  # never write a manifest that does not load
         write_atomic(self.path, text)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -78,7 +79,9 @@ def _check_relative_path(value: str) -> str:
     return value
 
 
-ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+ProjectPath = Annotated[
+    str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_check_relative_path)
+]
 
 
 class ProjectSection(Model):
@@ -109,11 +112,6 @@ class Server(Model):
         for item in value.values():
             _check_value_source(item)
         return value
-
-    @field_validator("cwd")
-    @classmethod
-    def _cwd(cls, value: str | None) -> str | None:
-        return None if value is None else _check_relative_path(value)
 
     @field_validator("command")
     @classmethod
@@ -157,11 +155,6 @@ class Skill(Model):
     rev: Text | None = None
     subdir: ProjectPath | None = None
 
-    @field_validator("path", "subdir")
-    @classmethod
-    def _paths(cls, value: str | None) -> str | None:
-        return None if value is None else _check_relative_path(value)
-
     @field_validator("rev")
     @classmethod
     def _rev(cls, value: str | None) -> str | None:
@@ -195,8 +188,6 @@ class Instructions(Model):
     @field_validator("files")
     @classmethod
     def _files(cls, value: list[str]) -> list[str]:
-        for item in value:
-            _check_relative_path(item)
         if len(set(value)) != len(value):
             raise ValueError("lists a file twice")
         return value
@@ -211,11 +202,6 @@ class Hook(Model):
     script: ProjectPath | None = None
     args: list[Text] = Field(default_factory=list)
     timeout: Annotated[int, Field(ge=1, le=600)] = 30
-
-    @field_validator("script")
-    @classmethod
-    def _script(cls, value: str | None) -> str | None:
-        return None if value is None else _check_relative_path(value)
 
     @field_validator("matcher")
     @classmethod

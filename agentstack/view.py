@@ -25,6 +25,11 @@ def t(value: Any, style: str = "") -> Text:
     return Text(sanitize(str(value)), style=style)
 
 
+def lines(*values: Any, style: str = "") -> Text:
+    """Several untrusted values, one per line (the newlines are ours, so they are not escaped)."""
+    return Text("\n".join(sanitize(str(v)) for v in values), style=style)
+
+
 def name(value: str) -> Text:
     return Text(identifier(value), style="bold")
 
@@ -45,7 +50,7 @@ def _sources(table: dict[str, dict[str, str]]) -> Text:
 
 
 def _risks(facts: list[str]) -> Text:
-    return Text("\n".join(sanitize(f) for f in facts), style="yellow") if facts else Text("-")
+    return lines(*facts, style="yellow") if facts else Text("-")
 
 
 def _files(files: list[dict[str, Any]]) -> Text:
@@ -109,9 +114,8 @@ def consent_renderable(doc: dict[str, Any], digest: str) -> Group:
         table = _table("What the model reads", "item", "source", "files")
         for key, skill in sorted(doc["skills"].items()):
             if skill["source"] == "git":
-                source = t(f"{skill['git']} @ {skill['rev']}\ncommit {skill['commit']}")
-                if skill.get("subdir"):
-                    source.append("\n" + sanitize(f"subdir {skill['subdir']}"))
+                source = lines(f"{skill['git']} @ {skill['rev']}", f"commit {skill['commit']}",
+                               *([f"subdir {skill['subdir']}"] if skill.get("subdir") else []))
             else:
                 source = t(skill["path"])
             files = skill["files"]
@@ -130,7 +134,7 @@ def consent_renderable(doc: dict[str, Any], digest: str) -> Group:
         table = _table("Settings", "setting", "value", lines=False)
         for key in ("allow", "deny", "ask"):
             if permissions.get(key):
-                table.add_row(Text(f"permissions.{key}"), t("\n".join(permissions[key])))
+                table.add_row(Text(f"permissions.{key}"), lines(*permissions[key]))
         for harness, values in sorted(doc["settings"]["passthrough"].items()):
             for key, value in sorted(values.items()):
                 table.add_row(Text(f"passthrough.{identifier(harness)}.") + t(key), t(value))
