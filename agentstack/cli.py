@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from agentstack.errors import EXIT_INTERNAL, AgentstackError, InvalidInput
+from agentstack.errors import EXIT_INTERNAL, AgentstackError, InvalidInput, Refused
 
 if TYPE_CHECKING:
     from agentstack.manifest import Manifest
@@ -40,21 +40,42 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 
 
 class _State:
-    project: Path | None = None
+    def __init__(self) -> None:
+        self.project: Path | None = None
+        self.trust_digests: list[str] = []
 
 
 _state = _State()
 
 
 @app.callback()
-def _root(project: ProjectOpt = None) -> None:
+def _root(
+    project: ProjectOpt = None,
+    trust_digest: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trust-digest", help="Treat this consent digest as trusted (CI); repeatable."
+        ),
+    ] = None,
+) -> None:
     _state.project = project
+    _state.trust_digests = list(trust_digest or [])
 
 
 def _root_dir() -> Path:
-    from agentstack.manifest import find_project
+    """--project DIR exactly (no upward search), else the nearest agentstack.toml upward."""
+    from agentstack.manifest import MANIFEST_NAME, find_project
 
-    return find_project(_state.project or Path.cwd())
+    if _state.project is not None:
+        root = _state.project.resolve()
+        if not (root / MANIFEST_NAME).is_file():
+            raise InvalidInput(
+                f"--project {_state.project}: no {MANIFEST_NAME} there",
+                hint="run 'agentstack init' there, or point --project at the "
+                "directory holding agentstack.toml",
+            )
+        return root
+    return find_project(Path.cwd())
 
 
 def _print_json(value: Any) -> None:
@@ -143,6 +164,11 @@ def add_server(
     if url is not None:
         if command:
             raise InvalidInput("give either a command after -- or --url, not both")
+        if env or cwd:
+            raise InvalidInput(
+                "--env and --cwd apply to a command, not to --url",
+                hint="a remote server takes --header NAME=VALUE",
+            )
         values["url"] = url
         if header:
             values["headers"] = _pairs(header, "--header")
@@ -151,6 +177,11 @@ def add_server(
             raise InvalidInput(
                 "give the server's command after --, or --url URL",
                 hint="agentstack add server files -- npx -y @scope/pkg@1.2.3",
+            )
+        if header:
+            raise InvalidInput(
+                "--header applies to --url, not to a command",
+                hint="a command takes --env KEY=VALUE",
             )
         values["command"] = command[0]
         if command[1:]:
@@ -177,6 +208,13 @@ def add_skill(
     """Add a skill: `add skill NAME PATH` or `add skill NAME --git URL --rev REV [--subdir D]`."""
     if (path is None) == (git is None):
         raise InvalidInput("give either a PATH or --git URL --rev REV")
+    if git is not None and rev is None:
+        raise InvalidInput(
+            "--git needs --rev (a tag, branch or full commit id)",
+            hint="agentstack add skill NAME --git URL --rev v1.2.0",
+        )
+    if path is not None and (rev is not None or subdir is not None):
+        raise InvalidInput("--rev and --subdir apply to --git, not to a local PATH")
     values: dict[str, Any] = {"path": path} if path is not None else {"git": git, "rev": rev}
     if subdir is not None:
         values["subdir"] = subdir
@@ -267,7 +305,7 @@ def lock(
     root = _root_dir()
     manifest = load_manifest(root)
     if frozen:
-        fresh_lock(root, manifest)
+        fresh_lock(root, manifest, verify_git=True)
         if as_json:
             _print_json({"lock": "fresh", "changed": []})
         else:
@@ -346,17 +384,45 @@ def _load_document(path: Path) -> dict[str, Any]:
 
 @app.command()
 def diff(
-    old: Annotated[Path, typer.Argument(help="The earlier consent document (JSON).")],
+    old: Annotated[
+        str | None,
+        typer.Argument(help="A trusted digest or a consent document (default: the last trusted)."),
+    ] = None,
     new: Annotated[
-        Path | None, typer.Argument(help="The later one (default: the current project).")
+        Path | None, typer.Argument(help="A later document (default: the project).")
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Consent diff between two consent documents, risk findings first."""
+    """Consent diff against the last trusted (or given) digest or document, risk findings first."""
+    from agentstack.canonical import is_digest
     from agentstack.diff import consent_diff
 
-    before = _load_document(old)
-    after = _load_document(new) if new is not None else _current(_root_dir())[2]
+    before: dict[str, Any] | None
+    if old is not None and not is_digest(old):
+        before = _load_document(Path(old))
+        after = _load_document(new) if new is not None else _current(_root_dir())[2]
+    else:
+        from agentstack.trust import TrustStore
+
+        root = _root_dir()
+        after = _load_document(new) if new is not None else _current(root)[2]
+        store = TrustStore()
+        if old is None:
+            last = store.last_trusted(root)
+            if last is None:
+                raise Refused(
+                    "nothing was trusted for this project yet, so there is nothing to compare with",
+                    hint="'agentstack show' displays the whole consent "
+                    "view; 'agentstack trust' reviews it",
+                )
+            old = last.digest
+        before = store.load_consent(old)
+        if before is None:
+            raise Refused(
+                f"no stored consent document for {old}",
+                hint="only digests trusted on this machine are stored; pass a "
+                "document written by 'agentstack show --json' instead",
+            )
     result = consent_diff(before, after)
     if as_json:
         _print_json(result.to_json())
@@ -379,6 +445,8 @@ def schema(
 
 
 # ------------------------------------------------------------------ entry point
+
+from agentstack import cli_trust  # noqa: E402,F401 - registers trust, revoke and status
 
 
 def _crash_report(exc: BaseException) -> Path | None:
@@ -424,7 +492,3 @@ def main() -> NoReturn:
         )
         sys.exit(EXIT_INTERNAL)
     sys.exit(0)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,6 +6,7 @@ computed from the documents alone, so `trust`, `quarantine release` and `agentst
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -286,9 +287,17 @@ def _leaf_changes(old: Any, new: Any, path: str, out: list[Change]) -> None:
                 _leaf_changes(old[key], new[key], sub, out)
         return
     if _is_file_list(old) and _is_file_list(new):
+        # Keyed by file path, shown as `skills.x.files[scripts/run.sh]` (paths contain dots).
         before = {f["path"]: f for f in old}
         after = {f["path"]: f for f in new}
-        _leaf_changes(before, after, path, out)
+        for key in sorted(set(before) | set(after)):
+            sub = f"{path}[{key}]"
+            if key not in before:
+                out.append(Change(path=sub, kind="added", new=after[key]))
+            elif key not in after:
+                out.append(Change(path=sub, kind="removed", old=before[key]))
+            else:
+                _leaf_changes(before[key], after[key], sub, out)
         return
     out.append(Change(path=path, kind="changed", old=old, new=new))
 
@@ -299,6 +308,15 @@ def _is_file_list(value: Any) -> bool:
         and bool(value)
         and all(isinstance(v, dict) and "path" in v and "digest" in v for v in value)
     )
+
+
+def changed_items(diff: ConsentDiff) -> list[str]:
+    """The items a diff touches (`servers.notes`, `instructions`), for one-line summaries."""
+    items = set()
+    for change in diff.changes:
+        match = re.match(r"^[^.\[]+(?:\.[^.\[]+)?", change.path)
+        items.add(match.group(0) if match else change.path)
+    return sorted(items)
 
 
 def consent_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> ConsentDiff:

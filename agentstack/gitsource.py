@@ -10,15 +10,19 @@ spawns `git` twice, so this module is imported only when a git source must be re
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import blake3
 
 from agentstack.errors import TreeHashError
-from agentstack.treehash import TreeEntry, _check_link, _collision_key, bytes_digest, check_name
+from agentstack.treehash import TreeEntry, _collision_key, bytes_digest, check_links, check_name
 
 GIT_TIMEOUT_S = 120
+FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # Hardened options for every git invocation: no fsmonitor, no prompts, no hooks, no protocol the
 # user did not write (file:// is allowed: teams share local mirrors and the tests use it).
 _GIT_CONFIG = (
@@ -96,8 +100,11 @@ def _fetch(cache: Path, url: str) -> Path:
         if not (mirror / "HEAD").exists():
             mirror.parent.mkdir(parents=True, exist_ok=True)
             tmp = mirror.with_name(mirror.name + f".tmp{os.getpid()}")
-            _run(["clone", "--mirror", "--quiet", "--", url, str(tmp)])
-            os.replace(tmp, mirror)
+            try:
+                _run(["clone", "--mirror", "--quiet", "--", url, str(tmp)])
+                os.replace(tmp, mirror)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         else:
             _run(["fetch", "--quiet", "--prune", "--tags", "--force", "origin"], cwd=mirror)
     except git.GitCommandError as exc:
@@ -110,21 +117,15 @@ def _fetch(cache: Path, url: str) -> Path:
     return mirror
 
 
-def resolve(cache: Path, url: str, rev: str, subdir: str | None) -> ResolvedGit:
-    """Fetch `url`, pin `rev` to a full commit id, and read the (sub)tree's entries."""
+def _open(mirror: Path) -> Any:
     import git
 
-    mirror = _fetch(cache, url)
     repo = git.Repo(str(mirror))
-    try:
-        commit_id = _run(
-            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
-            cwd=mirror,
-        ).strip()
-    except git.GitCommandError:
-        raise GitSourceError(
-            "rev", f"{rev!r} is not a branch, tag or commit of {url!r}", "check 'git ls-remote URL'"
-        ) from None
+    repo.git.update_environment(**_env())  # object reads (cat-file) run hardened too
+    return repo
+
+
+def _read(repo: Any, commit_id: str, subdir: str | None, url: str) -> ResolvedGit:
     commit = repo.commit(commit_id)
     tree = commit.tree
     if subdir:
@@ -139,12 +140,63 @@ def resolve(cache: Path, url: str, rev: str, subdir: str | None) -> ResolvedGit:
     return ResolvedGit(commit=commit_id, git_tree=tree.hexsha, entries=_entries(tree, url))
 
 
+def read_pinned(cache: Path, url: str, commit_id: str, subdir: str | None) -> ResolvedGit:
+    """Re-read a pinned commit (fetching only when the mirror lacks it)."""
+    import git
+
+    if not FULL_COMMIT.match(commit_id):
+        raise GitSourceError("rev", f"the lock pins {commit_id!r}, which is not a full commit id")
+    mirror = mirror_path(cache, url)
+    if not _has_commit(mirror, commit_id):
+        mirror = _fetch(cache, url)
+        if not _has_commit(mirror, commit_id):
+            raise GitSourceError(
+                "rev",
+                f"pinned commit {commit_id} is no longer in {url!r}",
+                "run 'agentstack lock --update' and review the change",
+            )
+    try:
+        return _read(_open(mirror), commit_id, subdir, url)
+    except git.GitCommandError as exc:
+        raise GitSourceError("git", f"cannot read {commit_id[:12]} of {url!r}: {exc}") from None
+
+
+def _has_commit(mirror: Path, commit_id: str) -> bool:
+    import git
+
+    if not (mirror / "HEAD").exists():
+        return False
+    try:
+        _run(["cat-file", "-e", f"{commit_id}^{{commit}}"], cwd=mirror)
+    except git.GitCommandError:
+        return False
+    return True
+
+
+def resolve(cache: Path, url: str, rev: str, subdir: str | None) -> ResolvedGit:
+    """Fetch `url`, pin `rev` to a full commit id, and read the (sub)tree's entries."""
+    import git
+
+    mirror = _fetch(cache, url)
+    try:
+        commit_id = _run(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+            cwd=mirror,
+        ).strip()
+    except git.GitCommandError:
+        raise GitSourceError(
+            "rev", f"{rev!r} is not a branch, tag or commit of {url!r}", "check 'git ls-remote URL'"
+        ) from None
+    return _read(_open(mirror), commit_id, subdir, url)
+
+
 def _entries(tree: object, url: str) -> list[TreeEntry]:
     import git
 
     assert isinstance(tree, git.Tree)
     where = f"{url}"
     entries: list[TreeEntry] = []
+    links: dict[str, str] = {}
 
     def walk(node: git.Tree, prefix: str) -> None:
         seen: dict[str, str] = {}
@@ -161,8 +213,7 @@ def _entries(tree: object, url: str) -> list[TreeEntry]:
             elif isinstance(item, git.Blob):
                 data = item.data_stream.read()
                 if item.mode == 0o120000:
-                    target = data.decode("utf-8", "surrogateescape")
-                    _check_link(Path(where), rel, target)
+                    links[rel] = data.decode("utf-8", "surrogateescape")
                     entries.append(
                         TreeEntry(
                             path=rel,
@@ -186,4 +237,5 @@ def _entries(tree: object, url: str) -> list[TreeEntry]:
                 raise TreeHashError(f"{where}: {rel} is a submodule; submodules cannot be pinned")
 
     walk(tree, "")
+    check_links(where, links)
     return entries

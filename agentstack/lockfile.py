@@ -11,6 +11,7 @@ import json
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -63,8 +64,8 @@ class Resolver:
     def problem(self, path: str, message: str, hint: str = "") -> None:
         self.problems.append(Problem(file=MANIFEST_NAME, path=path, message=message, hint=hint))
 
-    def _inside(self, rel: str, where: str) -> Path | None:
-        """The project path `rel`, refusing one that leaves the project through a symlink."""
+    def _inside(self, rel: str, where: str) -> tuple[Path, Path] | None:
+        """(project path, real path) of `rel`, refusing one that leaves the project."""
         candidate = self.root / rel
         try:
             real = candidate.resolve(strict=True)
@@ -75,18 +76,20 @@ class Resolver:
                 "create it or fix the path (paths are relative to agentstack.toml)",
             )
             return None
-        except OSError as exc:
-            self.problem(where, f"{rel!r} cannot be read: {exc.strerror}")
+        except (OSError, RuntimeError) as exc:
+            self.problem(where, f"{rel!r} cannot be resolved: {exc}")
             return None
         if real != self.real_root and self.real_root not in real.parents:
             self.problem(where, f"{rel!r} leads outside the project through a symbolic link")
             return None
-        return candidate
+        return candidate, real
 
-    def _file(self, rel: str, where: str) -> dict[str, Any] | None:
-        path = self._inside(rel, where)
-        if path is None:
+    def _file(self, rel: str, where: str, *, follow: bool = False) -> dict[str, Any] | None:
+        """Pin one file. With `follow`, an in-project symlink pins the file it points to."""
+        located = self._inside(rel, where)
+        if located is None:
             return None
+        path = located[1] if follow else located[0]
         try:
             entry = hash_file(path, self.stat_cache)
         except TreeHashError as exc:
@@ -95,7 +98,7 @@ class Resolver:
         return {**entry_json(entry), "path": str(PurePosixPath(rel))}
 
     def _referenced_files(
-        self, argv: list[str], cwd: str | None, where: str
+        self, argv: list[str], cwd: str | None, label: Callable[[int], str]
     ) -> list[dict[str, Any]]:
         """Project files named on a command line: they execute, so their bytes are pinned."""
         files: dict[str, dict[str, Any]] = {}
@@ -104,12 +107,12 @@ class Resolver:
             if not arg or arg.startswith("-") or "\0" in arg or PurePosixPath(arg).is_absolute():
                 continue
             rel = os.path.normpath(str(base / arg))
-            if rel.startswith("..") or rel in files:
+            if rel == ".." or rel.startswith("../") or rel in files:
                 continue
             candidate = self.root / rel
-            if not candidate.is_file() or candidate.is_symlink():
+            if not candidate.is_file():  # follows links: a link to a project file counts too
                 continue
-            entry = self._file(rel, f"{where}[{index}]")
+            entry = self._file(rel, label(index), follow=True)
             if entry is not None:
                 files[rel] = entry
         return [files[k] for k in sorted(files, key=lambda p: p.encode())]
@@ -119,11 +122,15 @@ class Resolver:
         if server.command is not None:
             argv = [server.command, *server.args]
             if server.cwd is not None:
-                cwd_path = self._inside(server.cwd, f"{where}.cwd")
-                if cwd_path is not None and not cwd_path.is_dir():
+                located = self._inside(server.cwd, f"{where}.cwd")
+                if located is not None and not located[1].is_dir():
                     self.problem(f"{where}.cwd", f"{server.cwd!r} is not a directory")
+
+            def label(index: int) -> str:
+                return f"{where}.command" if index == 0 else f"{where}.args[{index - 1}]"
+
             return {
-                "files": self._referenced_files(argv, server.cwd, f"{where}.args"),
+                "files": self._referenced_files(argv, server.cwd, label),
                 "risks": command_facts(argv),
             }
         assert server.url is not None
@@ -132,11 +139,11 @@ class Resolver:
     def skill(self, name: str, skill: Skill) -> dict[str, Any] | None:
         where = f"skills.{name}"
         if skill.path is not None:
-            path = self._inside(skill.path, f"{where}.path")
-            if path is None:
+            located = self._inside(skill.path, f"{where}.path")
+            if located is None:
                 return None
             try:
-                entries = walk_tree(path, self.stat_cache)
+                entries = walk_tree(located[0], self.stat_cache)
             except TreeHashError as exc:
                 self.problem(f"{where}.path", exc.message, exc.hint)
                 return None
@@ -148,19 +155,38 @@ class Resolver:
         assert skill.git is not None and skill.rev is not None
         wanted = {"source": "git", "git": skill.git, "rev": skill.rev, "subdir": skill.subdir or ""}
         previous = ((self.previous or {}).get("skills") or {}).get(name)
-        if (
+        reuse = (
             not self.update_git
             and isinstance(previous, dict)
             and all(previous.get(k) == v for k, v in wanted.items())
-        ):
-            return previous  # a pin stands until the manifest changes it or --update is given
+        )
+        if reuse and self.offline_git:
+            # No git here (digest, show): the pin must at least be self-consistent.
+            assert isinstance(previous, dict)
+            if not self._consistent(previous):
+                self.problem(
+                    where,
+                    "the pinned entry in agentstack.lock is inconsistent "
+                    "(its digest does not match its files)",
+                    "run 'agentstack lock'",
+                )
+                return None
+            return previous
         if self.offline_git:
             self.problem(where, "is not pinned in agentstack.lock yet", "run 'agentstack lock'")
             return None
         from agentstack import gitsource
 
         try:
-            resolved = gitsource.resolve(self.cache_dir, skill.git, skill.rev, skill.subdir)
+            if reuse:
+                # A pin stands until the manifest changes it or --update is given, but its content
+                # is re-read at the pinned commit, so a hand-edited lock entry cannot pass.
+                assert isinstance(previous, dict)
+                resolved = gitsource.read_pinned(
+                    self.cache_dir, skill.git, str(previous.get("commit")), skill.subdir
+                )
+            else:
+                resolved = gitsource.resolve(self.cache_dir, skill.git, skill.rev, skill.subdir)
         except gitsource.GitSourceError as exc:
             self.problem(f"{where}.{exc.field}", exc.message, exc.hint)
             return None
@@ -170,6 +196,14 @@ class Resolver:
         return self._tree(
             {**wanted, "commit": resolved.commit, "git_tree": resolved.git_tree}, resolved.entries
         )
+
+    @staticmethod
+    def _consistent(entry: dict[str, Any]) -> bool:
+        try:
+            entries = [TreeEntry(**f) for f in entry.get("files", [])]
+        except TypeError:
+            return False
+        return tree_digest(entries) == entry.get("digest")
 
     @staticmethod
     def _tree(source: dict[str, Any], entries: list[TreeEntry]) -> dict[str, Any]:
@@ -191,11 +225,11 @@ class Resolver:
                         f"chmod +x {hook.script}",
                     )
             argv = [hook.script, *hook.args]
-            extra = self._referenced_files(hook.args, None, f"{where}.args")
+            extra = self._referenced_files(hook.args, None, lambda i: f"{where}.args[{i}]")
         else:
             assert hook.command is not None
             argv = hook.command
-            extra = self._referenced_files(hook.command, None, f"{where}.command")
+            extra = self._referenced_files(hook.command, None, lambda i: f"{where}.command[{i}]")
         known = {f["path"] for f in files}
         files += [f for f in extra if f["path"] not in known]
         return {"files": files, "risks": command_facts(argv)}
@@ -315,7 +349,7 @@ def resolver_for(root: Path, previous: dict[str, Any] | None, **kwargs: bool) ->
     )
 
 
-def fresh_lock(root: Path, manifest: Manifest) -> dict[str, Any]:
+def fresh_lock(root: Path, manifest: Manifest, *, verify_git: bool = False) -> dict[str, Any]:
     """The lock on disk, checked against the manifest and every local byte it pins.
 
     Raises StaleLock (exit 1) when re-locking would change anything: the digest is only ever
@@ -329,9 +363,15 @@ def fresh_lock(root: Path, manifest: Manifest) -> dict[str, Any]:
             f"{LOCK_NAME} does not match {MANIFEST_NAME}",
             hint="run 'agentstack lock' and review the change",
         )
-    resolver = resolver_for(root, current, offline_git=True)
+    resolver = resolver_for(root, current, offline_git=not verify_git)
     try:
         relocked = resolver.resolve(manifest)
+    except ManifestInvalid as exc:
+        # A pinned file that vanished or changed kind: the lock no longer describes the disk.
+        raise StaleLock(
+            f"{LOCK_NAME} is stale: " + "; ".join(p.render() for p in exc.problems),
+            hint="fix the problem, then run 'agentstack lock'",
+        ) from None
     finally:
         resolver.stat_cache.save()
     if relocked != current:

@@ -43,7 +43,10 @@ HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
 SECRET_PREFIX = "secret:"  # noqa: S105 - a reference prefix, not a secret
 SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # noqa: S105
 FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-ABBREVIATED_COMMIT = re.compile(r"^[0-9a-f]{4,39}$")
+ABBREVIATED_COMMIT = re.compile(r"^[0-9a-fA-F]{4,39}$")
+# Revision-expression syntax (`v1^0`, `main~2`, `@{u}`, `HEAD:x`) is never a pin of its own.
+_REVSPEC_SYNTAX = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]|@\{|\.\.|^-|^@$|/$|\.lock$|^HEAD$")
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/\\].*$")
 
 ItemName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
@@ -55,7 +58,8 @@ METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-da
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+    # strict: TOML already has types, so "30" is not an integer and 30.0 is not an integer either.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _check_value_source(value: str) -> str:
@@ -160,14 +164,39 @@ class Skill(Model):
     def _rev(cls, value: str | None) -> str | None:
         if value is None:
             return None
+        if FULL_COMMIT.match(value):
+            return value
         if ABBREVIATED_COMMIT.match(value):
             raise ValueError(
-                f"{value!r} is an abbreviated commit id, which is never a pin; "
-                "write the full 40-character commit id, or a tag or branch name"
+                f"{value!r} looks like an abbreviated commit id, which is never a pin; write the "
+                "full 40-character commit id, or for a tag or branch with such a name "
+                "'refs/tags/NAME' or 'refs/heads/NAME'"
             )
-        if not value or value.startswith("-") or "\0" in value or ".." in value:
-            raise ValueError("must be a commit id, tag or branch name")
+        if not value or _REVSPEC_SYNTAX.search(value):
+            raise ValueError(
+                f"{value!r} is not a tag, branch or full commit id (revision expressions such as "
+                "'v1^0', 'main~1' or 'HEAD' are not pins)"
+            )
         return value
+
+    @field_validator("git")
+    @classmethod
+    def _git_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme in ("https", "ssh", "git+ssh", "file", "http") and (
+            parts.netloc or parts.scheme == "file"
+        ):
+            if parts.scheme == "file" and not parts.path.startswith("/"):
+                raise ValueError("a file:// URL needs an absolute path (file:///srv/skills.git)")
+            return value
+        if _SCP_LIKE.match(value):
+            return value  # git@host:org/repo.git
+        raise ValueError(
+            "must be a git URL (https://, ssh://, git@host:path or file:///absolute/path); "
+            "relative paths would depend on where agentstack runs"
+        )
 
     @model_validator(mode="after")
     def _one_source(self) -> Skill:
@@ -328,6 +357,14 @@ _HINTS = {
 }
 
 
+_PATTERN_HINTS = {
+    NAME_PATTERN: "names are lowercase ASCII: letters, digits, '.', '_' and '-'",
+    ENV_NAME_PATTERN: "environment variable names are letters, digits and '_', not starting with "
+    "a digit",
+    HEADER_NAME_PATTERN: "header names are ASCII letters, digits and '-'",
+}
+
+
 def dotted(loc: tuple[str | int, ...]) -> str:
     """('servers', 'github', 'args', 2) -> 'servers.github.args[2]'."""
     out = ""
@@ -352,8 +389,10 @@ def _problems(exc: ValidationError, file: str) -> list[Problem]:
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
         hint = _HINTS.get(error["type"], "")
-        if error["type"] == "string_pattern_mismatch" and loc and loc[-1] == "[key]":
-            message = f"{loc[-2]!r} is not a valid name"
+        if error["type"] == "string_pattern_mismatch":
+            hint = _PATTERN_HINTS.get(str((error.get("ctx") or {}).get("pattern")), hint)
+            if loc and loc[-1] == "[key]":
+                message = f"{loc[-2]!r} is not a valid name"
         problems.append(Problem(file=file, path=dotted(loc), message=message, hint=hint))
     return problems
 

@@ -29,13 +29,10 @@ _RUNNERS: dict[tuple[str, ...], str] = {
 }
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
 _NPM_EXACT = re.compile(r"^(@[^/@]+/)?[^@/]+@\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]*)?$")
+_PACKAGE_OPTIONS = ("-p", "--package", "--from", "--spec")
 _OPTIONS_WITH_VALUE = frozenset(
     {
-        "-p",
-        "--package",
-        "--from",
         "--with",
-        "--spec",
         "-e",
         "--env",
         "-v",
@@ -44,17 +41,25 @@ _OPTIONS_WITH_VALUE = frozenset(
         "--entrypoint",
         "-w",
         "--workdir",
+        "--python",
+        "--index-url",
     }
 )
 
 
 def _package_argument(args: list[str]) -> str | None:
-    """The first positional argument (the package or image) after the runner's own options."""
+    """The package (or image) a runner will fetch: an explicit `-p/--package/--from` value wins,
+    else the first positional argument after the runner's own options."""
     skip = False
-    for arg in args:
+    for index, arg in enumerate(args):
         if skip:
             skip = False
             continue
+        if arg in _PACKAGE_OPTIONS and index + 1 < len(args):
+            return args[index + 1]
+        for option in _PACKAGE_OPTIONS:
+            if option.startswith("--") and arg.startswith(option + "="):
+                return arg.split("=", 1)[1]
         if arg in _OPTIONS_WITH_VALUE:
             skip = True
             continue
@@ -86,7 +91,9 @@ def command_facts(argv: list[str]) -> list[str]:
             if package is None or not _pinned(ecosystem, package):
                 facts.append(f"unpinned-package:{ecosystem}:{package or '?'}")
             break
-    if program in _SHELLS and "-c" in argv[1:]:
+    if program in _SHELLS and any(
+        a.startswith("-") and not a.startswith("--") and "c" in a for a in argv[1:]
+    ):
         facts.append(f"shell-command:{program}")
     return facts
 
@@ -95,6 +102,8 @@ def _host_class(host: str) -> str | None:
     lowered = host.lower().rstrip(".")
     if lowered in METADATA_HOSTS:
         return "link-local"
+    if lowered == "localhost" or lowered.endswith(".localhost"):
+        return "loopback"
     try:
         address = ipaddress.ip_address(lowered.strip("[]"))
     except ValueError:

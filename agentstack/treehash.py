@@ -7,8 +7,8 @@ casefold+NFC; bytes are hashed exactly as stored; every entry is length-framed.
 
 Re-hashing an unchanged tree is avoided by a stat cache keyed on (device, inode, size, mtime_ns,
 ctime_ns) that obeys the racy-timestamp rule: an entry whose file changed within `RACY_SLACK_NS` of
-the moment the cache was written is never trusted, because a later same-size edit in the same clock
-tick would leave every stat field equal.
+the moment its hashing began is never trusted, because a later same-size edit in the same clock
+tick would leave every stat field equal (file timestamps come from a coarse clock).
 """
 
 from __future__ import annotations
@@ -94,12 +94,11 @@ def _collision_key(name: str) -> str:
 class StatCache:
     """Maps a file's stat fingerprint to its content digest, persisted under $AGENTSTACK_CACHE."""
 
-    VERSION = 1
+    VERSION = 2
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._entries: dict[str, list[int | str]] = {}
-        self._written_ns = 0
         self._dirty = False
         if path is not None:
             self._load(path)
@@ -109,13 +108,10 @@ class StatCache:
             raw = json.loads(path.read_bytes())
         except (OSError, ValueError):
             return  # a missing or damaged cache only costs a re-hash
-        if not isinstance(raw, dict) or raw.get("version") != self.VERSION:
-            return
-        entries = raw.get("entries")
-        written = raw.get("written_ns")
-        if isinstance(entries, dict) and isinstance(written, int):
-            self._entries = entries
-            self._written_ns = written
+        if isinstance(raw, dict) and raw.get("version") == self.VERSION:
+            entries = raw.get("entries")
+            if isinstance(entries, dict):
+                self._entries = entries
 
     @staticmethod
     def _key(st: os.stat_result) -> list[int | str]:
@@ -123,31 +119,35 @@ class StatCache:
 
     def lookup(self, abspath: str, st: os.stat_result) -> str | None:
         cached = self._entries.get(abspath)
-        if cached is None or cached[:5] != self._key(st):
+        if not isinstance(cached, list) or len(cached) != 7 or cached[:5] != self._key(st):
             return None
-        if max(st.st_mtime_ns, st.st_ctime_ns) >= self._written_ns - RACY_SLACK_NS:
+        digest, hashed_ns = cached[5], cached[6]
+        if not isinstance(digest, str) or not isinstance(hashed_ns, int):
+            return None
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= hashed_ns - RACY_SLACK_NS:
             return None  # racily clean: the stat fields cannot prove the bytes unchanged
-        digest = cached[5]
-        return digest if isinstance(digest, str) else None
+        return digest
 
-    def store(self, abspath: str, st: os.stat_result, digest: str) -> None:
-        self._entries[abspath] = [*self._key(st), digest]
+    def store(self, abspath: str, st: os.stat_result, digest: str, hashed_ns: int) -> None:
+        """Remember `digest` for `st`; `hashed_ns` is when reading began (the racy reference)."""
+        self._entries[abspath] = [*self._key(st), digest, hashed_ns]
         self._dirty = True
 
     def save(self) -> None:
         if self.path is None or not self._dirty:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"version": self.VERSION, "written_ns": time.time_ns(), "entries": self._entries}
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".statcache-")
+        payload = {"version": self.VERSION, "entries": self._entries}
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".statcache-")
+        except OSError:
+            return  # the cache is an optimisation; never fail a lock on it
         try:
             with os.fdopen(fd, "w") as handle:
                 json.dump(payload, handle, separators=(",", ":"))
             os.replace(tmp, self.path)
         except OSError:
-            Path(tmp).unlink(
-                missing_ok=True
-            )  # the cache is an optimisation; never fail a lock on it
+            Path(tmp).unlink(missing_ok=True)
         self._dirty = False
 
 
@@ -166,6 +166,7 @@ def hash_regular_file(path: Path, st: os.stat_result, cache: StatCache | None) -
         hit = cache.lookup(abspath, st)
         if hit is not None:
             return hit
+    started_ns = time.time_ns()
     fd = os.open(abspath, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     try:
         opened = os.fstat(fd)
@@ -175,7 +176,7 @@ def hash_regular_file(path: Path, st: os.stat_result, cache: StatCache | None) -
     finally:
         os.close(fd)
     if cache is not None:
-        cache.store(abspath, opened, digest)
+        cache.store(abspath, opened, digest, started_ns)
     return digest
 
 
@@ -198,19 +199,49 @@ def hash_file(path: Path, cache: StatCache | None = None) -> TreeEntry:
     )
 
 
-def _check_link(root: Path, rel: str, target: str) -> None:
-    if os.path.isabs(target):
-        raise TreeHashError(
-            f"{root / rel}: symbolic link to an absolute path ({target!r}) escapes the tree",
-            hint="use a relative link that stays inside the directory, or copy the file",
-        )
-    parent = os.path.dirname(rel)
-    resolved = os.path.normpath(os.path.join(parent, target))
-    if resolved == ".." or resolved.startswith("../") or os.path.isabs(resolved):
-        raise TreeHashError(
-            f"{root / rel}: symbolic link to {target!r} escapes the tree",
-            hint="use a relative link that stays inside the directory, or copy the file",
-        )
+_MAX_LINK_HOPS = 40
+
+
+def _resolve_link(rel: str, links: dict[str, str]) -> list[str] | None:
+    """Where the link at `rel` leads inside the tree (as components), following other in-tree
+    links the way the kernel would; None when it leaves the tree."""
+    parts = rel.split("/")[:-1]
+    target = links[rel]
+    if target.startswith("/"):
+        return None
+    pending = target.split("/")
+    hops = 0
+    while pending:
+        component = pending.pop(0)
+        if component in ("", "."):
+            continue
+        if component == "..":
+            if not parts:
+                return None
+            parts.pop()
+            continue
+        parts.append(component)
+        joined = "/".join(parts)
+        if joined in links:
+            hops += 1
+            if hops > _MAX_LINK_HOPS:
+                raise TreeHashError(f"{rel}: symbolic links loop")
+            inner = links[joined]
+            if inner.startswith("/"):
+                return None
+            parts.pop()
+            pending = inner.split("/") + pending
+    return parts
+
+
+def check_links(where: str, links: dict[str, str]) -> None:
+    """Every link must resolve inside the tree, even through other links (`q -> .`, `p -> q/..`)."""
+    for rel in sorted(links, key=lambda p: p.encode("utf-8")):
+        if _resolve_link(rel, links) is None:
+            raise TreeHashError(
+                f"{where}/{rel}: symbolic link to {links[rel]!r} escapes the tree",
+                hint="use a relative link that stays inside the directory, or copy the file",
+            )
 
 
 def walk_tree(root: Path, cache: StatCache | None = None) -> list[TreeEntry]:
@@ -225,10 +256,15 @@ def walk_tree(root: Path, cache: StatCache | None = None) -> list[TreeEntry]:
         )
     if not stat.S_ISDIR(st.st_mode):
         raise TreeHashError(f"{root}: not a directory")
-    return list(_walk(root, "", cache))
+    links: dict[str, str] = {}
+    entries = list(_walk(root, "", cache, links))
+    check_links(str(root), links)
+    return entries
 
 
-def _walk(root: Path, prefix: str, cache: StatCache | None) -> Iterator[TreeEntry]:
+def _walk(
+    root: Path, prefix: str, cache: StatCache | None, links: dict[str, str]
+) -> Iterator[TreeEntry]:
     directory = root / prefix if prefix else root
     seen: dict[str, str] = {}
     with os.scandir(directory) as it:
@@ -247,7 +283,7 @@ def _walk(root: Path, prefix: str, cache: StatCache | None) -> Iterator[TreeEntr
         st = child.stat(follow_symlinks=False)
         mode = st.st_mode
         if stat.S_ISDIR(mode):
-            yield from _walk(root, rel, cache)
+            yield from _walk(root, rel, cache, links)
         elif stat.S_ISREG(mode):
             yield TreeEntry(
                 path=rel,
@@ -258,8 +294,8 @@ def _walk(root: Path, prefix: str, cache: StatCache | None) -> Iterator[TreeEntr
             )
         elif stat.S_ISLNK(mode):
             target = os.readlink(child.path)
-            _check_link(root, rel, target)
             raw = os.fsencode(target)
+            links[rel] = target
             yield TreeEntry(
                 path=rel, kind="link", executable=False, size=len(raw), digest=bytes_digest(raw)
             )

@@ -32,9 +32,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from agentstack.canonical import CanonicalError, b3, canonical_bytes, is_digest
+import blake3
+
+from agentstack.canonical import DIGEST_PREFIX, CanonicalError, b3, canonical_bytes, is_digest
 from agentstack.errors import Refused
 
 FORMAT_VERSION = 1
@@ -60,6 +62,8 @@ _TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _LOCK_RE = re.compile(r"[\x21-\x7e]{0,256}")
 _EXTRA_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _SEQ_BOUND = 1 << 63  # a ceiling for sizing a line before its seq is known
+# Never write through a link planted in place of one of our files.
+_LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class TrustLogError(Refused):
@@ -122,24 +126,30 @@ class VerifyReport:
     torn: int = 0
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Head:
-    count: int
-    head: str
+# Internal values are NamedTuples: a dataclass costs ~1 ms to define, paid on every guard call.
+class _Head(NamedTuple):
+    records: int
+    last: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Snapshot:
+class _Snapshot(NamedTuple):
     head: _Head | None
     head_problem: str
-    lines: list[bytes]  # complete lines, each with its "\n"
-    torn: int
+    body: bytes  # the complete lines, each ending in "\n"
+    torn: int  # bytes after the last "\n"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Bad:
-    index: int  # 0-based line index
+class _Bad(NamedTuple):
+    at: int  # 0-based line index
     reason: str
+
+
+class _Verified(NamedTuple):
+    """A prefix of the log this process has checked in full: its size, blake3 and line hashes."""
+
+    size: int
+    digest: bytes
+    hashes: list[str]
 
 
 class _BadLine(ValueError):
@@ -240,36 +250,38 @@ def _scan_full(lines: list[bytes]) -> tuple[list[TrustRecord], list[str], _Bad |
         try:
             record = _parse_line(raw)
         except _BadLine as exc:
-            return records, hashes, _Bad(index=index, reason=str(exc))
+            return records, hashes, _Bad(at=index, reason=str(exc))
         if record.seq != index:
             reason = f"has seq {record.seq}: a record before it is missing, duplicated or moved"
-            return records, hashes, _Bad(index=index, reason=reason)
+            return records, hashes, _Bad(at=index, reason=reason)
         if record.prev != prev:
             of = f"line {index}" if index else "the genesis value"
-            return records, hashes, _Bad(index=index, reason=f"prev does not match the hash of {of}")
+            return records, hashes, _Bad(at=index, reason=f"prev does not match the hash of {of}")
         prev = b3(raw)
         hashes.append(prev)
         records.append(record)
     return records, hashes, None
 
 
-def _scan_chain(lines: list[bytes]) -> tuple[list[str], _Bad | None]:
-    """The writer's full-log check without parsing: each line must carry the hash of the line
+def _scan_chain(lines: list[bytes], prior: list[str]) -> tuple[list[str], _Bad | None]:
+    """The writer's whole-log check without parsing: each line must carry the hash of the line
     before it. Once `trust.head` pins the last line, every earlier line is pinned by induction, so
-    this rejects exactly what `_scan_full` rejects for lines up to the head (barring a blake3
-    collision) at a tenth of the cost; lines past the head are parsed separately."""
-    hashes: list[str] = []
-    needle = b'"prev":"' + GENESIS.encode() + b'"'
-    for index, raw in enumerate(lines):
+    this rejects what `_scan_full` rejects for lines up to the head (barring a blake3 collision) at
+    a tenth of the cost; a line past the head is parsed separately. `prior` are the hashes of the
+    lines before `lines`, already checked."""
+    hashes = list(prior)
+    needle = b'"prev":"' + (hashes[-1] if hashes else GENESIS).encode() + b'"'
+    for offset, raw in enumerate(lines):
         if len(raw) > MAX_LINE_BYTES or needle not in raw:
-            return hashes, _Bad(index=index, reason="does not carry the hash of the line before it")
-        digest = b3(raw)
+            reason = "does not carry the hash of the line before it"
+            return hashes, _Bad(at=len(prior) + offset, reason=reason)
+        digest = DIGEST_PREFIX + blake3.blake3(raw).hexdigest()
         hashes.append(digest)
         needle = b'"prev":"' + digest.encode() + b'"'
     return hashes, None
 
 
-def _judge(snap: _Snapshot, hashes: list[str], bad: _Bad | None) -> VerifyReport:
+def _judge(snap: _Snapshot, n_lines: int, hashes: list[str], bad: _Bad | None) -> VerifyReport:
     """Compare a chain-checked log with `trust.head`; see the module docstring for the rules."""
     n_ok = len(hashes)
     last = hashes[-1] if hashes else GENESIS
@@ -288,24 +300,29 @@ def _judge(snap: _Snapshot, hashes: list[str], bad: _Bad | None) -> VerifyReport
     if snap.head_problem:
         return fail(None, snap.head_problem)
     head = snap.head
-    n_lines = len(snap.lines)
     if head is None:
         if n_lines:
             return fail(None, f"{HEAD_NAME} is missing but {LOG_NAME} has records")
-        head = _Head(count=0, head=GENESIS)
-    count = head.count
+        head = _Head(records=0, last=GENESIS)
+    count = head.records
     # The head's own line is checked first when it was reached: it is the earliest thing wrong.
-    if count and n_ok >= count and hashes[count - 1] != head.head:
+    if count and n_ok >= count and hashes[count - 1] != head.last:
         return fail(count - 1, f"its hash does not match {HEAD_NAME} (changed, or lines inserted)")
     if bad is not None:
-        return fail(bad.index, bad.reason)
+        return fail(bad.at, bad.reason)
     if n_lines < count:
         lost = count - n_lines
-        return fail(n_lines, f"missing: {HEAD_NAME} counts {count} records, the log ends after "
-                             f"{n_lines} ({lost} removed from the end)")
+        return fail(
+            n_lines,
+            f"missing: {HEAD_NAME} counts {count} records, the log ends after "
+            f"{n_lines} ({lost} removed from the end)",
+        )
     if n_lines > count + 1:
-        return fail(count + 1, f"{n_lines - count} records follow the last one {HEAD_NAME} "
-                               f"acknowledges; at most 1 can be left by an interrupted writer")
+        return fail(
+            count + 1,
+            f"{n_lines - count} records follow the last one {HEAD_NAME} "
+            f"acknowledges; at most 1 can be left by an interrupted writer",
+        )
     if snap.torn > MAX_LINE_BYTES:
         return fail(n_lines, f"an unterminated final line is longer than {MAX_LINE_BYTES} bytes")
     return VerifyReport(
@@ -340,27 +357,28 @@ def _read_head_file(path: Path) -> tuple[_Head | None, str]:
         return None, f"{HEAD_NAME} has an invalid count or head"
     if (count == 0) != (head == GENESIS):
         return None, f"{HEAD_NAME} pairs count {count} with the wrong head"
-    return _Head(count=count, head=head), ""
+    return _Head(records=count, last=head), ""
 
 
 def _read_all(fd: int) -> bytes:
-    chunks: list[bytes] = []
-    offset = 0
+    # One read of the known size: the log can be megabytes and is re-read on every append.
+    data = os.pread(fd, os.fstat(fd).st_size, 0)
     while True:
-        chunk = os.pread(fd, 1 << 20, offset)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-        offset += len(chunk)
+        more = os.pread(fd, 1 << 20, len(data))
+        if not more:
+            return data
+        data += more
 
 
-def _split(data: bytes) -> tuple[list[bytes], bytes]:
-    """Complete lines (each keeping its "\\n") and the torn tail after the last "\\n"."""
-    end = data.rfind(b"\n") + 1
-    body, torn = data[:end], data[end:]
+def _split_lines(body: bytes) -> list[bytes]:
+    """The lines of `body` (which ends in "\n" or is empty), each keeping its "\n"."""
     if not body:
-        return [], torn
-    return [line + b"\n" for line in body[:-1].split(b"\n")], torn
+        return []
+    return [line + b"\n" for line in body[:-1].split(b"\n")]
+
+
+def _last_line(body: bytes) -> bytes:
+    return body[body.rfind(b"\n", 0, len(body) - 1) + 1 :]
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -392,6 +410,7 @@ class TrustLog:
         self.lock_path = self.home / LOCK_NAME
         self.torn_path = self.home / TORN_NAME
         self._clock = clock
+        self._verified: _Verified | None = None
 
     # ----------------------------------------------------------------------------------- writing
 
@@ -405,41 +424,38 @@ class TrustLog:
     ) -> TrustRecord:
         """Append one record; it is durable (fsynced) when this returns, and not before."""
         template = self._validated(action, project, digest, lock, extra)
-        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self.home.is_dir():
+            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _fsync_dir(self.home.parent)
         with self._locked(shared=False):
             self._remove_stale_head_temps()
             head, head_problem = _read_head_file(self.head_path)
             try:
-                fd: int | None = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+                fd: int | None = os.open(self.path, _LOG_FLAGS)
             except FileNotFoundError:
                 fd = None
             try:
-                lines: list[bytes] = []
-                torn = 0
+                body, torn = b"", b""
                 if fd is not None:
                     data = _read_all(fd)
-                    lines, torn_bytes = _split(data)
-                    torn = len(torn_bytes)
-                    # An oversized tail cannot come from a writer here, so it is refused, not moved.
-                    if torn_bytes and torn <= MAX_LINE_BYTES:
-                        self._move_torn(fd, len(data) - torn, torn_bytes)
-                        torn = 0
-                snap = _Snapshot(head=head, head_problem=head_problem, lines=lines, torn=torn)
-                self._check_before_append(snap)
-                count = len(lines)
-                prev = b3(lines[-1]) if lines else GENESIS
+                    end = data.rfind(b"\n") + 1
+                    body, torn = data[:end], data[end:]
+                    # An oversized tail cannot come from a writer, so it is refused, not moved.
+                    if torn and len(torn) <= MAX_LINE_BYTES:
+                        self._move_torn(fd, end, torn)
+                        torn = b""
+                snap = _Snapshot(head=head, head_problem=head_problem, body=body, torn=len(torn))
+                hashes, hasher = self._check_before_append(snap)
+                count = len(hashes)
                 if head is None:
                     # The head exists before the log does, so a missing head is always tampering.
                     self._write_head(0, GENESIS)
+                prev = hashes[-1] if hashes else GENESIS
                 record = replace(template, seq=count, prev=prev, time=_utc(self._clock()))
                 line = _encode(record)
                 created = fd is None
                 if fd is None:
-                    fd = os.open(
-                        self.path,
-                        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                        0o600,
-                    )
+                    fd = os.open(self.path, _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
                 # One write on O_APPEND: the line lands whole or (on a crash) as a torn tail.
                 _write_all(fd, line)
                 os.fsync(fd)
@@ -448,15 +464,23 @@ class TrustLog:
             finally:
                 if fd is not None:
                     os.close(fd)
-            self._write_head(count + 1, b3(line))
+            line_hash = b3(line)
+            self._write_head(count + 1, line_hash)
+            hasher.update(line)
+            self._verified = _Verified(
+                size=len(body) + len(line), digest=hasher.digest(), hashes=[*hashes, line_hash]
+            )
         return record
 
     def repair_torn_tail(self) -> int:
-        """Move an unterminated final line into `trust.jsonl.torn`; returns the bytes moved."""
+        """Move an unterminated final line into `trust.jsonl.torn`; returns the bytes moved.
+
+        `append` does this itself, but refuses a tail longer than a line can be (that was not a
+        torn write); calling this directly moves any tail aside, so nothing is ever dropped."""
         if not self.path.exists():
             return 0
         with self._locked(shared=False):
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+            fd = os.open(self.path, _LOG_FLAGS)
             try:
                 data = _read_all(fd)
                 end = data.rfind(b"\n") + 1
@@ -470,7 +494,7 @@ class TrustLog:
     def _move_torn(self, fd: int, keep: int, torn: bytes) -> None:
         # Copy first, truncate second: a crash in between duplicates the fragment, never loses it.
         created = not self.torn_path.exists()
-        out = os.open(self.torn_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        out = os.open(self.torn_path, _LOG_FLAGS | os.O_CREAT, 0o600)
         try:
             _write_all(out, torn + b"\n")
             os.fsync(out)
@@ -481,27 +505,50 @@ class TrustLog:
         os.ftruncate(fd, keep)
         os.fsync(fd)
 
-    def _check_before_append(self, snap: _Snapshot) -> None:
-        hashes, bad = _scan_chain(snap.lines)
-        report = _judge(snap, hashes, bad)
+    def _check_before_append(self, snap: _Snapshot) -> tuple[list[str], Any]:
+        """The line hashes of a log that is safe to append to, and a blake3 hasher fed its bytes;
+        raises TrustLogTampered otherwise."""
+        body = memoryview(snap.body)
+        prior: list[str] = []
+        start = 0
+        hasher = blake3.blake3()
+        known = self._verified
+        # Re-checking only what was appended since our last append keeps a long-lived writer
+        # linear; hashing the already-checked prefix in one call proves it is byte-identical.
+        if known is not None and len(body) >= known.size:
+            hasher.update(body[: known.size])
+            if hasher.digest() == known.digest:
+                prior, start = known.hashes, known.size
+            else:
+                hasher = blake3.blake3()
+        hasher.update(body[start:])
+        lines = _split_lines(snap.body[start:])
+        hashes, bad = _scan_chain(lines, prior)
+        n_lines = len(prior) + len(lines)
+        report = _judge(snap, n_lines, hashes, bad)
         suspect = not report.ok
         if report.ok and report.pending:
             # The line to adopt is not pinned by the head, so it gets the reader's full check.
-            index = len(snap.lines) - 1
+            index = n_lines - 1
             try:
-                record = _parse_line(snap.lines[index])
-                suspect = record.seq != index or record.prev != (hashes[index - 1] if index else GENESIS)
+                record = _parse_line(_last_line(snap.body))
+                before = hashes[index - 1] if index else GENESIS
+                suspect = record.seq != index or record.prev != before
             except _BadLine:
                 suspect = True
         if suspect:
             # Name the problem as precisely as a reader would.
-            detailed = _judge(snap, *_scan_full(snap.lines)[1:])
+            all_lines = _split_lines(snap.body)
+            detailed = _judge(snap, len(all_lines), *_scan_full(all_lines)[1:])
             raise self._tampered((detailed if not detailed.ok else report).problem)
+        return hashes, hasher
 
     def _write_head(self, count: int, head: str) -> None:
         data = canonical_bytes({"v": FORMAT_VERSION, "count": count, "head": head}) + b"\n"
         tmp = self.home / f"{_HEAD_TMP_PREFIX}{os.urandom(8).hex()}{_HEAD_TMP_SUFFIX}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
         try:
             try:
                 _write_all(fd, data)
@@ -576,27 +623,31 @@ class TrustLog:
     # ----------------------------------------------------------------------------------- reading
 
     def _snapshot(self) -> _Snapshot:
-        # Head first: lines are only ever added after the head that counts them is replaced, so
-        # a log read after the head holds at least the records that head counts.
+        # Head first: a line is written before the head that counts it, so a log read after the
+        # head holds at least the records that head counts.
         head, head_problem = _read_head_file(self.head_path)
         try:
             with open(self.path, "rb") as handle:
                 data = handle.read()
         except FileNotFoundError:
             data = b""
-        lines, torn = _split(data)
-        return _Snapshot(head=head, head_problem=head_problem, lines=lines, torn=len(torn))
+        end = data.rfind(b"\n") + 1
+        return _Snapshot(
+            head=head, head_problem=head_problem, body=data[:end], torn=len(data) - end
+        )
+
+    def _read_verified(self) -> tuple[list[TrustRecord], VerifyReport]:
+        snap = self._snapshot()
+        lines = _split_lines(snap.body)
+        records, hashes, bad = _scan_full(lines)
+        return records, _judge(snap, len(lines), hashes, bad)
 
     def _load(self) -> tuple[list[TrustRecord], VerifyReport]:
-        snap = self._snapshot()
-        records, hashes, bad = _scan_full(snap.lines)
-        report = _judge(snap, hashes, bad)
+        records, report = self._read_verified()
         if not report.ok:
             # Writers may have moved on between our two reads; judge again with them held off.
             with self._locked(shared=True):
-                snap = self._snapshot()
-                records, hashes, bad = _scan_full(snap.lines)
-                report = _judge(snap, hashes, bad)
+                records, report = self._read_verified()
         return records, report
 
     def _tampered(self, problem: str) -> TrustLogTampered:
@@ -621,7 +672,7 @@ class TrustLog:
         head, problem = _read_head_file(self.head_path)
         if problem:
             raise self._tampered(problem)
-        return (0, GENESIS) if head is None else (head.count, head.head)
+        return (0, GENESIS) if head is None else (head.records, head.last)
 
     # ----------------------------------------------------------------------------------- queries
 

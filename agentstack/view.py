@@ -114,8 +114,11 @@ def consent_renderable(doc: dict[str, Any], digest: str) -> Group:
         table = _table("What the model reads", "item", "source", "files")
         for key, skill in sorted(doc["skills"].items()):
             if skill["source"] == "git":
-                source = lines(f"{skill['git']} @ {skill['rev']}", f"commit {skill['commit']}",
-                               *([f"subdir {skill['subdir']}"] if skill.get("subdir") else []))
+                source = lines(
+                    f"{skill['git']} @ {skill['rev']}",
+                    f"commit {skill['commit']}",
+                    *([f"subdir {skill['subdir']}"] if skill.get("subdir") else []),
+                )
             else:
                 source = t(skill["path"])
             files = skill["files"]

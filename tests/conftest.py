@@ -47,7 +47,7 @@ def run_cli(*args: str, cwd: Path, input: str | None = None,
     if env:
         full_env.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "agentstack.cli", *args],
+        [sys.executable, "-m", "agentstack", *args],
         cwd=cwd, input=input, capture_output=True, text=True, env=full_env, timeout=120,
     )
 

@@ -307,7 +307,7 @@ _PROBE = """
 import runpy, sys
 sys.argv = ["agentstack", *sys.argv[1:]]
 try:
-    runpy.run_module("agentstack.cli", run_name="__main__")
+    runpy.run_module("agentstack", run_name="__main__")
 except SystemExit:
     pass
 heavy = sorted(m for m in ("git", "gitdb") if m in sys.modules)

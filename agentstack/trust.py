@@ -1,0 +1,144 @@
+"""Trust decisions: which (project realpath, consent digest) pairs the user has consented to.
+
+The only sources of trust are user-level: the hash-chained log in $AGENTSTACK_HOME, and — for CI —
+digests passed explicitly (`--trust-digest` or AGENTSTACK_TRUSTED_DIGESTS). Nothing is ever read
+from the project for this (the mise GHSA-436v-8fw5-4mj8 bug), and `CI=true` alone trusts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agentstack.canonical import canonical_bytes, is_digest
+from agentstack.errors import InvalidInput
+from agentstack.paths import agentstack_home, ensure_private_dir
+from agentstack.trustlog import TrustLog, TrustRecord
+
+TRUSTED_DIGESTS_ENV = "AGENTSTACK_TRUSTED_DIGESTS"
+
+TrustSource = Literal["log", "env", "flag"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrustState:
+    """The answer to "is this digest trusted for this project?", with why."""
+
+    state: Literal["trusted", "revoked", "untrusted"]
+    source: TrustSource | None = None
+    moved_from: str | None = None  # the digest was trusted, but for a project at another path
+
+    @property
+    def trusted(self) -> bool:
+        return self.state == "trusted"
+
+
+class TrustStore:
+    """The user's trust log plus the consent documents that were trusted."""
+
+    def __init__(self, home: Path | None = None, *, explicit: list[str] | None = None) -> None:
+        self.home = home if home is not None else agentstack_home()
+        self.log = TrustLog(self.home)
+        self.explicit = list(explicit or [])
+
+    # ---------------------------------------------------------------- explicit (CI) trust
+    def explicit_digests(self) -> tuple[list[str], TrustSource | None]:
+        if self.explicit:
+            return self.explicit, "flag"
+        raw = os.environ.get(TRUSTED_DIGESTS_ENV, "").split()
+        return (raw, "env") if raw else ([], None)
+
+    @staticmethod
+    def check_explicit(values: list[str], origin: str) -> None:
+        for value in values:
+            if not is_digest(value):
+                raise InvalidInput(
+                    f"{origin}: {value!r} is not a consent digest (b3:<64 hex>)",
+                    hint="copy it from 'agentstack digest'",
+                )
+
+    # ---------------------------------------------------------------- queries
+    def state(self, project: Path, digest: str) -> TrustState:
+        """Trust of (project realpath, digest). Raises TrustLogTampered on a damaged log."""
+        realpath = str(project.resolve())
+        logged = self.log.state_for(realpath, digest)
+        if logged == "revoked":
+            return TrustState(state="revoked", source="log")
+        if logged == "trusted":
+            return TrustState(state="trusted", source="log")
+        explicit, source = self.explicit_digests()
+        if digest in explicit:
+            return TrustState(state="trusted", source=source)
+        moved_from = self._trusted_elsewhere(realpath, digest)
+        return TrustState(state="untrusted", moved_from=moved_from)
+
+    def _trusted_elsewhere(self, realpath: str, digest: str) -> str | None:
+        for record in reversed(self.log.records()):
+            if (
+                record.digest == digest
+                and record.project
+                and record.project != realpath
+                and (self.log.state_for(record.project, digest) == "trusted")
+            ):
+                return record.project
+        return None
+
+    def last_trusted(self, project: Path) -> TrustRecord | None:
+        return self.log.last_trusted(str(project.resolve()))
+
+    # ---------------------------------------------------------------- consent documents
+    def consent_path(self, digest: str) -> Path:
+        if not is_digest(digest):
+            raise InvalidInput(f"{digest!r} is not a consent digest")
+        return self.home / "consents" / f"{digest.replace(':', '-')}.json"
+
+    def save_consent(self, digest: str, document: dict[str, Any]) -> Path:
+        """Store what was reviewed, so a later change is shown as a diff against it."""
+        path = self.consent_path(digest)
+        ensure_private_dir(path.parent)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".consent-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(canonical_bytes(document))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def load_consent(self, digest: str) -> dict[str, Any] | None:
+        """The stored document, only if it still hashes to its digest."""
+        from agentstack.consent import consent_digest
+
+        try:
+            document = json.loads(self.consent_path(digest).read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(document, dict) or consent_digest(document) != digest:
+            return None
+        return document
+
+    # ---------------------------------------------------------------- changes
+    def trust(
+        self, project: Path, digest: str, document: dict[str, Any], lock_hash: str
+    ) -> TrustRecord:
+        self.save_consent(digest, document)
+        return self.log.append("trust", str(project.resolve()), digest, lock_hash)
+
+    def revoke(self, project: Path, digest: str) -> TrustRecord:
+        return self.log.append("revoke", str(project.resolve()), digest)
+
+
+def current_trusts(records: list[TrustRecord]) -> list[TrustRecord]:
+    """The latest trusting record of every (project, digest) pair that is not revoked since."""
+    latest: dict[tuple[str, str], TrustRecord] = {}
+    for record in records:
+        if record.action in ("trust", "release", "revoke") and record.project:
+            latest[(record.project, record.digest)] = record
+    return [r for r in latest.values() if r.action in ("trust", "release")]
