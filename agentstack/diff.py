@@ -95,6 +95,8 @@ def _secrets(doc: dict[str, Any]) -> dict[str, set[str]]:
             for source in server.get(table, {}).values():
                 if "secret" in source:
                     out.setdefault(source["secret"], set()).add(f"servers.{name}")
+    for name, credential in doc.get("sandbox", {}).get("credentials", {}).items():
+        out.setdefault(str(credential.get("secret")), set()).add(f"sandbox.credentials.{name}")
     return out
 
 
@@ -227,6 +229,17 @@ class _Differ:
         new_net, old_net = after.get("network", {}), old.get("network", {})
         if not new_net.get("block", True) and old_net.get("block", True):
             self.add("medium", "network-open", "sandbox.network", "network is no longer blocked")
+        old_creds = old.get("credentials", {})
+        for name, cred in sorted(after.get("credentials", {}).items()):
+            previous = old_creds.get(name)
+            if previous is None or previous.get("upstream") != cred.get("upstream"):
+                self.add(
+                    "medium",
+                    "new-credentialed-host",
+                    f"sandbox.credentials.{name}",
+                    f"secret {cred.get('secret')!r} is injected into requests to "
+                    f"{cred.get('upstream')}",
+                )
         for host in sorted(
             set(new_net.get("allow_domains", [])) - set(old_net.get("allow_domains", []))
         ):

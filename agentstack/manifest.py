@@ -320,6 +320,28 @@ def _is_ip(text: str) -> bool:
     return True
 
 
+class Credential(Model):
+    """A credential the sandboxed process may use without holding it: the proxy on localhost
+    injects the real secret into requests to `upstream`; the child sees only a phantom token in
+    `env` and the proxy's URL in `base_url_env`."""
+
+    upstream: Text
+    secret: Annotated[str, StringConstraints(pattern=SECRET_NAME_PATTERN)]
+    header: HeaderName = "Authorization"
+    env: EnvName
+    base_url_env: EnvName | None = None
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstream(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ValueError("must be a plain base URL: no credentials, query or fragment")
+        return value
+
+
 class Sandbox(Model):
     enabled: bool = True
     read_dirs: list[Text] = Field(default_factory=list)
@@ -328,6 +350,7 @@ class Sandbox(Model):
     write_files: list[Text] = Field(default_factory=list)
     env: list[EnvName] = Field(default_factory=list)
     network: Network = Field(default_factory=Network)
+    credentials: dict[ItemName, Credential] = Field(default_factory=dict)
 
 
 class Manifest(Model):

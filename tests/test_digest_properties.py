@@ -997,13 +997,13 @@ def _strict(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(value=_JSON, rng=st.randoms(use_true_random=False))
 def test_canonical_bytes_ignore_key_order(value: Any, rng: random.Random) -> None:
     assert canonical_bytes(_shuffled(value, rng)) == canonical_bytes(value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(value=_JSON)
 def test_canonical_bytes_round_trip(value: Any) -> None:
     data = canonical_bytes(value)
