@@ -5,7 +5,26 @@ in `BUILTIN` (a dict the type checker verifies); third parties register through 
 `agentstack.adapters` entry-point group, consulted only for names the built-ins do not have.
 """
 
-from .base import Adapter, FileOperation, RenderContext
+from .base import (
+    Adapter,
+    FileOperation,
+    KeyPath,
+    OwnedBlock,
+    OwnedKeys,
+    RenderContext,
+    WholeFile,
+)
 from .registry import BUILTIN, AdapterConflict, load_adapters
 
-__all__ = ["BUILTIN", "Adapter", "AdapterConflict", "FileOperation", "RenderContext", "load_adapters"]
+__all__ = [
+    "BUILTIN",
+    "Adapter",
+    "AdapterConflict",
+    "FileOperation",
+    "KeyPath",
+    "OwnedBlock",
+    "OwnedKeys",
+    "RenderContext",
+    "WholeFile",
+    "load_adapters",
+]

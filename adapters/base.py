@@ -1,37 +1,64 @@
-"""The one Protocol every harness adapter implements."""
+"""The one Protocol every harness adapter implements, and the operations it may ask for.
+
+An adapter is pure: it reads the trusted consent document (through `RenderContext`) and returns
+file operations. The engine (`agentstack.apply`) plans, diffs, merges and writes them, keeps the
+ledger, and detects hand edits. An adapter never touches the disk.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
+
+KeyPath = tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
 class RenderContext:
-    """What an adapter may read: the project root, the trusted consent document and its digest."""
+    """What an adapter may read."""
 
-    root: Path
-    consent: dict[str, Any]
+    root: Path  # the project root (realpath)
+    consent: dict[str, Any]  # the trusted consent document
     digest: str
-    guard_command: list[str] = field(default_factory=list)
+    guard_command: list[str]  # argv of the guard hook, without --harness
+    user_home: Path  # the user's home (for user-level harness trust files)
+    env: dict[str, str]  # environment variables the adapter may consult (CODEX_HOME …)
+    read_skill_file: Callable[[str, dict[str, Any]], bytes]  # (skill name, file entry) -> bytes
+    read_project_file: Callable[[str], bytes]  # a pinned project file (instructions)
 
 
 @dataclass(frozen=True, kw_only=True)
-class FileOperation:
-    """One thing an adapter wants on disk.
-
-    `whole`: agentstack owns the file and writes `content`. `keys`: agentstack owns only the listed
-    top-level `keys` inside a shared JSON or TOML file (`format`), and everything else in that file
-    is the user's and is preserved.
-    """
+class WholeFile:
+    """A file agentstack owns outright (`link_target` set: a symbolic link)."""
 
     path: str
-    mode: Literal["whole", "keys"]
     content: bytes = b""
-    keys: dict[str, Any] = field(default_factory=dict)
-    format: Literal["json", "toml", "text"] = "text"
     executable: bool = False
+    link_target: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnedKeys:
+    """Keys agentstack owns inside a JSON or TOML file the user may share: every other key, and
+    in TOML every comment, is the user's and is preserved."""
+
+    path: str
+    format: Literal["json", "toml"]
+    keys: dict[KeyPath, Any]
+    user_level: bool = False  # outside the project (e.g. ~/.codex/config.toml)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnedBlock:
+    """A marked block inside a text file the user owns (e.g. CLAUDE.md)."""
+
+    path: str
+    text: str
+
+
+FileOperation = WholeFile | OwnedKeys | OwnedBlock
 
 
 @runtime_checkable

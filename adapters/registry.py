@@ -5,12 +5,16 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 from .base import Adapter
+from .claude_code import ClaudeCodeAdapter
+from .codex import CodexAdapter
 
 ENTRY_POINT_GROUP = "agentstack.adapters"
 
-# Built-in adapters by harness name. Empty until the rendering work lands; the type checker
-# verifies every value implements `Adapter`.
-BUILTIN: dict[str, Adapter] = {}
+# Built-in adapters by harness name; the type checker verifies every value implements `Adapter`.
+BUILTIN: dict[str, Adapter] = {
+    "claude-code": ClaudeCodeAdapter(),
+    "codex": CodexAdapter(),
+}
 
 
 class AdapterConflict(Exception):

@@ -19,7 +19,13 @@ class CanonicalError(ValueError):
 
 
 def _check(value: Any, path: str) -> None:
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CanonicalError(f"{path}: string has no UTF-8 form (a lone surrogate)") from None
+        return
+    if value is None or isinstance(value, bool | int):
         return
     if isinstance(value, float):
         raise CanonicalError(f"{path}: floats have no canonical form")

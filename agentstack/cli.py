@@ -446,7 +446,18 @@ def schema(
 
 # ------------------------------------------------------------------ entry point
 
-from agentstack import cli_trust  # noqa: E402,F401 - registers trust, revoke and status
+from agentstack import cli_apply, cli_trust  # noqa: E402,F401 - registers their commands
+
+
+@app.command()
+def guard(
+    harness: Annotated[str, typer.Option("--harness", help="The calling harness.")] = "",
+) -> None:
+    """The pre-tool-use hook (stdin: the harness's JSON). Rendered hooks call
+    `python -I -m agentstack._guard` directly; this is the same code."""
+    from agentstack._guard import main as guard_main
+
+    guard_main(["--harness", harness])
 
 
 def _crash_report(exc: BaseException) -> Path | None:

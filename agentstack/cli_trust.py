@@ -112,6 +112,18 @@ def trust(
         )
         out.print(diff_renderable(result))
     high = result.high_risk if before is not None else []
+    from agentstack.cli_apply import user_level_changes
+
+    outside = user_level_changes(root, document, current)
+    if outside:
+        out.print(
+            "'agentstack apply --write' will also record this outside the project "
+            "(removed again by 'agentstack revoke'):",
+            markup=False,
+        )
+        from agentstack.view import lines
+
+        out.print(lines(*outside))
     if not yes:
         if not sys.stdin.isatty():
             raise Refused(
@@ -133,6 +145,9 @@ def trust(
             hint="review them above, then re-run with --yes --accept-risk",
         )
     record = store.trust(root, current, document, _lock_hash(root))
+    from agentstack.snapshot import write_snapshot
+
+    write_snapshot(root, document, current)
     if as_json:
         _print_json(
             {
@@ -246,6 +261,10 @@ def revoke(
             hint="see 'agentstack trust list'",
         )
     record = store.revoke(root, digest)
+    from agentstack.apply import remove_user_level
+
+    for path in remove_user_level(root):
+        _echo(f"removed agentstack's harness-side trust entries from {path}")
     if as_json:
         _print_json(
             {"digest": digest, "project": record.project, "state": "revoked", "seq": record.seq}

@@ -140,6 +140,10 @@ def _read(repo: Any, commit_id: str, subdir: str | None, url: str) -> ResolvedGi
     return ResolvedGit(commit=commit_id, git_tree=tree.hexsha, entries=_entries(tree, url))
 
 
+def open_mirror(cache: Path, url: str) -> Any:
+    return _open(mirror_path(cache, url))
+
+
 def read_pinned(cache: Path, url: str, commit_id: str, subdir: str | None) -> ResolvedGit:
     """Re-read a pinned commit (fetching only when the mirror lacks it)."""
     import git

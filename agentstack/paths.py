@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -28,3 +29,13 @@ def ensure_private_dir(path: Path) -> Path:
     """Create `path` (0700) if missing; user-level state is never group/world readable."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+def project_id(root: Path) -> str:
+    """A stable directory name for a project's user-level state, from its realpath (sha256, so
+    the guard can compute it with the standard library alone)."""
+    return hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()[:32]
+
+
+def project_state_dir(root: Path) -> Path:
+    return agentstack_home() / "projects" / project_id(root)

@@ -114,13 +114,14 @@ class TrustStore:
 
     def load_consent(self, digest: str) -> dict[str, Any] | None:
         """The stored document, only if it still hashes to its digest."""
+        from agentstack.canonical import CanonicalError
         from agentstack.consent import consent_digest
 
         try:
             document = json.loads(self.consent_path(digest).read_bytes())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(document, dict) or consent_digest(document) != digest:
+            if not isinstance(document, dict) or consent_digest(document) != digest:
+                return None
+        except (OSError, ValueError, CanonicalError):  # damaged: as good as absent
             return None
         return document
 

@@ -468,23 +468,23 @@ def test_racy_entries_are_rehashed(
 ) -> None:
     counter = _HashCounter(monkeypatch)
     cache_file = tmp_path / "statcache.json"
-    written = time.time_ns() + 100 * 1_000_000_000  # the first session runs 100 s from now
+    session_ns = time.time_ns() + 100 * 1_000_000_000  # the first session runs 100 s from now
     mtimes = {
-        "SKILL.md": written - RACY_SLACK_NS // 2,  # racy: inside the window
-        "run.sh": written - RACY_SLACK_NS,  # racy: on the edge of the window
-        "data.txt": written - RACY_SLACK_NS - 1,  # clean: just outside it
+        "SKILL.md": session_ns - RACY_SLACK_NS // 2,  # racy: inside the window
+        "run.sh": session_ns - RACY_SLACK_NS,  # racy: on the edge of the window
+        "data.txt": session_ns - RACY_SLACK_NS - 1,  # clean: just outside it
     }
     for rel in ("SKILL.md", "bin/run.sh", "lib/data.txt"):
         ns = mtimes[Path(rel).name]
         os.utime(tree / rel, ns=(ns, ns))
-    expected = _session_at(tree, cache_file, monkeypatch, written)
+    expected = _session_at(tree, cache_file, monkeypatch, session_ns)
 
     counter.reset()
     assert _digest(tree, StatCache(cache_file)) == expected
     assert counter.names == {"SKILL.md", "run.sh"}
 
     # A file whose mtime lies after the moment it was hashed is racy too.
-    future = written + 5 * 1_000_000_000
+    future = session_ns + 5 * 1_000_000_000
     os.utime(tree / "lib" / "data.txt", ns=(future, future))
     counter.reset()
     _digest(tree, StatCache(cache_file))

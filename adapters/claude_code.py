@@ -1,0 +1,117 @@
+"""Claude Code: `.mcp.json`, `.claude/settings.local.json`, `.claude/skills/`, `CLAUDE.md`.
+
+Facts (research/claude-code.md): Claude approves `.mcp.json` servers by name through
+`enabledMcpjsonServers`; it expands `${VAR}` in args, env and headers (so secrets are rendered as
+references, never values); hooks that crash, time out or print garbage fail OPEN unless the hook
+entry says `"onFailure": "block"` — the guard is rendered with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext, WholeFile
+from .common import (
+    GENERATED_NOTE,
+    GUARD_TIMEOUT_S,
+    guard_command,
+    hook_command,
+    http_servers,
+    instructions_text,
+    secret_env_var,
+    skill_files,
+    stdio_servers,
+)
+
+NAME = "claude-code"
+INSTRUCTIONS_FILE = ".claude/agentstack/instructions.md"
+
+
+def _env_value(key: str, source: dict[str, str]) -> str:
+    # A secret reaches the server through the harness's own environment, under the server's name.
+    return f"${{{key}}}" if "secret" in source else source["literal"]
+
+
+def _header_value(source: dict[str, str]) -> str:
+    return f"${{{secret_env_var(source['secret'])}}}" if "secret" in source else source["literal"]
+
+
+def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    if server["transport"] == "http":
+        out: dict[str, Any] = {"type": "http", "url": server["url"]}
+        if server["headers"]:
+            out["headers"] = {k: _header_value(v) for k, v in sorted(server["headers"].items())}
+        return out
+    command, args = server["command"], list(server["args"])
+    if server.get("cwd", ".") != ".":
+        # .mcp.json has no cwd: start the server through env(1) in its directory.
+        command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
+    out = {"type": "stdio", "command": command, "args": args}
+    if server["env"]:
+        out["env"] = {k: _env_value(k, v) for k, v in sorted(server["env"].items())}
+    return out
+
+
+def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
+    hooks: dict[str, list[dict[str, Any]]] = {
+        "PreToolUse": [
+            {
+                "matcher": "*",
+                "hooks": [
+                    {
+                        "type": "command",
+                        "command": guard_command(context, NAME),
+                        "timeout": GUARD_TIMEOUT_S,
+                        "onFailure": "block",
+                        "statusMessage": "agentstack guard",
+                    }
+                ],
+            }
+        ]
+    }
+    for _, hook in sorted(context.consent["hooks"].items()):
+        hooks.setdefault(hook["event"], []).append(
+            {
+                "matcher": hook["matcher"],
+                "hooks": [
+                    {
+                        "type": "command",
+                        "command": hook_command(context, hook),
+                        "timeout": hook["timeout"],
+                    }
+                ],
+            }
+        )
+    return hooks
+
+
+class ClaudeCodeAdapter:
+    @property
+    def name(self) -> str:
+        return NAME
+
+    def render(self, context: RenderContext) -> list[FileOperation]:
+        servers = {**stdio_servers(context), **http_servers(context)}
+        ops: list[FileOperation] = [
+            OwnedKeys(
+                path=".mcp.json",
+                format="json",
+                keys={("mcpServers", n): _server(context, s) for n, s in sorted(servers.items())},
+            )
+        ]
+        settings: dict[tuple[str, ...], Any] = {
+            ("enabledMcpjsonServers",): sorted(servers),
+            ("hooks",): _hooks(context),
+        }
+        permissions = context.consent["settings"]["permissions"]
+        if any(permissions.values()):
+            settings[("permissions",)] = {k: v for k, v in permissions.items() if v}
+        for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
+            settings[(key,)] = value
+        ops.append(OwnedKeys(path=".claude/settings.local.json", format="json", keys=settings))
+        ops.extend(skill_files(context, ".claude/skills"))
+        if context.consent["instructions"]:
+            text = f"<!-- {GENERATED_NOTE} -->\n\n" + instructions_text(context)
+            ops.append(WholeFile(path=INSTRUCTIONS_FILE, content=text.encode("utf-8")))
+            ops.append(OwnedBlock(path="CLAUDE.md", text=f"@{INSTRUCTIONS_FILE}\n"))
+        return ops

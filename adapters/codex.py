@@ -1,0 +1,165 @@
+"""Codex: `.codex/config.toml`, `.codex/hooks.json`, `.agents/skills/`, `AGENTS.md`, and the
+user-level trust Codex needs before it loads any of them (`~/.codex/config.toml`, or $CODEX_HOME).
+
+Facts (research/harnesses.md): Codex never expands `${VAR}` in `env`, so secrets are forwarded by
+name with `env_vars` / `env_http_headers`; project config loads only when the project is trusted;
+a project hook runs only when its `trusted_hash` is recorded, else it is silently skipped — which
+would silently disable the guard, so the hash is rendered for every hook.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
+from .common import (
+    GUARD_TIMEOUT_S,
+    guard_command,
+    hook_command,
+    http_servers,
+    instructions_text,
+    secret_env_var,
+    skill_files,
+    stdio_servers,
+)
+
+NAME = "codex"
+HOOKS_FILE = ".codex/hooks.json"
+_EVENT_NAMES = {
+    "PreToolUse": "pre_tool_use",
+    "PostToolUse": "post_tool_use",
+    "UserPromptSubmit": "user_prompt_submit",
+    "SessionStart": "session_start",
+    "Stop": "stop",
+}
+
+
+def codex_home(context: RenderContext) -> Path:
+    explicit = context.env.get("CODEX_HOME")
+    return Path(explicit) if explicit else context.user_home / ".codex"
+
+
+def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    if server["transport"] == "http":
+        out: dict[str, Any] = {"url": server["url"]}
+        literal = {k: v["literal"] for k, v in server["headers"].items() if "literal" in v}
+        secret = {
+            k: secret_env_var(v["secret"]) for k, v in server["headers"].items() if "secret" in v
+        }
+        if literal:
+            out["http_headers"] = dict(sorted(literal.items()))
+        if secret:
+            out["env_http_headers"] = dict(sorted(secret.items()))
+        return out
+    out = {
+        "command": server["command"],
+        "args": list(server["args"]),
+        "cwd": str(context.root / server.get("cwd", ".")),
+    }
+    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
+    if literal:
+        out["env"] = dict(sorted(literal.items()))
+    forwarded = sorted(k for k, v in server["env"].items() if "secret" in v)
+    if forwarded:
+        out["env_vars"] = forwarded
+    return out
+
+
+def _hook_groups(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {
+        "PreToolUse": [
+            {
+                "matcher": "*",
+                "hooks": [
+                    {
+                        "type": "command",
+                        "command": guard_command(context, NAME),
+                        "timeout": GUARD_TIMEOUT_S,
+                        "statusMessage": "agentstack guard",
+                    }
+                ],
+            }
+        ]
+    }
+    for _, hook in sorted(context.consent["hooks"].items()):
+        groups.setdefault(hook["event"], []).append(
+            {
+                "matcher": hook["matcher"],
+                "hooks": [
+                    {
+                        "type": "command",
+                        "command": hook_command(context, hook),
+                        "timeout": hook["timeout"],
+                    }
+                ],
+            }
+        )
+    return groups
+
+
+def hook_trusted_hash(event: str, group: dict[str, Any]) -> str:
+    """The hash Codex records for a trusted hook group: sha256 over compact, key-sorted JSON of
+    {event_name, matcher, hooks[{type, command, timeout, async, statusMessage}]}."""
+    hooks = []
+    for hook in group["hooks"]:
+        entry: dict[str, Any] = {
+            "type": hook["type"],
+            "command": hook["command"],
+            "timeout": hook.get("timeout", 600),
+            "async": False,
+        }
+        if "statusMessage" in hook:
+            entry["statusMessage"] = hook["statusMessage"]
+        hooks.append(entry)
+    document = {"event_name": _EVENT_NAMES[event], "matcher": group.get("matcher"), "hooks": hooks}
+    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def hook_state_key(hooks_file: Path, event: str, group: int, index: int) -> str:
+    return f"{hooks_file}:{_EVENT_NAMES[event]}:{group}:{index}"
+
+
+class CodexAdapter:
+    @property
+    def name(self) -> str:
+        return NAME
+
+    def render(self, context: RenderContext) -> list[FileOperation]:
+        servers = {**stdio_servers(context), **http_servers(context)}
+        config: dict[tuple[str, ...], Any] = {
+            ("mcp_servers", n): _server(context, s) for n, s in sorted(servers.items())
+        }
+        for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
+            config[(key,)] = value
+        groups = _hook_groups(context)
+        ops: list[FileOperation] = [
+            OwnedKeys(path=".codex/config.toml", format="toml", keys=config),
+            OwnedKeys(path=HOOKS_FILE, format="json", keys={("hooks",): groups}),
+        ]
+        ops.extend(skill_files(context, ".agents/skills"))
+        if context.consent["instructions"]:
+            ops.append(OwnedBlock(path="AGENTS.md", text=instructions_text(context)))
+        # What Codex needs before it loads any of this: the project trusted, every hook's hash.
+        user: dict[tuple[str, ...], Any] = {
+            ("projects", str(context.root), "trust_level"): "trusted"
+        }
+        hooks_file = context.root / HOOKS_FILE
+        for event, event_groups in groups.items():
+            for g, group in enumerate(event_groups):
+                for i in range(len(group["hooks"])):
+                    key = hook_state_key(hooks_file, event, g, i)
+                    single = {**group, "hooks": [group["hooks"][i]]}
+                    user[("hooks", "state", key, "trusted_hash")] = hook_trusted_hash(event, single)
+        ops.append(
+            OwnedKeys(
+                path=str(codex_home(context) / "config.toml"),
+                format="toml",
+                keys=user,
+                user_level=True,
+            )
+        )
+        return ops

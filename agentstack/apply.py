@@ -1,0 +1,646 @@
+"""The apply engine: plan the adapters' file operations, diff them, detect hand edits, write.
+
+Rules (DESIGN.md "Rendering"):
+* keys and files agentstack does not own are preserved (TOML comments included);
+* the ledger in $AGENTSTACK_HOME/projects/<id>/apply.json records a hash of everything agentstack
+  wrote, so an item removed from the manifest is removed from the native files, and a managed file
+  or key edited by hand since is a conflict (exit 1; `--force` overwrites and keeps a backup);
+* an existing file that does not parse is never replaced;
+* every file is replaced atomically (temp file + fsync + os.replace): a crash leaves each file
+  either old or new, never half-written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentstack_adapters import (
+    FileOperation,
+    KeyPath,
+    OwnedBlock,
+    OwnedKeys,
+    RenderContext,
+    WholeFile,
+    load_adapters,
+)
+
+from agentstack.canonical import b3, canonical_bytes
+from agentstack.errors import AgentstackError, InvalidInput, Refused, StaleLock
+from agentstack.paths import ensure_private_dir, project_state_dir
+
+LEDGER_VERSION = 1
+BLOCK_BEGIN = "<!-- agentstack:begin (managed by agentstack; edit agentstack.toml instead) -->"
+BLOCK_END = "<!-- agentstack:end -->"
+EXCLUDE_BEGIN = "# agentstack:begin (rendered per machine by 'agentstack apply')"
+EXCLUDE_END = "# agentstack:end"
+
+
+class ApplyConflict(Refused):
+    """A managed file or key was edited by hand since agentstack last wrote it."""
+
+
+def guard_command() -> list[str]:
+    """The guard hook: the absolute interpreter, isolated mode, no PATH lookup and no shim."""
+    return [sys.executable, "-I", "-m", "agentstack._guard"]
+
+
+# ------------------------------------------------------------------------------------ keys
+
+
+def _canon(value: Any) -> str:
+    return b3(canonical_bytes(_plain(value)))
+
+
+def _plain(value: Any) -> Any:
+    unwrap = getattr(value, "unwrap", None)
+    return unwrap() if callable(unwrap) else value
+
+
+def _key_id(path: KeyPath) -> str:
+    return json.dumps(list(path), ensure_ascii=False)
+
+
+def _get(doc: Any, path: KeyPath) -> Any:
+    node = doc
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _delete(doc: Any, path: KeyPath) -> None:
+    parents = []
+    node = doc
+    for key in path[:-1]:
+        if not isinstance(node, dict) or key not in node:
+            return
+        parents.append((node, key))
+        node = node[key]
+    if isinstance(node, dict) and path[-1] in node:
+        del node[path[-1]]
+    for parent, key in reversed(parents):  # drop containers this left empty
+        child = parent[key]
+        if isinstance(child, dict) and not child:
+            del parent[key]
+        else:
+            break
+
+
+def _json_set(doc: dict[str, Any], path: KeyPath, value: Any) -> None:
+    node = doc
+    for key in path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[path[-1]] = value
+
+
+def _toml_item(value: Any, nested: bool) -> Any:
+    import tomlkit
+
+    if isinstance(value, dict):
+        table: Any = tomlkit.inline_table() if nested else tomlkit.table()
+        for key, item in value.items():
+            table.append(key, _toml_item(item, True))
+        return table
+    if isinstance(value, list):
+        array = tomlkit.array()
+        for item in value:
+            array.append(_toml_item(item, True))
+        return array
+    return value
+
+
+def _toml_set(doc: Any, path: KeyPath, value: Any) -> None:
+    import tomlkit
+
+    node = doc
+    for key in path[:-1]:
+        if key not in node or not isinstance(node[key], dict):
+            node[key] = tomlkit.table(is_super_table=True)
+        node = node[key]
+    node[path[-1]] = _toml_item(value, False)
+
+
+# --------------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class FileChange:
+    path: Path
+    display: str
+    old: bytes | None
+    new: bytes | None  # None: delete
+    executable: bool = False
+    link_target: str | None = None
+    old_link: str | None = None
+    ledger: dict[str, Any] | None = None  # the ledger entry after the write (None: forget)
+    conflicts: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        if self.link_target is not None or self.old_link is not None:
+            return self.link_target != self.old_link or self.new is None
+        if self.old != self.new:
+            return True
+        if self.new is None:
+            return False
+        try:
+            mode = self.path.stat().st_mode
+        except OSError:
+            return True
+        return bool(mode & 0o100) != self.executable
+
+    def unified(self) -> str:
+        def lines(data: bytes | None, link: str | None) -> list[str]:
+            if link is not None:
+                return [f"-> {link}\n"]
+            if data is None:
+                return []
+            try:
+                return data.decode("utf-8").splitlines(keepends=True)
+            except UnicodeDecodeError:
+                return [f"<binary, {len(data)} bytes, {b3(data)[3:15]}>\n"]
+
+        before = lines(self.old, self.old_link)
+        after = lines(self.new, self.link_target)
+        text = "".join(
+            difflib.unified_diff(
+                before,
+                after,
+                f"a/{self.display}" if before else "/dev/null",
+                f"b/{self.display}" if self.new is not None else "/dev/null",
+            )
+        )
+        if not text and self.changed:
+            text = f"mode {self.display}: executable={self.executable}\n"
+        return text
+
+
+@dataclass
+class Plan:
+    root: Path
+    digest: str
+    changes: list[FileChange]
+    ledger_path: Path
+
+    @property
+    def pending(self) -> list[FileChange]:
+        return [c for c in self.changes if c.changed]
+
+    @property
+    def conflicts(self) -> list[FileChange]:
+        return [c for c in self.changes if c.conflicts]
+
+    def diff_text(self) -> str:
+        return "".join(c.unified() for c in self.pending)
+
+
+class Planner:
+    def __init__(self, root: Path, digest: str, ledger: dict[str, Any], home: Path) -> None:
+        self.root = root
+        self.digest = digest
+        self.ledger_files: dict[str, dict[str, Any]] = ledger.get("files", {})
+        self.home = home
+
+    def absolute(self, op_path: str, user_level: bool) -> Path:
+        if user_level:
+            return Path(op_path)
+        rel = Path(op_path)
+        if rel.is_absolute() or ".." in rel.parts:
+            raise InvalidInput(f"adapter asked to write {op_path!r} outside the project")
+        return self.root / rel
+
+    def display(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            try:
+                return "~/" + str(path.relative_to(self.home))
+            except ValueError:
+                return str(path)
+
+    @staticmethod
+    def _read(path: Path) -> tuple[bytes | None, str | None]:
+        try:
+            if path.is_symlink():
+                return None, os.readlink(path)
+            return path.read_bytes(), None
+        except FileNotFoundError:
+            return None, None
+        except IsADirectoryError:
+            raise Refused(
+                f"{path} is a directory where agentstack renders a file",
+                hint="move it away, then re-run apply",
+            ) from None
+
+    def whole(self, path: Path, op: WholeFile) -> FileChange:
+        old, old_link = self._read(path)
+        change = FileChange(
+            path=path,
+            display=self.display(path),
+            old=old,
+            new=op.content,
+            executable=op.executable,
+            link_target=op.link_target,
+            old_link=old_link,
+        )
+        new_digest = b3(op.link_target.encode() if op.link_target is not None else op.content)
+        change.ledger = {"kind": "whole", "digest": new_digest, "executable": op.executable}
+        current = (
+            b3(old_link.encode()) if old_link is not None else b3(old) if old is not None else None
+        )
+        previous = self.ledger_files.get(str(path))
+        if current is not None and current != new_digest:
+            if previous is None:
+                change.conflicts.append("exists and was not written by agentstack")
+            elif previous.get("digest") != current:
+                change.conflicts.append("edited by hand since the last apply")
+        return change
+
+    def keys(self, path: Path, ops: list[OwnedKeys]) -> FileChange:
+        fmt = ops[0].format
+        old, _ = self._read(path)
+        doc = self._parse(path, old, fmt)
+        previous = self.ledger_files.get(str(path), {})
+        previous_keys: dict[str, str] = previous.get("keys", {})
+        wanted: dict[KeyPath, Any] = {}
+        for op in ops:
+            for key, value in op.keys.items():
+                if key in wanted and _canon(wanted[key]) != _canon(value):
+                    raise AgentstackError(
+                        f"two adapters render different values for {'.'.join(key)} in {path}"
+                    )
+                wanted[key] = value
+        change = FileChange(path=path, display=self.display(path), old=old, new=None)
+        wanted_ids = {_key_id(k): k for k in wanted}
+        for key_id, recorded in previous_keys.items():
+            if key_id not in wanted_ids:
+                key = tuple(json.loads(key_id))
+                current = _get(doc, key)
+                if current is not None and _canon(current) != recorded:
+                    change.conflicts.append(f"{'.'.join(key)}: edited by hand since the last apply")
+                _delete(doc, key)
+        for key_id, key in wanted_ids.items():
+            current = _get(doc, key)
+            value = wanted[key]
+            if current is not None and _canon(current) != _canon(value):
+                recorded_value = previous_keys.get(key_id)
+                if recorded_value is None:
+                    change.conflicts.append(
+                        f"{'.'.join(key)}: exists and was not written by agentstack"
+                    )
+                elif recorded_value != _canon(current):
+                    change.conflicts.append(f"{'.'.join(key)}: edited by hand since the last apply")
+            if fmt == "json":
+                _json_set(doc, key, value)
+            else:
+                _toml_set(doc, key, value)
+        created = previous.get("created", old is None)
+        if not wanted and created and not _plain(doc):
+            change.new = None  # we created it and nothing of ours is left: remove it
+            change.ledger = None
+        else:
+            change.new = self._dump(doc, fmt)
+            change.ledger = {
+                "kind": "keys",
+                "format": fmt,
+                "created": created,
+                "keys": {k: _canon(wanted[v]) for k, v in wanted_ids.items()},
+            }
+        return change
+
+    def _parse(self, path: Path, data: bytes | None, fmt: str) -> Any:
+        if data is None:
+            if fmt == "json":
+                return {}
+            import tomlkit
+
+            return tomlkit.document()
+        try:
+            text = data.decode("utf-8")
+            if fmt == "json":
+                parsed = json.loads(text) if text.strip() else {}
+                if not isinstance(parsed, dict):
+                    raise ValueError("the top level is not an object")
+                return parsed
+            import tomlkit
+
+            return tomlkit.parse(text)
+        except Exception as exc:  # noqa: BLE001 - any parse failure: refuse, never replace
+            raise Refused(
+                f"{self.display(path)} cannot be parsed as {fmt.upper()} ({exc})",
+                hint="agentstack never replaces a file it cannot read: fix it, or move it "
+                "away, then re-run apply",
+            ) from None
+
+    @staticmethod
+    def _dump(doc: Any, fmt: str) -> bytes:
+        if fmt == "json":
+            return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        import tomlkit
+
+        return tomlkit.dumps(doc).encode("utf-8")
+
+    def block(self, path: Path, op: OwnedBlock | None) -> FileChange:
+        old, _ = self._read(path)
+        text = old.decode("utf-8", "replace") if old is not None else ""
+        previous = self.ledger_files.get(str(path), {})
+        pattern = re.compile(
+            re.escape(BLOCK_BEGIN) + r"\n(.*?)" + re.escape(BLOCK_END) + r"\n?", re.S
+        )
+        match = pattern.search(text)
+        change = FileChange(path=path, display=self.display(path), old=old, new=None)
+        if match and previous and b3(match.group(1).encode()) != previous.get("digest"):
+            change.conflicts.append("the agentstack block was edited by hand since the last apply")
+        if match and not previous:
+            change.conflicts.append("has an agentstack block that this project did not write")
+        created = previous.get("created", old is None)
+        if op is None:
+            new_text = pattern.sub("", text) if match else text
+            if created and not new_text.strip():
+                change.ledger = None
+                return change
+            change.new = new_text.encode("utf-8")
+            change.ledger = None
+            return change
+        body = op.text if op.text.endswith("\n") else op.text + "\n"
+        block = f"{BLOCK_BEGIN}\n{body}{BLOCK_END}\n"
+        if match:
+            new_text = text[: match.start()] + block + text[match.end() :]
+        else:
+            new_text = (
+                text
+                + ("\n" if text and not text.endswith("\n") else "")
+                + ("\n" if text else "")
+                + block
+            )
+        change.new = new_text.encode("utf-8")
+        change.ledger = {"kind": "block", "digest": b3(body.encode()), "created": created}
+        return change
+
+    def removal(self, path: Path, recorded: dict[str, Any]) -> FileChange:
+        kind = recorded.get("kind")
+        if kind == "keys":
+            return self.keys(
+                path, [OwnedKeys(path=str(path), format=recorded.get("format", "json"), keys={})]
+            )
+        if kind == "block":
+            return self.block(path, None)
+        old, old_link = self._read(path)
+        change = FileChange(
+            path=path, display=self.display(path), old=old, new=None, old_link=old_link
+        )
+        current = (
+            b3(old_link.encode()) if old_link is not None else b3(old) if old is not None else None
+        )
+        if current is not None and current != recorded.get("digest"):
+            change.conflicts.append(
+                "edited by hand since the last apply (agentstack would remove it)"
+            )
+        return change
+
+
+def _context(root: Path, consent: dict[str, Any], digest: str) -> RenderContext:
+    from agentstack.materialize import Materializer
+
+    materializer = Materializer(root, consent)
+    return RenderContext(
+        root=root,
+        consent=consent,
+        digest=digest,
+        guard_command=guard_command(),
+        user_home=Path.home(),
+        env=dict(os.environ),
+        read_skill_file=materializer.skill_file,
+        read_project_file=materializer.project_file,
+    )
+
+
+def render_operations(
+    root: Path, consent: dict[str, Any], digest: str, harnesses: list[str] | None = None
+) -> list[FileOperation]:
+    adapters = load_adapters()
+    targets = harnesses or list(consent["project"]["harnesses"])
+    unknown = [h for h in targets if h not in adapters]
+    if unknown:
+        raise InvalidInput(
+            f"no adapter for harness {', '.join(unknown)}",
+            hint="available: " + ", ".join(sorted(adapters)),
+        )
+    context = _context(root, consent, digest)
+    ops: list[FileOperation] = []
+    for harness in targets:
+        ops.extend(adapters[harness].render(context))
+    return ops
+
+
+def load_ledger(root: Path) -> dict[str, Any]:
+    path = project_state_dir(root) / "apply.json"
+    try:
+        ledger = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {"v": LEDGER_VERSION, "files": {}}
+    except (OSError, ValueError) as exc:
+        raise Refused(
+            f"the apply ledger {path} is unreadable ({exc})",
+            hint="inspect or delete it; with it gone, every rendered file that already "
+            "exists counts as not written by agentstack",
+        ) from None
+    if not isinstance(ledger, dict) or ledger.get("v") != LEDGER_VERSION:
+        raise Refused(f"the apply ledger {path} has an unknown format")
+    return ledger
+
+
+def plan(
+    root: Path, consent: dict[str, Any], digest: str, harnesses: list[str] | None = None
+) -> Plan:
+    root = root.resolve()
+    ledger = load_ledger(root)
+    planner = Planner(root, digest, ledger, Path.home())
+    ops = render_operations(root, consent, digest, harnesses)
+    by_path: dict[Path, list[FileOperation]] = {}
+    for op in ops:
+        user_level = isinstance(op, OwnedKeys) and op.user_level
+        by_path.setdefault(planner.absolute(op.path, user_level), []).append(op)
+    changes: list[FileChange] = []
+    for path, path_ops in by_path.items():
+        kinds = {type(op) for op in path_ops}
+        if len(kinds) != 1:
+            raise AgentstackError(f"adapters disagree on how to render {path}")
+        first = path_ops[0]
+        if isinstance(first, WholeFile):
+            if any(op != first for op in path_ops):
+                raise AgentstackError(f"two adapters render different content for {path}")
+            changes.append(planner.whole(path, first))
+        elif isinstance(first, OwnedKeys):
+            changes.append(planner.keys(path, [op for op in path_ops if isinstance(op, OwnedKeys)]))
+        else:
+            texts = {op.text for op in path_ops if isinstance(op, OwnedBlock)}
+            if len(texts) != 1:
+                raise AgentstackError(f"two adapters render different blocks for {path}")
+            changes.append(planner.block(path, first))
+    if harnesses is None:  # a partial apply never removes what other harnesses own
+        for recorded_path, recorded in sorted(planner.ledger_files.items()):
+            if Path(recorded_path) not in by_path:
+                changes.append(planner.removal(Path(recorded_path), recorded))
+    changes.sort(key=lambda c: c.display)
+    return Plan(
+        root=root,
+        digest=digest,
+        changes=changes,
+        ledger_path=project_state_dir(root) / "apply.json",
+    )
+
+
+# ------------------------------------------------------------------------------- writing
+
+
+def _write_atomic(path: Path, data: bytes, executable: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.agentstack-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o755 if executable else 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _link_atomic(path: Path, target: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.agentstack-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    os.replace(tmp, path)
+
+
+def _backup(plan: Plan, change: FileChange) -> Path | None:
+    if change.old is None and change.old_link is None:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    target = plan.ledger_path.parent / "backups" / stamp / change.display.lstrip("~/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if change.old_link is not None:
+        target.write_text(f"symlink -> {change.old_link}\n")
+    elif change.old is not None:
+        target.write_bytes(change.old)
+    return target
+
+
+def write(
+    plan: Plan, *, force: bool = False, after_each: Callable[[FileChange], None] | None = None
+) -> list[Path]:
+    """Write every pending change; refuse on conflicts unless `force` (then back them up)."""
+    if plan.conflicts and not force:
+        raise ApplyConflict(
+            "hand edits would be lost: "
+            + "; ".join(f"{c.display}: {', '.join(c.conflicts)}" for c in plan.conflicts),
+            hint="keep your edit by moving it into agentstack.toml, or re-run with --force to "
+            "overwrite (the current files are backed up first)",
+        )
+    ensure_private_dir(plan.ledger_path.parent)
+    backups = [b for c in plan.conflicts if (b := _backup(plan, c)) is not None] if force else []
+    ledger = load_ledger(plan.root)
+    files: dict[str, Any] = ledger.get("files", {})
+    for change in plan.changes:
+        if change.changed:
+            if change.new is None and change.link_target is None:
+                change.path.unlink(missing_ok=True)
+                _prune_empty_dirs(change.path.parent, plan.root)
+            elif change.link_target is not None:
+                _link_atomic(change.path, change.link_target)
+            else:
+                assert change.new is not None
+                _write_atomic(change.path, change.new, change.executable)
+        if change.ledger is None:
+            files.pop(str(change.path), None)
+        else:
+            files[str(change.path)] = change.ledger
+        if after_each is not None:
+            after_each(change)
+    ledger.update(v=LEDGER_VERSION, project=str(plan.root), digest=plan.digest, files=files)
+    _write_atomic(plan.ledger_path, json.dumps(ledger, indent=2, sort_keys=True).encode(), False)
+    update_git_exclude(
+        plan.root,
+        [Path(p) for p, e in files.items() if e.get("kind") == "whole" or e.get("created")],
+    )
+    return backups
+
+
+def _prune_empty_dirs(directory: Path, root: Path) -> None:
+    while directory != root and root in directory.parents:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+        directory = directory.parent
+
+
+def update_git_exclude(root: Path, rendered: list[Path]) -> None:
+    """List rendered project files in .git/info/exclude (never committed: they are per machine).
+    Written directly: running git in the project would be needless risk."""
+    git_dir = root / ".git"
+    if not git_dir.is_dir():
+        return
+    entries = sorted({"/" + str(p.relative_to(root)) for p in rendered if root in p.parents})
+    exclude = git_dir / "info" / "exclude"
+    try:
+        text = exclude.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    pattern = re.compile(
+        re.escape(EXCLUDE_BEGIN) + r"\n.*?" + re.escape(EXCLUDE_END) + r"\n?", re.S
+    )
+    text = pattern.sub("", text)
+    if entries:
+        if text and not text.endswith("\n"):
+            text += "\n"
+        text += EXCLUDE_BEGIN + "\n" + "".join(f"{e}\n" for e in entries) + EXCLUDE_END + "\n"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(exclude, text.encode("utf-8"), False)
+
+
+def remove_user_level(root: Path) -> list[Path]:
+    """`revoke`: remove the user-level harness trust entries agentstack wrote for this project."""
+    root = root.resolve()
+    ledger = load_ledger(root)
+    home = Path.home()
+    planner = Planner(root, ledger.get("digest", ""), ledger, home)
+    removed: list[Path] = []
+    changes = []
+    for path_text, recorded in sorted(ledger.get("files", {}).items()):
+        path = Path(path_text)
+        if recorded.get("kind") == "keys" and root not in path.parents:
+            changes.append(planner.removal(path, recorded))
+    if not changes:
+        return removed
+    removal = Plan(
+        root=root,
+        digest=ledger.get("digest", ""),
+        changes=changes,
+        ledger_path=project_state_dir(root) / "apply.json",
+    )
+    write(removal, force=True)
+    return [c.path for c in changes]
+
+
+def check_fresh(message: str) -> StaleLock:
+    return StaleLock(message, hint="run 'agentstack lock' and 'agentstack trust'")

@@ -1,0 +1,104 @@
+"""`apply`: render each harness's native config from the trusted declaration."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agentstack.cli import JsonOpt, _current, _echo, _print_json, _root_dir, app
+from agentstack.errors import Refused
+
+
+def _sanitized(text: str) -> str:
+    from agentstack.sanitize import sanitize
+
+    return sanitize(text, keep_newlines=True)
+
+
+@app.command()
+def apply(
+    harness: Annotated[
+        list[str] | None, typer.Option("--harness", help="Only this harness; repeatable.")
+    ] = None,
+    write: Annotated[
+        bool, typer.Option("--write", help="Write the files (only when trusted).")
+    ] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 if anything would change.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite hand edits (backed up first).")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Render native harness config: without --write, show the planned diff and write nothing."""
+    from agentstack import apply as engine
+    from agentstack.cli_trust import _store
+
+    root = _root_dir()
+    _, _, document, digest = _current(root)
+    state = _store().state(root, digest) if write else None
+    if write and (state is None or not state.trusted):
+        raise Refused(
+            f"not trusted: {digest} has not been trusted for {root.resolve()}; nothing was written",
+            hint="review it with 'agentstack trust' first",
+        )
+    plan = engine.plan(root, document, digest, harness)
+    report: dict[str, Any] = {
+        "digest": digest,
+        "changes": [c.display for c in plan.pending],
+        "conflicts": {c.display: c.conflicts for c in plan.conflicts},
+        "written": False,
+    }
+    if write:
+        backups = engine.write(plan, force=force)
+        from agentstack.snapshot import write_snapshot
+
+        write_snapshot(root, document, digest)
+        report.update(written=True, backups=[str(b) for b in backups])
+        if as_json:
+            _print_json(report)
+        else:
+            for change in plan.pending:
+                _echo(
+                    f"wrote {change.display}"
+                    if change.new is not None or change.link_target
+                    else f"removed {change.display}"
+                )
+            for backup in backups:
+                _echo(f"backed up a hand-edited file to {backup}")
+            _echo(f"{len(plan.pending)} file(s) changed; rendered from {digest}")
+        return
+    if as_json:
+        report["diff"] = plan.diff_text()
+        _print_json(report)
+    else:
+        sys.stdout.write(_sanitized(plan.diff_text()))
+        for change in plan.conflicts:
+            _echo(f"conflict: {change.display}: {', '.join(change.conflicts)}")
+        if not plan.pending:
+            _echo("nothing to change")
+        elif not check:
+            _echo(
+                f"{len(plan.pending)} file(s) would change; 'agentstack apply --write' writes "
+                "them once the digest is trusted"
+            )
+    if check and (plan.pending or plan.conflicts):
+        raise typer.Exit(1)
+
+
+def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> list[str]:
+    """What `apply --write` will change outside the project (shown in the trust review)."""
+    from agentstack_adapters import OwnedKeys
+
+    from agentstack.apply import render_operations
+
+    lines = []
+    for op in render_operations(root.resolve(), document, digest):
+        if isinstance(op, OwnedKeys) and op.user_level:
+            for key, value in op.keys.items():
+                lines.append(f"{op.path}: {'.'.join(key)} = {value}")
+    return lines

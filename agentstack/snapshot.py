@@ -1,0 +1,138 @@
+"""The guard snapshot: what the guard compares against on every tool call.
+
+Written by `trust` and `apply --write` to $AGENTSTACK_HOME/projects/<id>/guard.json — never inside
+the project, which the agent can write. It holds the trusted digest, the trust-log head at the time,
+a fingerprint of the manifest, the lock, every pinned project file and every rendered file, the
+locked server names, and the compiled tool policy. The fingerprint code is the guard's own, so the
+two can never disagree on what "unchanged" means.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from agentstack._guard import SNAPSHOT_VERSION, fingerprint
+from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
+from agentstack.paths import agentstack_home, ensure_private_dir, project_state_dir
+
+# Credential stores and histories the guard never lets a file tool touch (nono's deny groups, the
+# same list the sandbox closes), plus agentstack's own state.
+CREDENTIAL_PATHS = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".git-credentials",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    ".vault-token",
+    ".config/op",
+    ".password-store",
+    ".local/share/keyrings",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".node_repl_history",
+)
+SYSTEM_READ = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/tmp", "/var/tmp")  # noqa: S108
+
+
+def _resolve(root: Path, path: str) -> str:
+    expanded = Path(os.path.expanduser(path))
+    return os.path.realpath(expanded if expanded.is_absolute() else root / expanded)
+
+
+def compile_policy(root: Path, document: dict[str, Any]) -> dict[str, Any]:
+    """The file and host rules the guard applies to file and web tools (plain JSON)."""
+    sandbox = document["sandbox"]
+    home = Path.home()
+    deny = [os.path.realpath(home / p) for p in CREDENTIAL_PATHS]
+    deny.append(os.path.realpath(agentstack_home()))
+    read = [
+        str(root),
+        *(_resolve(root, p) for p in sandbox["read_dirs"] + sandbox["read_files"]),
+        *SYSTEM_READ,
+    ]
+    write = [_resolve(root, p) for p in sandbox["write_dirs"] + sandbox["write_files"]]
+    network = sandbox["network"]
+    return {
+        "deny": sorted(set(deny)),
+        "read": sorted(set(read)),
+        "write": sorted(set(write)),
+        "network_block": bool(network["block"]),
+        "hosts": list(network["allow_domains"]),
+    }
+
+
+def _pinned_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    files: dict[str, dict[str, Any]] = {
+        str(root / MANIFEST_NAME): {"kind": "manifest", "role": "source"},
+        str(root / LOCK_NAME): {"kind": "raw", "role": "source"},
+    }
+    for section in ("servers", "hooks"):
+        for item in document[section].values():
+            for entry in item.get("files", []):
+                files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
+    for entry in document["instructions"]:
+        files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
+    return files
+
+
+def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
+    from agentstack.apply import load_ledger
+
+    files: dict[str, dict[str, Any]] = {}
+    for path, recorded in load_ledger(root).get("files", {}).items():
+        kind = recorded.get("kind")
+        if kind == "keys":
+            files[path] = {
+                "kind": "keys",
+                "format": recorded["format"],
+                "keys": sorted(recorded["keys"]),
+            }
+        elif kind == "block":
+            files[path] = {"kind": "block"}
+        else:
+            files[path] = {"kind": "raw"}
+    return files
+
+
+def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> Path:
+    from agentstack.trustlog import TrustLog
+
+    root = root.resolve()
+    count, head = TrustLog(agentstack_home()).head()
+    entries = {**_pinned_files(root, document), **_rendered_files(root)}
+    snapshot = {
+        "v": SNAPSHOT_VERSION,
+        "project": str(root),
+        "digest": digest,
+        "trust_head": [count, head],
+        "servers": sorted(document["servers"]),
+        "policy": compile_policy(root, document),
+        "files": {path: fingerprint(path, entry) for path, entry in sorted(entries.items())},
+    }
+    directory = ensure_private_dir(project_state_dir(root))
+    target = directory / "guard.json"
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".guard-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(snapshot, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,475 @@
+"""A scripted model server on 127.0.0.1 for driving real harnesses offline.
+
+It speaks just enough of two wire protocols:
+
+* the Anthropic Messages API (``POST /v1/messages``, streamed as SSE or plain JSON), for Claude Code;
+* the OpenAI Responses API (``POST /v1/responses``, streamed as SSE), for Codex.
+
+It follows a SCRIPT, a list of :class:`ToolCall`. A *main* request (one that offers tools) is answered
+with the script's next tool call; which one is "next" is the number of this mock's tool calls already
+present in that request's conversation, so the follow-up request (carrying the tool result) gets the
+next call, and once the script is exhausted a final text. Side requests (Claude Code's title
+generation and the like, which offer no tools) get a short text; ``count_tokens`` gets a count;
+``HEAD``/``GET`` get 404 (``GET /v1/models`` an empty list).
+
+Everything is recorded: every request (method, path, headers, parsed JSON body), every tool call
+sent, and every tool result received (``tool_result`` blocks from Claude Code, ``function_call_output``
+items from Codex) with its error flag and text, so a test can assert that a hook's deny reason reached
+the model, or that the tool ran.
+
+Generic calls are mapped to each harness's tools:
+
+* ``ToolCall("Bash", {"command": "..."})``: for Claude Code, the ``Bash`` tool as is. For Codex, the
+  shell tool the request offers: ``exec_command`` (``{"cmd": ...}``), ``shell_command``
+  (``{"command": ...}``) or ``shell`` (``{"command": ["bash", "-lc", ...]}``).
+* ``ToolCall("mcp__<server>__<tool>", {...})``: for Claude Code, a ``tool_use`` of that name. For
+  Codex, a ``function_call`` with ``"namespace": "mcp__<server>"`` and ``"name": "<tool>"`` (Codex
+  0.171.0 offers MCP tools as ``{"type": "namespace", "name": "mcp__<server>", "tools": [{"type":
+  "function", "name": "<tool>", ...}]}``; its hooks see ``tool_name`` ``mcp__<server>__<tool>``).
+  The offered tools are looked up first (as ``<namespace>__<name>``), so what the request offers
+  wins over the fallback spelling.
+
+Usage::
+
+    with MockModel([ToolCall("Bash", {"command": "touch marker.txt"})]) as model:
+        env = harness_env(home, ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="dummy")
+        ...
+        assert any("blocked by test" in r.text for r in model.tool_results)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+SHELL_TOOLS = ("exec_command", "shell_command", "shell", "local_shell")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the model makes: a tool name (``"Bash"`` or ``"mcp__server__tool"`` or any
+    name the harness offers) and its input."""
+
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str  # with the query string
+    headers: dict[str, str]  # lower-cased names; a repeated header's values joined with ", "
+    body: Any  # parsed JSON, or None (no body / not JSON)
+    raw_body: bytes
+    api: str | None  # "anthropic", "openai" or None
+    kind: str  # "main" (offered tools, got the script), "side", "count_tokens", "other"
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+@dataclass
+class SentToolCall:
+    api: str
+    call_id: str
+    name: str  # the name as sent (for Codex without the namespace)
+    namespace: str | None  # Codex MCP namespace, else None
+    input: dict[str, Any]
+    script_index: int
+
+
+@dataclass
+class ToolResult:
+    api: str
+    call_id: str
+    is_error: bool | None  # Claude Code's is_error; Codex has no such flag (None)
+    text: str
+    raw: Any
+
+
+def _text_of(content: Any) -> str:
+    """The text in a tool result's content (a string, or a list of blocks/items)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(_text_of(part) for part in content)
+    if isinstance(content, dict):
+        for key in ("text", "output", "content"):
+            if key in content:
+                return _text_of(content[key])
+        return json.dumps(content)
+    return str(content)
+
+
+class MockModel:
+    """Threaded HTTP server on 127.0.0.1:<random port>; use as a context manager."""
+
+    def __init__(self, script: list[ToolCall] | None = None, *, final_text: str = "All done.",
+                 side_text: str = "Offline test") -> None:
+        self.script = list(script or [])
+        self.final_text = final_text
+        self.side_text = side_text
+        self.requests: list[RecordedRequest] = []
+        self.tool_calls: list[SentToolCall] = []
+        self.tool_results: list[ToolResult] = []
+        self.errors: list[str] = []  # what the mock could not handle (a test may assert it is empty)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._seen_results: set[tuple[str, str]] = set()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> MockModel:
+        mock = self
+
+        class Handler(_Handler):
+            model = mock
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="mock-model",
+                                        kwargs={"poll_interval": 0.1}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> MockModel:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "MockModel not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """Base URL for Claude Code's ``ANTHROPIC_BASE_URL`` (no ``/v1``)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """Base URL for a Codex ``[model_providers.*] base_url`` (with ``/v1``)."""
+        return f"{self.url}/v1"
+
+    # -- queries for tests -----------------------------------------------------------------------
+    def main_requests(self, api: str | None = None) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.kind == "main" and (api is None or r.api == api)]
+
+    def result_texts(self) -> list[str]:
+        with self._lock:
+            return [r.text for r in self.tool_results]
+
+    def tools_offered(self, api: str | None = None) -> list[str]:
+        """Names of the tools the last main request offered (Codex namespaced tools as
+        ``<namespace>__<name>``, e.g. ``mcp__notes__add_note``)."""
+        mains = self.main_requests(api)
+        if not mains:
+            return []
+        return [name for name, _ in _offered(mains[-1].body)]
+
+    # -- internals -------------------------------------------------------------------------------
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids):04d}mock"
+
+    def _record_results(self, api: str, results: list[ToolResult]) -> None:
+        for result in results:
+            key = (api, result.call_id)
+            if key not in self._seen_results:
+                self._seen_results.add(key)
+                self.tool_results.append(result)
+
+    # Anthropic -----------------------------------------------------------------------------------
+    def handle_anthropic(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:
+        """Returns (kind, content blocks, stop_reason)."""
+        tools = body.get("tools") or []
+        messages = body.get("messages") or []
+        results: list[ToolResult] = []
+        ours = 0
+        for message in messages:
+            content = message.get("content")
+            if not isinstance(content, list):
+                continue
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "tool_use" and str(block.get("id", "")).endswith("mock"):
+                    ours += 1
+                if block.get("type") == "tool_result":
+                    results.append(ToolResult("anthropic", str(block.get("tool_use_id", "")),
+                                              block.get("is_error"),
+                                              _text_of(block.get("content")), block))
+        with self._lock:
+            self._record_results("anthropic", results)
+            if not tools:
+                return "side", [{"type": "text", "text": self.side_text}], "end_turn"
+            index = ours
+            if index >= len(self.script):
+                return "main", [{"type": "text", "text": self.final_text}], "end_turn"
+            call = self.script[index]
+            call_id = self._new_id("toolu_")
+            self.tool_calls.append(SentToolCall("anthropic", call_id, call.name, None,
+                                                dict(call.input), index))
+        return "main", [{"type": "tool_use", "id": call_id, "name": call.name,
+                         "input": call.input}], "tool_use"
+
+    # OpenAI Responses --------------------------------------------------------------------------
+    def handle_responses(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        """Returns (kind, output items)."""
+        items = body.get("input") or []
+        results: list[ToolResult] = []
+        ours = 0
+        for item in items if isinstance(items, list) else []:
+            if not isinstance(item, dict):
+                continue
+            kind = item.get("type")
+            if kind in ("function_call", "custom_tool_call", "local_shell_call") and str(
+                    item.get("call_id", "")).endswith("mock"):
+                ours += 1
+            if kind in ("function_call_output", "custom_tool_call_output",
+                        "local_shell_call_output", "mcp_tool_call_output"):
+                output = item.get("output")
+                is_error: bool | None = None
+                if isinstance(output, dict):
+                    success = output.get("success")
+                    is_error = (not success) if isinstance(success, bool) else None
+                results.append(ToolResult("openai", str(item.get("call_id", "")), is_error,
+                                          _text_of(output), item))
+        offered = _offered(body)
+        with self._lock:
+            self._record_results("openai", results)
+            if not offered:
+                return "side", [_message_item(self._new_id("msg_"), self.side_text)]
+            index = ours
+            if index >= len(self.script):
+                return "main", [_message_item(self._new_id("msg_"), self.final_text)]
+            call = self.script[index]
+            name, namespace, args = _map_for_codex(call, offered)
+            call_id = self._new_id("call_")
+            self.tool_calls.append(SentToolCall("openai", call_id, name, namespace, args, index))
+        item: dict[str, Any] = {"type": "function_call", "id": self._new_id("fc_"),
+                                "call_id": call_id, "name": name,
+                                "arguments": json.dumps(args)}
+        if namespace is not None:
+            item["namespace"] = namespace
+        return "main", [item]
+
+
+def _message_item(item_id: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def _offered(body: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(full name, tool spec) for each tool an OpenAI Responses request offers; namespaced tools
+    come as (namespace + name, spec with "namespace" added)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    if not isinstance(body, dict):
+        return out
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace":
+            ns = str(tool.get("name", ""))
+            for sub in tool.get("tools") or []:
+                if isinstance(sub, dict) and "name" in sub:
+                    sep = "" if ns.endswith("__") else "__"
+                    out.append((f"{ns}{sep}{sub['name']}", {**sub, "namespace": ns}))
+        elif "name" in tool:
+            out.append((str(tool["name"]), tool))
+        elif tool.get("type") == "local_shell":
+            out.append(("local_shell", tool))
+    return out
+
+
+def _map_for_codex(call: ToolCall, offered: list[tuple[str, dict[str, Any]]]
+                   ) -> tuple[str, str | None, dict[str, Any]]:
+    """(name, namespace, arguments) of the Codex function call for a generic ToolCall."""
+    by_name = dict(offered)
+    if call.name == "Bash":
+        command = call.input.get("command", call.input.get("cmd", ""))
+        for shell in SHELL_TOOLS:
+            if shell in by_name:
+                if shell == "exec_command":
+                    return shell, None, {"cmd": command}
+                if shell == "shell_command":
+                    return shell, None, {"command": command}
+                argv = command if isinstance(command, list) else ["bash", "-lc", command]
+                return shell, None, {"command": argv}
+        raise LookupError(f"no shell tool among the offered tools {sorted(by_name)}")
+    spec = by_name.get(call.name)
+    if spec is not None:
+        ns = spec.get("namespace")
+        if isinstance(ns, str):
+            return str(spec["name"]), ns, dict(call.input)
+        return call.name, None, dict(call.input)
+    if call.name.startswith("mcp__"):
+        server, _, tool = call.name[len("mcp__"):].partition("__")
+        return tool, f"mcp__{server}", dict(call.input)
+    return call.name, None, dict(call.input)
+
+
+def _sse(events: list[tuple[str, dict[str, Any]]]) -> bytes:
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+
+
+def anthropic_stream(message_id: str, model: str, blocks: list[dict[str, Any]],
+                     stop_reason: str) -> bytes:
+    usage = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0,
+             "cache_read_input_tokens": 0}
+    events: list[tuple[str, dict[str, Any]]] = [("message_start", {
+        "type": "message_start",
+        "message": {"id": message_id, "type": "message", "role": "assistant", "model": model,
+                    "content": [], "stop_reason": None, "stop_sequence": None,
+                    "usage": {**usage, "output_tokens": 1}}})]
+    for index, block in enumerate(blocks):
+        if block["type"] == "tool_use":
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        else:
+            start = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        events += [
+            ("content_block_start", {"type": "content_block_start", "index": index,
+                                     "content_block": start}),
+            ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                     "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": index}),
+        ]
+    events += [
+        ("message_delta", {"type": "message_delta",
+                           "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                           "usage": {"output_tokens": 5}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return _sse(events)
+
+
+def responses_stream(response_id: str, model: str, items: list[dict[str, Any]]) -> bytes:
+    base = {"id": response_id, "object": "response", "model": model, "created_at": 0}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"type": "response.created", "sequence_number": 0,
+                              "response": {**base, "status": "in_progress", "output": []}})]
+    for index, item in enumerate(items):
+        events.append(("response.output_item.added", {
+            "type": "response.output_item.added", "output_index": index, "item": item}))
+        events.append(("response.output_item.done", {
+            "type": "response.output_item.done", "output_index": index, "item": item}))
+    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+             "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+             "total_tokens": 15}
+    events.append(("response.completed", {
+        "type": "response.completed",
+        "response": {**base, "status": "completed", "output": items, "usage": usage}}))
+    for seq, (_, data) in enumerate(events):
+        data["sequence_number"] = seq
+    return _sse(events)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    model: MockModel
+    protocol_version = "HTTP/1.1"
+    timeout = 60  # idle keep-alive connections die instead of lingering
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _record(self, body: Any, raw: bytes, api: str | None, kind: str) -> None:
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        with self.model._lock:
+            self.model.requests.append(
+                RecordedRequest(self.command, self.path, headers, body, raw, api, kind))
+
+    def _send(self, status: int, payload: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(payload)))
+        if content_type.startswith("text/event-stream"):
+            self.send_header("cache-control", "no-cache")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+        self.wfile.flush()
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, json.dumps(obj).encode(), "application/json")
+
+    def do_HEAD(self) -> None:
+        self._record(None, b"", None, "other")
+        self._send(404, b"", "text/plain")
+
+    def do_GET(self) -> None:
+        self._record(None, b"", None, "other")
+        path = urlsplit(self.path).path.rstrip("/")
+        if path == "/v1/models":
+            self._json(200, {"object": "list", "data": [], "models": []})
+        else:
+            self._json(404, {"error": {"type": "not_found_error", "message": "mock: not found"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        path = urlsplit(self.path).path.rstrip("/")
+        try:
+            if path.endswith("/messages/count_tokens"):
+                self._record(body, raw, "anthropic", "count_tokens")
+                self._json(200, {"input_tokens": 42})
+            elif path.endswith("/messages") and isinstance(body, dict):
+                self._anthropic(body, raw)
+            elif path.endswith("/responses") and isinstance(body, dict):
+                self._responses(body, raw)
+            else:
+                self._record(body, raw, None, "other")
+                with self.model._lock:
+                    self.model.errors.append(f"unhandled POST {self.path}")
+                self._json(404, {"error": {"type": "not_found_error", "message": "mock: no route"}})
+        except Exception as exc:
+            with self.model._lock:
+                self.model.errors.append(f"{self.path}: {exc!r}")
+            self._json(500, {"error": {"type": "api_error", "message": f"mock: {exc!r}"}})
+
+    def _anthropic(self, body: dict[str, Any], raw: bytes) -> None:
+        kind, blocks, stop_reason = self.model.handle_anthropic(body)
+        self._record(body, raw, "anthropic", kind)
+        model = str(body.get("model", "claude-mock"))
+        message_id = self.model._new_id("msg_")
+        if body.get("stream"):
+            self._send(200, anthropic_stream(message_id, model, blocks, stop_reason),
+                       "text/event-stream; charset=utf-8")
+        else:
+            self._json(200, {"id": message_id, "type": "message", "role": "assistant",
+                             "model": model, "content": blocks, "stop_reason": stop_reason,
+                             "stop_sequence": None,
+                             "usage": {"input_tokens": 10, "output_tokens": 5}})
+
+    def _responses(self, body: dict[str, Any], raw: bytes) -> None:
+        kind, items = self.model.handle_responses(body)
+        self._record(body, raw, "openai", kind)
+        model = str(body.get("model", "gpt-mock"))
+        response_id = self.model._new_id("resp_")
+        self._send(200, responses_stream(response_id, model, items),
+                   "text/event-stream; charset=utf-8")

@@ -1,0 +1,83 @@
+"""A tiny stdio MCP server (stdlib only) for harness tests: server name ``notes``, one tool
+``add_note`` ({"text": str}) that appends the text as a line to the file named by ``$NOTES_FILE``
+(default ``notes.txt`` in the working directory) and answers ``added note N``.
+
+Run it as ``python3 -I /abs/path/notes_mcp.py``. Newline-delimited JSON-RPC 2.0 on stdin/stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+TOOLS = [{
+    "name": "add_note",
+    "description": "Append a note to the notes file.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "The note."}},
+        "required": ["text"],
+    },
+}]
+
+
+def _reply(msg_id: Any, result: Any = None, error: dict[str, Any] | None = None) -> None:
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id}
+    if error is not None:
+        out["error"] = error
+    else:
+        out["result"] = result
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+
+
+def _call(params: dict[str, Any]) -> dict[str, Any]:
+    if params.get("name") != "add_note":
+        return {"content": [{"type": "text", "text": f"unknown tool {params.get('name')}"}],
+                "isError": True}
+    text = str((params.get("arguments") or {}).get("text", ""))
+    path = os.environ.get("NOTES_FILE", "notes.txt")
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+    with open(path, encoding="utf-8") as fh:
+        count = sum(1 for _ in fh)
+    return {"content": [{"type": "text", "text": f"added note {count}"}], "isError": False}
+
+
+def main() -> None:
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(msg, dict) or "id" not in msg:
+            continue  # notifications (initialized, cancelled, ...) need no answer
+        method = msg.get("method")
+        params = msg.get("params") or {}
+        if method == "initialize":
+            _reply(msg["id"], {
+                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": "notes", "version": "1.0.0"},
+            })
+        elif method == "tools/list":
+            _reply(msg["id"], {"tools": TOOLS})
+        elif method == "tools/call":
+            _reply(msg["id"], _call(params))
+        elif method == "ping":
+            _reply(msg["id"], {})
+        elif method in ("resources/list", "resources/templates/list", "prompts/list"):
+            key = {"resources/list": "resources", "resources/templates/list": "resourceTemplates",
+                   "prompts/list": "prompts"}[method]
+            _reply(msg["id"], {key: []})
+        else:
+            _reply(msg["id"], error={"code": -32601, "message": f"method not found: {method}"})
+
+
+if __name__ == "__main__":
+    main()
