@@ -114,4 +114,14 @@ class ClaudeCodeAdapter:
             text = f"<!-- {GENERATED_NOTE} -->\n\n" + instructions_text(context)
             ops.append(WholeFile(path=INSTRUCTIONS_FILE, content=text.encode("utf-8")))
             ops.append(OwnedBlock(path="CLAUDE.md", text=f"@{INSTRUCTIONS_FILE}\n"))
+        # Measured with 2.1.332: without the workspace trust flag, Claude ignores the approvals
+        # in settings.local.json and every server stays "Pending approval".
+        ops.append(
+            OwnedKeys(
+                path=str(context.user_home / ".claude.json"),
+                format="json",
+                keys={("projects", str(context.root), "hasTrustDialogAccepted"): True},
+                user_level=True,
+            )
+        )
         return ops

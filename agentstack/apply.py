@@ -509,7 +509,18 @@ def plan(
 # ------------------------------------------------------------------------------- writing
 
 
-def _write_atomic(path: Path, data: bytes, executable: bool) -> None:
+def _file_mode(path: Path, executable: bool, root: Path) -> int:
+    """Executable bit as rendered; otherwise keep an existing file's mode (~/.claude.json is
+    0600), and make new files outside the project private."""
+    if executable:
+        return 0o755
+    try:
+        return path.stat().st_mode & 0o777 & ~0o111
+    except FileNotFoundError:
+        return 0o644 if root in path.parents else 0o600
+
+
+def _write_atomic(path: Path, data: bytes, executable: bool, mode: int | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.agentstack-")
     try:
@@ -517,7 +528,7 @@ def _write_atomic(path: Path, data: bytes, executable: bool) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o755 if executable else 0o644)
+        os.chmod(tmp, mode if mode is not None else (0o755 if executable else 0o644))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -569,7 +580,8 @@ def write(
                 _link_atomic(change.path, change.link_target)
             else:
                 assert change.new is not None
-                _write_atomic(change.path, change.new, change.executable)
+                mode = _file_mode(change.path, change.executable, plan.root)
+                _write_atomic(change.path, change.new, change.executable, mode)
         if change.ledger is None:
             files.pop(str(change.path), None)
         else:
@@ -577,7 +589,9 @@ def write(
         if after_each is not None:
             after_each(change)
     ledger.update(v=LEDGER_VERSION, project=str(plan.root), digest=plan.digest, files=files)
-    _write_atomic(plan.ledger_path, json.dumps(ledger, indent=2, sort_keys=True).encode(), False)
+    _write_atomic(
+        plan.ledger_path, json.dumps(ledger, indent=2, sort_keys=True).encode(), False, 0o600
+    )
     update_git_exclude(
         plan.root,
         [Path(p) for p, e in files.items() if e.get("kind") == "whole" or e.get("created")],

@@ -94,6 +94,8 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
 
     files: dict[str, dict[str, Any]] = {}
     for path, recorded in load_ledger(root).get("files", {}).items():
+        if not path.startswith(str(root) + os.sep):
+            continue  # user-level harness files: the harness itself rewrites them constantly
         kind = recorded.get("kind")
         if kind == "keys":
             files[path] = {

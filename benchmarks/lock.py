@@ -78,7 +78,9 @@ def generate(project: Path, n_files: int, total: int, seed: int) -> list[Path]:
     dirs = [skill / f"d{i // 10:02d}" / f"s{i % 10:02d}" for i in range(N_DIRS)]
     for d in dirs:
         d.mkdir(parents=True)
-    (skill / "SKILL.md").write_text("# big\n\nA generated skill for benchmarks.\n", encoding="utf-8")
+    (skill / "SKILL.md").write_text(
+        "# big\n\nA generated skill for benchmarks.\n", encoding="utf-8"
+    )
     sizes = file_sizes(n_files - 1, total, seed)
     data_rng = random.Random(seed + 1)
     layout_rng = random.Random(seed + 2)
@@ -109,7 +111,9 @@ def warm_page_cache(files: list[Path]) -> int:
 # ------------------------------------------------------------------------------------- timing
 
 
-def timed(run: Callable[[], None], repeat: int, before: Callable[[], None] | None = None) -> list[float]:
+def timed(
+    run: Callable[[], None], repeat: int, before: Callable[[], None] | None = None
+) -> list[float]:
     times = []
     for _ in range(repeat):
         if before is not None:
@@ -197,8 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=10_000, help="number of files (default 10000)")
     parser.add_argument("--mb", type=float, default=200.0, help="total size in MB (default 200)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    parser.add_argument("--keep", type=Path, metavar="DIR",
-                        help="keep the generated project: move it to DIR (must not exist)")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep the generated project: move it to DIR (must not exist)",
+    )
     args = parser.parse_args(argv)
     if args.files < 2 or args.mb <= 0:
         parser.error("--files must be >= 2 and --mb > 0")
@@ -244,15 +252,19 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     files = generate(project, args.files, total, args.seed)
     generated_at = time.monotonic()
     sizes = sorted(p.stat().st_size for p in files)
-    print(f"  generated in {time.perf_counter() - start:.1f} s; sizes: median {sizes[len(sizes) // 2]} B,"
-          f" p90 {sizes[int(len(sizes) * 0.9)]} B, max {sizes[-1] / 1e6:.1f} MB,"
-          f" {sum(s > 1_000_000 for s in sizes)} files > 1 MB,"
-          f" {sum(s > 8 << 20 for s in sizes)} > 8 MiB,"
-          f" {sum(os.access(p, os.X_OK) for p in files)} executable")
+    print(
+        f"  generated in {time.perf_counter() - start:.1f} s; sizes: median {sizes[len(sizes) // 2]} B,"
+        f" p90 {sizes[int(len(sizes) * 0.9)]} B, max {sizes[-1] / 1e6:.1f} MB,"
+        f" {sum(s > 1_000_000 for s in sizes)} files > 1 MB,"
+        f" {sum(s > 8 << 20 for s in sizes)} > 8 MiB,"
+        f" {sum(os.access(p, os.X_OK) for p in files)} executable"
+    )
 
     warmed = warm_page_cache(files)
-    print(f"page cache: cannot be dropped without privileges, so all {len(files)} files"
-          f" ({warmed / 1e6:.1f} MB) were read once before timing; every tool reads from RAM")
+    print(
+        f"page cache: cannot be dropped without privileges, so all {len(files)} files"
+        f" ({warmed / 1e6:.1f} MB) were read once before timing; every tool reads from RAM"
+    )
 
     skill = project / "skills" / "big"
     rel_paths = [str(p.relative_to(skill)) for p in files]
@@ -280,18 +292,18 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         shutil.rmtree(cache, ignore_errors=True)
         lock_path.unlink(missing_ok=True)
 
-    # The stat cache will not trust a file whose ctime is within RACY_SLACK of the cache write;
-    # utime() just set every ctime to "now", so make sure the slack has passed before locking.
+    # The stat cache does not trust a file whose mtime/ctime is within RACY_SLACK of the moment
+    # it was hashed; utime() just set every ctime to "now", so let the slack pass before locking.
     wait = generated_at + RACY_SLACK_S + 0.5 - time.monotonic()
     if wait > 0:
         time.sleep(wait)
 
-    # One untimed run compiles bytecode into PYTHONPYCACHEPREFIX and warms the interpreter files.
     def lock_run() -> None:
         out = check_run(lock_argv, project, env)
         if "wrote" not in out:
             raise BenchError(f"a first lock did not write the lock: {out.strip()}")
 
+    # One untimed run compiles bytecode into PYTHONPYCACHEPREFIX and warms the interpreter files.
     fresh()
     lock_run()
     verify_lock(project, expected, len(files))
@@ -341,14 +353,22 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         size = f"{mb:7.1f} {len(files):6d}" if "pass" not in name and "import" not in name else ""
         print(f"{name:<36} {size:>14} {t:8.3f} {mbs}   {fmt_times(runs)}")
     print()
-    print(f"first lock / b3sum   = {first_ratio:6.2f}x  (goal <= {GOAL_FIRST_VS_B3SUM}x)  "
-          f"{verdict(first_ratio, GOAL_FIRST_VS_B3SUM, strict=False)}")
-    print(f"re-lock / first lock = {relock_ratio:6.3f}   (goal < {GOAL_RELOCK_VS_FIRST})     "
-          f"{verdict(relock_ratio, GOAL_RELOCK_VS_FIRST, strict=True)}")
-    print(f"re-lock minus 'python -c pass' = {t_relock - t_start:.3f} s; "
-          f"minus 'import agentstack.cli' = {t_relock - t_import:.3f} s")
-    print(f"stat cache fully hit on re-lock: {'yes' if cache_hit else 'NO (some file re-hashed)'};"
-          " lock digests agree with b3sum: yes")
+    print(
+        f"first lock / b3sum   = {first_ratio:6.2f}x  (goal <= {GOAL_FIRST_VS_B3SUM}x)  "
+        f"{verdict(first_ratio, GOAL_FIRST_VS_B3SUM, strict=False)}"
+    )
+    print(
+        f"re-lock / first lock = {relock_ratio:6.3f}   (goal < {GOAL_RELOCK_VS_FIRST})     "
+        f"{verdict(relock_ratio, GOAL_RELOCK_VS_FIRST, strict=True)}"
+    )
+    print(
+        f"re-lock minus 'python -c pass' = {t_relock - t_start:.3f} s; "
+        f"minus 'import agentstack.cli' = {t_relock - t_import:.3f} s"
+    )
+    print(
+        f"stat cache fully hit on re-lock: {'yes' if cache_hit else 'NO (some file re-hashed)'};"
+        " lock digests agree with b3sum: yes"
+    )
     print()
     print("machine:")
     for key, value in machine():

@@ -59,10 +59,14 @@ def harness_env(home: Path, **extra: str) -> dict[str, str]:
 
     Nothing is inherited from the developer's environment (no API keys, proxies, ``CLAUDE_*`` /
     ``CODEX_*`` / ``OPENAI_*`` settings): pass what a test needs as keyword arguments, e.g.
-    ``ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="dummy"``. Creates ``home`` and
-    ``home/.codex`` (Codex insists that ``CODEX_HOME`` exists)."""
+    ``ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="dummy"``. Creates ``home``, ``home/.codex``
+    (Codex insists that ``CODEX_HOME`` exists) and ``home/.tmp`` (``TMPDIR``: Codex refuses to
+    create its helper binaries, ``codex-linux-sandbox`` among them, when ``CODEX_HOME`` lies under
+    ``TMPDIR``, and its ``workspace-write`` sandbox then fails with ``bwrap: execvp
+    codex-linux-sandbox: No such file or directory``; pytest's tmp_path is under /tmp)."""
     home = Path(home)
     (home / ".codex").mkdir(parents=True, exist_ok=True)
+    (home / ".tmp").mkdir(parents=True, exist_ok=True)
     env = {
         "HOME": str(home),
         "USER": "tester",
@@ -73,7 +77,7 @@ def harness_env(home: Path, **extra: str) -> dict[str, str]:
         "LC_ALL": "C.UTF-8",
         "TERM": "dumb",
         "NO_COLOR": "1",
-        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+        "TMPDIR": str(home / ".tmp"),
         "XDG_CONFIG_HOME": str(home / ".config"),
         "XDG_CACHE_HOME": str(home / ".cache"),
         "XDG_DATA_HOME": str(home / ".local" / "share"),
