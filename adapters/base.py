@@ -48,6 +48,9 @@ class OwnedKeys:
     format: Literal["json", "toml"]
     keys: dict[KeyPath, Any]
     user_level: bool = False  # outside the project (e.g. ~/.codex/config.toml)
+    # Containers the guard fingerprints whole, even the parts agentstack does not own: a server
+    # or hook added next to agentstack's (by hand or by an injection) is not in the lock.
+    guarded: tuple[KeyPath, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -97,6 +97,7 @@ class ClaudeCodeAdapter:
                 path=".mcp.json",
                 format="json",
                 keys={("mcpServers", n): _server(context, s) for n, s in sorted(servers.items())},
+                guarded=(("mcpServers",),),
             )
         ]
         settings: dict[tuple[str, ...], Any] = {
@@ -108,7 +109,20 @@ class ClaudeCodeAdapter:
             settings[("permissions",)] = {k: v for k, v in permissions.items() if v}
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             settings[(key,)] = value
-        ops.append(OwnedKeys(path=".claude/settings.local.json", format="json", keys=settings))
+        ops.append(
+            OwnedKeys(
+                path=".claude/settings.local.json",
+                format="json",
+                keys=settings,
+                # Keys that would load other servers or switch the guard off.
+                guarded=(
+                    ("enableAllProjectMcpServers",),
+                    ("disableAllHooks",),
+                    ("enabledMcpjsonServers",),
+                    ("hooks",),
+                ),
+            )
+        )
         ops.extend(skill_files(context, ".claude/skills"))
         if context.consent["instructions"]:
             text = f"<!-- {GENERATED_NOTE} -->\n\n" + instructions_text(context)

@@ -137,8 +137,12 @@ class CodexAdapter:
             config[(key,)] = value
         groups = _hook_groups(context)
         ops: list[FileOperation] = [
-            OwnedKeys(path=".codex/config.toml", format="toml", keys=config),
-            OwnedKeys(path=HOOKS_FILE, format="json", keys={("hooks",): groups}),
+            OwnedKeys(
+                path=".codex/config.toml", format="toml", keys=config, guarded=(("mcp_servers",),)
+            ),
+            OwnedKeys(
+                path=HOOKS_FILE, format="json", keys={("hooks",): groups}, guarded=(("hooks",),)
+            ),
         ]
         ops.extend(skill_files(context, ".agents/skills"))
         if context.consent["instructions"]:

@@ -320,6 +320,7 @@ class Planner:
                 "format": fmt,
                 "created": created,
                 "keys": {k: _canon(wanted[v]) for k, v in wanted_ids.items()},
+                "guarded": sorted({_key_id(g) for op in ops for g in op.guarded}),
             }
         return change
 

@@ -98,15 +98,13 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
             continue  # user-level harness files: the harness itself rewrites them constantly
         kind = recorded.get("kind")
         if kind == "keys":
-            files[path] = {
-                "kind": "keys",
-                "format": recorded["format"],
-                "keys": sorted(recorded["keys"]),
-            }
+            keys = set(recorded["keys"]) | set(recorded.get("guarded", []))
+            files[path] = {"kind": "keys", "format": recorded["format"], "keys": sorted(keys),
+                           "role": "rendered"}
         elif kind == "block":
-            files[path] = {"kind": "block"}
+            files[path] = {"kind": "block", "role": "rendered"}
         else:
-            files[path] = {"kind": "raw"}
+            files[path] = {"kind": "raw", "role": "rendered"}
     return files
 
 

@@ -49,8 +49,8 @@ def _normalise(text: str, root: Path, home: Path, tmp: Path) -> str:
 
 @pytest.mark.parametrize("harness", ["claude-code", "codex"])
 def test_golden_render(tmp_path: Path, isolated_home: Path, harness: str) -> None:
-    from agentstack.cli import _current  # the same pipeline the command uses
     from agentstack.apply import plan
+    from agentstack.cli import _current  # the same pipeline the command uses
 
     root = full_project(tmp_path, trust=False).resolve()
     _, _, document, digest = _current(root)
@@ -221,7 +221,7 @@ def test_sigkill_during_apply_leaves_each_file_old_or_new(tmp_path: Path) -> Non
     rng = random.Random(7)
     for trial in range(12):
         text = manifest.read_text()
-        manifest.write_text(text.replace(f'NOTES_LOG_LEVEL = "', f'NOTES_LOG_LEVEL = "{trial}'))
+        manifest.write_text(text.replace('NOTES_LOG_LEVEL = "', f'NOTES_LOG_LEVEL = "{trial}'))
         (root / "instructions/style.md").write_text(f"Style, revision {trial}.\n")
         _ok("lock", cwd=root)
         trusted = run_cli("trust", "--yes", "--accept-risk", cwd=root)

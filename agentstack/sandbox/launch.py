@@ -1,0 +1,268 @@
+"""The confined launcher: applies the sandbox to itself, then becomes the harness.
+
+Run as `<python> -I <this file> <spec fd> <status fd>` by `agentstack run` (never with -m: under
+-I the checkout is not on sys.path, so this file imports only the standard library and nono-py's
+native module). Keeping the terminal needs no pty juggling: the launcher inherits stdin, stdout and
+stderr, confines itself and then execve()s the harness, which keeps the same pid, the same
+controlling terminal and the same process group.
+
+In order:
+
+1. read the JSON spec from the spec fd (then close it);
+2. PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG(SIGKILL): the harness dies with `agentstack run`;
+3. Landlock through nono-py (`apply_seccomp`: file rules, TCP connect/bind only to the listed
+   ports, signal and abstract-unix-socket scoping, and nono's network seccomp baseline);
+4. drop every capability (bounding set, ambient, permitted, effective, inheritable) and lock the
+   securebits, so a root harness cannot use CAP_SYS_PTRACE to read the parent's /proc/PID/environ
+   or CAP_SYS_RAWIO/CAP_DAC_OVERRIDE tricks;
+5. load agentstack's seccomp blocklist (BPF compiled by the parent with libseccomp);
+6. execve() the command with the allowlisted environment.
+
+Any failure before execve is reported as one JSON line on the status fd (close-on-exec, so a
+successful execve closes it with nothing written) and exit status 126; the parent turns it into
+exit 1 with an actionable message. Nothing is ever run unconfined.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import errno
+import json
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+# SECBIT_NOROOT | _LOCKED, NO_SETUID_FIXUP | _LOCKED, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE | _LOCKED
+SECUREBITS_LOCKED = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+EXIT_SETUP_FAILED = 126
+
+
+class LaunchError(Exception):
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.message = message
+
+
+def load_nono() -> ModuleType:
+    """nono-py's native module, without the package's pydantic-heavy `__init__` (~250 ms)."""
+    cached = sys.modules.get("nono_py._nono_py")
+    if cached is not None:
+        return cached
+    import importlib.machinery
+    import importlib.util
+
+    spec = importlib.util.find_spec("nono_py")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("nono-py is not installed")
+    for directory in spec.submodule_search_locations:
+        for name in sorted(os.listdir(directory)):
+            if name.startswith("_nono_py.") and name.endswith(".so"):
+                path = os.path.join(directory, name)
+                loader = importlib.machinery.ExtensionFileLoader("nono_py._nono_py", path)
+                module_spec = importlib.util.spec_from_file_location(
+                    "nono_py._nono_py", path, loader=loader
+                )
+                if module_spec is None:
+                    break
+                module = importlib.util.module_from_spec(module_spec)
+                loader.exec_module(module)
+                sys.modules["nono_py._nono_py"] = module
+                return module
+    raise ImportError("nono-py's native module _nono_py is missing")
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(libc: ctypes.CDLL, option: int, arg2: int = 0, arg3: int = 0) -> None:
+    if libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+
+def apply_landlock(spec: dict[str, Any]) -> None:
+    try:
+        nono = load_nono()
+    except ImportError as exc:
+        raise LaunchError("nono", str(exc)) from None
+    caps = nono.CapabilitySet()
+    modes = {"ro": nono.AccessMode.READ, "rw": nono.AccessMode.READ_WRITE}
+    try:
+        for grant in spec["grants"]:
+            if grant["file"]:
+                caps.allow_file(grant["path"], modes[grant["access"]])
+            else:
+                caps.allow_path(grant["path"], modes[grant["access"]])
+    except (OSError, ValueError) as exc:
+        raise LaunchError("landlock", f"cannot grant {grant['path']}: {exc}") from None
+    if spec["network_block"]:
+        caps.block_network()
+        for port in spec["tcp_ports"]:
+            caps.allow_localhost_port(int(port))
+    try:
+        abi = nono.detect_abi()
+        if spec["network_block"]:
+            nono.apply_seccomp_with_abi(caps, abi)
+        else:
+            nono.apply_landlock_with_abi(caps, abi)
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise LaunchError("landlock", f"nono could not apply the sandbox: {exc}") from None
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Empty every capability set; root keeps its uid but loses every privilege it implies."""
+    import platform
+
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            status = dict(
+                line.split(":\t", 1) for line in handle.read().splitlines() if ":\t" in line
+            )
+        held = any(int(status.get(k, "0"), 16) for k in ("CapPrm", "CapEff", "CapInh"))
+        bounding = int(status.get("CapBnd", "0"), 16)
+        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as handle:
+            last = int(handle.read())
+    except (OSError, ValueError) as exc:
+        raise LaunchError("capabilities", f"cannot read the capability state: {exc}") from None
+    try:
+        if held:
+            _prctl(libc, PR_SET_SECUREBITS, SECUREBITS_LOCKED)
+        if bounding and held:
+            for cap in range(last + 1):
+                _prctl(libc, PR_CAPBSET_DROP, cap)
+        try:
+            _prctl(libc, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # kernels without ambient capabilities
+                raise
+        if held:
+            number = SYS_CAPSET.get(platform.machine())
+            if number is None:
+                raise OSError(errno.ENOSYS, f"capset: unknown architecture {platform.machine()}")
+            header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+            data = (_CapData * 2)()
+            if libc.syscall(number, ctypes.byref(header), data) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"capset: {os.strerror(err)}")
+    except OSError as exc:
+        raise LaunchError("capabilities", f"cannot drop capabilities: {exc}") from None
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def load_seccomp(libc: ctypes.CDLL, program: bytes) -> None:
+    """Install a classic-BPF seccomp program (native byte order, 8 bytes per instruction)."""
+    if not program or len(program) % 8:
+        raise LaunchError("seccomp", "the seccomp program is empty or malformed")
+    count = len(program) // 8
+    instructions = (_SockFilter * count).from_buffer_copy(program)
+    fprog = _SockFprog(count, ctypes.cast(instructions, ctypes.POINTER(_SockFilter)))
+    try:
+        _prctl(libc, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+    except OSError as exc:
+        raise LaunchError("seccomp", f"the kernel refused the seccomp filter: {exc}") from None
+
+
+def _resolve(command: str, path: str) -> str:
+    if "/" in command:
+        return command
+    for directory in path.split(os.pathsep):
+        candidate = os.path.join(directory or ".", command)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return command
+
+
+def confine_and_exec(spec: dict[str, Any], status_fd: int) -> None:
+    libc = _libc()
+    _prctl(libc, PR_SET_NO_NEW_PRIVS, 1)
+    _prctl(libc, PR_SET_PDEATHSIG, 9)
+    if os.getppid() != spec["parent_pid"]:
+        raise LaunchError("launch", "agentstack run exited before the sandbox started")
+    os.chdir(spec["cwd"])
+    apply_landlock(spec)
+    if spec["drop_capabilities"]:
+        drop_capabilities(libc)
+    if spec["seccomp"]:
+        load_seccomp(libc, base64.b64decode(spec["seccomp"]))
+    env: dict[str, str] = dict(spec["env"])
+    argv: list[str] = list(spec["argv"])
+    program = _resolve(argv[0], env.get("PATH", os.defpath))
+    try:
+        os.execve(program, argv, env)
+    except OSError as exc:
+        hint = ""
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            hint = (
+                " (the sandbox policy does not grant it: add its directory to "
+                "sandbox.read_dirs, or run it with --harness so its install directory is granted)"
+            )
+        code = 127 if exc.errno == errno.ENOENT else 126
+        report(status_fd, "exec", f"cannot execute {argv[0]}: {exc.strerror}{hint}", code=code)
+        os._exit(code)
+
+
+def report(status_fd: int, stage: str, message: str, code: int = EXIT_SETUP_FAILED) -> None:
+    line = json.dumps({"stage": stage, "message": message, "code": code}) + "\n"
+    try:
+        os.write(status_fd, line.encode("utf-8"))
+    except OSError:
+        sys.stderr.write(f"agentstack: sandbox {stage} failed: {message}\n")
+
+
+def main(args: list[str]) -> int:
+    if len(args) != 2:
+        sys.stderr.write("usage: launch.py SPEC_FD STATUS_FD (started by 'agentstack run')\n")
+        return 2
+    spec_fd, status_fd = int(args[0]), int(args[1])
+    try:
+        os.set_inheritable(status_fd, False)
+        with os.fdopen(spec_fd, "rb") as handle:
+            spec = json.loads(handle.read())
+        confine_and_exec(spec, status_fd)
+    except LaunchError as exc:
+        report(status_fd, exc.stage, exc.message)
+    except Exception as exc:  # noqa: BLE001 - nothing may run unconfined; report and stop
+        report(status_fd, "launch", f"{type(exc).__name__}: {exc}")
+    return EXIT_SETUP_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

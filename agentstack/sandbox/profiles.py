@@ -1,0 +1,210 @@
+"""What every confined process needs (the system profile) and what each harness needs on top.
+
+A profile contributes *lists* (grants, environment names, fixed environment values); the manifest's
+`[sandbox]` adds to every list and overrides every scalar (`network.block`). Paths starting with
+`~` are relative to the user's home directory; install directories are found at resolve time from
+the harness's binary.
+
+The system profile is deliberately narrower than "/etc and /dev read-only": a root process could
+read /etc/shadow or the raw disk (/dev/vda) through such grants, so only the files programs need
+are granted.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# (path, access, is_file). Missing paths are skipped: systems differ.
+SYSTEM_READ_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/terminfo",
+    "/etc/fonts",
+    "/proc",  # other processes' environ/mem are guarded by ptrace checks (capabilities dropped)
+    "/sys/fs/cgroup",
+    "/sys/devices/system/cpu",
+)
+SYSTEM_READ_GLOBS = ("/etc/python3*",)
+SYSTEM_READ_FILES = (
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/resolv.conf",
+    "/etc/gai.conf",
+    "/etc/services",
+    "/etc/protocols",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/locale.alias",
+    "/etc/locale.conf",
+    "/etc/default/locale",
+    "/etc/os-release",
+    "/etc/lsb-release",
+    "/etc/debian_version",
+    "/etc/mime.types",
+    "/etc/inputrc",
+    "/etc/bash.bashrc",
+    "/etc/profile",
+    "/etc/gitconfig",
+    "/etc/mailcap",
+    "/etc/ca-certificates.conf",
+    "/dev/zero",
+    "/dev/random",
+    "/dev/urandom",
+)
+SYSTEM_WRITE_FILES = ("/dev/null", "/dev/full", "/dev/tty", "/dev/ptmx")
+SYSTEM_WRITE_DIRS = ("/dev/pts",)  # the terminal a harness may reopen (as nono's system_write)
+BASE_ENV = ("HOME", "PATH", "TERM", "LANG")
+# Never passed into the sandbox, whatever the manifest says.
+FORBIDDEN_ENV = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "AGENTSTACK_HOME",
+                           "AGENTSTACK_TRUSTED_DIGESTS", "DBUS_SESSION_BUS_ADDRESS"})
+FORBIDDEN_ENV_PREFIXES = ("LD_", "DYLD_")
+
+
+@dataclass(frozen=True)
+class HarnessProfile:
+    name: str
+    binary: str | None
+    write_dirs: tuple[str, ...] = ()
+    write_files: tuple[str, ...] = ()
+    read_dirs: tuple[str, ...] = ()
+    env_set: tuple[tuple[str, str], ...] = ()
+    # A file created empty with this content when missing (Landlock can only grant what exists).
+    file_seed: dict[str, str] = field(default_factory=dict)
+
+
+PROFILES: dict[str, HarnessProfile] = {
+    "claude-code": HarnessProfile(
+        name="claude-code",
+        binary="claude",
+        write_dirs=("~/.claude", "~/.cache/claude-cli-nodejs"),
+        write_files=("~/.claude.json",),
+        read_dirs=("~/.local/share/claude",),
+        env_set=(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),),
+        file_seed={"~/.claude.json": "{}\n"},
+    ),
+    "codex": HarnessProfile(name="codex", binary="codex", write_dirs=("~/.codex",)),
+    "gemini-cli": HarnessProfile(name="gemini-cli", binary="gemini", write_dirs=("~/.gemini",)),
+    "opencode": HarnessProfile(
+        name="opencode",
+        binary="opencode",
+        write_dirs=(
+            "~/.config/opencode",
+            "~/.local/share/opencode",
+            "~/.cache/opencode",
+            "~/.local/state/opencode",
+        ),
+        read_dirs=("~/.opencode/bin",),
+    ),
+    "copilot": HarnessProfile(name="copilot", binary="copilot", write_dirs=("~/.copilot",)),
+    "cursor": HarnessProfile(name="cursor", binary="cursor-agent", write_dirs=("~/.cursor",)),
+    "vscode": HarnessProfile(
+        name="vscode", binary="code", write_dirs=("~/.vscode", "~/.config/Code")
+    ),
+}
+BINARY_TO_HARNESS = {p.binary: p.name for p in PROFILES.values() if p.binary}
+DOCTOR_BINARIES = ("claude", "codex", "gemini", "opencode", "copilot")
+
+
+def repo_tools_bin() -> Path | None:
+    """<checkout>/.tools/npm/node_modules/.bin, where scripts/install-harnesses puts harnesses."""
+    candidate = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
+    return candidate if candidate.is_dir() else None
+
+
+def find_binary(name: str, path: str | None) -> str | None:
+    """`name` on PATH, else in the checkout's .tools; None when absent."""
+    import shutil
+
+    found = shutil.which(name, path=path)
+    if found:
+        return found
+    tools = repo_tools_bin()
+    if tools is not None:
+        candidate = tools / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def system_grants() -> list[tuple[str, str, bool]]:
+    out: list[tuple[str, str, bool]] = []
+    dirs = list(SYSTEM_READ_DIRS)
+    for pattern in SYSTEM_READ_GLOBS:
+        dirs.extend(sorted(glob.glob(pattern)))
+    for path in dirs:
+        if os.path.isdir(path):
+            out.append((path, "ro", False))
+    for path in SYSTEM_READ_FILES:
+        if os.path.exists(path) and not os.path.isdir(path):
+            out.append((path, "ro", True))
+    for path in SYSTEM_WRITE_DIRS:
+        if os.path.isdir(path):
+            out.append((path, "rw", False))
+    for path in SYSTEM_WRITE_FILES:
+        if os.path.exists(path) and not os.path.isdir(path):
+            out.append((path, "rw", True))
+    return out
+
+
+def install_dirs(binary: str, path: str | None) -> list[str]:
+    """Directories a harness binary needs read (and execute) access to.
+
+    The resolved binary's package: the outermost `node_modules` holding it (so its dependencies
+    and platform packages resolve), else its own directory; plus, for a `#!` script, the
+    interpreter's installation prefix (`/usr/bin/env node` -> node's prefix)."""
+    real = os.path.realpath(binary)
+    out: list[str] = []
+    parts = Path(real).parts
+    if "node_modules" in parts:
+        index = parts.index("node_modules")
+        out.append(str(Path(*parts[: index + 1])))
+    else:
+        out.append(os.path.dirname(real))
+    interpreter = _shebang(real)
+    if interpreter:
+        program = interpreter[0]
+        if os.path.basename(program) == "env" and len(interpreter) > 1:
+            args = [a for a in interpreter[1:] if not a.startswith("-")]
+            program = (_which(args[0], path) or "") if args else ""
+        if program:
+            resolved = os.path.realpath(program)
+            prefix = os.path.dirname(os.path.dirname(resolved))
+            out.append(prefix if prefix not in ("/", "") else os.path.dirname(resolved))
+    return out
+
+
+def _which(name: str, path: str | None) -> str | None:
+    import shutil
+
+    return shutil.which(name, path=path)
+
+
+def _shebang(path: str) -> list[str] | None:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    return line.split() or None

@@ -1,0 +1,265 @@
+"""Resolve the manifest's `[sandbox]` plus the system and harness profiles into a `SandboxPolicy`.
+
+Merge rule: profiles contribute lists (grants, environment names and values), the manifest adds to
+every list and overrides every scalar. Manifest paths are relative to the project root; `~` is the
+user's home directory; absolute paths stay as written. Everything is resolved to real paths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentstack.errors import InvalidInput, Refused
+from agentstack.sandbox import profiles
+from agentstack.sandbox.policy import (
+    Access,
+    CredentialRoute,
+    Deny,
+    Grant,
+    SandboxPolicy,
+    is_within,
+    normalise,
+)
+
+if TYPE_CHECKING:
+    from agentstack.manifest import Sandbox
+
+# nono's required Linux deny groups (credentials, keyrings, browser data, shell history/configs).
+NONO_DENY_GROUPS = (
+    "deny_credentials",
+    "deny_keychains_linux",
+    "deny_browser_data_linux",
+    "deny_shell_history",
+    "deny_shell_configs",
+)
+
+
+class ConfinementError(Refused):
+    """The sandbox cannot be enforced as declared (exit 1, never a warning)."""
+
+
+def nono_deny_paths(home: str) -> list[tuple[str, str]]:
+    """(path, 'nono:GROUP') for every path of nono's deny groups, `~`/$HOME expanded to `home`."""
+    try:
+        from agentstack.sandbox.launch import load_nono
+
+        document = json.loads(load_nono().embedded_policy_json())
+    except ImportError as exc:
+        raise ConfinementError(
+            f"nono-py is not usable: {exc}",
+            hint="install it into agentstack's environment: pip install 'nono-py>=0.16,<0.17'",
+        ) from None
+    out: list[tuple[str, str]] = []
+    groups: dict[str, Any] = document.get("groups", {})
+    for name in NONO_DENY_GROUPS:
+        group = groups.get(name)
+        if group is None:
+            raise ConfinementError(
+                f"nono's embedded policy has no group {name!r}; this nono-py version is not "
+                "supported",
+                hint="install nono-py 0.16",
+            )
+        for raw in group.get("deny", {}).get("access", []):
+            path = str(raw)
+            if path.startswith("~/"):
+                path = os.path.join(home, path[2:])
+            elif path.startswith("$HOME/"):
+                path = os.path.join(home, path[6:])
+            out.append((path, f"nono:{name}"))
+    return out
+
+
+def harness_for_command(argv: list[str]) -> str | None:
+    """The harness a command line starts (`claude ...` -> claude-code), if any."""
+    if not argv:
+        return None
+    return profiles.BINARY_TO_HARNESS.get(os.path.basename(argv[0]))
+
+
+def resolve_policy(
+    sandbox: Sandbox,
+    root: Path,
+    *,
+    harness: str | None = None,
+    command: str | None = None,
+    home: Path | None = None,
+    agentstack_home: Path | None = None,
+    search_path: str | None = None,
+) -> SandboxPolicy:
+    """The policy `run` enforces and `why` explains.
+
+    `harness` adds that harness's profile (state paths, install directory, fixed environment);
+    `command` is the program about to run (its install directory is granted when it is the
+    harness's binary). Raises ConfinementError (exit 1) for a policy Landlock cannot enforce and
+    InvalidInput (exit 2) for an environment name that may never pass."""
+    from agentstack.paths import agentstack_home as default_agentstack_home
+
+    home_dir = os.path.realpath(str(home if home is not None else Path.home()))
+    state_dir = os.path.realpath(
+        str(agentstack_home if agentstack_home is not None else default_agentstack_home())
+    )
+    workdir = os.path.realpath(str(root))
+    search = search_path if search_path is not None else os.environ.get("PATH", os.defpath)
+
+    grants: list[Grant] = []
+    for path, access, is_file in profiles.system_grants():
+        grants.append(
+            Grant(path=os.path.realpath(path), access=_access(access), file=is_file,
+                  source="system")
+        )
+    grants.append(Grant(path=workdir, access="rw", source="workdir"))
+
+    env_set: tuple[tuple[str, str], ...] = ()
+    if harness is not None:
+        profile = profiles.PROFILES.get(harness)
+        if profile is None:
+            raise InvalidInput(
+                f"unknown harness {harness!r}", hint="one of: " + ", ".join(profiles.PROFILES)
+            )
+        source = f"harness:{harness}"
+        for item in profile.write_dirs:
+            grants.append(Grant(path=normalise(item, home_dir), access="rw", source=source))
+        for item in profile.write_files:
+            grants.append(
+                Grant(path=normalise(item, home_dir), access="rw", file=True, source=source)
+            )
+        for item in profile.read_dirs:
+            path = normalise(item, home_dir)
+            if os.path.isdir(path):
+                grants.append(Grant(path=path, access="ro", source=source))
+        binary: str | None = None
+        if command is not None:
+            binary = command if "/" in command else profiles.find_binary(command, search)
+        elif profile.binary is not None:
+            binary = profiles.find_binary(profile.binary, search)
+        if binary is not None and os.path.exists(binary):
+            for path in profiles.install_dirs(binary, search):
+                if os.path.isdir(path):
+                    grants.append(
+                        Grant(path=os.path.realpath(path), access="ro",
+                              source=f"{source} install")
+                    )
+        env_set = profile.env_set
+
+    for key, access, is_file in (
+        ("read_dirs", "ro", False),
+        ("write_dirs", "rw", False),
+        ("read_files", "ro", True),
+        ("write_files", "rw", True),
+    ):
+        for index, item in enumerate(getattr(sandbox, key)):
+            try:
+                path = normalise(item, workdir)
+            except ValueError as exc:
+                raise InvalidInput(f"sandbox.{key}[{index}]: {exc}") from None
+            grants.append(
+                Grant(path=path, access=_access(access), file=is_file,
+                      source=f"sandbox.{key}[{index}]")
+            )
+
+    denies = [Deny(path=state_dir, source="agentstack-home")]
+    literal_state = os.path.abspath(
+        str(agentstack_home if agentstack_home is not None else default_agentstack_home())
+    )
+    if literal_state != state_dir:
+        denies.append(Deny(path=literal_state, source="agentstack-home"))
+    for path, source in nono_deny_paths(home_dir):
+        denies.append(Deny(path=os.path.abspath(path), source=source))
+        real = os.path.realpath(path)
+        if real != os.path.abspath(path):
+            denies.append(Deny(path=real, source=source))
+
+    policy = SandboxPolicy(
+        workdir=workdir,
+        home=home_dir,
+        agentstack_home=state_dir,
+        harness=harness,
+        grants=tuple(_prune(grants)),
+        denies=tuple(_unique_denies(denies)),
+        network_block=sandbox.network.block,
+        localhost_ports=tuple(sorted(set(sandbox.network.localhost_ports))),
+        allow_domains=tuple(sandbox.network.allow_domains),
+        credentials=tuple(
+            CredentialRoute(
+                name=name,
+                upstream=cred.upstream,
+                secret=cred.secret,
+                header=cred.header,
+                env=cred.env,
+                base_url_env=cred.base_url_env,
+            )
+            for name, cred in sorted(sandbox.credentials.items())
+        ),
+        env_pass=_env_names(sandbox),
+        env_set=env_set,
+    )
+    problems = policy.problems()
+    if problems:
+        raise ConfinementError(
+            "the sandbox policy cannot be enforced as declared:\n"
+            + "\n".join(f"  - {p}" for p in problems),
+            hint="fix [sandbox] in agentstack.toml (then lock and trust again)",
+        )
+    return policy
+
+
+def _access(value: str) -> Access:
+    return "rw" if value == "rw" else "ro"
+
+
+def _prune(grants: list[Grant]) -> list[Grant]:
+    """Drop exact duplicates, and system/profile read-only grants made redundant by a read-write
+    directory grant (an install directory inside the workdir). Manifest grants are kept as written
+    so `problems()` can reject a read-only grant the user placed under a writable directory."""
+    out: list[Grant] = []
+    seen: set[tuple[str, str, bool]] = set()
+    for grant in grants:
+        key = (grant.path, grant.access, grant.file)
+        if key in seen:
+            continue
+        if grant.access == "ro" and not grant.source.startswith("sandbox."):
+            if any(
+                o.access == "rw" and not o.file and is_within(grant.path, o.path) for o in grants
+            ):
+                continue
+        seen.add(key)
+        out.append(grant)
+    return out
+
+
+def _unique_denies(denies: list[Deny]) -> list[Deny]:
+    out: list[Deny] = []
+    seen: set[str] = set()
+    for deny in denies:
+        if deny.path not in seen:
+            seen.add(deny.path)
+            out.append(deny)
+    return out
+
+
+def _env_names(sandbox: Sandbox) -> tuple[str, ...]:
+    reserved = {"TMPDIR"}
+    for name, cred in sandbox.credentials.items():
+        reserved.add(cred.env)
+        if cred.base_url_env:
+            reserved.add(cred.base_url_env)
+    names = list(profiles.BASE_ENV)
+    for index, name in enumerate(sandbox.env):
+        if name in profiles.FORBIDDEN_ENV or name.startswith(profiles.FORBIDDEN_ENV_PREFIXES):
+            raise InvalidInput(
+                f"agentstack.toml: sandbox.env[{index}]: {name} never passes into the sandbox",
+                hint="remove it; SSH agent sockets, loader variables and agentstack's own "
+                "variables would let the confined process escape or forge trust",
+            )
+        if name in reserved:
+            raise InvalidInput(
+                f"agentstack.toml: sandbox.env[{index}]: {name} is set by agentstack run "
+                "(TMPDIR, or a credential's env/base_url_env)",
+                hint="remove it from sandbox.env",
+            )
+        if name not in names:
+            names.append(name)
+    return tuple(names)

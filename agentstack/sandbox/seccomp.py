@@ -1,0 +1,212 @@
+"""agentstack's seccomp blocklist: the escape primitives nono's filter leaves open.
+
+Compiled in the parent with libseccomp (pyseccomp over Debian's libseccomp2) into classic BPF; the
+launcher loads that program into itself just before execve. Default action: allow. A syscall or
+argument pattern listed here fails with EPERM (clone3 with ENOSYS, so libc falls back to clone(),
+whose flags the filter can inspect). A syscall made through another ABI than the native one
+(i386 `int 0x80` on x86_64) kills the process.
+
+Integer arguments are compared on their low 32 bits only where the kernel reads an `int`, so
+garbage in the upper half of a register cannot slip a flag past the filter.
+"""
+
+from __future__ import annotations
+
+import errno
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+# Escape primitives and kernel attack surface a coding agent never needs.
+BLOCKED_SYSCALLS: dict[str, str] = {
+    "ptrace": "debug another process",
+    "process_vm_readv": "read another process's memory",
+    "process_vm_writev": "write another process's memory",
+    "pidfd_getfd": "steal another process's file descriptors",
+    "mount": "mount a file system",
+    "umount2": "unmount a file system",
+    "fsopen": "new mount API",
+    "fsconfig": "new mount API",
+    "fsmount": "new mount API",
+    "fspick": "new mount API",
+    "move_mount": "new mount API",
+    "open_tree": "new mount API",
+    "mount_setattr": "new mount API",
+    "pivot_root": "change the root file system",
+    "chroot": "change the root directory",
+    "setns": "enter another namespace",
+    "bpf": "load eBPF programs",
+    "perf_event_open": "kernel performance counters",
+    "userfaultfd": "user-space page-fault handling (exploit primitive)",
+    "io_uring_setup": "io_uring bypasses seccomp and Landlock checks on its operations",
+    "io_uring_enter": "io_uring",
+    "io_uring_register": "io_uring",
+    "keyctl": "kernel keyrings",
+    "add_key": "kernel keyrings",
+    "request_key": "kernel keyrings",
+    "kexec_load": "load a new kernel",
+    "kexec_file_load": "load a new kernel",
+    "init_module": "load a kernel module",
+    "finit_module": "load a kernel module",
+    "delete_module": "unload a kernel module",
+    "memfd_create": "anonymous executable memory files (fileless exec)",
+    "memfd_secret": "secret memory areas",
+    "open_by_handle_at": "open files by handle, bypassing path checks",
+    "swapon": "swap devices",
+    "swapoff": "swap devices",
+    "reboot": "reboot",
+    "acct": "process accounting",
+    "syslog": "the kernel log",
+    "iopl": "I/O privilege level",
+    "ioperm": "I/O port access",
+    "vhangup": "hang up the terminal",
+    "quotactl": "disk quotas",
+}
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWTIME = 0x00000080
+CLONE_NAMESPACES = {
+    "CLONE_NEWUSER": CLONE_NEWUSER,
+    "CLONE_NEWNS": CLONE_NEWNS,
+    "CLONE_NEWNET": CLONE_NEWNET,
+    "CLONE_NEWPID": CLONE_NEWPID,
+    "CLONE_NEWIPC": CLONE_NEWIPC,
+    "CLONE_NEWUTS": CLONE_NEWUTS,
+    "CLONE_NEWCGROUP": CLONE_NEWCGROUP,
+}
+AT_EMPTY_PATH = 0x1000
+TIOCSTI = 0x5412  # push bytes into the terminal's input queue (types commands into your shell)
+TIOCLINUX = 0x541C
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+AF_MAX_CHECKED = 16
+SOCK_STREAM, SOCK_DGRAM = 1, 2
+NETLINK_ROUTE = 0
+LOW32 = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One blocked pattern, for documentation and `doctor`."""
+
+    syscall: str
+    condition: str
+    errno_name: str
+    why: str
+
+
+def rules(*, allow_udp: bool) -> list[Rule]:
+    out = [Rule(name, "always", "EPERM", why) for name, why in BLOCKED_SYSCALLS.items()]
+    out.append(Rule("clone3", "always", "ENOSYS", "libc falls back to clone(), whose flags "
+                    "seccomp can inspect"))
+    for flag in CLONE_NAMESPACES:
+        out.append(Rule("clone", f"flags & {flag}", "EPERM", "create a namespace"))
+        out.append(Rule("unshare", f"flags & {flag}", "EPERM", "create a namespace"))
+    out.append(Rule("unshare", "flags & CLONE_NEWTIME", "EPERM", "create a namespace"))
+    out.append(Rule("execveat", "flags & AT_EMPTY_PATH", "EPERM", "exec a file descriptor "
+                    "(fexecve of a memfd)"))
+    out.append(Rule("ioctl", "cmd == TIOCSTI", "EPERM", "inject keystrokes into the terminal"))
+    out.append(Rule("ioctl", "cmd == TIOCLINUX", "EPERM", "virtual-console control"))
+    out.append(Rule("socket", "family not in AF_UNIX, AF_INET, AF_INET6, AF_NETLINK", "EPERM",
+                    "packet, Bluetooth, vsock, AF_ALG and other families"))
+    out.append(Rule("socket", "AF_NETLINK with protocol != NETLINK_ROUTE", "EPERM",
+                    "kernel interfaces other than routing information"))
+    kinds = "any type but SOCK_STREAM" if not allow_udp else "any type but SOCK_STREAM/DGRAM"
+    out.append(Rule("socket", f"AF_INET/AF_INET6 with {kinds}", "EPERM",
+                    "UDP and raw sockets" if not allow_udp else "raw sockets"))
+    return out
+
+
+def _pyseccomp() -> Any:
+    import pyseccomp  # type: ignore[import-untyped]  # ships no py.typed marker
+
+    return pyseccomp
+
+
+def build_program(*, allow_udp: bool = False) -> bytes:
+    """The blocklist compiled to classic BPF for this machine's native architecture.
+
+    Raises ImportError when pyseccomp or libseccomp is missing, OSError when libseccomp fails."""
+    sc = _pyseccomp()
+    eperm, enosys = sc.ERRNO(errno.EPERM), sc.ERRNO(errno.ENOSYS)
+    arg = sc.Arg
+    masked, gt, ne = sc.MASKED_EQ, sc.GT, sc.NE
+    flt = sc.SyscallFilter(sc.ALLOW)
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    flt.set_attr(sc.Attr.CTL_NNP, 0)  # the launcher sets no_new_privs itself
+    for name in BLOCKED_SYSCALLS:
+        try:
+            flt.add_rule(eperm, name)
+        except OSError as exc:
+            # A syscall this architecture does not have (iopl on aarch64) cannot be made.
+            if exc.errno not in (errno.EDOM, errno.EINVAL, errno.EFAULT):
+                raise
+    flt.add_rule(enosys, "clone3")
+    for flag in CLONE_NAMESPACES.values():
+        flt.add_rule(eperm, "clone", arg(0, masked, flag, flag))
+        flt.add_rule(eperm, "unshare", arg(0, masked, flag, flag))
+    flt.add_rule(eperm, "unshare", arg(0, masked, CLONE_NEWTIME, CLONE_NEWTIME))
+    flt.add_rule(eperm, "execveat", arg(4, masked, AT_EMPTY_PATH, AT_EMPTY_PATH))
+    flt.add_rule(eperm, "ioctl", arg(1, masked, LOW32, TIOCSTI))
+    flt.add_rule(eperm, "ioctl", arg(1, masked, LOW32, TIOCLINUX))
+    # socket(): families other than unix, inet, inet6 and netlink.
+    for family in [0, *range(3, AF_INET6), *range(AF_INET6 + 1, AF_NETLINK)]:
+        flt.add_rule(eperm, "socket", arg(0, masked, LOW32, family))
+    flt.add_rule(eperm, "socket", arg(0, gt, AF_MAX_CHECKED))
+    flt.add_rule(eperm, "socket", arg(0, masked, LOW32, AF_NETLINK), arg(2, ne, NETLINK_ROUTE))
+    allowed_types = {SOCK_STREAM, SOCK_DGRAM} if allow_udp else {SOCK_STREAM}
+    for family in (AF_INET, AF_INET6):
+        for kind in range(16):
+            if kind not in allowed_types:
+                flt.add_rule(eperm, "socket", arg(0, masked, LOW32, family), arg(1, masked, 0xF, kind))
+    with tempfile.TemporaryFile() as handle:
+        flt.export_bpf(handle)
+        handle.flush()
+        handle.seek(0)
+        program = handle.read()
+    if not program or len(program) % 8:
+        raise OSError(errno.EINVAL, "libseccomp produced an empty seccomp program")
+    return bytes(program)
+
+
+def available() -> tuple[bool, str]:
+    """(usable, detail): pyseccomp importable, libseccomp working, the kernel's filter mode on."""
+    try:
+        sc = _pyseccomp()
+        build_program()
+    except ImportError as exc:
+        return False, f"pyseccomp/libseccomp missing: {exc}"
+    except OSError as exc:
+        return False, f"libseccomp failed: {exc}"
+    try:
+        with open("/proc/sys/kernel/seccomp/actions_avail", encoding="ascii") as handle:
+            actions = handle.read().split()
+    except OSError:
+        actions = []
+    if "errno" not in actions:
+        return False, "the kernel does not offer seccomp filters with the errno action"
+    return True, f"libseccomp API level {sc.get_api()}, actions: {' '.join(actions)}"
+
+
+def libseccomp_version() -> str | None:
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL("libseccomp.so.2")
+
+        class _Version(ctypes.Structure):
+            _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+
+        lib.seccomp_version.restype = ctypes.POINTER(_Version)
+        version = lib.seccomp_version().contents
+        return f"{version.major}.{version.minor}.{version.micro}"
+    except (OSError, AttributeError):
+        return None
+
+
+__all__ = ["BLOCKED_SYSCALLS", "Rule", "available", "build_program", "libseccomp_version", "rules"]
