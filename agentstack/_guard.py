@@ -162,13 +162,27 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
             import tomllib
 
             doc = tomllib.loads(data.decode("utf-8"))
-        return _sha(_canonical({k: _key_value(doc, json.loads(k)) for k in entry["keys"]}))
+        return _sha(_canonical(keys_view(doc, entry)))
     if kind == "block":
         text = data.decode("utf-8", "replace")
         start = text.find(BLOCK_BEGIN)
         end = text.find(BLOCK_END, start)
         return _sha(text[start:end].encode()) if start >= 0 and end >= 0 else _sha(b"")
     return _sha(data)
+
+
+def shape(value: Any) -> Any:
+    """A guarded container as the guard sees it: the names in it (or the value itself)."""
+    return sorted(value) if isinstance(value, dict) else value
+
+
+def keys_view(doc: Any, entry: dict[str, Any]) -> dict[str, Any]:
+    """What of a shared config file the guard compares: the values of the keys agentstack owns,
+    and the shape of each guarded container (a server or hook added next to them shows)."""
+    return {
+        "owned": {k: _key_value(doc, json.loads(k)) for k in entry["keys"]},
+        "guarded": {g: shape(_key_value(doc, json.loads(g))) for g in entry.get("guarded", [])},
+    }
 
 
 def stat_key(st: os.stat_result) -> list[int]:

@@ -57,7 +57,11 @@ def apply(
         backups = engine.write(plan, force=force)
         from agentstack.snapshot import write_snapshot
 
-        write_snapshot(root, document, digest)
+        for item in write_snapshot(root, document, digest):
+            _echo(
+                f"warning: kept {item}, which is not in agentstack.toml: the guard blocks "
+                "every tool call while it is there; declare it in agentstack.toml or remove it"
+            )
         report.update(written=True, backups=[str(b) for b in backups])
         if as_json:
             _print_json(report)

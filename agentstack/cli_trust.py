@@ -147,7 +147,9 @@ def trust(
     record = store.trust(root, current, document, _lock_hash(root))
     from agentstack.snapshot import write_snapshot
 
-    write_snapshot(root, document, current)
+    for item in write_snapshot(root, document, current):
+        _echo(f"warning: {item} is not in agentstack.toml: the guard blocks every tool call "
+              "while it is there")
     if as_json:
         _print_json(
             {
@@ -301,13 +303,73 @@ def status(as_json: JsonOpt = False) -> None:
             changes = consent_diff(before, document)
             report["findings"] = [f.to_json() for f in changes.findings]
             report["changed"] = changed_items(changes)
-    ok = report["lock"] == "fresh" and report["trust"] == "trusted"
+    report.update(_rendered_state(root))
+    ok = report["lock"] == "fresh" and report["trust"] == "trusted" and not report["drift"]
     if as_json:
         _print_json(report)
     else:
         _print_status(report)
     if not ok:
         raise typer.Exit(1)
+
+
+def _rendered_state(root: Path) -> dict[str, Any]:
+    """Drift of every fingerprinted file (the guard's own check), per harness file, and rendered
+    files that git tracks (they are per machine and must not be committed)."""
+    import json as _json
+
+    from agentstack._guard import drifted
+    from agentstack.paths import project_state_dir
+
+    snapshot_path = project_state_dir(root) / "guard.json"
+    try:
+        snapshot = _json.loads(snapshot_path.read_bytes())
+    except (OSError, ValueError):
+        return {"drift": [], "rendered": [], "tracked": [], "snapshot": False}
+    real = str(root.resolve())
+    drift, rendered = [], []
+    for path, entry in sorted(snapshot.get("files", {}).items()):
+        shown = path[len(real) + 1 :] if path.startswith(real + "/") else path
+        if entry.get("role") == "rendered":
+            rendered.append(shown)
+        if drifted(path, entry):
+            drift.append(shown)
+    return {
+        "drift": drift,
+        "rendered": rendered,
+        "tracked": _tracked(root, rendered),
+        "snapshot": True,
+    }
+
+
+def _tracked(root: Path, paths: list[str]) -> list[str]:
+    """Which rendered files git tracks. Only called for a trusted project's own files, with
+    fsmonitor and hooks disabled on the command line (ls-files never runs repo hooks)."""
+    import subprocess
+
+    if not paths or not (root / ".git").exists():
+        return []
+    try:
+        result = subprocess.run(
+            [
+                "git",
+                "-c",
+                "core.fsmonitor=false",
+                "-c",
+                "core.hooksPath=/dev/null",
+                "ls-files",
+                "-z",
+                "--",
+                *paths,
+            ],
+            cwd=root,
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return sorted(p for p in result.stdout.decode("utf-8", "replace").split("\0") if p)
 
 
 def _print_status(report: dict[str, Any]) -> None:
@@ -341,6 +403,16 @@ def _print_status(report: dict[str, Any]) -> None:
             lines.append(f"  {finding['severity']:<6} {finding['item']}: {finding['message']}")
         if report.get("changed"):
             lines.append("  changed: " + ", ".join(report["changed"]))
+    for path in report.get("drift", []):
+        lines.append(
+            f"drift     {path} changed since agentstack last wrote or pinned it "
+            "(the guard blocks every tool call until this is resolved)"
+        )
+    for path in report.get("tracked", []):
+        lines.append(
+            f"warning   {path} is tracked by git, but it is rendered per machine: "
+            f"'git rm --cached {path}'"
+        )
     if report["trust"] != "trusted":
         lines.append(
             "next: 'agentstack trust' to review"

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentstack._guard import SNAPSHOT_VERSION, fingerprint
+from agentstack._guard import SNAPSHOT_VERSION, _canonical, _sha, fingerprint, keys_view
 from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
 from agentstack.paths import agentstack_home, ensure_private_dir, project_state_dir
 
@@ -98,9 +98,13 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
             continue  # user-level harness files: the harness itself rewrites them constantly
         kind = recorded.get("kind")
         if kind == "keys":
-            keys = set(recorded["keys"]) | set(recorded.get("guarded", []))
-            files[path] = {"kind": "keys", "format": recorded["format"], "keys": sorted(keys),
-                           "role": "rendered"}
+            files[path] = {
+                "kind": "keys",
+                "format": recorded["format"],
+                "keys": sorted(recorded["keys"]),
+                "guarded": sorted(recorded.get("guarded", [])),
+                "role": "rendered",
+            }
         elif kind == "block":
             files[path] = {"kind": "block", "role": "rendered"}
         else:
@@ -108,7 +112,72 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
-def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> Path:
+def _load_doc(path: str, fmt: str) -> Any:
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if fmt == "json":
+        return json.loads(data.decode("utf-8") or "{}")
+    import tomllib
+
+    return tomllib.loads(data.decode("utf-8"))
+
+
+def expected_keys_view(path: str, entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The keys view as agentstack rendered it: owned values as on disk (just written), and each
+    guarded container holding only what agentstack owns in it. None if the file cannot be read."""
+    try:
+        actual = keys_view(_load_doc(path, entry["format"]), entry)
+    except (OSError, ValueError):
+        return None
+    owned = [tuple(json.loads(k)) for k in entry["keys"]]
+    expected_guarded: dict[str, Any] = {}
+    for key_id in entry.get("guarded", []):
+        guarded = tuple(json.loads(key_id))
+        if guarded in owned:
+            expected_guarded[key_id] = actual["guarded"][key_id]
+        else:
+            children = {
+                k[len(guarded)]
+                for k in owned
+                if len(k) > len(guarded) and k[: len(guarded)] == guarded
+            }
+            expected_guarded[key_id] = sorted(children) if children else None
+    return {"owned": actual["owned"], "guarded": expected_guarded}
+
+
+def foreign_entries(path: str, entry: dict[str, Any]) -> list[str]:
+    """Entries in guarded containers that agentstack did not render (for warnings)."""
+    expected = expected_keys_view(path, entry)
+    if expected is None:
+        return []
+    actual = keys_view(_load_doc(path, entry["format"]), entry)["guarded"]
+    out: list[str] = []
+    for key_id, wanted in expected["guarded"].items():
+        have = actual.get(key_id)
+        container = ".".join(json.loads(key_id))
+        if isinstance(have, list) and (wanted is None or isinstance(wanted, list)):
+            out += [f"{container}.{name}" for name in have if name not in (wanted or [])]
+        elif have != wanted:
+            out.append(container)
+    return out
+
+
+def _fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
+    taken = fingerprint(path, entry)
+    if entry["kind"] != "keys":
+        return taken
+    expected = expected_keys_view(path, entry)
+    expected_hash = None if expected is None else _sha(_canonical(expected))
+    if expected_hash != taken["hash"]:
+        # Something agentstack did not render sits in a guarded container: the guard must see a
+        # difference on every call, so the stat shortcut is disabled for this file.
+        taken = {**taken, "stat": None}
+    return {**taken, "hash": expected_hash}
+
+
+def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[str]:
+    """Write the snapshot; returns what sits in guarded containers without being rendered (the
+    guard will block until it is gone), for the caller to warn about."""
     from agentstack.trustlog import TrustLog
 
     root = root.resolve()
@@ -121,8 +190,14 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> Path:
         "trust_head": [count, head],
         "servers": sorted(document["servers"]),
         "policy": compile_policy(root, document),
-        "files": {path: fingerprint(path, entry) for path, entry in sorted(entries.items())},
+        "files": {path: _fingerprint(path, entry) for path, entry in sorted(entries.items())},
     }
+    foreign = [
+        f"{path}: {item}"
+        for path, entry in sorted(entries.items())
+        if entry["kind"] == "keys"
+        for item in foreign_entries(path, entry)
+    ]
     directory = ensure_private_dir(project_state_dir(root))
     target = directory / "guard.json"
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".guard-")
@@ -135,4 +210,4 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
+    return foreign

@@ -247,3 +247,23 @@ def test_sigkill_during_apply_leaves_each_file_old_or_new(tmp_path: Path) -> Non
         assert recovered.returncode == 0, recovered.stderr
         for leftover in leftovers:
             leftover.unlink(missing_ok=True)
+
+
+def test_status_reports_drift_and_tracked_rendered_files(tmp_path: Path) -> None:
+    root = full_project(tmp_path)
+    _ok("apply", "--write", cwd=root)
+    assert run_cli("status", cwd=root).returncode == 0
+    data = json.loads((root / ".mcp.json").read_text())
+    data["mcpServers"]["mine"] = {"command": "my-own-server"}  # hand-added: preserved, but drift
+    (root / ".mcp.json").write_text(json.dumps(data))
+    status = run_cli("status", "--json", cwd=root)
+    assert status.returncode == 1
+    report = json.loads(status.stdout)
+    assert report["drift"] == [".mcp.json"] and report["trust"] == "trusted"
+    assert "drift     .mcp.json" in run_cli("status", cwd=root).stderr
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x.invalid",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@x.invalid")
+    subprocess.run(["git", "add", "-f", ".mcp.json"], cwd=root, check=True, env=env)
+    tracked = json.loads(run_cli("status", "--json", cwd=root).stdout)["tracked"]
+    assert tracked == [".mcp.json"]
+    assert "git rm --cached .mcp.json" in run_cli("status", cwd=root).stderr

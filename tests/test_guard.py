@@ -321,3 +321,20 @@ def test_shutil_copied_project_is_not_trusted(project: Path, tmp_path: Path) -> 
     copy = tmp_path / "copy"
     shutil.copytree(project, copy, symlinks=True)
     assert_denied(guard("claude-code", event(copy)), reason="has not been trusted")
+
+
+def test_hand_added_server_is_kept_but_never_blessed(project: Path) -> None:
+    mcp = project / ".mcp.json"
+    data = json.loads(mcp.read_text())
+    data["mcpServers"]["mine"] = {"command": "my-own-server"}
+    mcp.write_text(json.dumps(data))
+    assert_denied(guard("claude-code", event(project)), reason=".mcp.json")
+    result = run_cli("apply", "--write", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert "kept" in result.stderr and "mcpServers.mine" in result.stderr
+    assert json.loads(mcp.read_text())["mcpServers"]["mine"] == {"command": "my-own-server"}
+    # Re-applying does not make the foreign server acceptable to the guard.
+    assert_denied(guard("claude-code", event(project)), reason=".mcp.json")
+    data["mcpServers"].pop("mine")
+    mcp.write_text(json.dumps(data))
+    assert_allowed(guard("claude-code", event(project)))

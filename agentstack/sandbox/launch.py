@@ -18,9 +18,10 @@ In order:
 5. load agentstack's seccomp blocklist (BPF compiled by the parent with libseccomp);
 6. execve() the command with the allowlisted environment.
 
-Any failure before execve is reported as one JSON line on the status fd (close-on-exec, so a
-successful execve closes it with nothing written) and exit status 126; the parent turns it into
-exit 1 with an actionable message. Nothing is ever run unconfined.
+The status fd (close-on-exec) tells the parent what happened: `A` once every layer is in force,
+just before execve (a successful execve then closes the fd); a JSON line for a failure (after `A`:
+the execve itself failed). No `A` means nothing ran; the parent turns any failure into exit 1 with
+an actionable message. Nothing is ever run unconfined.
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ import ctypes
 import errno
 import json
 import os
+import platform
 import sys
 from types import ModuleType
 from typing import Any
+
+# Everything this file needs is imported above: after Landlock, the interpreter's own library
+# directory may no longer be readable.
 
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
@@ -47,6 +52,7 @@ SECUREBITS_LOCKED = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 EXIT_SETUP_FAILED = 126
+ARMED = b"A\n"  # written just before execve: everything above it is in force
 
 
 class LaunchError(Exception):
@@ -56,12 +62,8 @@ class LaunchError(Exception):
         self.message = message
 
 
-def load_nono() -> ModuleType:
-    """nono-py's native module, without the package's pydantic-heavy `__init__` (~250 ms)."""
-    cached = sys.modules.get("nono_py._nono_py")
-    if cached is not None:
-        return cached
-    import importlib.machinery
+def nono_module_path() -> str:
+    """Where nono-py's native module lives (found without importing the package)."""
     import importlib.util
 
     spec = importlib.util.find_spec("nono_py")
@@ -70,18 +72,27 @@ def load_nono() -> ModuleType:
     for directory in spec.submodule_search_locations:
         for name in sorted(os.listdir(directory)):
             if name.startswith("_nono_py.") and name.endswith(".so"):
-                path = os.path.join(directory, name)
-                loader = importlib.machinery.ExtensionFileLoader("nono_py._nono_py", path)
-                module_spec = importlib.util.spec_from_file_location(
-                    "nono_py._nono_py", path, loader=loader
-                )
-                if module_spec is None:
-                    break
-                module = importlib.util.module_from_spec(module_spec)
-                loader.exec_module(module)
-                sys.modules["nono_py._nono_py"] = module
-                return module
+                return os.path.join(directory, name)
     raise ImportError("nono-py's native module _nono_py is missing")
+
+
+def load_nono(path: str | None = None) -> ModuleType:
+    """nono-py's native module, without the package's pydantic-heavy `__init__` (~250 ms)."""
+    cached = sys.modules.get("nono_py._nono_py")
+    if cached is not None:
+        return cached
+    import importlib.machinery
+    import importlib.util
+
+    path = path or nono_module_path()
+    loader = importlib.machinery.ExtensionFileLoader("nono_py._nono_py", path)
+    module_spec = importlib.util.spec_from_file_location("nono_py._nono_py", path, loader=loader)
+    if module_spec is None:
+        raise ImportError(f"cannot load nono-py's native module from {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    loader.exec_module(module)
+    sys.modules["nono_py._nono_py"] = module
+    return module
 
 
 def _libc() -> ctypes.CDLL:
@@ -96,8 +107,8 @@ def _prctl(libc: ctypes.CDLL, option: int, arg2: int = 0, arg3: int = 0) -> None
 
 def apply_landlock(spec: dict[str, Any]) -> None:
     try:
-        nono = load_nono()
-    except ImportError as exc:
+        nono = load_nono(spec.get("nono"))
+    except (ImportError, OSError) as exc:
         raise LaunchError("nono", str(exc)) from None
     caps = nono.CapabilitySet()
     modes = {"ro": nono.AccessMode.READ, "rw": nono.AccessMode.READ_WRITE}
@@ -137,16 +148,16 @@ class _CapData(ctypes.Structure):
 
 def drop_capabilities(libc: ctypes.CDLL) -> None:
     """Empty every capability set; root keeps its uid but loses every privilege it implies."""
-    import platform
-
     try:
-        with open("/proc/self/status", encoding="ascii") as handle:
+        with open("/proc/self/status", "rb") as handle:
             status = dict(
-                line.split(":\t", 1) for line in handle.read().splitlines() if ":\t" in line
+                line.decode("ascii").split(":\t", 1)
+                for line in handle.read().splitlines()
+                if b":\t" in line
             )
         held = any(int(status.get(k, "0"), 16) for k in ("CapPrm", "CapEff", "CapInh"))
         bounding = int(status.get("CapBnd", "0"), 16)
-        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as handle:
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as handle:
             last = int(handle.read())
     except (OSError, ValueError) as exc:
         raise LaunchError("capabilities", f"cannot read the capability state: {exc}") from None
@@ -225,6 +236,7 @@ def confine_and_exec(spec: dict[str, Any], status_fd: int) -> None:
     env: dict[str, str] = dict(spec["env"])
     argv: list[str] = list(spec["argv"])
     program = _resolve(argv[0], env.get("PATH", os.defpath))
+    os.write(status_fd, ARMED)
     try:
         os.execve(program, argv, env)
     except OSError as exc:

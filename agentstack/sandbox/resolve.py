@@ -220,11 +220,15 @@ def _prune(grants: list[Grant]) -> list[Grant]:
         key = (grant.path, grant.access, grant.file)
         if key in seen:
             continue
-        if grant.access == "ro" and not grant.source.startswith("sandbox."):
-            if any(
-                o.access == "rw" and not o.file and is_within(grant.path, o.path) for o in grants
-            ):
-                continue
+        if not grant.source.startswith("sandbox.") and any(
+            o is not grant
+            and not o.file
+            and (o.access == "rw" or grant.access == "ro")
+            and is_within(grant.path, o.path)
+            and (o.path != grant.path or o.access != grant.access)
+            for o in grants
+        ):
+            continue
         seen.add(key)
         out.append(grant)
     return out

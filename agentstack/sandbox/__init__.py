@@ -1,0 +1,12 @@
+"""The kernel sandbox behind `agentstack run`, `why` and `doctor`.
+
+- `policy`: `SandboxPolicy`, the one policy object (standard library only; the guard reads it).
+- `resolve`: `resolve_policy(manifest.sandbox, root, harness=...)` builds it from the manifest and
+  the system and harness profiles (`profiles`).
+- `runner`: `run_confined(root, policy, argv, env, interactive)` enforces it: Landlock through
+  nono-py, agentstack's seccomp blocklist (`seccomp`), an allowlisted environment and nono's
+  credential proxy; `launch` is the launcher that confines itself and execs the command.
+- `doctor` and `verify`: what this machine supports, and the confinement suite that proves it.
+
+Import the submodules directly; this package imports nothing heavy on its own.
+"""

@@ -1,0 +1,320 @@
+"""The probe program of the confinement suite: one attempted operation per process.
+
+Runs *inside* the sandbox under the system Python (`python3 -I probe.py MODE ROW ARG...`), so it
+imports only the standard library. It prints exactly one verdict line and exits:
+
+    ALLOWED <detail>                       exit 0   the operation succeeded
+    DENIED <ERRNO NAME> <strerror>         exit 1   the kernel refused it
+    ERROR <text>                           exit 3   the probe itself broke (never a pass)
+
+MODE is `direct` (this process does it), `grandchild` (a child process does it; its verdict and
+exit status are relayed) or `detached` (a double-forked, setsid()-detached descendant does it and
+reports through a pipe).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import platform
+import socket
+import struct
+import subprocess
+import sys
+
+SYSCALLS = {
+    "x86_64": {
+        "bpf": 321, "io_uring_setup": 425, "userfaultfd": 323, "perf_event_open": 298,
+        "keyctl": 250, "execveat": 322, "clone": 56, "process_vm_readv": 310, "setns": 308,
+        "memfd_create": 319, "pivot_root": 155,
+    },
+    "aarch64": {
+        "bpf": 280, "io_uring_setup": 425, "userfaultfd": 282, "perf_event_open": 241,
+        "keyctl": 219, "execveat": 281, "clone": 220, "process_vm_readv": 270, "setns": 268,
+        "memfd_create": 279, "pivot_root": 41,
+    },
+}
+CLONE_NEWUSER = 0x10000000
+SIGCHLD = 17
+AT_EMPTY_PATH = 0x1000
+TIOCSTI = 0x5412
+PTRACE_ATTACH = 16
+PTRACE_DETACH = 17
+
+
+class Denied(Exception):
+    def __init__(self, err: int) -> None:
+        super().__init__(err)
+        self.err = err
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int) -> int:
+    if result == -1:
+        raise Denied(ctypes.get_errno())
+    return result
+
+
+def _syscall(name: str, *args: object) -> int:
+    number = SYSCALLS[platform.machine()][name]
+    _libc.syscall.restype = ctypes.c_long
+    return _check(_libc.syscall(number, *args))
+
+
+def op_read(path: str) -> str:
+    with open(path, "rb") as handle:
+        data = handle.read(4096)
+    return f"read {len(data)} bytes"
+
+
+def op_append(path: str) -> str:
+    with open(path, "ab") as handle:
+        handle.write(b"probe\n")
+    return "appended"
+
+
+def op_create(directory: str) -> str:
+    path = os.path.join(directory, f"probe-{os.getpid()}.txt")
+    with open(path, "xb") as handle:
+        handle.write(b"probe\n")
+    return f"created {path}"
+
+
+def op_workdir() -> str:
+    path = os.path.join(os.getcwd(), f".probe-{os.getpid()}.txt")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("round trip")
+    with open(path, encoding="utf-8") as handle:
+        back = handle.read()
+    os.unlink(path)
+    tmp = os.path.join(os.environ["TMPDIR"], "probe.txt")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write("tmp")
+    return f"workdir and TMPDIR writable ({back})"
+
+
+def op_connect(host: str, port: str) -> str:
+    with socket.create_connection((host, int(port)), timeout=5):
+        return f"connected to {host}:{port}"
+
+
+def op_udp(host: str, port: str) -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(b"probe", (host, int(port)))
+    return "sent a UDP datagram"
+
+
+def op_socket(kind: str) -> str:
+    if kind == "raw":
+        sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    elif kind == "packet":
+        sock = socket.socket(17, socket.SOCK_RAW, 0)  # AF_PACKET
+    elif kind == "netlink-audit":
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 9)  # NETLINK_AUDIT
+    else:
+        raise ValueError(kind)
+    sock.close()
+    return f"opened a {kind} socket"
+
+
+def op_ptrace(pid: str) -> str:
+    _libc.ptrace.restype = ctypes.c_long
+    _check(_libc.ptrace(PTRACE_ATTACH, int(pid), None, None))
+    _libc.ptrace(PTRACE_DETACH, int(pid), None, None)
+    return f"attached to {pid}"
+
+
+def op_kill(pid: str) -> str:
+    try:
+        os.kill(int(pid), 15)
+    except OSError as exc:
+        raise Denied(exc.errno or 0) from None
+    return f"signalled {pid}"
+
+
+def op_mount(directory: str) -> str:
+    _check(_libc.mount(b"none", directory.encode(), b"tmpfs", 0, None))
+    return f"mounted tmpfs on {directory}"
+
+
+def op_bpf() -> str:
+    attr = struct.pack("IIII", 2, 4, 4, 1) + bytes(112)  # BPF_MAP_TYPE_ARRAY, 1 entry
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = _syscall("bpf", 0, buf, len(attr))  # BPF_MAP_CREATE
+    os.close(fd)
+    return "created a BPF map"
+
+
+def op_io_uring() -> str:
+    params = ctypes.create_string_buffer(120)
+    fd = _syscall("io_uring_setup", 8, params)
+    os.close(fd)
+    return "created an io_uring"
+
+
+def op_unshare_user() -> str:
+    _check(_libc.unshare(CLONE_NEWUSER))
+    return "entered a new user namespace"
+
+
+def op_clone_user() -> str:
+    pid = _syscall("clone", CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return "cloned into a new user namespace"
+
+
+def op_environ(pid: str) -> str:
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        data = handle.read()
+    return f"read {len(data)} bytes of /proc/{pid}/environ"
+
+
+def op_memfd() -> str:
+    fd = _syscall("memfd_create", b"probe", 0)
+    os.close(fd)
+    return "created a memfd"
+
+
+def op_execveat() -> str:
+    fd = os.open("/bin/true", os.O_RDONLY)
+    argv = (ctypes.c_char_p * 2)(b"true", None)
+    envp = (ctypes.c_char_p * 1)(None)
+    _syscall("execveat", fd, b"", argv, envp, AT_EMPTY_PATH)
+    return "executed a file descriptor"  # not reached: execveat replaced the process
+
+
+def op_keyctl() -> str:
+    key = _syscall("keyctl", 0, ctypes.c_long(-3), 1)  # KEYCTL_GET_KEYRING_ID, session, create
+    return f"keyring {key}"
+
+
+def op_userfaultfd() -> str:
+    fd = _syscall("userfaultfd", 0)
+    os.close(fd)
+    return "created a userfaultfd"
+
+
+def op_perf() -> str:
+    attr = struct.pack("IIQ", 1, 128, 0) + bytes(112)  # PERF_TYPE_SOFTWARE, CPU clock
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = _syscall("perf_event_open", buf, 0, -1, -1, 0)
+    os.close(fd)
+    return "opened a perf event"
+
+
+def op_vm_read(pid: str) -> str:
+    local = ctypes.create_string_buffer(16)
+
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    liov = IoVec(ctypes.addressof(local), 16)
+    riov = IoVec(0x400000, 16)
+    _syscall("process_vm_readv", int(pid), ctypes.byref(liov), 1, ctypes.byref(riov), 1, 0)
+    return f"read memory of {pid}"
+
+
+def op_setns() -> str:
+    fd = os.open("/proc/self/ns/uts", os.O_RDONLY)
+    _syscall("setns", fd, 0)
+    return "entered a namespace"
+
+
+def op_tiocsti() -> str:
+    char = ctypes.c_char(b"x")
+    _check(_libc.ioctl(0, TIOCSTI, ctypes.byref(char)))
+    return "injected a keystroke"
+
+
+def op_http(base_env: str, key_env: str, header: str) -> str:
+    import urllib.request
+
+    base, key = os.environ[base_env], os.environ[key_env]
+    value = f"Bearer {key}" if header.lower() == "authorization" else key
+    request = urllib.request.Request(base + "/v1/echo", headers={header: value})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=10) as response:
+        body = response.read().decode("utf-8", "replace")
+    env = json.dumps(dict(os.environ), sort_keys=True)
+    return f"status {response.status} body {body} env {env}"
+
+
+OPS = {
+    "read": op_read, "append": op_append, "create": op_create, "workdir": op_workdir,
+    "connect": op_connect, "udp": op_udp, "socket": op_socket, "ptrace": op_ptrace,
+    "kill": op_kill, "mount": op_mount, "bpf": op_bpf, "io_uring": op_io_uring,
+    "unshare_user": op_unshare_user, "clone_user": op_clone_user, "environ": op_environ,
+    "memfd": op_memfd, "execveat": op_execveat, "keyctl": op_keyctl,
+    "userfaultfd": op_userfaultfd, "perf": op_perf, "vm_read": op_vm_read, "setns": op_setns,
+    "tiocsti": op_tiocsti, "http": op_http,
+}
+
+
+def attempt(op: str, args: list[str]) -> tuple[int, str]:
+    try:
+        detail = OPS[op](*args)
+    except Denied as exc:
+        return 1, f"DENIED {errno.errorcode.get(exc.err, str(exc.err))} {os.strerror(exc.err)}"
+    except OSError as exc:
+        err = exc.errno or 0
+        return 1, f"DENIED {errno.errorcode.get(err, str(err))} {os.strerror(err)}"
+    except Exception as exc:  # noqa: BLE001 - a broken probe must never look like a denial
+        return 3, f"ERROR {type(exc).__name__}: {exc}"
+    return 0, f"ALLOWED {detail}"
+
+
+def main(argv: list[str]) -> int:
+    mode, op, args = argv[0], argv[1], argv[2:]
+    if mode == "direct":
+        code, line = attempt(op, args)
+        print(line, flush=True)
+        return code
+    if mode == "grandchild":
+        done = subprocess.run(
+            [sys.executable, "-I", os.path.abspath(__file__), "direct", op, *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
+        )
+        sys.stdout.write(done.stdout.decode("utf-8", "replace"))
+        return done.returncode
+    if mode == "detached":
+        read_end, write_end = os.pipe()
+        first = os.fork()
+        if first == 0:
+            os.close(read_end)
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            code, line = attempt(op, args)  # the detached, session-leader-less grandchild
+            os.write(write_end, f"{line}\nEXIT {code} SID {os.getsid(0)} PID {os.getpid()}\n"
+                     .encode())
+            os._exit(0)
+        os.close(write_end)
+        os.waitpid(first, 0)
+        chunks = []
+        while True:
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        lines = b"".join(chunks).decode("utf-8", "replace").splitlines()
+        if not lines or not lines[-1].startswith("EXIT "):
+            print("ERROR the detached descendant reported nothing", flush=True)
+            return 3
+        print("\n".join(lines[:-1]), flush=True)
+        fields = lines[-1].split()
+        if fields[3] == str(os.getsid(0)):
+            print("ERROR the descendant was not detached (same session)", flush=True)
+            return 3
+        return int(fields[1])
+    print(f"ERROR unknown mode {mode}", flush=True)
+    return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

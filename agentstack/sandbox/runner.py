@@ -1,0 +1,503 @@
+"""Launch a command under the kernel sandbox built from a `SandboxPolicy`.
+
+The parent (this module, unconfined) checks that the sandbox is enforceable, compiles the seccomp
+program, creates a private TMPDIR, starts nono's credential proxy when the policy has credentials or
+allowed domains, builds the environment from an allowlist, and starts the launcher
+(`launch.py`, a fresh `python -I`), which confines itself and execve()s the command. The parent
+then waits: it forwards SIGTERM and SIGHUP (and, for a non-interactive child, SIGINT and SIGQUIT),
+and returns the child's exit status. When the command exits, descendants it left behind (even
+setsid-detached ones) are killed: the parent is their child subreaper for the run.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from agentstack.sandbox import profiles
+from agentstack.sandbox.launch import ARMED, nono_module_path
+from agentstack.sandbox.policy import SandboxPolicy
+from agentstack.sandbox.resolve import ConfinementError
+
+LAUNCHER = Path(__file__).resolve().with_name("launch.py")
+REQUIRED_ABI_FEATURES = {
+    "has_network": "TCP connect/bind rules (Landlock ABI 4, Linux 6.7)",
+    "has_scoping": "signal and abstract unix socket scoping (Landlock ABI 6, Linux 6.12)",
+}
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+NO_PROXY = "localhost,127.0.0.1,::1"
+FileArg = int | IO[Any] | None
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    """What the kernel and libraries offer, checked before anything is launched."""
+
+    abi: str
+    features: tuple[str, ...]
+    nono_version: str | None
+    seccomp_program: bytes = field(repr=False)
+
+
+def nono_version() -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("nono-py")
+    except PackageNotFoundError:
+        return None
+
+
+def landlock_kernel_abi() -> int | None:
+    """The kernel's own Landlock ABI number (landlock_create_ruleset(NULL, 0, VERSION))."""
+    import platform
+
+    number = {"x86_64": 444, "aarch64": 444}.get(platform.machine())
+    if number is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    result = libc.syscall(number, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return int(result) if result > 0 else None
+
+
+def check_enforceable(policy: SandboxPolicy) -> Enforcement:
+    """Raise ConfinementError unless every layer the policy needs is available here."""
+    if not sys.platform.startswith("linux"):
+        raise ConfinementError(
+            f"agentstack run confines with Landlock and seccomp, which need Linux (this is "
+            f"{sys.platform})",
+            hint="run it on Linux 6.12 or newer",
+        )
+    try:
+        from agentstack.sandbox.launch import load_nono
+
+        nono = load_nono()
+    except ImportError as exc:
+        raise ConfinementError(
+            f"nono-py is not usable: {exc}",
+            hint="install it into agentstack's environment: pip install 'nono-py>=0.16,<0.17'",
+        ) from None
+    try:
+        abi = nono.detect_abi()
+    except RuntimeError as exc:
+        raise ConfinementError(
+            f"Landlock is not available: {exc}",
+            hint="use a kernel built with CONFIG_SECURITY_LANDLOCK and 'landlock' in the lsm= "
+            "boot parameter (cat /sys/kernel/security/lsm)",
+        ) from None
+    missing = [
+        text for attr, text in REQUIRED_ABI_FEATURES.items()
+        if (attr != "has_network" or policy.network_block) and not getattr(abi, attr)
+    ]
+    if missing:
+        raise ConfinementError(
+            f"the kernel's Landlock ({abi.version}) lacks " + " and ".join(missing),
+            hint="upgrade to Linux 6.12 or newer; agentstack does not run a harness with a "
+            "weaker sandbox than the one declared",
+        )
+    if policy.seccomp:
+        try:
+            from agentstack.sandbox.seccomp import build_program
+
+            program = build_program(allow_udp=not policy.network_block)
+        except ImportError as exc:
+            raise ConfinementError(
+                f"seccomp is not usable: {exc}",
+                hint="install pyseccomp (pip install 'pyseccomp>=0.1.2') and libseccomp "
+                "(Debian/Ubuntu: apt-get install libseccomp2)",
+            ) from None
+        except OSError as exc:
+            raise ConfinementError(f"libseccomp could not compile the filter: {exc}") from None
+    else:
+        program = b""
+    return Enforcement(
+        abi=str(abi.version),
+        features=tuple(abi.feature_names),
+        nono_version=nono_version(),
+        seccomp_program=program,
+    )
+
+
+def build_env(
+    policy: SandboxPolicy, source: Mapping[str, str], proxy_env: Mapping[str, str]
+) -> dict[str, str]:
+    """The child's environment: allowlisted names from `source`, the profile's fixed values,
+    TMPDIR, and the proxy's variables. Nothing else is inherited; SSH_AUTH_SOCK never passes."""
+    env: dict[str, str] = {}
+    for name in policy.env_pass:
+        if name in profiles.FORBIDDEN_ENV or name.startswith(profiles.FORBIDDEN_ENV_PREFIXES):
+            continue
+        value = source.get(name)
+        if value is not None:
+            env[name] = value
+    env["HOME"] = policy.home
+    env.setdefault("PATH", os.defpath)
+    for name, value in policy.env_set:
+        env[name] = value
+    if policy.tmpdir is not None:
+        env["TMPDIR"] = policy.tmpdir
+    env.update(proxy_env)
+    for name in list(env):
+        if name in profiles.FORBIDDEN_ENV or name.startswith(profiles.FORBIDDEN_ENV_PREFIXES):
+            del env[name]
+    return env
+
+
+# ---------------------------------------------------------------------------------- the proxy
+
+
+class Proxy:
+    """nono's proxy in this (unconfined) process: reverse routes that inject the real secrets,
+    and a CONNECT proxy for `sandbox.network.allow_domains`."""
+
+    def __init__(self, policy: SandboxPolicy) -> None:
+        from agentstack.sandbox.launch import load_nono
+        from agentstack.secrets import SecretStore
+
+        nono = load_nono()
+        store = SecretStore(Path(policy.agentstack_home))
+        routes = []
+        for cred in policy.credentials:
+            path = store.path(cred.secret)
+            if not path.is_file():
+                raise ConfinementError(
+                    f"sandbox.credentials.{cred.name} needs secret:{cred.secret}, which is not "
+                    "set",
+                    hint=f"agentstack secret set {cred.secret}",
+                )
+            store.get(cred.secret)  # checks ownership and mode
+            routes.append(
+                nono.RouteConfig(
+                    prefix=cred.name,
+                    upstream=cred.upstream.rstrip("/"),
+                    credential_key=f"file://{path}",
+                    inject_mode=nono.InjectMode.HEADER,
+                    inject_header=cred.header,
+                    credential_format="Bearer {}" if cred.header.lower() == "authorization"
+                    else "{}",
+                    env_var=cred.env,
+                )
+            )
+        try:
+            self.handle = nono.start_proxy(
+                nono.ProxyConfig(allowed_hosts=list(policy.allow_domains), routes=routes)
+            )
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise ConfinementError(f"the credential proxy did not start: {exc}") from None
+        problems = [d for d in self.handle.diagnostics() if d.get("severity") != "info"]
+        if problems:
+            self.handle.shutdown()
+            raise ConfinementError(
+                "the credential proxy reported: "
+                + "; ".join(f"{d.get('route_prefix')}: {d.get('message')}" for d in problems)
+            )
+        self.port = int(self.handle.port)
+        self.token = str(self.handle.env_vars()["NONO_PROXY_TOKEN"])
+        self.policy = policy
+
+    def child_env(self) -> dict[str, str]:
+        env = {k: v for k, v in self.handle.env_vars().items()}
+        env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
+        env["NONO_NO_PROXY"] = NO_PROXY
+        credential_env = self.handle.credential_env_vars()
+        for cred in self.policy.credentials:
+            phantom = credential_env.get(cred.env)
+            if not phantom:
+                raise ConfinementError(
+                    f"the proxy gave no phantom token for {cred.env}; refusing to start"
+                )
+            env[cred.env] = phantom
+            if cred.base_url_env:
+                env[cred.base_url_env] = f"http://127.0.0.1:{self.port}/{cred.name}"
+        return env
+
+    def audit(self) -> list[dict[str, Any]]:
+        return list(self.handle.drain_audit_events())
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(Exception):
+            self.handle.shutdown()
+
+
+# ---------------------------------------------------------------------------------- running
+
+
+def prepare_state(policy: SandboxPolicy) -> None:
+    """Create the harness's missing state paths (Landlock can only grant what exists), and refuse
+    when a path the manifest grants does not exist."""
+    seeds: dict[str, str] = {}
+    if policy.harness is not None:
+        profile = profiles.PROFILES[policy.harness]
+        seeds = {os.path.realpath(os.path.expanduser(k.replace("~", policy.home, 1))): v
+                 for k, v in profile.file_seed.items()}
+    for grant in policy.grants:
+        if os.path.exists(grant.path):
+            continue
+        if grant.source.startswith("harness:") and grant.access == "rw":
+            if grant.file:
+                os.makedirs(os.path.dirname(grant.path), mode=0o700, exist_ok=True)
+                fd = os.open(grant.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(seeds.get(grant.path, ""))
+            else:
+                os.makedirs(grant.path, mode=0o700, exist_ok=True)
+            continue
+        raise ConfinementError(
+            f"{grant.source} grants {grant.path}, which does not exist",
+            hint="create it, or remove the grant; Landlock can only grant existing paths",
+        )
+
+
+@dataclass
+class Confined:
+    """A running confined process."""
+
+    process: subprocess.Popen[bytes]
+    policy: SandboxPolicy
+    proxy: Proxy | None
+    enforcement: Enforcement
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+def _launch_spec(
+    policy: SandboxPolicy, argv: Sequence[str], env: Mapping[str, str], program: bytes
+) -> dict[str, Any]:
+    return {
+        "argv": list(argv),
+        "env": dict(env),
+        "cwd": policy.workdir,
+        "grants": [
+            {"path": g.path, "access": g.access, "file": g.file} for g in policy.grants
+        ],
+        "network_block": policy.network_block,
+        "tcp_ports": list(policy.tcp_ports),
+        "seccomp": base64.b64encode(program).decode("ascii") if program else "",
+        "drop_capabilities": True,
+        "nono": nono_module_path(),
+        "parent_pid": os.getpid(),
+    }
+
+
+def _children() -> set[int]:
+    me = str(os.getpid())
+    out: set[int] = set()
+    try:
+        entries = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        entries = [me]
+    for task in entries:
+        try:
+            with open(f"/proc/{me}/task/{task}/children", encoding="ascii") as handle:
+                out.update(int(p) for p in handle.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def _set_subreaper(on: bool) -> bool:
+    """Become (or stop being) the child subreaper; returns the previous setting."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    previous = ctypes.c_int(0)
+    libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(previous), 0, 0, 0)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1 if on else 0), 0, 0, 0)
+    return bool(previous.value)
+
+
+def _reap_descendants(before: set[int]) -> int:
+    """SIGKILL the confined command's leftovers (reparented to us as subreaper); how many."""
+    killed = 0
+    for _ in range(64):
+        strays = _children() - before
+        if not strays:
+            break
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        for pid in strays:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+    return killed
+
+
+@contextlib.contextmanager
+def confined(
+    root: Path,
+    policy: SandboxPolicy,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    interactive: bool,
+    stdin: FileArg = None,
+    stdout: FileArg = None,
+    stderr: FileArg = None,
+) -> Iterator[Confined]:
+    """Start `argv` confined; yields once the sandbox is applied and the command exec'd.
+
+    On leaving: leftover descendants are killed, the proxy stops, the private TMPDIR is removed.
+    Raises ConfinementError when anything would make the sandbox weaker than `policy`."""
+    if not argv:
+        raise ConfinementError("nothing to run: give a command after --, or --harness")
+    if os.path.realpath(str(root)) != policy.workdir:
+        raise ConfinementError(
+            f"the policy's workdir {policy.workdir} is not the project root {root}"
+        )
+    enforcement = check_enforceable(policy)
+    before: set[int] = set()
+    tmpdir = tempfile.mkdtemp(prefix="agentstack-run-")
+    proxy: Proxy | None = None
+    subreaper_was = None
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        if policy.needs_proxy:
+            proxy = Proxy(policy)
+        runtime = policy.with_runtime(
+            tmpdir=os.path.realpath(tmpdir), proxy_port=proxy.port if proxy else None
+        )
+        prepare_state(runtime)
+        child_env = build_env(runtime, env, proxy.child_env() if proxy else {})
+        spec = json.dumps(_launch_spec(runtime, argv, child_env, enforcement.seccomp_program))
+        spec_r, spec_w = os.pipe()
+        status_r, status_w = os.pipe()
+        before = _children()
+        subreaper_was = _set_subreaper(True)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(LAUNCHER), str(spec_r), str(status_w)],
+                pass_fds=(spec_r, status_w),
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=runtime.workdir,
+                env={"PATH": os.defpath},
+                start_new_session=not interactive,
+                close_fds=True,
+            )
+        finally:
+            os.close(spec_r)
+            os.close(status_w)
+        try:
+            with os.fdopen(spec_w, "wb") as handle:
+                handle.write(spec.encode("utf-8"))
+        except BrokenPipeError:
+            pass
+        with os.fdopen(status_r, "rb") as handle:
+            status = handle.read()
+        _check_status(status, process)
+        yield Confined(process=process, policy=runtime, proxy=proxy, enforcement=enforcement)
+    finally:
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait()
+        if subreaper_was is not None:
+            _reap_descendants(before)
+            if not subreaper_was:
+                _set_subreaper(False)
+        if proxy is not None:
+            proxy.shutdown()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _check_status(status: bytes, process: subprocess.Popen[bytes]) -> None:
+    """Raise unless the launcher armed the sandbox and execve succeeded (see launch.py)."""
+    armed = status.startswith(ARMED)
+    rest = status[len(ARMED):] if armed else status
+    if armed and not rest:
+        return
+    process.wait()
+    if not rest:
+        raise ConfinementError(
+            f"the sandbox launcher died before confining anything (status {process.returncode})",
+            hint="nothing was run; 'agentstack doctor' shows what this machine supports",
+        )
+    try:
+        failure = json.loads(rest.decode("utf-8").splitlines()[0])
+    except (ValueError, IndexError):
+        failure = {"stage": "launch", "message": rest.decode("utf-8", "replace")}
+    if armed:
+        raise ConfinementError(f"inside the sandbox, {failure.get('message')}")
+    raise ConfinementError(
+        f"the sandbox could not be applied ({failure.get('stage')}): {failure.get('message')}",
+        hint="nothing was run; 'agentstack doctor' shows what this machine supports",
+    )
+
+
+def run_confined(
+    root: Path,
+    policy: SandboxPolicy,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    interactive: bool,
+    *,
+    stdin: FileArg = None,
+    stdout: FileArg = None,
+    stderr: FileArg = None,
+) -> int:
+    """Run `argv` in `root` under `policy`; return its exit status (negative: killed by signal N).
+
+    `env` is the environment the allowlist draws values from (normally os.environ); nothing else
+    of it reaches the command. `interactive=True` keeps the command in this process group with the
+    inherited terminal (Ctrl-C reaches it from the terminal; this process ignores SIGINT/SIGQUIT
+    meanwhile); `interactive=False` starts it in a new session with no controlling terminal and
+    forwards SIGINT, SIGQUIT, SIGTERM and SIGHUP to its process group. Raises ConfinementError
+    (exit 1) when the sandbox cannot be enforced: nothing is run unconfined."""
+    with confined(
+        root, policy, argv, env, interactive=interactive, stdin=stdin, stdout=stdout,
+        stderr=stderr,
+    ) as child:
+        with _forwarding(child.process, interactive=interactive):
+            return child.process.wait()
+
+
+@contextlib.contextmanager
+def _forwarding(process: subprocess.Popen[bytes], *, interactive: bool) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    forwarded = [signal.SIGTERM, signal.SIGHUP]
+    ignored: list[signal.Signals] = []
+    if interactive:
+        ignored = [signal.SIGINT, signal.SIGQUIT]
+    else:
+        forwarded += [signal.SIGINT, signal.SIGQUIT]
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if interactive:
+                os.kill(process.pid, signum)
+            else:
+                os.killpg(process.pid, signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for sig in forwarded:
+            previous[sig] = signal.signal(sig, forward)
+        for sig in ignored:
+            previous[sig] = signal.signal(sig, signal.SIG_IGN)
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status for a child's return code (128+N for a signal)."""
+    return 128 - returncode if returncode < 0 else returncode

@@ -1,0 +1,150 @@
+"""The secret store: `$AGENTSTACK_HOME/secrets/NAME`, one file per secret (directory 0700, files
+0600), written atomically. Secrets are referenced as `secret:NAME` and never rendered into native
+configs; under `agentstack run` only the credential proxy (in the unconfined parent) reads them,
+and the sandbox denies the whole of `$AGENTSTACK_HOME` to the confined process."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from agentstack.errors import InvalidInput, Refused
+from agentstack.manifest import SECRET_NAME_PATTERN
+from agentstack.paths import agentstack_home
+
+SECRETS_DIR = "secrets"
+MAX_SECRET_BYTES = 64 * 1024
+_NAME = re.compile(SECRET_NAME_PATTERN)
+
+
+class SecretStore:
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home if home is not None else agentstack_home()
+        self.directory = self.home / SECRETS_DIR
+
+    # ------------------------------------------------------------------ paths and checks
+
+    @staticmethod
+    def check_name(name: str) -> str:
+        if not _NAME.match(name):
+            raise InvalidInput(
+                f"{name!r} is not a secret name",
+                hint="letters, digits, '.', '_' and '-', starting with a letter or digit, "
+                "at most 64 characters",
+            )
+        return name
+
+    @staticmethod
+    def check_value(value: str) -> str:
+        if not value:
+            raise InvalidInput("the secret is empty; nothing was stored")
+        if any(c in value for c in "\0\r\n"):
+            raise InvalidInput(
+                "the secret contains a NUL, carriage return or newline",
+                hint="a secret is injected into an HTTP header; give it on one line",
+            )
+        if len(value.encode("utf-8")) > MAX_SECRET_BYTES:
+            raise InvalidInput(f"the secret is longer than {MAX_SECRET_BYTES} bytes")
+        return value
+
+    def path(self, name: str) -> Path:
+        return self.directory / self.check_name(name)
+
+    def _ensure_directory(self) -> None:
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            os.mkdir(self.directory, 0o700)
+        except FileExistsError:
+            pass
+        self._check_directory(fix=True)
+
+    def _check_directory(self, *, fix: bool) -> None:
+        info = os.lstat(self.directory)
+        if not stat.S_ISDIR(info.st_mode):
+            raise Refused(
+                f"{self.directory} is not a directory (a symbolic link?); refusing to use it",
+                hint="move it away; agentstack recreates the secret store",
+            )
+        if info.st_uid != os.geteuid():
+            raise Refused(
+                f"{self.directory} belongs to uid {info.st_uid}, not to you; refusing to use it"
+            )
+        if info.st_mode & 0o077:
+            if not fix:
+                raise Refused(
+                    f"{self.directory} is accessible to other users (mode "
+                    f"{stat.S_IMODE(info.st_mode):04o})",
+                    hint=f"chmod 700 {self.directory}",
+                )
+            os.chmod(self.directory, 0o700)
+
+    # ------------------------------------------------------------------ operations
+
+    def set(self, name: str, value: str) -> Path:
+        """Store `value` as NAME: a 0600 temp file, fsync, rename over, fsync the directory."""
+        target = self.path(name)
+        data = self.check_value(value).encode("utf-8")
+        self._ensure_directory()
+        tmp = self.directory / f".{name}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            try:
+                os.fchmod(fd, 0o600)
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return target
+
+    def get(self, name: str) -> str:
+        path = self.path(name)
+        if not self.directory.exists():
+            raise Refused(f"no secret {name!r}", hint=f"agentstack secret set {name}")
+        self._check_directory(fix=False)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise Refused(f"no secret {name!r}", hint=f"agentstack secret set {name}") from None
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if info.st_mode & 0o077 or info.st_uid != os.geteuid():
+                raise Refused(
+                    f"{path} is accessible to other users or not yours; refusing to use it",
+                    hint=f"chmod 600 {path}",
+                )
+            return handle.read().decode("utf-8")
+
+    def exists(self, name: str) -> bool:
+        return self.path(name).is_file()
+
+    def names(self) -> list[str]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(
+            entry.name
+            for entry in self.directory.iterdir()
+            if _NAME.match(entry.name) and entry.is_file() and not entry.is_symlink()
+        )
+
+    def remove(self, name: str) -> bool:
+        path = self.path(name)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
