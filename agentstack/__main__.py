@@ -1,5 +1,5 @@
 """`python -m agentstack`: the same as the `agentstack` command."""
 
-from agentstack.cli import main
+from agentstack.entry import main
 
 main()

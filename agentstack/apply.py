@@ -17,7 +17,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from agentstack_adapters import (
 
 from agentstack.canonical import b3, canonical_bytes
 from agentstack.errors import AgentstackError, InvalidInput, Refused, StaleLock
+from agentstack.fsutil import write_atomic
 from agentstack.paths import ensure_private_dir, project_state_dir
 
 LEDGER_VERSION = 1
@@ -522,18 +522,7 @@ def _file_mode(path: Path, executable: bool, root: Path) -> int:
 
 
 def _write_atomic(path: Path, data: bytes, executable: bool, mode: int | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.agentstack-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode if mode is not None else (0o755 if executable else 0o644))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, data, mode if mode is not None else (0o755 if executable else 0o644))
 
 
 def _link_atomic(path: Path, target: str) -> None:

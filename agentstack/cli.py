@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from agentstack.errors import EXIT_INTERNAL, AgentstackError, InvalidInput, Refused
+from agentstack.entry import echo, print_json
+from agentstack.errors import InvalidInput, Refused
 
 if TYPE_CHECKING:
     from agentstack.manifest import Manifest
@@ -63,30 +64,13 @@ def _root(
 
 
 def _root_dir() -> Path:
-    """--project DIR exactly (no upward search), else the nearest agentstack.toml upward."""
-    from agentstack.manifest import MANIFEST_NAME, find_project
+    from agentstack.lock_command import project_root
 
-    if _state.project is not None:
-        root = _state.project.resolve()
-        if not (root / MANIFEST_NAME).is_file():
-            raise InvalidInput(
-                f"--project {_state.project}: no {MANIFEST_NAME} there",
-                hint="run 'agentstack init' there, or point --project at the "
-                "directory holding agentstack.toml",
-            )
-        return root
-    return find_project(Path.cwd())
+    return project_root(_state.project)
 
 
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-
-
-def _echo(message: str) -> None:
-    """A plain status line on stderr (stdout stays clean for --json and pipes)."""
-    from agentstack.sanitize import sanitize
-
-    sys.stderr.write(sanitize(message, keep_newlines=True) + "\n")
+_print_json = print_json
+_echo = echo
 
 
 def _current(root: Path) -> tuple[Manifest, dict[str, Any], dict[str, Any], str]:
@@ -292,52 +276,13 @@ def lock(
     as_json: JsonOpt = False,
 ) -> None:
     """Resolve every item and pin it into agentstack.lock."""
-    from agentstack.edit import write_atomic
-    from agentstack.lockfile import (
-        changed_items,
-        dumps_lock,
-        fresh_lock,
-        read_lock,
-        resolver_for,
-    )
-    from agentstack.manifest import LOCK_NAME, load_manifest
+    from agentstack.lock_command import run_lock
 
-    root = _root_dir()
-    manifest = load_manifest(root)
-    if frozen:
-        fresh_lock(root, manifest, verify_git=True)
-        if as_json:
-            _print_json({"lock": "fresh", "changed": []})
-        else:
-            _echo(f"{LOCK_NAME} matches the manifest and every pinned byte")
-        return
-    previous = read_lock(root)
-    resolver = resolver_for(root, previous, update_git=update)
-    try:
-        new = resolver.resolve(manifest)
-    finally:
-        resolver.stat_cache.save()
-    if previous is None:
-        changed = ["all"]
-    else:
-        changed = [] if previous == new else changed_items(previous, new)
-    if as_json:
-        _print_json({"lock": "stale" if changed else "fresh", "changed": changed})
-    if check:
-        if changed:
-            if not as_json:
-                _echo(f"{LOCK_NAME} would change: {', '.join(changed)}")
-            raise typer.Exit(1)
-        if not as_json:
-            _echo(f"{LOCK_NAME} is up to date")
-        return
-    if changed:
-        write_atomic(root / LOCK_NAME, dumps_lock(new))
-    if not as_json:
-        _echo(
-            f"{'wrote' if changed else 'unchanged:'} {root / LOCK_NAME}"
-            + (f" ({', '.join(changed)})" if changed and previous else "")
-        )
+    code = run_lock(
+        project=_state.project, check=check, frozen=frozen, update=update, as_json=as_json
+    )
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -447,6 +392,7 @@ def schema(
 # ------------------------------------------------------------------ entry point
 
 from agentstack import cli_apply, cli_trust  # noqa: E402,F401 - registers their commands
+from agentstack import cli_sandbox as cli_sandbox  # noqa: E402 - registers run, why, doctor and secret
 
 
 @app.command()
@@ -460,46 +406,8 @@ def guard(
     guard_main(["--harness", harness])
 
 
-def _crash_report(exc: BaseException) -> Path | None:
-    import os
-    import time
-    import traceback
-
-    from agentstack import __version__
-    from agentstack.paths import agentstack_cache
-
-    try:
-        directory = agentstack_cache() / "crash"
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
-        path.write_text(
-            f"agentstack {__version__}\nargv: {sys.argv!r}\n\n"
-            + "".join(traceback.format_exception(exc)),
-            encoding="utf-8",
-        )
-    except OSError:
-        return None
-    return path
-
-
 def main() -> NoReturn:
-    try:
-        app()
-    except SystemExit:
-        raise
-    except AgentstackError as exc:
-        lines = exc.diagnostics()
-        _echo("error: " + "\n".join(lines))
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        _echo("interrupted")
-        sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - the one place a bug becomes exit 3
-        report = _crash_report(exc)
-        where = f"; report written to {report}" if report else ""
-        _echo(
-            f"internal error: {type(exc).__name__}: {exc}{where}\n"
-            "this is a bug in agentstack; please report it with the crash report"
-        )
-        sys.exit(EXIT_INTERNAL)
-    sys.exit(0)
+    """Kept for `agentstack.cli:main` callers; the console script is `agentstack.entry:main`."""
+    from agentstack.entry import main as entry_main
+
+    entry_main()

@@ -6,8 +6,6 @@ An edit is validated as a whole manifest before it is written, and written atomi
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +40,9 @@ block = true
 
 def write_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` in one step: a reader sees the old or the new file, never half."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from agentstack.fsutil import write_atomic as write_bytes
+
+    write_bytes(path, text.encode("utf-8"))
 
 
 def init(root: Path, name: str, harnesses: list[str]) -> Path:

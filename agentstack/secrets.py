@@ -5,6 +5,7 @@ and the sandbox denies the whole of `$AGENTSTACK_HOME` to the confined process."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -54,10 +55,8 @@ class SecretStore:
 
     def _ensure_directory(self) -> None:
         self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(self.directory, 0o700)
-        except FileExistsError:
-            pass
         self._check_directory(fix=True)
 
     def _check_directory(self, *, fix: bool) -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from agentstack._guard import SNAPSHOT_VERSION, _canonical, _sha, fingerprint, keys_view
+from agentstack.fsutil import write_atomic
 from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
 from agentstack.paths import agentstack_home, ensure_private_dir, project_state_dir
 
@@ -199,15 +199,6 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         for item in foreign_entries(path, entry)
     ]
     directory = ensure_private_dir(project_state_dir(root))
-    target = directory / "guard.json"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".guard-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(snapshot, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    data = json.dumps(snapshot, indent=1, sort_keys=True).encode("utf-8")
+    write_atomic(directory / "guard.json", data, 0o600)
     return foreign

@@ -119,7 +119,12 @@ class StatCache:
 
     def lookup(self, abspath: str, st: os.stat_result) -> str | None:
         cached = self._entries.get(abspath)
-        if not isinstance(cached, list) or len(cached) != 7 or cached[:5] != self._key(st):
+        if (
+            not isinstance(cached, list)
+            or len(cached) != 7
+            or cached[3] != st.st_mtime_ns
+            or cached[:5] != self._key(st)
+        ):
             return None
         digest, hashed_ns = cached[5], cached[6]
         if not isinstance(digest, str) or not isinstance(hashed_ns, int):
@@ -144,7 +149,8 @@ class StatCache:
             return  # the cache is an optimisation; never fail a lock on it
         try:
             with os.fdopen(fd, "w") as handle:
-                json.dump(payload, handle, separators=(",", ":"))
+                # json.dumps, not json.dump: only the former uses the C encoder.
+                handle.write(json.dumps(payload, separators=(",", ":")))
             os.replace(tmp, self.path)
         except OSError:
             Path(tmp).unlink(missing_ok=True)
@@ -160,7 +166,7 @@ def _hash_fd(fd: int, size: int) -> str:
     return DIGEST_PREFIX + hasher.hexdigest()
 
 
-def hash_regular_file(path: Path, st: os.stat_result, cache: StatCache | None) -> str:
+def hash_regular_file(path: Path | str, st: os.stat_result, cache: StatCache | None) -> str:
     abspath = str(path)
     if cache is not None:
         hit = cache.lookup(abspath, st)
@@ -265,15 +271,17 @@ def walk_tree(root: Path, cache: StatCache | None = None) -> list[TreeEntry]:
 def _walk(
     root: Path, prefix: str, cache: StatCache | None, links: dict[str, str]
 ) -> Iterator[TreeEntry]:
-    directory = root / prefix if prefix else root
+    # Hot loop (10,000-file trees): plain strings, no Path objects, error text built on failure.
+    directory = os.path.join(root, prefix) if prefix else str(root)
     seen: dict[str, str] = {}
     with os.scandir(directory) as it:
         children = sorted(it, key=lambda d: os.fsencode(d.name))
     for child in children:
         name = child.name
         rel = f"{prefix}/{name}" if prefix else name
-        check_name(name, str(root / rel))
-        key = _collision_key(name)
+        if not (name.isascii() and name.isprintable()) or name in (".", ".."):
+            check_name(name, os.path.join(root, rel))
+        key = name.lower() if name.isascii() else _collision_key(name)
         if key in seen:
             raise TreeHashError(
                 f"{root / rel}: collides with {seen[key]!r} on a case-insensitive file system",
@@ -290,7 +298,7 @@ def _walk(
                 kind="file",
                 executable=bool(mode & stat.S_IXUSR),
                 size=st.st_size,
-                digest=hash_regular_file(Path(child.path), st, cache),
+                digest=hash_regular_file(child.path, st, cache),
             )
         elif stat.S_ISLNK(mode):
             target = os.readlink(child.path)

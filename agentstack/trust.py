@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from agentstack.canonical import canonical_bytes, is_digest
 from agentstack.errors import InvalidInput
+from agentstack.fsutil import write_atomic
 from agentstack.paths import agentstack_home, ensure_private_dir
 from agentstack.trustlog import TrustLog, TrustRecord
 
@@ -100,16 +100,7 @@ class TrustStore:
         """Store what was reviewed, so a later change is shown as a diff against it."""
         path = self.consent_path(digest)
         ensure_private_dir(path.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".consent-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(canonical_bytes(document))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, canonical_bytes(document), 0o600)
         return path
 
     def load_consent(self, digest: str) -> dict[str, Any] | None:

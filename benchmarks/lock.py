@@ -10,7 +10,7 @@ the past so the racy-timestamp rule of the stat cache does not force re-hashing)
 * b3sum over the same files (default multithreading), median of 3;
 * `agentstack lock` on a fresh stat cache and no lock (both deleted before each run), median of 3;
 * `agentstack lock` unchanged re-run (warm stat cache, lock present), median of 5;
-* `python -c pass` and `python -c "import agentstack.cli"` with the same interpreter, median of 5,
+* `python -c pass` and `python -c "import agentstack.manifest"` with the same interpreter, median of 5,
   to show how much of a re-lock is interpreter start-up and imports.
 
 The page cache cannot be dropped without privileges, so every file is read once before timing:
@@ -283,9 +283,9 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     py = sys.executable
     where = check_run([py, "-c", "import agentstack; print(agentstack.__file__)"], project, env)
     print(f"agentstack under test: {where.strip()}")
-    # Exactly what the `agentstack` console script runs (entry point agentstack.cli:main); this
+    # Exactly what the `agentstack` console script runs (entry point agentstack.entry:main); this
     # does not depend on a `__main__` guard in cli.py, so it keeps working as that file changes.
-    lock_argv = [py, "-c", "from agentstack.cli import main; main()", "lock"]
+    lock_argv = [py, "-c", "from agentstack.entry import main; main()", "lock"]
     lock_path = project / "agentstack.lock"
 
     def fresh() -> None:
@@ -310,7 +310,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     first = timed(lock_run, 3, before=fresh)
     verify_lock(project, expected, len(files))
 
-    statcache = cache / "statcache-v1.json"
+    statcache = cache / "statcache-v2.json"
     cache_stamp = statcache.stat().st_mtime_ns
     lock_stamp = lock_path.stat().st_mtime_ns
 
@@ -329,7 +329,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         check_run([py, "-c", "pass"], project, env)
 
     def imports() -> None:
-        check_run([py, "-c", "import agentstack.cli"], project, env)
+        check_run([py, "-c", "import agentstack.manifest"], project, env)
 
     startup = timed(bare, 5)
     importing = timed(imports, 5)
@@ -346,7 +346,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         ("agentstack lock, first (median 3)", t_first, first, True),
         ("agentstack lock, re-lock (median 5)", t_relock, relock, False),
         ("python -c pass (median 5)", t_start, startup, False),
-        ("python -c 'import agentstack.cli'", t_import, importing, False),
+        ("python -c 'import agentstack.manifest'", t_import, importing, False),
     ]
     for name, t, runs, rate in rows:
         mbs = f"{mb / t:8.1f}" if rate else " " * 8
@@ -363,7 +363,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     )
     print(
         f"re-lock minus 'python -c pass' = {t_relock - t_start:.3f} s; "
-        f"minus 'import agentstack.cli' = {t_relock - t_import:.3f} s"
+        f"minus 'import agentstack.manifest' = {t_relock - t_import:.3f} s"
     )
     print(
         f"stat cache fully hit on re-lock: {'yes' if cache_hit else 'NO (some file re-hashed)'};"

@@ -238,7 +238,7 @@ def confine_and_exec(spec: dict[str, Any], status_fd: int) -> None:
     program = _resolve(argv[0], env.get("PATH", os.defpath))
     os.write(status_fd, ARMED)
     try:
-        os.execve(program, argv, env)
+        os.execve(program, argv, env)  # noqa: S606 - argv, not a shell
     except OSError as exc:
         hint = ""
         if exc.errno in (errno.EACCES, errno.EPERM):

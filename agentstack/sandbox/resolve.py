@@ -246,7 +246,7 @@ def _unique_denies(denies: list[Deny]) -> list[Deny]:
 
 def _env_names(sandbox: Sandbox) -> tuple[str, ...]:
     reserved = {"TMPDIR"}
-    for name, cred in sandbox.credentials.items():
+    for cred in sandbox.credentials.values():
         reserved.add(cred.env)
         if cred.base_url_env:
             reserved.add(cred.base_url_env)

@@ -459,12 +459,14 @@ def run_confined(
     meanwhile); `interactive=False` starts it in a new session with no controlling terminal and
     forwards SIGINT, SIGQUIT, SIGTERM and SIGHUP to its process group. Raises ConfinementError
     (exit 1) when the sandbox cannot be enforced: nothing is run unconfined."""
-    with confined(
-        root, policy, argv, env, interactive=interactive, stdin=stdin, stdout=stdout,
-        stderr=stderr,
-    ) as child:
-        with _forwarding(child.process, interactive=interactive):
-            return child.process.wait()
+    with (
+        confined(
+            root, policy, argv, env, interactive=interactive, stdin=stdin, stdout=stdout,
+            stderr=stderr,
+        ) as child,
+        _forwarding(child.process, interactive=interactive),
+    ):
+        return child.process.wait()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,392 @@
+"""`run`, `why`, `doctor` and `secret`: the kernel sandbox and the secrets its proxy injects."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from agentstack.cli import JsonOpt, _current, _echo, _print_json, _root_dir, _state, app
+from agentstack.errors import InvalidInput, Refused
+
+if TYPE_CHECKING:
+    from agentstack.manifest import Manifest
+    from agentstack.sandbox.policy import SandboxPolicy
+
+HarnessOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--harness",
+        help="claude-code, codex, gemini-cli, opencode, copilot, cursor or vscode: adds its state "
+        "paths and install directory (default: from the command, else the project's first).",
+    ),
+]
+
+
+def _store() -> Any:
+    from agentstack.cli_trust import _store as store
+
+    return store()
+
+
+def _pick_harness(manifest: Manifest, harness: str | None, command: list[str]) -> str | None:
+    from agentstack.sandbox.resolve import harness_for_command
+
+    chosen = harness or harness_for_command(command)
+    if chosen is None and not command:
+        chosen = manifest.project.harnesses[0] if manifest.project.harnesses else None
+        if chosen is None:
+            raise InvalidInput("nothing to run: give a command after --, or --harness H")
+    if chosen is not None and chosen not in manifest.project.harnesses:
+        raise Refused(
+            f"the trusted declaration does not target {chosen} (project.harnesses: "
+            f"{', '.join(manifest.project.harnesses) or 'none'})",
+            hint=f"add {chosen!r} to project.harnesses, lock and trust, or pick another harness",
+        )
+    return chosen
+
+
+def _policy(manifest: Manifest, root: Path, harness: str | None,
+            command: str | None) -> SandboxPolicy:
+    from agentstack.sandbox.resolve import resolve_policy
+
+    return resolve_policy(manifest.sandbox, root, harness=harness, command=command)
+
+
+# ------------------------------------------------------------------ run
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def run(
+    command: Annotated[
+        list[str] | None, typer.Argument(help="After --: the command and its arguments.")
+    ] = None,
+    harness: HarnessOpt = None,
+    interactive: Annotated[
+        bool | None,
+        typer.Option(
+            "--interactive/--no-interactive",
+            help="Keep the terminal and process group (default: when stdin is a terminal).",
+        ),
+    ] = None,
+) -> None:
+    """Launch the harness (or CMD) under the kernel sandbox built from the trusted declaration.
+
+    Refuses (exit 1) unless the current consent digest is trusted, and whenever any layer of the
+    sandbox cannot be enforced. The command's exit status (or signal) is passed through."""
+    from agentstack.sandbox import profiles
+    from agentstack.sandbox.runner import run_confined
+
+    root = _root_dir()
+    manifest, _, _, digest = _current(root)
+    state = _store().state(root, digest)
+    if not state.trusted:
+        raise Refused(
+            f"not trusted: {digest} ({state.state}) for {root}; agentstack run enforces only a "
+            "trusted declaration",
+            hint="review it with 'agentstack trust'",
+        )
+    if not manifest.sandbox.enabled:
+        raise Refused(
+            "sandbox.enabled is false in the trusted declaration; agentstack run never launches "
+            "anything unconfined",
+            hint="set [sandbox] enabled = true (then lock and trust), or run the harness yourself",
+        )
+    argv = list(command or [])
+    chosen = _pick_harness(manifest, harness, argv)
+    if not argv:
+        assert chosen is not None
+        profile = profiles.PROFILES[chosen]
+        binary = profiles.find_binary(profile.binary, os.environ.get("PATH")) if profile.binary \
+            else None
+        if binary is None:
+            raise Refused(
+                f"{chosen}: {profile.binary or 'its binary'} is not on PATH (nor in the "
+                "checkout's .tools)",
+                hint="install it, or give the command after --",
+            )
+        argv = [binary]
+    elif "/" not in argv[0]:
+        # The same lookup as doctor: PATH, then the checkout's .tools (install-harnesses).
+        argv[0] = profiles.find_binary(argv[0], os.environ.get("PATH")) or argv[0]
+    policy = _policy(manifest, root, chosen, argv[0])
+    if interactive is None:
+        interactive = sys.stdin.isatty()
+    code = run_confined(root, policy, argv, os.environ, interactive)
+    if code < 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        raise typer.Exit(128 - code)
+    raise typer.Exit(code)
+
+
+# ------------------------------------------------------------------ why
+
+
+@app.command()
+def why(
+    path: Annotated[str | None, typer.Option("--path", help="A file or directory.")] = None,
+    op: Annotated[str, typer.Option("--op", help="read or write.")] = "read",
+    host: Annotated[str | None, typer.Option("--host", help="A host name or IP address.")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="A TCP port.")] = None,
+    harness: HarnessOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Explain a sandbox decision: `why --path P --op read|write` or `why --host H [--port N]`.
+
+    Uses the same policy object `run` enforces (the current manifest plus the profiles). Exit 0
+    when allowed, 1 when denied. With neither --path nor --host, prints the whole policy."""
+    from agentstack.manifest import load_manifest
+
+    if path is not None and host is not None:
+        raise InvalidInput("give --path or --host, not both")
+    if op not in ("read", "write"):
+        raise InvalidInput(f"--op {op!r}: use read or write")
+    if port is not None and not 0 < port < 65536:
+        raise InvalidInput(f"--port {port}: out of range")
+    root = _root_dir()
+    manifest = load_manifest(root)
+    chosen = harness
+    if chosen is not None and chosen not in manifest.project.harnesses:
+        raise Refused(f"the declaration does not target {chosen}",
+                      hint="see project.harnesses in agentstack.toml")
+    policy = _policy(manifest, root, chosen, None)
+    trust = _trust_note(root)
+    if path is None and host is None:
+        if as_json:
+            _print_json({"policy": policy.to_json(), "trust": trust})
+            return
+        _print_policy(policy, trust)
+        return
+    if path is not None:
+        target = Path(path).expanduser()
+        absolute = str(target if target.is_absolute() else Path.cwd() / target)
+        decision = policy.decide_path(absolute, op)  # type: ignore[arg-type]
+        query: dict[str, Any] = {"path": absolute, "op": op}
+    else:
+        assert host is not None
+        try:
+            decision = policy.decide_net(host, port)
+        except ValueError as exc:
+            raise InvalidInput(f"--host {host!r}: {exc}") from None
+        query = {"host": host, "port": port}
+    if as_json:
+        _print_json({"query": query, **decision.to_json(), "harness": chosen, "trust": trust,
+                     "project": str(root)})
+    else:
+        _echo(("allowed" if decision.allowed else "denied") + f" — {decision.reason}")
+        if trust != "trusted":
+            _echo(f"note: the current declaration is {trust}; 'agentstack run' refuses until "
+                  "it is trusted")
+    if not decision.allowed:
+        raise typer.Exit(1)
+
+
+def _trust_note(root: Path) -> str:
+    from agentstack.errors import AgentstackError
+
+    try:
+        _, _, _, digest = _current(root)
+        return str(_store().state(root, digest).state)
+    except AgentstackError:
+        return "unknown (the lock is stale or the trust log unreadable)"
+
+
+def _print_policy(policy: SandboxPolicy, trust: str) -> None:
+    lines = [f"workdir   {policy.workdir} (read-write)", f"trust     {trust}", "grants:"]
+    for grant in policy.grants:
+        kind = "file" if grant.file else "dir "
+        lines.append(f"  {grant.access} {kind} {grant.path}  [{grant.source}]")
+    lines.append("  rw dir  <a private TMPDIR per run>  [run]")
+    lines.append("always denied:")
+    for deny in policy.denies:
+        lines.append(f"  {deny.path}  [{deny.source}]")
+    net = "blocked" if policy.network_block else "OPEN (sandbox.network.block = false)"
+    lines.append(f"network   {net}; localhost ports: "
+                 f"{', '.join(map(str, policy.localhost_ports)) or 'none'}"
+                 + ("; + the credential proxy's port" if policy.needs_proxy else ""))
+    if policy.allow_domains:
+        lines.append("via proxy " + ", ".join(policy.allow_domains))
+    for route in policy.credentials:
+        lines.append(f"credential {route.name}: {route.upstream} <- secret:{route.secret} "
+                     f"({route.header}); phantom in ${route.env}"
+                     + (f", base URL in ${route.base_url_env}" if route.base_url_env else ""))
+    lines.append("env       " + ", ".join([*policy.env_pass, "TMPDIR",
+                                            *(k for k, _ in policy.env_set)]))
+    _echo("\n".join(lines))
+
+
+# ------------------------------------------------------------------ doctor
+
+
+@app.command()
+def doctor(
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Also run the confinement suite (~15 s).")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Landlock ABI, nono, seccomp, harness binaries, and the project's trust and lock state.
+
+    Exit 1 when the sandbox cannot be enforced here (or, with --verify, when a row fails)."""
+    from agentstack.sandbox import doctor as doc
+
+    checks = doc.system_checks()
+    project = _project_checks()
+    checks.extend(project)
+    report: dict[str, Any] = {"checks": [c.to_json() for c in checks]}
+    failed = doc.overall(checks) == "fail"
+    rows: list[Any] = []
+    if verify:
+        if failed:
+            report["verify"] = {"skipped": "the sandbox is not enforceable here"}
+        else:
+            from agentstack.sandbox.verify import run_suite, summary
+
+            def progress(result: Any) -> None:
+                if not as_json:
+                    mark = "skip" if result.skipped else ("pass" if result.passed else "FAIL")
+                    _echo(f"  {mark:<4} {result.row:<16} {result.mode:<10} "
+                          f"{(result.output.splitlines() or [''])[0][:70]}"
+                          + (f"  ({result.detail})" if result.detail and not result.passed
+                             else ""))
+
+            if not as_json:
+                _echo("confinement suite (a row passes only on the kernel's EACCES/EPERM):")
+            rows = run_suite(progress=progress)
+            passed, bad, skipped = summary(rows)
+            report["verify"] = {"passed": passed, "failed": bad, "skipped": skipped,
+                                "rows": [r.to_json() for r in rows]}
+            failed = failed or bad > 0
+    report["status"] = "fail" if failed else doc.overall(checks)
+    if as_json:
+        _print_json(report)
+    else:
+        marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+        lines = [f"{marks[c.status]}  {c.name:<20} {c.detail}" for c in checks]
+        if verify and "passed" in report.get("verify", {}):
+            v = report["verify"]
+            lines.append(f"{'ok  ' if not v['failed'] else 'FAIL'}  {'confinement suite':<20} "
+                         f"{v['passed']} passed, {v['failed']} failed, {v['skipped']} skipped")
+        _echo("\n".join(lines))
+    if failed:
+        raise typer.Exit(1)
+
+
+def _project_checks() -> list[Any]:
+    from agentstack.errors import AgentstackError, StaleLock
+    from agentstack.manifest import MANIFEST_NAME, find_project, load_manifest
+    from agentstack.sandbox.doctor import Check
+
+    try:
+        root = _root_dir() if _state.project is not None else find_project(Path.cwd())
+    except AgentstackError:
+        return [Check("project", "ok", f"not inside a project (no {MANIFEST_NAME} here or above)")]
+    out = [Check("project", "ok", str(root), {"root": str(root)})]
+    try:
+        manifest = load_manifest(root)
+    except AgentstackError as exc:
+        return [*out, Check("manifest", "fail", exc.message)]
+    try:
+        _, _, _, digest = _current(root)
+    except StaleLock as exc:
+        out.append(Check("lock", "warn", f"stale: {exc.message} (run 'agentstack lock')",
+                         {"lock": "stale"}))
+        digest = None
+    except AgentstackError as exc:
+        out.append(Check("lock", "warn", exc.message, {"lock": "unknown"}))
+        digest = None
+    else:
+        out.append(Check("lock", "ok", "fresh", {"lock": "fresh", "digest": digest}))
+    if digest is not None:
+        try:
+            state = _store().state(root, digest)
+        except AgentstackError as exc:
+            out.append(Check("trust", "fail", exc.message))
+        else:
+            out.append(Check(
+                "trust", "ok" if state.trusted else "warn",
+                f"{state.state}: {digest}" + ("" if state.trusted else
+                                              " ('agentstack trust' to review)"),
+                {"trust": state.state, "digest": digest},
+            ))
+    if not manifest.sandbox.enabled:
+        out.append(Check("sandbox policy", "warn", "sandbox.enabled = false: 'run' refuses"))
+    else:
+        for harness in [None, *manifest.project.harnesses]:
+            try:
+                policy = _policy(manifest, root, harness, None)
+            except AgentstackError as exc:
+                out.append(Check(f"policy {harness or 'command'}", "fail", exc.message))
+            else:
+                out.append(Check(f"policy {harness or 'command'}", "ok",
+                                 f"{len(policy.grants)} grants, {len(policy.denies)} denies, "
+                                 f"network {'blocked' if policy.network_block else 'OPEN'}"))
+    return out
+
+
+# ------------------------------------------------------------------ secret
+
+secret_app = typer.Typer(
+    help="Secrets referenced as secret:NAME (stored under $AGENTSTACK_HOME/secrets, 0600).",
+    no_args_is_help=True,
+)
+app.add_typer(secret_app, name="secret")
+
+
+def _secret_store() -> Any:
+    from agentstack.secrets import SecretStore
+
+    return SecretStore()
+
+
+@secret_app.command("set")
+def secret_set(
+    name: Annotated[str, typer.Argument(help="The secret's name (as in secret:NAME).")],
+) -> None:
+    """Store a secret; the value comes from stdin, or a hidden prompt on a terminal."""
+    store = _secret_store()
+    store.check_name(name)
+    if sys.stdin.isatty():
+        import getpass
+
+        value = getpass.getpass(f"value for {name} (hidden): ")
+        again = getpass.getpass("again: ")
+        if value != again:
+            raise InvalidInput("the two entries differ; nothing was stored")
+    else:
+        value = sys.stdin.read()
+        if value.endswith("\r\n"):
+            value = value[:-2]
+        elif value.endswith("\n"):
+            value = value[:-1]
+    path = store.set(name, value)
+    _echo(f"stored secret {name} ({path}, mode 0600)")
+
+
+@secret_app.command("list")
+def secret_list(as_json: JsonOpt = False) -> None:
+    """Names of the stored secrets (never their values)."""
+    names = _secret_store().names()
+    if as_json:
+        _print_json({"secrets": names})
+        return
+    if not names:
+        _echo("no secrets stored")
+        return
+    sys.stdout.write("".join(f"{n}\n" for n in names))
+
+
+@secret_app.command("rm")
+def secret_rm(name: Annotated[str, typer.Argument(help="The secret's name.")]) -> None:
+    """Delete a stored secret."""
+    store = _secret_store()
+    if not store.remove(name):
+        raise Refused(f"no secret {name!r}", hint="see 'agentstack secret list'")
+    _echo(f"removed secret {name}")

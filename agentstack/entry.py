@@ -1,0 +1,99 @@
+"""The `agentstack` entry point: error handling for every command, and a fast path for `lock`.
+
+`lock` runs in CI and pre-commit hooks on every change, so it skips the CLI framework (typer and
+rich cost ~0.3 s to import) when its arguments are simple; anything else goes through `cli.app`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from agentstack.errors import EXIT_INTERNAL, AgentstackError
+
+LOCK_FLAGS = {"--check": "check", "--frozen": "frozen", "--update": "update", "--json": "as_json"}
+
+
+def echo(message: str) -> None:
+    """A status line on stderr (stdout stays clean for --json and pipes), sanitised."""
+    from agentstack.sanitize import sanitize
+
+    sys.stderr.write(sanitize(message, keep_newlines=True) + "\n")
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def crash_report(exc: BaseException) -> Path | None:
+    from agentstack import __version__
+    from agentstack.paths import agentstack_cache
+
+    try:
+        directory = agentstack_cache() / "crash"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+        path.write_text(
+            f"agentstack {__version__}\nargv: {sys.argv!r}\n\n"
+            + "".join(traceback.format_exception(exc)),
+            encoding="utf-8",
+        )
+    except OSError:
+        return None
+    return path
+
+
+def run(command: Callable[[], int | None]) -> NoReturn:
+    """Run a command and map its outcome to the documented exit codes."""
+    try:
+        code = command()
+    except SystemExit:
+        raise
+    except AgentstackError as exc:
+        echo("error: " + "\n".join(exc.diagnostics()))
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        echo("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the one place a bug becomes exit 3
+        report = crash_report(exc)
+        where = f"; report written to {report}" if report else ""
+        echo(
+            f"internal error: {type(exc).__name__}: {exc}{where}\n"
+            "this is a bug in agentstack; please report it with the crash report"
+        )
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(code or 0)
+
+
+def _fast_lock(argv: list[str]) -> dict[str, Any] | None:
+    """`[--project DIR] lock [flags]` parsed without the CLI framework, or None."""
+    project: str | None = None
+    if len(argv) >= 2 and argv[0] == "--project":
+        project, argv = argv[1], argv[2:]
+    elif argv and argv[0].startswith("--project="):
+        project, argv = argv[0].split("=", 1)[1], argv[1:]
+    if not argv or argv[0] != "lock" or any(a not in LOCK_FLAGS for a in argv[1:]):
+        return None
+    options: dict[str, Any] = {
+        name: name_flag in argv[1:] for name_flag, name in LOCK_FLAGS.items()
+    }
+    options["project"] = Path(project) if project is not None else None
+    return options
+
+
+def main() -> NoReturn:
+    options = _fast_lock(sys.argv[1:])
+    if options is not None:
+        from agentstack.lock_command import run_lock
+
+        run(lambda: run_lock(**options))
+    from agentstack.cli import app
+
+    run(lambda: app(standalone_mode=True))

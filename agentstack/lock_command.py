@@ -1,0 +1,92 @@
+"""`agentstack lock`: resolve every item and pin it into agentstack.lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentstack.entry import echo, print_json
+from agentstack.errors import InvalidInput
+
+
+def project_root(project: Path | None) -> Path:
+    """--project DIR exactly (no upward search), else the nearest agentstack.toml upward."""
+    from agentstack.manifest import MANIFEST_NAME, find_project
+
+    if project is not None:
+        root = project.resolve()
+        if not (root / MANIFEST_NAME).is_file():
+            raise InvalidInput(
+                f"--project {project}: no {MANIFEST_NAME} there",
+                hint="run 'agentstack init' there, or point --project at the "
+                "directory holding agentstack.toml",
+            )
+        return root
+    return find_project(Path.cwd())
+
+
+def run_lock(
+    *, project: Path | None, check: bool, frozen: bool, update: bool, as_json: bool
+) -> int:
+    from agentstack.fsutil import write_atomic
+    from agentstack.lockfile import changed_items, dumps_lock, fresh_lock, parse_lock, resolver_for
+    from agentstack.manifest import LOCK_NAME, load_manifest
+
+    root = project_root(project)
+    manifest = load_manifest(root)
+    if frozen:
+        fresh_lock(root, manifest, verify_git=True)
+        if as_json:
+            print_json({"lock": "fresh", "changed": []})
+        else:
+            echo(f"{LOCK_NAME} matches the manifest and every pinned byte")
+        return 0
+    lock_path = root / LOCK_NAME
+    try:
+        old_bytes: bytes | None = lock_path.read_bytes()
+    except FileNotFoundError:
+        old_bytes = None
+    # The previous lock is parsed only when its git pins are needed: rendering the new lock and
+    # comparing bytes is far cheaper than parsing a large lock to learn that nothing changed.
+    has_git = any(skill.git is not None for skill in manifest.skills.values())
+    previous = parse_lock(old_bytes) if old_bytes is not None and has_git else None
+    resolver = resolver_for(root, previous, update_git=update)
+    try:
+        new = resolver.resolve(manifest)
+    finally:
+        resolver.stat_cache.save()
+    text = dumps_lock(new).encode("utf-8")
+    if old_bytes is None:
+        changed = ["all"]
+    elif text == old_bytes:
+        changed = []
+    else:
+        changed = changed_items(previous or _parse_loosely(old_bytes), new)
+    if as_json:
+        print_json({"lock": "stale" if changed else "fresh", "changed": changed})
+    if check:
+        if not as_json:
+            echo(
+                f"{LOCK_NAME} would change: {', '.join(changed)}"
+                if changed
+                else f"{LOCK_NAME} is up to date"
+            )
+        return 1 if changed else 0
+    if changed:
+        write_atomic(lock_path, text)
+    if not as_json:
+        echo(
+            f"{'wrote' if changed else 'unchanged:'} {lock_path}"
+            + (f" ({', '.join(changed)})" if changed and old_bytes is not None else "")
+        )
+    return 0
+
+
+def _parse_loosely(data: bytes) -> dict[str, object]:
+    """The old lock for a change summary; an unreadable old lock is simply replaced."""
+    from agentstack.errors import AgentstackError
+    from agentstack.lockfile import parse_lock
+
+    try:
+        return parse_lock(data)
+    except AgentstackError:
+        return {}

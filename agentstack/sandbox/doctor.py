@@ -1,0 +1,134 @@
+"""`agentstack doctor`: can this machine enforce the sandbox, and what would run under it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentstack.sandbox import profiles
+
+Status = Literal["ok", "warn", "fail"]
+VERSION_TIMEOUT = 20.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    data: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "status": self.status, "detail": self.detail}
+        if self.data:
+            out.update(self.data)
+        return out
+
+
+def kernel_check() -> Check:
+    system = platform.system()
+    if system != "Linux":
+        return Check("kernel", "fail", f"{system}: the sandbox needs Linux (Landlock, seccomp)")
+    return Check("kernel", "ok", f"Linux {platform.release()} ({platform.machine()})",
+                 {"release": platform.release(), "machine": platform.machine()})
+
+
+def landlock_check() -> Check:
+    from agentstack.sandbox.runner import REQUIRED_ABI_FEATURES, landlock_kernel_abi
+
+    kernel_abi = landlock_kernel_abi()
+    try:
+        from agentstack.sandbox.launch import load_nono
+
+        abi = load_nono().detect_abi()
+    except (ImportError, RuntimeError, OSError) as exc:
+        return Check("landlock", "fail", f"not available: {exc}", {"kernel_abi": kernel_abi})
+    missing = [text for attr, text in REQUIRED_ABI_FEATURES.items() if not getattr(abi, attr)]
+    data = {"kernel_abi": kernel_abi, "nono_abi": str(abi.version),
+            "features": list(abi.feature_names)}
+    detail = (f"kernel ABI {kernel_abi}; nono uses {abi.version}: "
+              + ", ".join(abi.feature_names))
+    if missing:
+        return Check("landlock", "fail", detail + "; missing " + " and ".join(missing), data)
+    return Check("landlock", "ok", detail, data)
+
+
+def nono_check() -> Check:
+    from agentstack.sandbox.runner import nono_version
+
+    version = nono_version()
+    try:
+        from agentstack.sandbox.launch import load_nono, nono_module_path
+
+        load_nono()
+        path = nono_module_path()
+    except (ImportError, OSError) as exc:
+        return Check("nono", "fail", f"nono-py is not usable: {exc} (pip install nono-py)",
+                     {"version": version})
+    return Check("nono", "ok", f"nono-py {version}", {"version": version, "module": path})
+
+
+def seccomp_check() -> Check:
+    from agentstack.sandbox.seccomp import available, libseccomp_version
+
+    usable, detail = available()
+    version = libseccomp_version()
+    data = {"libseccomp": version}
+    if not usable:
+        return Check("seccomp", "fail", detail + " (apt-get install libseccomp2; pip install "
+                     "pyseccomp)", data)
+    return Check("seccomp", "ok", f"libseccomp {version}; {detail}", data)
+
+
+def _version(path: str) -> str | None:
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": os.environ.get("HOME", "/"),
+           "TERM": "dumb", "NO_COLOR": "1"}
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, env=env,
+                              stdin=subprocess.DEVNULL, timeout=VERSION_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0].strip()[:200] if done.returncode == 0 and lines else None
+
+
+def harness_checks() -> list[Check]:
+    found = {
+        name: profiles.find_binary(name, os.environ.get("PATH"))
+        for name in profiles.DOCTOR_BINARIES
+    }
+    with ThreadPoolExecutor(max_workers=len(found)) as pool:
+        versions = {
+            name: pool.submit(_version, path) for name, path in found.items() if path
+        }
+        out: list[Check] = []
+        for name, path in found.items():
+            harness = profiles.BINARY_TO_HARNESS.get(name, name)
+            if path is None:
+                out.append(Check(f"harness {harness}", "warn", f"{name}: not found on PATH or "
+                                 "in the checkout's .tools", {"harness": harness, "binary": None}))
+                continue
+            version = versions[name].result()
+            out.append(Check(
+                f"harness {harness}", "ok" if version else "warn",
+                f"{path}: {version or 'no version (--version failed)'}",
+                {"harness": harness, "binary": path, "version": version},
+            ))
+    return out
+
+
+def system_checks() -> list[Check]:
+    checks = [kernel_check(), landlock_check(), nono_check(), seccomp_check()]
+    return checks + harness_checks()
+
+
+def overall(checks: list[Check]) -> Status:
+    if any(c.status == "fail" for c in checks):
+        return "fail"
+    if any(c.status == "warn" for c in checks):
+        return "warn"
+    return "ok"

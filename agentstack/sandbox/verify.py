@@ -1,0 +1,355 @@
+"""The confinement suite: every claim of confinement proved by a real process and the kernel.
+
+Shared by `tests/test_confinement.py` and `agentstack doctor --verify`. A scenario builds, outside
+/tmp (under /var/tmp), a fake home with decoys that EXIST (an SSH key, AWS credentials, an
+$AGENTSTACK_HOME with a trust log and a stored secret), a workdir, an ungranted sibling, real TCP
+and UDP listeners on 127.0.0.1, a mock upstream HTTP server and an unconfined decoy process. Each
+row runs the probe (`probe.py`, under the system Python) confined by `run_confined`'s machinery,
+directly, from a grandchild, and from a setsid-detached descendant.
+
+A denial row passes only when the probe exits non-zero AND prints the kernel's EACCES or EPERM
+message (`DENIED EACCES Permission denied` / `DENIED EPERM Operation not permitted`): never on
+empty output, never on ENOENT, never on a probe error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from agentstack.sandbox.policy import SandboxPolicy
+
+MODES = ("direct", "grandchild", "detached")
+DENIED_LINE = re.compile(r"^DENIED (EACCES Permission denied|EPERM Operation not permitted)$",
+                         re.MULTILINE)
+PROBE_NAME = ".agentstack-probe.py"
+SECRET_NAME = "VERIFY_KEY"  # noqa: S105 - the name of a decoy secret, not a secret
+PHANTOM_ENV = "MOCK_API_KEY"
+BASE_URL_ENV = "MOCK_BASE_URL"
+ROW_TIMEOUT = 30.0
+# Decoys live outside /tmp: nono's system_write group (and many sandboxes) grant /tmp.
+DECOY_ROOT = "/var/tmp"  # noqa: S108 - a fresh mkdtemp directory is made under it
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    what: str
+    op: str
+    args: tuple[str, ...] = ()
+    expect: Literal["deny", "allow"] = "deny"
+    modes: tuple[str, ...] = MODES
+
+
+ROWS: tuple[Row, ...] = (
+    Row("ssh-key", "read a ~/.ssh/id_ed25519 decoy", "read", ("{home}/.ssh/id_ed25519",)),
+    Row("aws-credentials", "read a ~/.aws/credentials decoy", "read",
+        ("{home}/.aws/credentials",)),
+    Row("write-outside", "create a file outside the workdir", "create", ("{outside}",)),
+    Row("sibling", "read an ungranted sibling of the workdir", "read", ("{sibling}/notes.txt",)),
+    Row("trust-log", "append to $AGENTSTACK_HOME/trust.jsonl", "append",
+        ("{agentstack_home}/trust.jsonl",)),
+    Row("secret-store", "read a file of the secret store", "read",
+        ("{agentstack_home}/secrets/" + SECRET_NAME,)),
+    Row("etc-shadow", "read /etc/shadow", "read", ("/etc/shadow",)),
+    Row("raw-disk", "read the block device under /", "read", ("{disk}",)),
+    Row("proc-sys-write", "write /proc/sys/kernel/hostname", "append",
+        ("/proc/sys/kernel/hostname",)),
+    Row("tcp-port", "connect to a non-allowed TCP port on 127.0.0.1 (a real listener)",
+        "connect", ("127.0.0.1", "{denied_port}")),
+    Row("udp", "send UDP to 127.0.0.1 (a real listener)", "udp", ("127.0.0.1", "{udp_port}")),
+    Row("raw-socket", "open a raw ICMP socket", "socket", ("raw",)),
+    Row("packet-socket", "open an AF_PACKET socket", "socket", ("packet",)),
+    Row("netlink-audit", "open a NETLINK_AUDIT socket", "socket", ("netlink-audit",)),
+    Row("ptrace", "ptrace a process outside", "ptrace", ("{decoy}",)),
+    Row("kill", "kill a process outside", "kill", ("{decoy}",)),
+    Row("vm-read", "process_vm_readv the parent", "vm_read", ("{parent}",)),
+    Row("proc-environ", "read the parent's /proc/PID/environ", "environ", ("{parent}",)),
+    Row("mount", "mount a tmpfs", "mount", ("{workdir}/mnt",)),
+    Row("bpf", "create a BPF map", "bpf"),
+    Row("io-uring", "io_uring_setup", "io_uring"),
+    Row("unshare-user", "unshare(CLONE_NEWUSER)", "unshare_user"),
+    Row("clone-user", "clone(CLONE_NEWUSER)", "clone_user"),
+    Row("setns", "setns into a namespace", "setns"),
+    Row("memfd", "memfd_create", "memfd"),
+    Row("execveat", "execveat(AT_EMPTY_PATH) of a file descriptor", "execveat"),
+    Row("keyctl", "keyctl on the session keyring", "keyctl"),
+    Row("userfaultfd", "userfaultfd", "userfaultfd"),
+    Row("perf", "perf_event_open", "perf"),
+    Row("tiocsti", "TIOCSTI: push keystrokes into a terminal", "tiocsti"),
+    Row("workdir", "the workdir and TMPDIR are readable and writable", "workdir",
+        expect="allow", modes=("direct",)),
+    Row("allowed-port", "connect to the allowed localhost port", "connect",
+        ("127.0.0.1", "{allowed_port}"), expect="allow", modes=("direct",)),
+    Row("proxy", "the proxy injects the real key upstream; the process holds only a phantom",
+        "http", ("{base_url_env}", "{phantom_env}", "Authorization"), expect="allow",
+        modes=("direct",)),
+)
+
+
+@dataclass
+class RowResult:
+    row: str
+    mode: str
+    what: str
+    passed: bool
+    exit_code: int | None
+    output: str
+    detail: str = ""
+    skipped: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "row": self.row, "mode": self.mode, "what": self.what, "passed": self.passed,
+            "skipped": self.skipped, "exit_code": self.exit_code, "output": self.output,
+            "detail": self.detail,
+        }
+
+
+class _Upstream(http.server.ThreadingHTTPServer):
+    received: list[dict[str, str]]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Upstream
+
+    def do_GET(self) -> None:
+        self.server.received.append({k.lower(): v for k, v in self.headers.items()})
+        body = b"upstream-ok"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def _listener(kind: int = socket.SOCK_STREAM) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, kind)
+    sock.bind(("127.0.0.1", 0))
+    if kind == socket.SOCK_STREAM:
+        sock.listen(64)
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = sock.accept()
+                except OSError:
+                    return
+                conn.close()
+
+        threading.Thread(target=accept, daemon=True).start()
+    return sock
+
+
+def _root_block_device() -> str | None:
+    try:
+        dev = os.stat("/").st_dev
+        uevent = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/uevent").read_text()
+    except OSError:
+        return None
+    for line in uevent.splitlines():
+        if line.startswith("DEVNAME="):
+            path = "/dev/" + line.split("=", 1)[1]
+            return path if os.path.exists(path) else None
+    return None
+
+
+def system_python() -> str | None:
+    """A Python under a system grant (/usr/bin/python3): the venv's may live under $HOME."""
+    for candidate in ("/usr/bin/python3", "/bin/python3", "/usr/local/bin/python3"):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@dataclass
+class Scenario:
+    base: Path
+    home: Path
+    agentstack_home: Path
+    workdir: Path
+    policy: SandboxPolicy
+    values: dict[str, str]
+    real_secret: str
+    upstream: _Upstream
+    decoy: subprocess.Popen[bytes]
+    python: str
+    sockets: list[socket.socket] = field(default_factory=list)
+
+    def argv(self, row: Row, mode: str) -> list[str]:
+        args = [a.format(**self.values) for a in row.args]
+        return [self.python, "-I", str(self.workdir / PROBE_NAME), mode, row.op, *args]
+
+
+@contextlib.contextmanager
+def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
+    """Decoys, listeners, a mock upstream and the policy, all torn down afterwards."""
+    from agentstack.manifest import Sandbox
+    from agentstack.sandbox.resolve import resolve_policy
+    from agentstack.secrets import SecretStore
+
+    python = system_python()
+    if python is None:
+        raise RuntimeError("the confinement suite needs a system python3 (/usr/bin/python3)")
+    base = Path(tempfile.mkdtemp(dir=root_dir, prefix="agentstack-verify-")).resolve()
+    sockets: list[socket.socket] = []
+    upstream: _Upstream | None = None
+    decoy: subprocess.Popen[bytes] | None = None
+    try:
+        home, workdir = base / "home", base / "work"
+        state = home / ".config" / "agentstack"
+        for directory in (home / ".ssh", home / ".aws", state, workdir / "mnt",
+                          base / "sibling", base / "outside"):
+            directory.mkdir(parents=True, exist_ok=True)
+        (home / ".ssh" / "id_ed25519").write_text("DECOY-SSH-PRIVATE-KEY\n")
+        (home / ".aws" / "credentials").write_text("[default]\naws_secret_access_key=DECOY\n")
+        (state / "trust.jsonl").write_text('{"decoy": true}\n')
+        (base / "sibling" / "notes.txt").write_text("DECOY-SIBLING\n")
+        real_secret = "real-" + secrets.token_hex(16)
+        SecretStore(state).set(SECRET_NAME, real_secret)
+        shutil.copyfile(Path(__file__).with_name("probe.py"), workdir / PROBE_NAME)
+
+        allowed, denied = _listener(), _listener()
+        udp = _listener(socket.SOCK_DGRAM)
+        sockets.extend([allowed, denied, udp])
+        upstream = _Upstream(("127.0.0.1", 0), _Handler)
+        upstream.received = []
+        threading.Thread(target=upstream.serve_forever, daemon=True).start()
+        decoy = subprocess.Popen(["sleep", "600"], start_new_session=True)
+
+        sandbox = Sandbox.model_validate(
+            {
+                "network": {"localhost_ports": [allowed.getsockname()[1]]},
+                "credentials": {
+                    "mock": {
+                        "upstream": f"http://127.0.0.1:{upstream.server_address[1]}",
+                        "secret": SECRET_NAME,
+                        "env": PHANTOM_ENV,
+                        "base_url_env": BASE_URL_ENV,
+                    }
+                },
+            }
+        )
+        policy = resolve_policy(sandbox, workdir, home=home, agentstack_home=state)
+        values = {
+            "home": str(home), "agentstack_home": str(state), "workdir": str(workdir),
+            "sibling": str(base / "sibling"), "outside": str(base / "outside"),
+            "allowed_port": str(allowed.getsockname()[1]),
+            "denied_port": str(denied.getsockname()[1]), "udp_port": str(udp.getsockname()[1]),
+            "decoy": str(decoy.pid), "parent": str(os.getpid()),
+            "disk": _root_block_device() or "", "base_url_env": BASE_URL_ENV,
+            "phantom_env": PHANTOM_ENV,
+        }
+        for name in ("ssh-key", "aws-credentials", "sibling", "trust-log", "secret-store"):
+            row = next(r for r in ROWS if r.name == name)
+            target = row.args[0].format(**values)
+            if not os.path.exists(target) or policy.decide_path(target, "read").allowed:
+                raise RuntimeError(f"decoy {target} is missing or granted; the suite is invalid")
+        yield Scenario(
+            base=base, home=home, agentstack_home=state, workdir=workdir, policy=policy,
+            values=values, real_secret=real_secret, upstream=upstream, decoy=decoy,
+            python=python, sockets=sockets,
+        )
+    finally:
+        if decoy is not None:
+            decoy.kill()
+            decoy.wait()
+        if upstream is not None:
+            upstream.shutdown()
+            upstream.server_close()
+        for sock in sockets:
+            sock.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
+    from agentstack.sandbox.runner import confined
+
+    if row.name == "raw-disk" and not sc.values["disk"]:
+        return RowResult(row.name, mode, row.what, True, None, "", "no block device backs /",
+                         skipped=True)
+    before = len(sc.upstream.received)
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb"}
+    with confined(sc.workdir, sc.policy, sc.argv(row, mode), env, interactive=False,
+                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT) as child:
+        try:
+            out, _ = child.process.communicate(timeout=ROW_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            out, _ = child.process.communicate()
+            return RowResult(row.name, mode, row.what, False, None,
+                             out.decode("utf-8", "replace"), "timed out")
+        code = child.process.returncode
+    text = out.decode("utf-8", "replace").strip()
+    if row.expect == "deny":
+        passed = code != 0 and bool(DENIED_LINE.search(text)) and "ENOENT" not in text
+        detail = "" if passed else "expected a non-zero exit with EACCES or EPERM"
+        if row.name == "kill" and sc.decoy.poll() is not None:
+            passed, detail = False, "the decoy process outside was killed"
+        return RowResult(row.name, mode, row.what, passed, code, text, detail)
+    passed = code == 0 and text.startswith("ALLOWED")
+    detail = "" if passed else "expected the operation to succeed"
+    if passed and row.name == "proxy":
+        passed, detail = _check_proxy(sc, text, sc.upstream.received[before:])
+    return RowResult(row.name, mode, row.what, passed, code, _redact(text, sc), detail)
+
+
+def _check_proxy(sc: Scenario, text: str, received: list[dict[str, str]]) -> tuple[bool, str]:
+    if sc.real_secret in text:
+        return False, "the real secret reached the confined process"
+    if not received:
+        return False, "the upstream received no request"
+    auth = received[-1].get("authorization", "")
+    if auth != f"Bearer {sc.real_secret}":
+        return False, "the upstream did not receive the real key"
+    match = re.search(r'"' + PHANTOM_ENV + r'": "([^"]+)"', text)
+    if not match or match.group(1) == sc.real_secret:
+        return False, "the process did not hold a phantom token"
+    return True, "upstream got the real key; the process saw only a phantom token"
+
+
+def _redact(text: str, sc: Scenario) -> str:
+    return text.replace(sc.real_secret, "<REAL SECRET>")
+
+
+def run_suite(
+    rows: tuple[Row, ...] = ROWS,
+    modes: tuple[str, ...] = MODES,
+    progress: Callable[[RowResult], None] | None = None,
+) -> list[RowResult]:
+    results: list[RowResult] = []
+    with scenario() as sc:
+        for row in rows:
+            for mode in row.modes:
+                if mode not in modes:
+                    continue
+                result = run_row(sc, row, mode)
+                results.append(result)
+                if progress is not None:
+                    progress(result)
+    return results
+
+
+def summary(results: list[RowResult]) -> tuple[int, int, int]:
+    """(passed, failed, skipped)."""
+    skipped = sum(1 for r in results if r.skipped)
+    passed = sum(1 for r in results if r.passed and not r.skipped)
+    return passed, len(results) - passed - skipped, skipped
+
+
+
