@@ -36,6 +36,10 @@ RACY_SLACK_NS = 1_000_000_000
 BLOCK_BEGIN = "<!-- agentstack:begin (managed by agentstack; edit agentstack.toml instead) -->"
 BLOCK_END = "<!-- agentstack:end -->"
 HARNESSES = ("claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode")
+FIX_RENDERED = (
+    "'agentstack apply' shows the difference; 'agentstack apply --write --force' restores the "
+    "trusted files (put wanted changes in agentstack.toml instead)"
+)
 FIX_DRIFT = (
     "run 'agentstack status' to see what changed, then 'agentstack lock', "
     "'agentstack trust' and 'agentstack apply --write'"
@@ -293,14 +297,17 @@ def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
 
 
 def check_files(snapshot: dict[str, Any]) -> None:
-    changed = [path for path, entry in sorted(snapshot["files"].items()) if drifted(path, entry)]
+    changed = [
+        (path, entry) for path, entry in sorted(snapshot["files"].items()) if drifted(path, entry)
+    ]
     if changed:
         root = snapshot["project"]
-        shown = [os.path.relpath(p, root) if p.startswith(root + os.sep) else p for p in changed]
+        shown = [os.path.relpath(p, root) if p.startswith(root + os.sep) else p for p, _ in changed]
+        rendered_only = all(entry.get("role") == "rendered" for _, entry in changed)
         raise Deny(
             f"changed behind agentstack's back: {', '.join(shown[:5])}"
             + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
-            + f"; {FIX_DRIFT}"
+            + f"; {FIX_RENDERED if rendered_only else FIX_DRIFT}"
         )
 
 
