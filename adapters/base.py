@@ -51,6 +51,9 @@ class OwnedKeys:
     # Containers the guard fingerprints whole, even the parts agentstack does not own: a server
     # or hook added next to agentstack's (by hand or by an injection) is not in the lock.
     guarded: tuple[KeyPath, ...] = ()
+    # Not removed by `revoke` (e.g. a user-level guard hook: it is what keeps a revoked project
+    # blocked once the harness stops loading the project's own hooks).
+    keep_on_revoke: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,6 +28,7 @@ from .common import (
 
 NAME = "codex"
 HOOKS_FILE = ".codex/hooks.json"
+_EVENTS_WITHOUT_MATCHER = frozenset({"user_prompt_submit", "stop"})
 _EVENT_NAMES = {
     "PreToolUse": "pre_tool_use",
     "PostToolUse": "post_tool_use",
@@ -101,8 +102,10 @@ def _hook_groups(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
 
 
 def hook_trusted_hash(event: str, group: dict[str, Any]) -> str:
-    """The hash Codex records for a trusted hook group: sha256 over compact, key-sorted JSON of
-    {event_name, matcher, hooks[{type, command, timeout, async, statusMessage}]}."""
+    """The hash Codex records for one trusted hook handler: sha256 over compact, key-sorted,
+    ASCII-escaped JSON of {event_name, matcher (only for events that have one), hooks: [{type,
+    command, timeout, async, statusMessage (only when set)}]} — the handler alone, as measured
+    against Codex 0.171.0 (`codex app-server` hooks/list reports the same currentHash)."""
     hooks = []
     for hook in group["hooks"]:
         entry: dict[str, Any] = {
@@ -114,7 +117,11 @@ def hook_trusted_hash(event: str, group: dict[str, Any]) -> str:
         if "statusMessage" in hook:
             entry["statusMessage"] = hook["statusMessage"]
         hooks.append(entry)
-    document = {"event_name": _EVENT_NAMES[event], "matcher": group.get("matcher"), "hooks": hooks}
+    event_name = _EVENT_NAMES[event]
+    document: dict[str, Any] = {"event_name": event_name, "hooks": hooks}
+    # Codex drops the matcher of events that have none (measured with 0.171.0's hooks/list).
+    if group.get("matcher") is not None and event_name not in _EVENTS_WITHOUT_MATCHER:
+        document["matcher"] = group["matcher"]
     data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -158,12 +165,27 @@ class CodexAdapter:
                     key = hook_state_key(hooks_file, event, g, i)
                     single = {**group, "hooks": [group["hooks"][i]]}
                     user[("hooks", "state", key, "trusted_hash")] = hook_trusted_hash(event, single)
+        user_config = codex_home(context) / "config.toml"
+        ops.append(OwnedKeys(path=str(user_config), format="toml", keys=user, user_level=True))
+        # The guard at user level too: `revoke` removes the project's trust, after which Codex
+        # silently stops loading the project's hooks — this one keeps a revoked project blocked
+        # (outside agentstack projects the guard allows).
+        guard_group = groups["PreToolUse"][0]
         ops.append(
             OwnedKeys(
-                path=str(codex_home(context) / "config.toml"),
+                path=str(user_config),
                 format="toml",
-                keys=user,
+                keys={
+                    ("hooks", "PreToolUse"): [guard_group],
+                    (
+                        "hooks",
+                        "state",
+                        hook_state_key(user_config, "PreToolUse", 0, 0),
+                        "trusted_hash",
+                    ): hook_trusted_hash("PreToolUse", guard_group),
+                },
                 user_level=True,
+                keep_on_revoke=True,
             )
         )
         return ops

@@ -321,10 +321,17 @@ class Planner:
                 "created": created,
                 "keys": {k: _canon(wanted[v]) for k, v in wanted_ids.items()},
                 "guarded": sorted({_key_id(g) for op in ops for g in op.guarded}),
+                "keep_on_revoke": sorted(
+                    {_key_id(k) for op in ops if op.keep_on_revoke for k in op.keys}
+                ),
             }
         return change
 
     def _parse(self, path: Path, data: bytes | None, fmt: str) -> Any:
+        return self._parse_static(path, data, fmt, self.display(path))
+
+    @staticmethod
+    def _parse_static(path: Path, data: bytes | None, fmt: str, shown: str = "") -> Any:
         if data is None:
             if fmt == "json":
                 return {}
@@ -343,7 +350,7 @@ class Planner:
             return tomlkit.parse(text)
         except Exception as exc:  # noqa: BLE001 - any parse failure: refuse, never replace
             raise Refused(
-                f"{self.display(path)} cannot be parsed as {fmt.upper()} ({exc})",
+                f"{shown or path} cannot be parsed as {fmt.upper()} ({exc})",
                 hint="agentstack never replaces a file it cannot read: fix it, or move it "
                 "away, then re-run apply",
             ) from None
@@ -622,6 +629,24 @@ def update_git_exclude(root: Path, rendered: list[Path]) -> None:
     _write_atomic(exclude, text.encode("utf-8"), False)
 
 
+def _kept_keys(path: Path, recorded: dict[str, Any]) -> dict[KeyPath, Any]:
+    """The keys of a user-level file that survive `revoke`, with their current values."""
+    keep = recorded.get("keep_on_revoke", [])
+    if not keep:
+        return {}
+    try:
+        doc = Planner._parse_static(path, path.read_bytes(), recorded.get("format", "json"))
+    except (OSError, AgentstackError):
+        return {}
+    kept: dict[KeyPath, Any] = {}
+    for key_id in keep:
+        key = tuple(json.loads(key_id))
+        value = _get(doc, key)
+        if value is not None:
+            kept[key] = _plain(value)
+    return kept
+
+
 def remove_user_level(root: Path) -> list[Path]:
     """`revoke`: remove the user-level harness trust entries agentstack wrote for this project."""
     root = root.resolve()
@@ -633,7 +658,15 @@ def remove_user_level(root: Path) -> list[Path]:
     for path_text, recorded in sorted(ledger.get("files", {}).items()):
         path = Path(path_text)
         if recorded.get("kind") == "keys" and root not in path.parents:
-            changes.append(planner.removal(path, recorded))
+            kept = _kept_keys(path, recorded)
+            op = OwnedKeys(
+                path=str(path),
+                format=recorded.get("format", "json"),
+                keys=kept,
+                user_level=True,
+                keep_on_revoke=True,
+            )
+            changes.append(planner.keys(path, [op]))
     if not changes:
         return removed
     removal = Plan(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -116,14 +117,52 @@ def run(
     policy = _policy(manifest, root, chosen, argv[0])
     if interactive is None:
         interactive = sys.stdin.isatty()
-    code = run_confined(root, policy, argv, os.environ, interactive)
+    before = _git_execution_state(root)
+    try:
+        code = run_confined(root, policy, argv, os.environ, interactive)
+    finally:
+        changed = _changed(before, _git_execution_state(root))
+        if changed:
+            _echo(
+                "agentstack: WARNING: the sandboxed process changed files git executes outside "
+                "the sandbox: " + ", ".join(changed) + "\nreview them before running any git "
+                "command here (git config, hooks and fsmonitor run with your full privileges)"
+            )
     if code < 0:
         sys.stdout.flush()
         sys.stderr.flush()
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL cannot be reset: fine
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
         raise typer.Exit(128 - code)
     raise typer.Exit(code)
+
+
+def _git_execution_state(root: Path) -> dict[str, str]:
+    """Digests of the workdir's files that make git run code (.git/config, .git/hooks/*): the
+    workdir is writable, and Landlock cannot carve them out, so `run` reports any change."""
+    from agentstack.canonical import b3
+
+    git = root / ".git"
+    out: dict[str, str] = {}
+    if not git.is_dir() or git.is_symlink():
+        return out
+    candidates = [git / "config", git / "info" / "attributes"]
+    hooks = git / "hooks"
+    if hooks.is_dir() and not hooks.is_symlink():
+        candidates.extend(sorted(hooks.iterdir()))
+    for path in candidates:
+        try:
+            out[str(path.relative_to(root))] = (
+                "link:" + os.readlink(path) if path.is_symlink() else b3(path.read_bytes())
+            )
+        except OSError:
+            continue
+    return out
+
+
+def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
 # ------------------------------------------------------------------ why

@@ -63,10 +63,8 @@ class Materializer:
         url = skill["git"]
         repo = self._repos.get(url)
         if repo is None:
-            resolved = gitsource.read_pinned(
-                agentstack_cache(), url, skill["commit"], skill.get("subdir") or None
-            )
-            del resolved  # fetched and verified present; now read blobs directly
+            # Makes sure the mirror holds the pinned commit, fetching only if it does not.
+            gitsource.read_pinned(agentstack_cache(), url, skill["commit"], skill.get("subdir"))
             repo = gitsource.open_mirror(agentstack_cache(), url)
             self._repos[url] = repo
         tree = repo.commit(skill["commit"]).tree

@@ -128,6 +128,24 @@ class SecretStore:
                 )
             return handle.read().decode("utf-8")
 
+    def check(self, name: str) -> Path:
+        """The path of a stored secret, after checking it is a private regular file of ours,
+        without reading it (the proxy reads it itself)."""
+        path = self.path(name)
+        if not self.directory.exists():
+            raise Refused(f"no secret {name!r}", hint=f"agentstack secret set {name}")
+        self._check_directory(fix=False)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            raise Refused(f"no secret {name!r}", hint=f"agentstack secret set {name}") from None
+        if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077 or info.st_uid != os.geteuid():
+            raise Refused(
+                f"{path} is not a private regular file of yours; refusing to use it",
+                hint=f"chmod 600 {path}",
+            )
+        return path
+
     def exists(self, name: str) -> bool:
         return self.path(name).is_file()
 

@@ -205,8 +205,12 @@ def test_revoke_removes_harness_side_trust(tmp_path: Path, isolated_home: Path) 
     assert "trust_level" in codex_user.read_text()
     _ok("revoke", cwd=root)
     text = codex_user.read_text()
-    assert "trust_level" not in text and "trusted_hash" not in text
+    real = str(root.resolve())
+    assert "trust_level" not in text and f"{real}/.codex/hooks.json" not in text
     assert text.startswith("# mine\nmodel = \"o4\"")
+    # The user-level guard stays: it keeps this (revoked) project blocked in Codex.
+    assert "agentstack._guard --harness codex" in text
+    assert f"{codex_user}:pre_tool_use:0:0" in text
     # agentstack created ~/.claude.json here, and nothing else is in it: it is removed.
     assert not (isolated_home / ".claude.json").exists()
 

@@ -214,9 +214,8 @@ class SandboxPolicy:
         if op not in OPS:
             raise ValueError(f"op must be 'read' or 'write', not {op!r}")
         target = normalise(path, self.workdir)
-        via = (
-            "" if target == os.path.abspath(os.path.expanduser(path)) else f" ({path} -> {target})"
-        )
+        literal = os.path.normpath(os.path.join(self.workdir, os.path.expanduser(path)))
+        via = "" if target == literal else f" ({path} -> {target})"
         for deny in self.denies:
             if is_within(target, deny.path):
                 return Decision(

@@ -63,7 +63,9 @@ def _check(result: int) -> int:
 def _syscall(name: str, *args: object) -> int:
     number = SYSCALLS[platform.machine()][name]
     _libc.syscall.restype = ctypes.c_long
-    return _check(_libc.syscall(number, *args))
+    # syscall() is variadic: pass integers as full longs, or the upper halves are garbage.
+    full = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    return _check(_libc.syscall(ctypes.c_long(number), *full))
 
 
 def op_read(path: str) -> str:
@@ -101,6 +103,14 @@ def op_workdir() -> str:
 def op_connect(host: str, port: str) -> str:
     with socket.create_connection((host, int(port)), timeout=5):
         return f"connected to {host}:{port}"
+
+
+def op_unix(address: str) -> str:
+    target = "\0" + address[1:] if address.startswith("@") else address
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(target)
+    return f"connected to unix socket {address}"
 
 
 def op_udp(host: str, port: str) -> str:
@@ -215,8 +225,17 @@ def op_vm_read(pid: str) -> str:
     class IoVec(ctypes.Structure):
         _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
+    address = 0x400000
+    try:  # a readable mapping of the target, when its maps are readable (unconfined controls)
+        with open(f"/proc/{pid}/maps", encoding="ascii") as handle:
+            for line in handle:
+                if line.split()[1].startswith("r"):
+                    address = int(line.split("-", 1)[0], 16)
+                    break
+    except OSError:
+        pass
     liov = IoVec(ctypes.addressof(local), 16)
-    riov = IoVec(0x400000, 16)
+    riov = IoVec(address, 16)
     _syscall("process_vm_readv", int(pid), ctypes.byref(liov), 1, ctypes.byref(riov), 1, 0)
     return f"read memory of {pid}"
 
@@ -248,7 +267,7 @@ def op_http(base_env: str, key_env: str, header: str) -> str:
 
 OPS: dict[str, Callable[..., str]] = {
     "read": op_read, "append": op_append, "create": op_create, "workdir": op_workdir,
-    "connect": op_connect, "udp": op_udp, "socket": op_socket, "ptrace": op_ptrace,
+    "connect": op_connect, "unix": op_unix, "udp": op_udp, "socket": op_socket, "ptrace": op_ptrace,
     "kill": op_kill, "mount": op_mount, "bpf": op_bpf, "io_uring": op_io_uring,
     "unshare_user": op_unshare_user, "clone_user": op_clone_user, "environ": op_environ,
     "memfd": op_memfd, "execveat": op_execveat, "keyctl": op_keyctl,

@@ -11,10 +11,10 @@ setsid-detached ones) are killed: the parent is their child subreaper for the ru
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ctypes
-import json
+import functools
+import marshal
 import os
 import shutil
 import signal
@@ -23,13 +23,13 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from agentstack.sandbox import profiles
 from agentstack.sandbox.launch import ARMED, nono_module_path
-from agentstack.sandbox.policy import SandboxPolicy
+from agentstack.sandbox.policy import Grant, SandboxPolicy
 from agentstack.sandbox.resolve import ConfinementError
 
 LAUNCHER = Path(__file__).resolve().with_name("launch.py")
@@ -40,6 +40,7 @@ REQUIRED_ABI_FEATURES = {
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 NO_PROXY = "localhost,127.0.0.1,::1"
+RUN_RO_ENV = "AGENTSTACK_RUN_RO"
 FileArg = int | IO[Any] | None
 
 
@@ -53,6 +54,7 @@ class Enforcement:
     seccomp_program: bytes = field(repr=False)
 
 
+@functools.lru_cache(maxsize=1)
 def nono_version() -> str | None:
     try:
         from importlib.metadata import PackageNotFoundError, version
@@ -172,14 +174,13 @@ class Proxy:
         store = SecretStore(Path(policy.agentstack_home))
         routes = []
         for cred in policy.credentials:
-            path = store.path(cred.secret)
-            if not path.is_file():
+            if not store.path(cred.secret).is_file():
                 raise ConfinementError(
                     f"sandbox.credentials.{cred.name} needs secret:{cred.secret}, which is not "
                     "set",
                     hint=f"agentstack secret set {cred.secret}",
                 )
-            store.get(cred.secret)  # checks ownership and mode
+            path = store.check(cred.secret)  # ownership and mode, without reading it
             routes.append(
                 nono.RouteConfig(
                     prefix=cred.name,
@@ -288,7 +289,7 @@ def _launch_spec(
         ],
         "network_block": policy.network_block,
         "tcp_ports": list(policy.tcp_ports),
-        "seccomp": base64.b64encode(program).decode("ascii") if program else "",
+        "seccomp": program,
         "drop_capabilities": True,
         "nono": nono_module_path(),
         "parent_pid": os.getpid(),
@@ -296,18 +297,26 @@ def _launch_spec(
 
 
 def _children() -> set[int]:
+    """This process's children: /proc/self/task/*/children, else a scan of /proc/*/stat."""
     me = str(os.getpid())
     out: set[int] = set()
     try:
-        entries = os.listdir(f"/proc/{me}/task")
-    except OSError:
-        entries = [me]
-    for task in entries:
-        try:
+        for task in os.listdir(f"/proc/{me}/task"):
             with open(f"/proc/{me}/task/{task}/children", encoding="ascii") as handle:
                 out.update(int(p) for p in handle.read().split())
-        except OSError:
+        return out
+    except OSError:
+        pass
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == me:
+            out.add(int(entry))
     return out
 
 
@@ -348,11 +357,43 @@ def confined(
     stdin: FileArg = None,
     stdout: FileArg = None,
     stderr: FileArg = None,
+    readonly_files: Mapping[str, bytes] | None = None,
 ) -> Iterator[Confined]:
     """Start `argv` confined; yields once the sandbox is applied and the command exec'd.
 
-    On leaving: leftover descendants are killed, the proxy stops, the private TMPDIR is removed.
-    Raises ConfinementError when anything would make the sandbox weaker than `policy`."""
+    The run gets a private directory (mode 0700, under the system temp dir): `tmp/` is the
+    command's TMPDIR (read-write); `ro/` holds `readonly_files` (name -> bytes), read-only to the
+    command, its path in $AGENTSTACK_RUN_RO (e.g. a copy of what the guard must read, since
+    $AGENTSTACK_HOME itself is denied). On leaving: leftover descendants are killed, the proxy
+    stops, the private directory is removed. One confined run at a time per process (it is the
+    subreaper of the run). Raises ConfinementError when anything would make the sandbox weaker
+    than `policy`."""
+    if not _ACTIVE.acquire(blocking=False):
+        raise ConfinementError("another confined run is active in this process")
+    try:
+        with _confined(root, policy, argv, env, interactive=interactive, stdin=stdin,
+                       stdout=stdout, stderr=stderr, readonly_files=readonly_files) as child:
+            yield child
+    finally:
+        _ACTIVE.release()
+
+
+_ACTIVE = threading.Lock()
+
+
+@contextlib.contextmanager
+def _confined(
+    root: Path,
+    policy: SandboxPolicy,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    interactive: bool,
+    stdin: FileArg,
+    stdout: FileArg,
+    stderr: FileArg,
+    readonly_files: Mapping[str, bytes] | None,
+) -> Iterator[Confined]:
     if not argv:
         raise ConfinementError("nothing to run: give a command after --, or --harness")
     if os.path.realpath(str(root)) != policy.workdir:
@@ -361,19 +402,26 @@ def confined(
         )
     enforcement = check_enforceable(policy)
     before: set[int] = set()
-    tmpdir = tempfile.mkdtemp(prefix="agentstack-run-")
+    run_dir = os.path.realpath(tempfile.mkdtemp(prefix="agentstack-run-"))
+    tmpdir = os.path.join(run_dir, "tmp")
+    os.mkdir(tmpdir, 0o700)
     proxy: Proxy | None = None
     subreaper_was = None
     process: subprocess.Popen[bytes] | None = None
     try:
         if policy.needs_proxy:
             proxy = Proxy(policy)
-        runtime = policy.with_runtime(
-            tmpdir=os.path.realpath(tmpdir), proxy_port=proxy.port if proxy else None
-        )
+        runtime = policy.with_runtime(tmpdir=tmpdir, proxy_port=proxy.port if proxy else None)
+        extra_env = dict(proxy.child_env()) if proxy else {}
+        if readonly_files:
+            ro_dir = _write_readonly(run_dir, readonly_files)
+            runtime = replace(runtime, grants=(
+                *runtime.grants, Grant(path=ro_dir, access="ro", source="run: read-only files")
+            ))
+            extra_env[RUN_RO_ENV] = ro_dir
         prepare_state(runtime)
-        child_env = build_env(runtime, env, proxy.child_env() if proxy else {})
-        spec = json.dumps(_launch_spec(runtime, argv, child_env, enforcement.seccomp_program))
+        child_env = build_env(runtime, env, extra_env)
+        spec = marshal.dumps(_launch_spec(runtime, argv, child_env, enforcement.seccomp_program))
         spec_r, spec_w = os.pipe()
         status_r, status_w = os.pipe()
         before = _children()
@@ -395,7 +443,7 @@ def confined(
             os.close(status_w)
         try:
             with os.fdopen(spec_w, "wb") as handle:
-                handle.write(spec.encode("utf-8"))
+                handle.write(spec)
         except BrokenPipeError:
             pass
         with os.fdopen(status_r, "rb") as handle:
@@ -413,7 +461,21 @@ def confined(
                 _set_subreaper(False)
         if proxy is not None:
             proxy.shutdown()
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _write_readonly(run_dir: str, files: Mapping[str, bytes]) -> str:
+    directory = os.path.join(run_dir, "ro")
+    os.mkdir(directory, 0o700)
+    for name, data in files.items():
+        if not name or "/" in name or name in (".", "..") or "\0" in name:
+            raise ConfinementError(f"read-only file name {name!r} must be a plain file name")
+        path = os.path.join(directory, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    os.chmod(directory, 0o500)
+    return directory
 
 
 def _check_status(status: bytes, process: subprocess.Popen[bytes]) -> None:
@@ -428,14 +490,12 @@ def _check_status(status: bytes, process: subprocess.Popen[bytes]) -> None:
             f"the sandbox launcher died before confining anything (status {process.returncode})",
             hint="nothing was run; 'agentstack doctor' shows what this machine supports",
         )
-    try:
-        failure = json.loads(rest.decode("utf-8").splitlines()[0])
-    except (ValueError, IndexError):
-        failure = {"stage": "launch", "message": rest.decode("utf-8", "replace")}
+    line = rest.decode("utf-8", "replace").splitlines()[0]
+    stage, _, message = line[2:].partition("\t") if line.startswith("E ") else ("launch", "", line)
     if armed:
-        raise ConfinementError(f"inside the sandbox, {failure.get('message')}")
+        raise ConfinementError(f"inside the sandbox, {message}")
     raise ConfinementError(
-        f"the sandbox could not be applied ({failure.get('stage')}): {failure.get('message')}",
+        f"the sandbox could not be applied ({stage}): {message}",
         hint="nothing was run; 'agentstack doctor' shows what this machine supports",
     )
 
@@ -450,6 +510,7 @@ def run_confined(
     stdin: FileArg = None,
     stdout: FileArg = None,
     stderr: FileArg = None,
+    readonly_files: Mapping[str, bytes] | None = None,
 ) -> int:
     """Run `argv` in `root` under `policy`; return its exit status (negative: killed by signal N).
 
@@ -457,12 +518,13 @@ def run_confined(
     of it reaches the command. `interactive=True` keeps the command in this process group with the
     inherited terminal (Ctrl-C reaches it from the terminal; this process ignores SIGINT/SIGQUIT
     meanwhile); `interactive=False` starts it in a new session with no controlling terminal and
-    forwards SIGINT, SIGQUIT, SIGTERM and SIGHUP to its process group. Raises ConfinementError
-    (exit 1) when the sandbox cannot be enforced: nothing is run unconfined."""
+    forwards SIGINT, SIGQUIT, SIGTERM and SIGHUP to its process group. `readonly_files`: see
+    `confined`. Raises ConfinementError (exit 1) when the sandbox cannot be enforced: nothing is
+    run unconfined."""
     with (
         confined(
             root, policy, argv, env, interactive=interactive, stdin=stdin, stdout=stdout,
-            stderr=stderr,
+            stderr=stderr, readonly_files=readonly_files,
         ) as child,
         _forwarding(child.process, interactive=interactive),
     ):

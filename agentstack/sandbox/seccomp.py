@@ -13,6 +13,7 @@ garbage in the upper half of a register cannot slip a flag past the filter.
 from __future__ import annotations
 
 import errno
+import functools
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,7 @@ def _pyseccomp() -> Any:
     return pyseccomp
 
 
+@functools.lru_cache(maxsize=2)
 def build_program(*, allow_udp: bool = False) -> bytes:
     """The blocklist compiled to classic BPF for this machine's native architecture.
 

@@ -69,6 +69,8 @@ ROWS: tuple[Row, ...] = (
         ("/proc/sys/kernel/hostname",)),
     Row("tcp-port", "connect to a non-allowed TCP port on 127.0.0.1 (a real listener)",
         "connect", ("127.0.0.1", "{denied_port}")),
+    Row("abstract-unix", "connect to an abstract unix socket outside (a real listener)",
+        "unix", ("{abstract}",)),
     Row("udp", "send UDP to 127.0.0.1 (a real listener)", "udp", ("127.0.0.1", "{udp_port}")),
     Row("raw-socket", "open a raw ICMP socket", "socket", ("raw",)),
     Row("packet-socket", "open an AF_PACKET socket", "socket", ("packet",)),
@@ -137,9 +139,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return
 
 
-def _listener(kind: int = socket.SOCK_STREAM) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, kind)
-    sock.bind(("127.0.0.1", 0))
+def _listener(kind: int = socket.SOCK_STREAM, *, family: int = socket.AF_INET,
+              address: str | tuple[str, int] = ("127.0.0.1", 0)) -> socket.socket:
+    sock = socket.socket(family, kind)
+    sock.bind(address)
     if kind == socket.SOCK_STREAM:
         sock.listen(64)
 
@@ -225,7 +228,9 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
 
         allowed, denied = _listener(), _listener()
         udp = _listener(socket.SOCK_DGRAM)
-        sockets.extend([allowed, denied, udp])
+        abstract = f"@agentstack-verify-{os.getpid()}-{secrets.token_hex(4)}"
+        unix = _listener(socket.SOCK_STREAM, family=socket.AF_UNIX, address="\0" + abstract[1:])
+        sockets.extend([allowed, denied, udp, unix])
         upstream = _Upstream(("127.0.0.1", 0), _Handler)
         upstream.received = []
         threading.Thread(target=upstream.serve_forever, daemon=True).start()
@@ -252,6 +257,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             "denied_port": str(denied.getsockname()[1]), "udp_port": str(udp.getsockname()[1]),
             "decoy": str(decoy.pid), "parent": str(os.getpid()),
             "disk": _root_block_device() or "", "base_url_env": BASE_URL_ENV,
+            "abstract": abstract,
             "phantom_env": PHANTOM_ENV,
         }
         for name in ("ssh-key", "aws-credentials", "sibling", "trust-log", "secret-store"):

@@ -17,9 +17,9 @@ Key: ``"<abs path of the hooks file>:<event>:<group>:<index>"``, e.g.
   given a symlinked cwd keys by the symlinked path, not the resolved one.
 * Hooks in a TOML ``[hooks]`` table use the TOML file's path in the same way.
 
-Hash: ``"sha256:" + sha256(canonical JSON).hexdigest()`` where canonical JSON is
-``json.dumps(obj, sort_keys=True, separators=(",", ":"))`` (ASCII-escaped: the default
-``ensure_ascii=True`` matched for ASCII commands; non-ASCII commands were not measured) of::
+Hash: ``"sha256:" + sha256(canonical JSON as UTF-8).hexdigest()`` where canonical JSON is
+``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` (non-ASCII stays raw
+UTF-8, as serde_json writes it: measured with ``é``/``✓`` in the command and matcher) of::
 
     {"event_name": "pre_tool_use",          # snake_case
      "matcher": "*",                          # OMITTED when absent/null, kept when "" ;
@@ -97,7 +97,7 @@ def codex_hook_trusted_hash(event_name: str, matcher: str | None,
     }
     if matcher is not None and event not in EVENTS_WITHOUT_MATCHER:
         obj["matcher"] = matcher
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -123,8 +123,10 @@ def codex_hook_trust_entries(hooks_json_path: Path, document: Mapping[str, Any])
 
 
 def toml_string(value: str) -> str:
-    """A TOML basic string (JSON string escapes are valid TOML for what we write)."""
-    return json.dumps(value)
+    """A TOML basic string. JSON's escapes (\\", \\\\, \\n, \\uXXXX for controls) are TOML's too;
+    raw non-ASCII is kept (JSON's surrogate-pair escapes would be invalid TOML) and DEL, which
+    TOML forbids raw, is escaped."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def codex_hook_trust_toml(entries: Mapping[str, str]) -> str:

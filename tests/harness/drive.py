@@ -17,9 +17,12 @@ Codex::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import queue
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -91,11 +94,31 @@ class HarnessRun:
         return f"exit {self.proc.returncode}\n--- stdout\n{self.proc.stdout}\n--- stderr\n{self.proc.stderr}"
 
 
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the process group we started the harness in (``start_new_session``): Codex's node
+    launcher runs the native binary as a child, which a plain ``proc.kill()`` would orphan (with
+    our pipes still open)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> HarnessRun:
+    """Run to completion, capturing output; on timeout kill the whole group and raise
+    ``subprocess.TimeoutExpired`` (with what was printed so far)."""
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=timeout)
-    return HarnessRun(proc, time.monotonic() - start)
+    with subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            stdout, stderr = proc.communicate(timeout=30)
+            raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr) from None
+        finally:
+            _kill_group(proc)  # leftovers: hook or MCP server processes still in the group
+    completed = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+    return HarnessRun(completed, time.monotonic() - start)
 
 
 # -- Claude Code ---------------------------------------------------------------------------------
@@ -155,6 +178,19 @@ CODEX_MODEL = "gpt-5.1-codex"  # unknown to 0.171.0's catalogue offline (a harml
                                # its fallback metadata offers the exec_command shell tool
 
 
+# Offline: without these tables Codex 0.171.0 (exec and app-server) resolves api.github.com and
+# chatgpt.com (curated plugin sync) and ab.chatgpt.com (analytics) at startup (seen with strace);
+# with them its only connections are to the mock. Append to any $CODEX_HOME/config.toml a test
+# writes (after the top-level keys).
+CODEX_OFFLINE_TOML = """
+[features]
+plugins = false
+
+[analytics]
+enabled = false
+"""
+
+
 def codex_setup(project: Path, home: Path, model: MockModel, *, hook_command: str | None = None,
                 matcher: str | None = "*", hook_timeout: int = 30, trust_hooks: bool = True,
                 sandbox_mode: str = "danger-full-access", env_key: str | None = None,
@@ -166,7 +202,8 @@ def codex_setup(project: Path, home: Path, model: MockModel, *, hook_command: st
 
     ``env_key``: name of the env var whose value Codex sends as ``Authorization: Bearer …``
     (without it Codex sends no credential). ``sandbox_mode`` defaults to danger-full-access so a
-    hook, not Codex's own sandbox, decides."""
+    hook, not Codex's own sandbox, decides. ``extra_toml`` is appended (tables only: the
+    top-level keys come first)."""
     project = Path(project).resolve()
     codex_dir = project / ".codex"
     codex_dir.mkdir(parents=True, exist_ok=True)
@@ -211,7 +248,7 @@ def codex_setup(project: Path, home: Path, model: MockModel, *, hook_command: st
         f"[projects.{toml_string(str(project))}]",
         'trust_level = "trusted"',
         "",
-    ]) + codex_hook_trust_toml(entries) + extra_toml
+    ]) + CODEX_OFFLINE_TOML + codex_hook_trust_toml(entries) + extra_toml
     (Path(home) / ".codex").mkdir(parents=True, exist_ok=True)
     (Path(home) / ".codex" / "config.toml").write_text(config, encoding="utf-8")
     return entries
@@ -231,7 +268,8 @@ def codex_hooks_list(project: Path, home: Path, *, timeout: float = 30) -> list[
     deadline = time.monotonic() + timeout
     with subprocess.Popen([str(harness_bin("codex")), "app-server"], cwd=project,
                           env=harness_env(Path(home)), stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as proc:
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                          start_new_session=True) as proc:
         stdin, stdout = proc.stdin, proc.stdout
         assert stdin is not None and stdout is not None
 
@@ -270,7 +308,7 @@ def codex_hooks_list(project: Path, home: Path, *, timeout: float = 30) -> list[
             send({"method": "initialized"})
             listed = call(2, "hooks/list", {"cwds": [str(project)]})
         finally:
-            proc.kill()
+            _kill_group(proc)  # the node launcher AND the native app-server (it holds stdout)
             proc.wait(timeout=10)
     hooks: list[dict[str, Any]] = []
     for entry in listed.get("data", []):

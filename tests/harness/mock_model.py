@@ -124,6 +124,7 @@ class MockModel:
         self._ids = itertools.count(1)
         self._seen_results: set[tuple[str, str]] = set()
         self._server: ThreadingHTTPServer | None = None
+        self._port: int | None = None
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -136,6 +137,7 @@ class MockModel:
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
         self._server = server
+        self._port = int(server.server_address[1])
         self._thread = threading.Thread(target=server.serve_forever, name="mock-model",
                                         kwargs={"poll_interval": 0.1}, daemon=True)
         self._thread.start()
@@ -155,8 +157,9 @@ class MockModel:
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "MockModel not started"
-        return int(self._server.server_address[1])
+        """The port it listens (or listened) on."""
+        assert self._port is not None, "MockModel not started"
+        return self._port
 
     @property
     def url(self) -> str:
@@ -183,7 +186,7 @@ class MockModel:
         mains = self.main_requests(api)
         if not mains:
             return []
-        return [name for name, _ in _offered(mains[-1].body)]
+        return [name for name, _ in offered_tools(mains[-1].body)]
 
     # -- internals -------------------------------------------------------------------------------
     def _new_id(self, prefix: str) -> str:
@@ -252,7 +255,7 @@ class MockModel:
                     is_error = (not success) if isinstance(success, bool) else None
                 results.append(ToolResult("openai", str(item.get("call_id", "")), is_error,
                                           _text_of(output), item))
-        offered = _offered(body)
+        offered = offered_tools(body)
         with self._lock:
             self._record_results("openai", results)
             if not offered:
@@ -261,15 +264,15 @@ class MockModel:
             if index >= len(self.script):
                 return "main", [_message_item(self._new_id("msg_"), self.final_text)]
             call = self.script[index]
-            name, namespace, args = _map_for_codex(call, offered)
+            name, namespace, args = map_for_codex(call, offered)
             call_id = self._new_id("call_")
             self.tool_calls.append(SentToolCall("openai", call_id, name, namespace, args, index))
-        item: dict[str, Any] = {"type": "function_call", "id": self._new_id("fc_"),
-                                "call_id": call_id, "name": name,
-                                "arguments": json.dumps(args)}
+        call_item: dict[str, Any] = {"type": "function_call", "id": self._new_id("fc_"),
+                                     "call_id": call_id, "name": name,
+                                     "arguments": json.dumps(args)}
         if namespace is not None:
-            item["namespace"] = namespace
-        return "main", [item]
+            call_item["namespace"] = namespace
+        return "main", [call_item]
 
 
 def _message_item(item_id: str, text: str) -> dict[str, Any]:
@@ -277,7 +280,7 @@ def _message_item(item_id: str, text: str) -> dict[str, Any]:
             "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
-def _offered(body: Any) -> list[tuple[str, dict[str, Any]]]:
+def offered_tools(body: Any) -> list[tuple[str, dict[str, Any]]]:
     """(full name, tool spec) for each tool an OpenAI Responses request offers; namespaced tools
     come as (namespace + name, spec with "namespace" added)."""
     out: list[tuple[str, dict[str, Any]]] = []
@@ -299,7 +302,7 @@ def _offered(body: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _map_for_codex(call: ToolCall, offered: list[tuple[str, dict[str, Any]]]
+def map_for_codex(call: ToolCall, offered: list[tuple[str, dict[str, Any]]]
                    ) -> tuple[str, str | None, dict[str, Any]]:
     """(name, namespace, arguments) of the Codex function call for a generic ToolCall."""
     by_name = dict(offered)

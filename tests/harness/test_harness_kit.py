@@ -9,7 +9,10 @@ has not been run, and FAILS when CI=true. The facts these tests pin (measured wi
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,10 +20,13 @@ from .binaries import harness_bin, harness_env
 from .codex_trust import (
     codex_hook_state_key,
     codex_hook_trust_entries,
+    codex_hook_trust_toml,
     codex_hook_trusted_hash,
 )
 from .drive import (
+    CODEX_OFFLINE_TOML,
     DENY_REASON,
+    HarnessRun,
     claude_setup,
     codex_hooks_list,
     codex_setup,
@@ -30,7 +36,7 @@ from .drive import (
     run_codex,
     write_hook,
 )
-from .mock_model import MockModel, ToolCall
+from .mock_model import MockModel, ToolCall, map_for_codex, offered_tools
 
 TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
 NOTE = ToolCall("mcp__notes__add_note", {"text": "hello from the mock"})
@@ -49,31 +55,88 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
 # -- the mock on its own -------------------------------------------------------------------------
 
 def test_mock_maps_generic_calls_to_what_codex_offers() -> None:
-    from .mock_model import _map_for_codex, _offered
-
     body = {"tools": [
         {"type": "function", "name": "shell_command", "parameters": {}},
         {"type": "namespace", "name": "mcp__notes",
          "tools": [{"type": "function", "name": "add_note", "parameters": {}}]},
     ]}
-    offered = _offered(body)
+    offered = offered_tools(body)
     assert [name for name, _ in offered] == ["shell_command", "mcp__notes__add_note"]
-    assert _map_for_codex(TOUCH, offered) == ("shell_command", None,
+    assert map_for_codex(TOUCH, offered) == ("shell_command", None,
                                               {"command": "touch marker.txt"})
-    assert _map_for_codex(NOTE, offered) == ("add_note", "mcp__notes",
+    assert map_for_codex(NOTE, offered) == ("add_note", "mcp__notes",
                                              {"text": "hello from the mock"})
-    exec_only = _offered({"tools": [{"type": "function", "name": "exec_command"}]})
-    assert _map_for_codex(TOUCH, exec_only) == ("exec_command", None, {"cmd": "touch marker.txt"})
-    shell_only = _offered({"tools": [{"type": "function", "name": "shell"}]})
-    assert _map_for_codex(TOUCH, shell_only)[2] == {"command": ["bash", "-lc", "touch marker.txt"]}
+    exec_only = offered_tools({"tools": [{"type": "function", "name": "exec_command"}]})
+    assert map_for_codex(TOUCH, exec_only) == ("exec_command", None, {"cmd": "touch marker.txt"})
+    shell_only = offered_tools({"tools": [{"type": "function", "name": "shell"}]})
+    assert map_for_codex(TOUCH, shell_only)[2] == {"command": ["bash", "-lc", "touch marker.txt"]}
+
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+
+def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+          ) -> tuple[int, str, str]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"content-type": "application/json",
+                                              **(headers or {})})
+    with _DIRECT.open(request, timeout=10) as response:
+        return response.status, response.headers["content-type"], response.read().decode()
+
+
+def _sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for chunk in text.strip().split("\n\n"):
+        name_line, data_line = chunk.split("\n")
+        events.append((name_line.removeprefix("event: "), json.loads(data_line[len("data: "):])))
+    return events
+
+
+def test_mock_side_requests_and_recording() -> None:
+    with MockModel([TOUCH]) as model:
+        for method in ("HEAD", "GET"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                _DIRECT.open(urllib.request.Request(model.url + "/", method=method), timeout=10)
+            assert info.value.code == 404
+        assert json.loads(_post(model.url + "/v1/messages/count_tokens?beta=true",
+                                {"messages": []})[2]) == {"input_tokens": 42}
+        # A side call (no tools) gets text, streamed or not, and does not consume the script.
+        status, ctype, text = _post(model.url + "/v1/messages?beta=true",
+                                    {"model": "m", "stream": True, "messages": [
+                                        {"role": "user", "content": "title?"}]},
+                                    {"x-api-key": "k1"})
+        assert status == 200 and ctype.startswith("text/event-stream")
+        events = _sse_events(text)
+        assert [e for e, _ in events] == ["message_start", "content_block_start",
+                                          "content_block_delta", "content_block_stop",
+                                          "message_delta", "message_stop"]
+        assert events[2][1]["delta"] == {"type": "text_delta", "text": model.side_text}
+        plain = json.loads(_post(model.url + "/v1/messages", {"model": "m", "messages": []})[2])
+        assert plain["content"][0]["text"] == model.side_text
+        # The main call gets the scripted tool_use, its input streamed as one JSON delta.
+        _, _, text = _post(model.url + "/v1/messages?beta=true", {
+            "model": "m", "stream": True, "tools": [{"name": "Bash"}],
+            "messages": [{"role": "user", "content": "go"}]})
+        events = _sse_events(text)
+        assert events[1][1]["content_block"]["name"] == "Bash"
+        assert json.loads(events[2][1]["delta"]["partial_json"]) == {"command": "touch marker.txt"}
+        assert events[4][1]["delta"]["stop_reason"] == "tool_use"
+        # Codex side: no tools -> a message item, completed with usage.
+        _, _, text = _post(model.openai_base_url + "/responses", {"model": "g", "input": []})
+        events = _sse_events(text)
+        assert events[0][0] == "response.created" and events[-1][0] == "response.completed"
+        assert events[-1][1]["response"]["usage"]["total_tokens"] == 15
+        assert model.tool_calls[0].name == "Bash" and len(model.tool_calls) == 1
+    kinds = [(r.method, r.kind) for r in model.requests]
+    assert kinds == [("HEAD", "other"), ("GET", "other"), ("POST", "count_tokens"),
+                     ("POST", "side"), ("POST", "side"), ("POST", "main"), ("POST", "side")]
+    assert model.requests[3].header("X-Api-Key") == "k1"
+    assert model.errors == []
 
 
 # -- Claude Code ---------------------------------------------------------------------------------
 
-def _assert_claude_ok(run: object) -> None:
-    from .drive import HarnessRun
-
-    assert isinstance(run, HarnessRun)
+def _assert_claude_ok(run: HarnessRun) -> None:
     assert run.proc.returncode == 0, run.output
     assert run.result is not None and run.result.get("is_error") is False, run.output
     assert run.seconds < MAX_RUN_SECONDS
@@ -214,12 +277,13 @@ def test_claude_mcp_tool_goes_through_the_hook(dirs: tuple[Path, Path], tmp_path
 def test_codex_trusted_hash_matches_what_codex_computes(dirs: tuple[Path, Path]) -> None:
     """codex_hook_trusted_hash / codex_hook_state_key against Codex's own hooks/list."""
     project, home = dirs
-    handlers = [
+    handlers: list[dict[str, Any]] = [
         {"type": "command", "command": "/usr/bin/python3 -I /x/guard.py", "timeout": 30},
         {"type": "command", "command": "a b", "statusMessage": "checking"},  # timeout default
         {"type": "command", "command": "c", "statusMessage": "", "async": True, "timeout": 5},
         {"type": "command", "command": "d", "onFailure": "block",            # not Codex's key
          "additionalContextLimit": 100},
+        {"type": "command", "command": 'echo "héllo ✓" \\ /x'},              # raw UTF-8
     ]
     document = {"hooks": {
         "PreToolUse": [{"matcher": "*", "hooks": handlers[:2]},
@@ -227,13 +291,14 @@ def test_codex_trusted_hash_matches_what_codex_computes(dirs: tuple[Path, Path])
         "PostToolUse": [{"matcher": "", "hooks": [handlers[0]]}],
         "Stop": [{"matcher": "ignored", "hooks": [handlers[1]]}],      # matcher dropped
         "PermissionRequest": [{"matcher": "Bash", "hooks": [handlers[3]]}],
+        "SessionStart": [{"matcher": "stärtup", "hooks": [handlers[4]]}],
     }}
     hooks_json = project / ".codex" / "hooks.json"
     hooks_json.parent.mkdir()
-    hooks_json.write_text(json.dumps(document))
+    hooks_json.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
     (home / ".codex").mkdir()
     (home / ".codex" / "config.toml").write_text(
-        f'[projects."{project}"]\ntrust_level = "trusted"\n')
+        f'[projects."{project}"]\ntrust_level = "trusted"\n' + CODEX_OFFLINE_TOML)
     listed = {h["key"]: h for h in codex_hooks_list(project, home)}
     expected = codex_hook_trust_entries(hooks_json, document)
     assert set(listed) == set(expected)
@@ -246,17 +311,12 @@ def test_codex_trusted_hash_matches_what_codex_computes(dirs: tuple[Path, Path])
         listed[f"{hooks_json}:pre_tool_use:0:0"]["currentHash"]
 
     # Written into config.toml, Codex reports them trusted.
-    from .codex_trust import codex_hook_trust_toml
-
-    with (home / ".codex" / "config.toml").open("a") as fh:
+    with (home / ".codex" / "config.toml").open("a", encoding="utf-8") as fh:
         fh.write(codex_hook_trust_toml(expected))
     assert {h["trustStatus"] for h in codex_hooks_list(project, home)} == {"trusted"}
 
 
-def _assert_codex_ok(run: object) -> None:
-    from .drive import HarnessRun
-
-    assert isinstance(run, HarnessRun)
+def _assert_codex_ok(run: HarnessRun) -> None:
     assert run.proc.returncode == 0, run.output
     assert run.seconds < MAX_RUN_SECONDS
 
@@ -359,7 +419,48 @@ def test_harness_env_leaks_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert (tmp_path / "h" / ".codex").is_dir()
 
 
-def test_harness_bin_finds_both_or_reports() -> None:
+def test_both_harnesses_are_installed() -> None:
     for name in ("claude", "codex"):
         path = harness_bin(name)
         assert path.is_file()
+
+
+def test_missing_harness_skips_locally_and_fails_in_ci(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from . import binaries
+
+    monkeypatch.setattr(binaries, "TOOLS_BIN", tmp_path / "nothing")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="scripts/install-harnesses"):
+        binaries.harness_bin("codex")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="must not be skipped"):
+        binaries.harness_bin("claude")
+    with pytest.raises(ValueError):
+        binaries.harness_bin("gemini")
+
+
+@pytest.mark.parametrize("harness", ["claude", "codex"])
+def test_script_with_two_calls(dirs: tuple[Path, Path], tmp_path: Path, harness: str) -> None:
+    """Each follow-up request (carrying the previous tool result) gets the next scripted call."""
+    project, home = dirs
+    log = tmp_path / "hook.jsonl"
+    command = write_hook(tmp_path / "hook.py", "allow", log=log)
+    script = [TOUCH, ToolCall("Bash", {"command": "touch second.txt"})]
+    with MockModel(script) as model:
+        if harness == "claude":
+            claude_setup(project, home, hook_command=command,
+                         allow=["Bash(touch marker.txt)", "Bash(touch second.txt)"])
+            run = run_claude(project, home, model, "make two markers")
+            _assert_claude_ok(run)
+        else:
+            codex_setup(project, home, model, hook_command=command)
+            run = run_codex(project, home, "make two markers")
+            _assert_codex_ok(run)
+    assert (project / "marker.txt").exists() and (project / "second.txt").exists(), run.output
+    assert [c.script_index for c in model.tool_calls] == [0, 1]
+    assert len(model.tool_results) == 2
+    assert len(model.main_requests()) == 3
+    assert [p["tool_input"]["command"] for p in hook_payloads(log)] == \
+        ["touch marker.txt", "touch second.txt"]

@@ -1,0 +1,484 @@
+"""The confinement suite: real processes, real kernel denials (EACCES/EPERM), real decoys.
+
+Every row of `agentstack.sandbox.verify.ROWS` (also run by `agentstack doctor --verify`) runs from
+the confined process itself, from a grandchild and from a setsid-detached descendant. A denial row
+passes only on a non-zero exit AND the kernel's EACCES/EPERM message; never on empty output or
+ENOENT. Decoys exist and live outside /tmp (under /var/tmp). Unconfined controls show that each
+probe does observe success when nothing stops it, so a pass is not an artefact of a broken probe.
+Then the `agentstack run` command itself: trust gate, exit codes, signals, terminal, environment,
+credential proxy, leftover descendants, refusals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import pty
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentstack.sandbox import verify
+from tests.conftest import REPO, make_project, run_cli
+
+PYTHON = verify.system_python()
+PROBE = REPO / "agentstack" / "sandbox" / "probe.py"
+CASES = [(row, mode) for row in verify.ROWS for mode in row.modes]
+
+
+@pytest.fixture(scope="module")
+def scene() -> Iterator[verify.Scenario]:
+    with verify.scenario() as sc:
+        yield sc
+
+
+@pytest.mark.parametrize(("row", "mode"), CASES, ids=[f"{r.name}-{m}" for r, m in CASES])
+def test_row(scene: verify.Scenario, row: verify.Row, mode: str) -> None:
+    result = verify.run_row(scene, row, mode)
+    if result.skipped:
+        pytest.skip(result.detail)
+    assert result.passed, (
+        f"{row.what} [{mode}]: exit {result.exit_code}, output {result.output!r}; {result.detail}"
+    )
+    if row.expect == "deny":
+        assert result.exit_code not in (0, None)
+        assert verify.DENIED_LINE.search(result.output)
+        assert "ENOENT" not in result.output
+    else:
+        assert result.exit_code == 0
+
+
+# Rows whose probe would change the machine when it succeeds are not run unconfined.
+DESTRUCTIVE = {"kill", "mount", "proc-sys-write", "execveat", "trust-log", "write-outside"}
+ROOT_ONLY = {"etc-shadow", "raw-disk", "raw-socket", "packet-socket", "netlink-audit", "bpf",
+             "perf", "ptrace", "vm-read", "setns", "unshare-user", "clone-user"}
+
+
+@pytest.mark.parametrize(
+    "row",
+    [r for r in verify.ROWS if r.expect == "deny" and r.name not in DESTRUCTIVE],
+    ids=lambda r: r.name,
+)
+def test_probe_observes_success_unconfined(scene: verify.Scenario, row: verify.Row) -> None:
+    if row.name in ROOT_ONLY and os.geteuid() != 0:
+        pytest.skip("needs root to succeed unconfined")
+    if row.name == "raw-disk" and not scene.values["disk"]:
+        pytest.skip("no block device backs /")
+    argv = scene.argv(row, "direct")
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=scene.workdir, timeout=30,
+                          stdin=subprocess.DEVNULL, check=False)
+    output = done.stdout.strip()
+    if row.name == "tiocsti":  # stdin is not a terminal: the ioctl reaches the tty layer
+        assert "ENOTTY" in output, output
+        return
+    if row.name == "raw-disk" and output == "DENIED EPERM Operation not permitted":
+        # A device cgroup (this machine's own container) refuses it before Landlock would;
+        # confined, the denial is Landlock's EACCES (see the raw-disk rows).
+        pytest.skip("the block device is closed to every process here (device cgroup)")
+    if row.name == "io-uring" and "EPERM" in output:
+        sysctl = Path("/proc/sys/kernel/io_uring_disabled")
+        if sysctl.exists() and sysctl.read_text().strip() != "0":
+            pytest.skip("io_uring is disabled by sysctl on this machine")
+    assert done.returncode == 0 and output.startswith("ALLOWED"), (row.name, output)
+
+
+# ------------------------------------------------------------------ `agentstack run`
+
+MANIFEST = """\
+[project]
+name = "demo"
+harnesses = ["claude-code", "codex"]
+
+[sandbox]
+write_dirs = ["."]
+env = ["FOO"]
+"""
+
+
+@pytest.fixture
+def var_home() -> Iterator[Path]:
+    """A HOME outside /tmp with decoys that exist."""
+    base = Path(tempfile.mkdtemp(dir=verify.DECOY_ROOT, prefix="agentstack-test-home-"))
+    (base / ".ssh").mkdir()
+    (base / ".ssh" / "id_ed25519").write_text("DECOY-KEY\n")
+    try:
+        yield base.resolve()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _trusted(root: Path, env: dict[str, str] | None = None) -> Path:
+    assert run_cli("lock", cwd=root, env=env).returncode == 0
+    trusted = run_cli("trust", "--yes", "--accept-risk", cwd=root, env=env)
+    assert trusted.returncode == 0, trusted.stderr
+    return root
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = make_project(tmp_path / "demo", MANIFEST)
+    shutil.copyfile(PROBE, root / "probe.py")
+    return root
+
+
+def test_run_refuses_an_untrusted_digest(project: Path) -> None:
+    assert run_cli("lock", cwd=project).returncode == 0
+    marker = project / "ran"
+    done = run_cli("run", "--", "/bin/sh", "-c", f"touch {marker}", cwd=project)
+    assert done.returncode == 1
+    assert "not trusted" in done.stderr and "agentstack trust" in done.stderr
+    assert not marker.exists()
+    stale = project / "agentstack.toml"
+    stale.write_text(MANIFEST.replace('env = ["FOO"]', 'env = ["BAR"]'))
+    assert run_cli("run", "--", "/bin/true", cwd=project).returncode == 1
+
+
+def test_run_confines_and_passes_the_exit_code(project: Path, var_home: Path) -> None:
+    env = {"HOME": str(var_home)}
+    _trusted(project, env)
+    denied = run_cli("run", "--", PYTHON or "python3", "-I", "probe.py", "direct", "read",
+                     str(var_home / ".ssh" / "id_ed25519"), cwd=project, env=env)
+    assert denied.returncode == 1, denied.stderr
+    assert denied.stdout.strip() == "DENIED EACCES Permission denied"
+    code = run_cli("run", "--", "/bin/sh", "-c", "echo hi > out.txt; exit 7", cwd=project, env=env)
+    assert code.returncode == 7, code.stderr
+    assert (project / "out.txt").read_text() == "hi\n"
+
+
+def test_run_passes_a_fatal_signal_through(project: Path, var_home: Path) -> None:
+    env = {"HOME": str(var_home)}
+    _trusted(project, env)
+    done = run_cli("run", "--", "/bin/sh", "-c", "kill -TERM $$", cwd=project, env=env)
+    assert done.returncode == -signal.SIGTERM
+
+
+def _agentstack(args: list[str], cwd: Path, env: dict[str, str], **kw: object
+                ) -> subprocess.Popen[str]:
+    full = dict(os.environ, PYTHONPATH=str(REPO), **env)
+    return subprocess.Popen([sys.executable, "-m", "agentstack", *args], cwd=cwd, env=full,
+                            text=True, **kw)  # type: ignore[call-overload]
+
+
+def test_sigterm_to_run_reaches_the_command(project: Path, var_home: Path) -> None:
+    env = {"HOME": str(var_home)}
+    _trusted(project, env)
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    proc = _agentstack(["run", "--no-interactive", "--", PYTHON or "python3", "-c", script],
+                       project, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 42
+
+
+def test_interactive_run_keeps_the_terminal(project: Path, var_home: Path) -> None:
+    env = {"HOME": str(var_home)}
+    _trusted(project, env)
+    script = ("import fcntl, os, struct, termios\n"
+              "tty = os.open('/dev/tty', os.O_RDWR)\n"
+              "rows = struct.unpack('HHHH', fcntl.ioctl(tty, termios.TIOCGWINSZ, bytes(8)))[0]\n"
+              "print('TTY', os.isatty(0), os.isatty(1), os.tcgetpgrp(0) == os.getpgrp(), rows)\n")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec the real command on the pty
+        os.environ.update(env, PYTHONPATH=str(REPO))
+        os.chdir(project)
+        os.execv(sys.executable, [sys.executable, "-m", "agentstack", "run", "--", PYTHON or
+                                  "python3", "-c", script])
+    output = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    text = output.decode("utf-8", "replace")
+    assert "TTY True True True" in text, text
+    assert os.waitstatus_to_exitcode(status) == 0, text
+
+
+def test_ctrl_c_on_the_terminal_reaches_the_harness(project: Path, var_home: Path) -> None:
+    env = {"HOME": str(var_home)}
+    _trusted(project, env)
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGINT, lambda *a: (print('GOT SIGINT', flush=True), "
+              "sys.exit(33)))\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ.update(env, PYTHONPATH=str(REPO))
+        os.chdir(project)
+        os.execv(sys.executable, [sys.executable, "-m", "agentstack", "run", "--", PYTHON or
+                                  "python3", "-c", script])
+    output = b""
+    sent = False
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        if not sent and b"ready" in output:
+            os.write(fd, b"\x03")  # the terminal's interrupt character
+            sent = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert b"GOT SIGINT" in output, output
+    assert os.waitstatus_to_exitcode(status) == 33, output
+
+
+def test_environment_is_built_from_an_allowlist(project: Path, var_home: Path) -> None:
+    env = {"HOME": str(var_home), "FOO": "passed", "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
+           "AWS_SECRET_ACCESS_KEY": "nope", "LD_PRELOAD": "/tmp/x.so"}
+    _trusted(project, env)
+    done = run_cli("run", "--", PYTHON or "python3", "-c",
+                   "import json, os; print(json.dumps(dict(os.environ)))", cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    child = json.loads(done.stdout)
+    assert child["FOO"] == "passed" and child["HOME"] == str(var_home)
+    assert set(child) <= {"HOME", "PATH", "TERM", "LANG", "TMPDIR", "FOO", "LC_CTYPE"}, child
+    run_dir = os.path.dirname(child["TMPDIR"])
+    assert os.path.basename(run_dir).startswith("agentstack-run-")
+    assert not os.path.exists(run_dir)  # removed after the run
+
+
+def test_ssh_auth_sock_in_the_manifest_is_refused(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "demo", MANIFEST.replace('"FOO"', '"SSH_AUTH_SOCK"'))
+    _trusted(root)
+    done = run_cli("run", "--", "/bin/true", cwd=root)
+    assert done.returncode == 2
+    assert "SSH_AUTH_SOCK never passes" in done.stderr
+
+
+def test_unenforceable_manifest_is_refused_at_run(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "demo", MANIFEST.replace('write_dirs = ["."]',
+                                                           'write_dirs = [".", "~"]'))
+    _trusted(root)
+    marker = root / "ran"
+    done = run_cli("run", "--", "/bin/sh", "-c", f"touch {marker}", cwd=root)
+    assert done.returncode == 1
+    assert "Landlock cannot deny a path under a granted directory" in done.stderr
+    assert not marker.exists()
+
+
+def test_disabled_sandbox_and_foreign_harness_are_refused(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "demo", MANIFEST + "\n")
+    _trusted(root)
+    foreign = run_cli("run", "--harness", "gemini-cli", "--", "/bin/true", cwd=root)
+    assert foreign.returncode == 1 and "does not target gemini-cli" in foreign.stderr
+    (root / "agentstack.toml").write_text(MANIFEST.replace("[sandbox]\n", "[sandbox]\nenabled = false\n"))
+    _trusted(root)
+    off = run_cli("run", "--", "/bin/true", cwd=root)
+    assert off.returncode == 1 and "never launches anything unconfined" in off.stderr
+
+
+def test_leftover_descendants_are_killed(project: Path, var_home: Path) -> None:
+    env = {"HOME": str(var_home)}
+    _trusted(project, env)
+    done = run_cli("run", "--", "/bin/sh", "-c",
+                   "setsid sleep 300 > /dev/null 2>&1 & echo $! > pid.txt", cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    pid = int((project / "pid.txt").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_changes_to_git_hooks_are_reported(project: Path, var_home: Path) -> None:
+    """The workdir is writable, .git included; Landlock cannot carve .git/hooks out of it, so
+    `run` reports a change to what git would execute outside the sandbox (a measured hole)."""
+    env = {"HOME": str(var_home)}
+    (project / ".git" / "hooks").mkdir(parents=True)
+    (project / ".git" / "config").write_text("[core]\n")
+    _trusted(project, env)
+    quiet = run_cli("run", "--", "/bin/true", cwd=project, env=env)
+    assert quiet.returncode == 0 and "WARNING" not in quiet.stderr
+    done = run_cli("run", "--", "/bin/sh", "-c",
+                   "echo 'fsmonitor = ./evil' >> .git/config; touch .git/hooks/pre-commit",
+                   cwd=project, env=env)
+    assert done.returncode == 0
+    assert ".git/config" in done.stderr and ".git/hooks/pre-commit" in done.stderr
+    assert "WARNING" in done.stderr
+
+
+class _Upstream(http.server.ThreadingHTTPServer):
+    seen: list[dict[str, str]]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Upstream
+
+    def do_GET(self) -> None:
+        self.server.seen.append({k.lower(): v for k, v in self.headers.items()})
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@contextlib.contextmanager
+def _upstream() -> Iterator[_Upstream]:
+    server = _Upstream(("127.0.0.1", 0), _Handler)
+    server.seen = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_credential_proxy_end_to_end(tmp_path: Path, var_home: Path) -> None:
+    env = {"HOME": str(var_home)}
+    real = "sk-ant-real-0123456789"
+    with _upstream() as upstream:
+        port = upstream.server_address[1]
+        manifest = MANIFEST + (
+            "\n[sandbox.credentials.anthropic]\n"
+            f'upstream = "http://127.0.0.1:{port}"\n'
+            'secret = "anthropic"\nheader = "x-api-key"\n'
+            'env = "ANTHROPIC_API_KEY"\nbase_url_env = "ANTHROPIC_BASE_URL"\n'
+        )
+        root = make_project(tmp_path / "demo", manifest)
+        shutil.copyfile(PROBE, root / "probe.py")
+        _trusted(root, env)
+        missing = run_cli("run", "--", "/bin/true", cwd=root, env=env)
+        assert missing.returncode == 1 and "agentstack secret set anthropic" in missing.stderr
+        assert run_cli("secret", "set", "anthropic", cwd=root, input=real + "\n").returncode == 0
+        done = run_cli("run", "--", PYTHON or "python3", "-I", "probe.py", "direct", "http",
+                       "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "x-api-key", cwd=root, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("ALLOWED status 200 body ok")
+        assert real not in done.stdout
+        child_env = json.loads(done.stdout.split(" env ", 1)[1])
+        assert child_env["ANTHROPIC_API_KEY"] and child_env["ANTHROPIC_API_KEY"] != real
+        assert child_env["ANTHROPIC_BASE_URL"].endswith("/anthropic")
+        assert upstream.seen and upstream.seen[-1]["x-api-key"] == real
+        # the upstream itself is not reachable directly: only the proxy's port is open
+        direct = run_cli("run", "--", PYTHON or "python3", "-I", "probe.py", "direct", "connect",
+                         "127.0.0.1", str(port), cwd=root, env=env)
+        assert direct.returncode == 1 and "EACCES" in direct.stdout
+
+
+def test_doctor_verify(tmp_path: Path) -> None:
+    done = run_cli("doctor", "--verify", "--json", cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr + json.dumps(report["verify"], indent=1)
+    names = {c["name"] for c in report["checks"]}
+    assert {"kernel", "landlock", "nono", "seccomp", "project"} <= names
+    assert any(n.startswith("harness ") for n in names)
+    assert report["verify"]["failed"] == 0
+    assert report["verify"]["passed"] >= len(CASES) - 3
+
+
+# ------------------------------------------------------------------ measured holes (docs/sandbox.md)
+
+
+def _run_probe(scene: verify.Scenario, op: str, *args: str,
+               policy: object | None = None) -> verify.RowResult:
+    from dataclasses import replace
+
+    row = verify.Row(f"hole-{op}", "measured hole", op, args, expect="allow", modes=("direct",))
+    sc = scene if policy is None else replace(scene, policy=policy)
+    return verify.run_row(sc, row, "direct")
+
+
+def test_measured_hole_pathname_unix_sockets_are_not_filtered(scene: verify.Scenario) -> None:
+    """Landlock (ABI <= 7) does not mediate connect() on a pathname unix socket: a socket the
+    policy does not grant (docker.sock, an ssh-agent socket) is still reachable. The defence is
+    to keep such sockets out of reach (SSH_AUTH_SOCK never passes). If this starts failing, the
+    kernel closed the hole: update docs/sandbox.md."""
+    import socket
+
+    path = scene.base / "outside" / "agent.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    threading.Thread(target=lambda: server.accept()[0].close(), daemon=True).start()
+    try:
+        assert not scene.policy.decide_path(str(path), "read").allowed
+        result = _run_probe(scene, "unix", str(path))
+        assert result.passed, result.output
+    finally:
+        server.close()
+        path.unlink()
+
+
+def _local_address() -> str | None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: nothing is sent
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def test_measured_hole_allowed_ports_are_open_on_every_address(scene: verify.Scenario) -> None:
+    """Landlock filters TCP connect() by port only: a port granted for localhost (the proxy's,
+    sandbox.network.localhost_ports) is reachable on any address; `why --host` says so. Shown
+    without a non-loopback listener: connecting to this machine's own non-loopback address on the
+    allowed port reaches the network stack (ECONNREFUSED: nothing listens there), while another
+    port is refused by Landlock (EACCES)."""
+    address = _local_address()
+    if address is None:
+        pytest.skip("no non-loopback IPv4 address on this machine")
+    allowed, denied = scene.values["allowed_port"], scene.values["denied_port"]
+    assert "known hole" in scene.policy.decide_net(address, int(allowed)).reason
+    through = _run_probe(scene, "connect", address, allowed)
+    assert through.output == "DENIED ECONNREFUSED Connection refused", through.output
+    blocked = _run_probe(scene, "connect", address, denied)
+    assert blocked.output == "DENIED EACCES Permission denied", blocked.output
+
+
+def test_readonly_files_for_the_guard(scene: verify.Scenario) -> None:
+    from agentstack.sandbox.runner import RUN_RO_ENV, confined
+
+    script = ("import os\n"
+              f"d = os.environ[{RUN_RO_ENV!r}]\n"
+              "print(open(os.path.join(d, 'snapshot.json')).read())\n"
+              "for op in (lambda: open(os.path.join(d, 'snapshot.json'), 'a'),\n"
+              "           lambda: open(os.path.join(d, 'new'), 'x')):\n"
+              "    try:\n"
+              "        op()\n"
+              "        print('WRITABLE')\n"
+              "    except PermissionError as exc:\n"
+              "        print('DENIED', exc.errno)\n")
+    with confined(scene.workdir, scene.policy, [PYTHON or "python3", "-I", "-c", script],
+                  {"PATH": "/usr/bin:/bin"}, interactive=False, stdin=subprocess.DEVNULL,
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                  readonly_files={"snapshot.json": b'{"snapshot": 1}'}) as child:
+        out, _ = child.process.communicate(timeout=30)
+    lines = out.decode().split("\n")
+    assert lines[:3] == ['{"snapshot": 1}', "DENIED 13", "DENIED 13"], out

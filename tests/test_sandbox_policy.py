@@ -1,0 +1,459 @@
+"""The sandbox policy object: resolution, merge rules, decisions, refusals, `why`, enforceability."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentstack.errors import InvalidInput
+from agentstack.manifest import Sandbox
+from agentstack.sandbox import profiles, seccomp
+from agentstack.sandbox.policy import Deny, Grant, SandboxPolicy
+from agentstack.sandbox.resolve import ConfinementError, resolve_policy
+from tests.conftest import make_project, run_cli
+
+
+def _sandbox(**values: object) -> Sandbox:
+    return Sandbox.model_validate(values)
+
+
+@pytest.fixture
+def home() -> Path:
+    return Path(os.environ["HOME"]).resolve()
+
+
+@pytest.fixture
+def state() -> Path:
+    path = Path(os.environ["AGENTSTACK_HOME"])
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    (path / "docs").mkdir(parents=True)
+    (path / "docs" / "a.md").write_text("a")
+    return path.resolve()
+
+
+def _policy(root: Path, **values: object) -> SandboxPolicy:
+    return resolve_policy(_sandbox(**values), root)
+
+
+# ------------------------------------------------------------------ resolution
+
+
+def test_default_policy_is_deny_by_default(root: Path, home: Path, state: Path) -> None:
+    policy = _policy(root)
+    assert policy.workdir == str(root)
+    assert Grant(path=str(root), access="rw", source="workdir") in policy.grants
+    assert policy.decide_path(str(root / "docs" / "a.md"), "write").allowed
+    assert policy.decide_path("docs/new.txt", "write").allowed  # relative to the workdir
+    assert policy.decide_path("/usr/bin/env", "read").allowed
+    assert not policy.decide_path("/usr/bin/env", "write").allowed
+    assert "nothing grants write" in policy.decide_path("/usr/bin/env", "write").reason
+    for denied in (home / "notes.txt", root.parent / "sibling.txt", Path("/etc/shadow"),
+                   Path("/var/tmp"), Path("/tmp/x")):
+        decision = policy.decide_path(str(denied), "read")
+        assert not decision.allowed, denied
+        assert "deny by default" in decision.reason
+    assert policy.network_block and policy.tcp_ports == ()
+    assert policy.env_pass == ("HOME", "PATH", "TERM", "LANG")
+    assert policy.seccomp
+
+
+def test_system_profile_is_narrow(root: Path) -> None:
+    policy = _policy(root)
+    paths = {g.path for g in policy.grants}
+    assert "/etc" not in paths and "/dev" not in paths and "/" not in paths
+    assert policy.decide_path("/dev/null", "write").allowed
+    assert policy.decide_path("/dev/urandom", "read").allowed
+    assert not policy.decide_path("/dev/urandom", "write").allowed
+    disks = [d for d in ("/dev/vda", "/dev/sda", "/dev/nvme0n1") if os.path.exists(d)]
+    for disk in disks:
+        assert not policy.decide_path(disk, "read").allowed
+    assert policy.decide_path("/etc/passwd", "read").allowed
+
+
+def test_agentstack_home_and_nono_groups_are_denied(root: Path, home: Path, state: Path) -> None:
+    policy = _policy(root)
+    sources = {d.source for d in policy.denies}
+    assert {"agentstack-home", "nono:deny_credentials", "nono:deny_keychains_linux",
+            "nono:deny_browser_data_linux", "nono:deny_shell_history",
+            "nono:deny_shell_configs"} <= sources
+    for path, words in (
+        (state / "trust.jsonl", "AGENTSTACK_HOME"),
+        (state / "secrets" / "KEY", "AGENTSTACK_HOME"),
+        (home / ".ssh" / "id_ed25519", "deny_credentials"),
+        (home / ".aws" / "credentials", "deny_credentials"),
+        (home / ".bash_history", "deny_shell_history"),
+        (home / ".mozilla" / "firefox" / "x", "deny_browser_data_linux"),
+        (home / ".local" / "share" / "keyrings" / "k", "deny_keychains_linux"),
+    ):
+        decision = policy.decide_path(str(path), "read")
+        assert not decision.allowed
+        assert words in decision.reason, decision.reason
+
+
+def test_symlink_into_a_denied_path_is_judged_by_its_target(root: Path, home: Path) -> None:
+    (home / ".ssh").mkdir(exist_ok=True)
+    (home / ".ssh" / "id_rsa").write_text("k")
+    (root / "link").symlink_to(home / ".ssh" / "id_rsa")
+    decision = _policy(root).decide_path(str(root / "link"), "read")
+    assert not decision.allowed
+    assert "->" in decision.reason and "deny_credentials" in decision.reason
+
+
+def test_manifest_paths_relative_to_root_and_tilde(root: Path, home: Path, tmp_path: Path) -> None:
+    (home / "shared").mkdir()
+    (home / "notes.txt").write_text("n")
+    outside = tmp_path / "data"
+    outside.mkdir()
+    policy = _policy(root, read_dirs=["~/shared", str(outside)], write_files=["~/notes.txt"])
+    by_source = {g.source: g for g in policy.grants}
+    assert by_source["sandbox.read_dirs[0]"].path == str(home / "shared")
+    assert by_source["sandbox.read_dirs[1]"].path == str(outside.resolve())
+    assert by_source["sandbox.write_files[0]"].file
+    assert policy.decide_path(str(home / "notes.txt"), "write").allowed
+    assert not policy.decide_path(str(home / "other.txt"), "read").allowed
+    assert policy.decide_path(str(outside / "x"), "read").allowed
+    assert not policy.decide_path(str(outside / "x"), "write").allowed
+
+
+def test_starter_write_dirs_dot_is_the_workdir(root: Path) -> None:
+    policy = _policy(root, write_dirs=["."])
+    assert [g for g in policy.grants if g.path == str(root)] == [
+        Grant(path=str(root), access="rw", source="workdir")
+    ]
+
+
+# ------------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        ({"write_dirs": ["~"]}, "Landlock cannot deny a path under a granted directory"),
+        ({"read_dirs": ["~/.config"]}, "Landlock cannot deny a path under a granted directory"),
+        ({"read_files": ["~/.ssh/id_ed25519"]}, "always denied"),
+        ({"write_dirs": ["~/.aws"]}, "always denied"),
+        ({"read_dirs": ["docs"]}, "would be writable"),
+    ],
+)
+def test_unenforceable_policies_are_refused(root: Path, home: Path, state: Path,
+                                            values: dict[str, object], words: str) -> None:
+    (home / ".ssh").mkdir(exist_ok=True)
+    (home / ".ssh" / "id_ed25519").write_text("k")
+    (home / ".aws").mkdir(exist_ok=True)
+    with pytest.raises(ConfinementError) as caught:
+        _policy(root, **values)
+    assert words in caught.value.message
+    assert caught.value.exit_code == 1
+    assert "agentstack.toml" in caught.value.hint
+
+
+def test_agentstack_home_inside_the_workdir_is_refused(root: Path) -> None:
+    with pytest.raises(ConfinementError, match="AGENTSTACK_HOME"):
+        resolve_policy(Sandbox(), root, agentstack_home=root / ".state")
+
+
+def test_read_only_grant_under_a_writable_tmp_grant_is_refused(root: Path, tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    (scratch / "ro").mkdir(parents=True)
+    with pytest.raises(ConfinementError, match="would be writable"):
+        _policy(root, write_dirs=[str(scratch)], read_dirs=[str(scratch / "ro")])
+
+
+@pytest.mark.parametrize("name", ["SSH_AUTH_SOCK", "LD_PRELOAD", "AGENTSTACK_HOME", "TMPDIR"])
+def test_environment_names_that_never_pass(root: Path, name: str) -> None:
+    with pytest.raises(InvalidInput, match=r"sandbox\.env\[0\]"):
+        _policy(root, env=[name])
+
+
+def test_credential_env_cannot_also_be_passed_through(root: Path) -> None:
+    cred = {"upstream": "https://api.example.com", "secret": "K", "env": "API_KEY"}
+    with pytest.raises(InvalidInput, match="credential"):
+        _policy(root, env=["API_KEY"], credentials={"api": cred})
+
+
+# ------------------------------------------------------------------ profiles and merging
+
+
+def _fake_node_harness(tmp_path: Path) -> tuple[Path, str]:
+    """A harness installed like npm does: .bin/claude -> ../pkg/cli.js with a node shebang."""
+    modules = tmp_path / "tools" / "node_modules"
+    package = modules / "@anthropic-ai" / "claude-code"
+    package.mkdir(parents=True)
+    script = package / "cli.js"
+    script.write_text("#!/usr/bin/env node\n")
+    script.chmod(0o755)
+    (modules / ".bin").mkdir()
+    (modules / ".bin" / "claude").symlink_to("../@anthropic-ai/claude-code/cli.js")
+    node_prefix = tmp_path / "node"
+    (node_prefix / "bin").mkdir(parents=True)
+    node = node_prefix / "bin" / "node"
+    node.write_text("#!/bin/sh\n")
+    node.chmod(0o755)
+    return modules, f"{modules / '.bin'}:{node_prefix / 'bin'}:/usr/bin:/bin"
+
+
+def test_claude_code_profile(root: Path, home: Path, tmp_path: Path) -> None:
+    modules, path = _fake_node_harness(tmp_path)
+    (tmp_path / "extra").mkdir()
+    policy = resolve_policy(_sandbox(read_dirs=[str(tmp_path / "extra")]), root,
+                            harness="claude-code", search_path=path)
+    grants = {(g.path, g.access, g.file): g.source for g in policy.grants}
+    assert grants[(str(home / ".claude"), "rw", False)] == "harness:claude-code"
+    assert grants[(str(home / ".claude.json"), "rw", True)] == "harness:claude-code"
+    assert grants[(str(modules.resolve()), "ro", False)] == "harness:claude-code install"
+    assert grants[(str((tmp_path / "node").resolve()), "ro", False)] == \
+        "harness:claude-code install"
+    # lists merged: the manifest's own grant is still there
+    assert grants[(str((tmp_path / "extra").resolve()), "ro", False)] == "sandbox.read_dirs[0]"
+    assert ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1") in policy.env_set
+    assert policy.decide_path(str(home / ".claude.json"), "write").allowed
+    assert not policy.decide_path(str(home / ".claude.json.bak"), "read").allowed
+    assert policy.harness == "claude-code"
+
+
+def test_codex_profile_and_unknown_harness(root: Path, home: Path) -> None:
+    policy = resolve_policy(Sandbox(), root, harness="codex", search_path="/nonexistent")
+    assert policy.decide_path(str(home / ".codex" / "config.toml"), "write").allowed
+    assert not policy.decide_path(str(home / ".claude"), "read").allowed
+    with pytest.raises(InvalidInput, match="unknown harness"):
+        resolve_policy(Sandbox(), root, harness="emacs")
+
+
+def test_install_dir_inside_the_workdir_is_not_a_conflict(root: Path) -> None:
+    modules, path = _fake_node_harness(root)
+    policy = resolve_policy(Sandbox(), root, harness="claude-code", search_path=path)
+    assert not any(g.source.endswith("install") and g.path == str(modules) for g in policy.grants)
+
+
+def test_scalars_overridden_by_the_manifest(root: Path) -> None:
+    policy = _policy(root, network={"block": False})
+    assert not policy.network_block
+    decision = policy.decide_net("example.com", 443)
+    assert decision.allowed and "block = false" in decision.reason
+
+
+# ------------------------------------------------------------------ network decisions
+
+
+def test_network_decisions(root: Path) -> None:
+    cred = {"upstream": "https://api.anthropic.com", "secret": "anthropic", "header": "x-api-key",
+            "env": "ANTHROPIC_API_KEY", "base_url_env": "ANTHROPIC_BASE_URL"}
+    policy = _policy(
+        root,
+        network={"localhost_ports": [8080], "allow_domains": ["*.pypi.org", "github.com"]},
+        credentials={"anthropic": cred},
+    ).with_runtime(proxy_port=40123)
+    assert policy.tcp_ports == (8080, 40123)
+    assert policy.decide_net("127.0.0.1", 8080).allowed
+    assert policy.decide_net("localhost", 40123).allowed
+    assert "credential proxy" in policy.decide_net("::1", 40123).reason
+    denied = policy.decide_net("127.0.0.1", 22)
+    assert not denied.allowed and "8080, 40123" in denied.reason
+    assert policy.decide_net("files.pypi.org").allowed
+    assert not policy.decide_net("pypi.org").allowed  # *.pypi.org is subdomains only
+    assert "proxy" in policy.decide_net("GitHub.com.", 443).reason
+    route = policy.decide_net("api.anthropic.com", 443)
+    assert route.allowed and "$ANTHROPIC_BASE_URL" in route.reason and "phantom" in route.reason
+    metadata = policy.decide_net("169.254.169.254", 80)
+    assert not metadata.allowed and "link-local" in metadata.reason
+    assert not policy.decide_net("evil.example", 443).allowed
+    hole = policy.decide_net("203.0.113.9", 8080)
+    assert hole.allowed and "known hole" in hole.reason
+    with pytest.raises(ValueError, match="port"):
+        policy.decide_net("a.example", 70000)
+
+
+# ------------------------------------------------------------------ serialisation
+
+
+def test_json_round_trip(root: Path) -> None:
+    cred = {"upstream": "https://api.example.com", "secret": "K", "env": "API_KEY"}
+    policy = _policy(root, credentials={"api": cred}, env=["FOO"]).with_runtime(
+        tmpdir="/tmp/agentstack-run-x", proxy_port=1234
+    )
+    text = policy.dumps()
+    again = SandboxPolicy.loads(text)
+    assert again == policy
+    assert json.loads(text)["format"] == 1
+    with pytest.raises(ValueError, match="format"):
+        SandboxPolicy.from_json({"format": 99})
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(st.sampled_from([".ssh", ".aws", "..", ".", "x", "id_rsa", ".config",
+                                       "agentstack", "secrets", ".bash_history"]),
+                      min_size=1, max_size=6))
+def test_nothing_under_a_deny_is_ever_allowed(parts: list[str]) -> None:
+    policy = POLICY_FOR_PROPERTY
+    path = os.path.join(policy.home, *parts)
+    for op in ("read", "write"):
+        decision = policy.decide_path(path, op)  # type: ignore[arg-type]
+        real = os.path.realpath(path)
+        if any(real == d.path or real.startswith(d.path + "/") for d in policy.denies):
+            assert not decision.allowed
+
+
+POLICY_FOR_PROPERTY = SandboxPolicy(
+    workdir="/srv/project", home="/home/u", agentstack_home="/home/u/.config/agentstack",
+    harness=None,
+    grants=(Grant(path="/srv/project", access="rw", source="workdir"),
+            Grant(path="/home/u/x", access="rw", source="sandbox.write_dirs[0]")),
+    denies=tuple(
+        Deny(path=p, source=s)
+        for p, s in (("/home/u/.config/agentstack", "agentstack-home"),
+                     ("/home/u/.ssh", "nono:deny_credentials"),
+                     ("/home/u/.aws", "nono:deny_credentials"),
+                     ("/home/u/.bash_history", "nono:deny_shell_history"))
+    ),
+)
+
+
+# ------------------------------------------------------------------ seccomp and enforceability
+
+
+def test_seccomp_blocklist_covers_the_escape_primitives() -> None:
+    names = {r.syscall for r in seccomp.rules(allow_udp=False)}
+    for required in ("ptrace", "mount", "fsopen", "move_mount", "bpf", "io_uring_setup",
+                     "io_uring_enter", "io_uring_register", "userfaultfd", "keyctl", "add_key",
+                     "request_key", "unshare", "clone", "clone3", "execveat", "memfd_create",
+                     "process_vm_readv", "process_vm_writev", "perf_event_open", "kexec_load",
+                     "init_module", "setns", "pivot_root", "socket", "ioctl"):
+        assert required in names, required
+    program = seccomp.build_program()
+    assert program and len(program) % 8 == 0
+    assert seccomp.build_program(allow_udp=True) != program
+
+
+def test_not_enforceable_is_an_error_never_a_warning(root: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentstack.sandbox import launch, runner
+
+    policy = _policy(root)
+
+    def missing(path: str | None = None) -> None:
+        raise ImportError("No module named 'nono_py'")
+
+    monkeypatch.setattr(launch, "load_nono", missing)
+    with pytest.raises(ConfinementError, match="nono-py is not usable") as caught:
+        runner.check_enforceable(policy)
+    assert "pip install" in caught.value.hint
+    monkeypatch.undo()
+
+    real = launch.load_nono()
+
+    class OldAbi:
+        version = "V3"
+        has_network = False
+        has_scoping = False
+        feature_names = ("Basic filesystem access control",)
+
+    class FakeNono:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        @staticmethod
+        def detect_abi() -> OldAbi:
+            return OldAbi()
+
+    monkeypatch.setattr(launch, "load_nono", lambda path=None: FakeNono())
+    with pytest.raises(ConfinementError, match="lacks TCP connect/bind rules"):
+        runner.check_enforceable(policy)
+
+    class NoLandlock(FakeNono):
+        @staticmethod
+        def detect_abi() -> OldAbi:
+            raise RuntimeError("Landlock is not supported by this kernel")
+
+    monkeypatch.setattr(launch, "load_nono", lambda path=None: NoLandlock())
+    with pytest.raises(ConfinementError, match="Landlock is not available"):
+        runner.check_enforceable(policy)
+    monkeypatch.undo()
+
+    def no_seccomp(*, allow_udp: bool = False) -> bytes:
+        raise ImportError("libseccomp.so.2: cannot open shared object file")
+
+    monkeypatch.setattr(seccomp, "build_program", no_seccomp)
+    with pytest.raises(ConfinementError, match="seccomp is not usable"):
+        runner.check_enforceable(policy)
+
+
+def test_launcher_failure_is_reported_and_nothing_runs(root: Path) -> None:
+    from dataclasses import replace
+
+    from agentstack.sandbox.runner import run_confined
+
+    marker = root / "ran"
+    policy = _policy(root)
+    # A directory grant on a regular file: nono refuses it inside the launcher.
+    broken = replace(policy, grants=(*policy.grants,
+                                     Grant(path=str(root / "docs" / "a.md"), access="ro",
+                                           source="system")))
+    with pytest.raises(ConfinementError, match=r"could not be applied \(landlock\)"):
+        run_confined(root, broken, ["/bin/sh", "-c", f"touch {marker}"], os.environ, False)
+    assert not marker.exists()
+
+
+def test_missing_manifest_grant_is_refused_before_launch(root: Path) -> None:
+    from agentstack.sandbox.runner import run_confined
+
+    policy = _policy(root, read_dirs=["/nonexistent/data"])
+    with pytest.raises(ConfinementError, match="does not exist"):
+        run_confined(root, policy, ["/bin/true"], os.environ, False)
+
+
+def test_profiles_name_every_harness() -> None:
+    from agentstack.manifest import HARNESSES
+
+    assert set(profiles.PROFILES) == set(HARNESSES)
+
+
+# ------------------------------------------------------------------ `why`
+
+MANIFEST = """\
+[project]
+name = "demo"
+harnesses = ["claude-code"]
+
+[sandbox]
+write_dirs = ["."]
+
+[sandbox.network]
+localhost_ports = [8080]
+"""
+
+
+def test_why_cli(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "demo", MANIFEST)
+    home = Path(os.environ["HOME"])
+    allowed = run_cli("why", "--path", "notes.md", "--op", "write", cwd=root)
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stderr.startswith("allowed")
+    denied = run_cli("why", "--path", str(home / ".ssh" / "id_rsa"), "--json", cwd=root)
+    assert denied.returncode == 1
+    doc = json.loads(denied.stdout)
+    assert doc["allowed"] is False and "deny_credentials" in doc["reason"]
+    assert doc["query"] == {"path": str(home / ".ssh" / "id_rsa"), "op": "read"}
+    port = run_cli("why", "--host", "127.0.0.1", "--port", "8080", cwd=root)
+    assert port.returncode == 0 and "localhost_ports" in port.stderr
+    host = run_cli("why", "--host", "example.com", "--port", "443", cwd=root)
+    assert host.returncode == 1 and "blocked" in host.stderr
+    harness = run_cli("why", "--harness", "claude-code", "--path", str(home / ".claude"),
+                      "--op", "write", cwd=root)
+    assert harness.returncode == 0, harness.stderr
+    wrong = run_cli("why", "--harness", "codex", "--path", "x", cwd=root)
+    assert wrong.returncode == 1 and "does not target codex" in wrong.stderr
+    policy = run_cli("why", "--json", cwd=root)
+    assert json.loads(policy.stdout)["policy"]["localhost_ports"] == [8080]
+    bad = run_cli("why", "--path", "x", "--op", "exec", cwd=root)
+    assert bad.returncode == 2
