@@ -103,7 +103,7 @@ def _hook_groups(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
 
 def hook_trusted_hash(event: str, group: dict[str, Any]) -> str:
     """The hash Codex records for one trusted hook handler: sha256 over compact, key-sorted,
-    ASCII-escaped JSON of {event_name, matcher (only for events that have one), hooks: [{type,
+    raw UTF-8 JSON of {event_name, matcher (only for events that have one), hooks: [{type,
     command, timeout, async, statusMessage (only when set)}]} — the handler alone, as measured
     against Codex 0.171.0 (`codex app-server` hooks/list reports the same currentHash)."""
     hooks = []
@@ -122,7 +122,8 @@ def hook_trusted_hash(event: str, group: dict[str, Any]) -> str:
     # Codex drops the matcher of events that have none (measured with 0.171.0's hooks/list).
     if group.get("matcher") is not None and event_name not in _EVENTS_WITHOUT_MATCHER:
         document["matcher"] = group["matcher"]
-    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    # Raw UTF-8, not ASCII escapes: Codex hashes a project path with "é" as those bytes.
+    data = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
