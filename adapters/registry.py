@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
+from agentstack.errors import Refused
+
 from .base import Adapter
 from .claude_code import ClaudeCodeAdapter
 from .codex import CodexAdapter
@@ -17,23 +19,31 @@ BUILTIN: dict[str, Adapter] = {
 }
 
 
-class AdapterConflict(Exception):
-    """Two third-party plugins claim the same harness name."""
+class AdapterConflict(Refused):
+    """A third-party adapter cannot be used: two claim one name, or it is not an Adapter."""
 
 
-def load_adapters() -> dict[str, Adapter]:
+def load_adapters(names: list[str] | None = None) -> dict[str, Adapter]:
+    """Built-ins, plus the third-party adapters for `names` (all when None). A plugin is imported
+    only when a harness it serves is asked for, and never shadows a built-in."""
     adapters: dict[str, Adapter] = dict(BUILTIN)
     plugins: dict[str, str] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name in BUILTIN:
-            continue  # a plugin never shadows a built-in
+        if entry.name in BUILTIN or (names is not None and entry.name not in names):
+            continue
         if entry.name in plugins:
             raise AdapterConflict(
-                f"adapter {entry.name!r} is provided by both {plugins[entry.name]} and {entry.value}"
+                f"adapter {entry.name!r} is provided by both {plugins[entry.name]} and {entry.value}",
+                hint="uninstall one of the two packages",
             )
         plugins[entry.name] = entry.value
         adapter = entry.load()
-        if not isinstance(adapter, Adapter):
-            raise AdapterConflict(f"{entry.value} does not implement the Adapter protocol")
+        if isinstance(adapter, type):
+            adapter = adapter()  # an entry point may name the class instead of an instance
+        if not isinstance(adapter, Adapter) or getattr(adapter, "name", None) != entry.name:
+            raise AdapterConflict(
+                f"{entry.value} does not implement the Adapter protocol for {entry.name!r}",
+                hint="report it to the adapter's authors",
+            )
         adapters[entry.name] = adapter
     return adapters

@@ -37,8 +37,9 @@ BLOCK_BEGIN = "<!-- agentstack:begin (managed by agentstack; edit agentstack.tom
 BLOCK_END = "<!-- agentstack:end -->"
 HARNESSES = ("claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode")
 FIX_RENDERED = (
-    "'agentstack apply' shows the difference; 'agentstack apply --write --force' restores the "
-    "trusted files (put wanted changes in agentstack.toml instead)"
+    "'agentstack apply' shows the difference and 'agentstack apply --write --force' restores "
+    "what agentstack rendered; a server or hook added next to them must be removed, or declared "
+    "in agentstack.toml"
 )
 FIX_DRIFT = (
     "run 'agentstack status' to see what changed, then 'agentstack lock', "
@@ -154,6 +155,8 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
         with open(path, "rb") as handle:
             data = handle.read()
     except FileNotFoundError:
+        if kind == "keys":  # a missing config file holds none of the keys: compare as empty
+            return _sha(_canonical(keys_view({}, entry)))
         return None
     if kind == "manifest":  # by meaning: comments, whitespace and quoting do not count
         import tomllib
@@ -205,11 +208,12 @@ def fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
 
 def drifted(path: str, entry: dict[str, Any]) -> bool:
     try:
-        st = os.lstat(path)
+        st: os.stat_result | None = os.lstat(path)
     except FileNotFoundError:
-        return entry.get("hash") is not None
+        st = None
     if (
-        entry.get("stat") == stat_key(st)
+        st is not None
+        and entry.get("stat") == stat_key(st)
         and max(st.st_mtime_ns, st.st_ctime_ns) < int(entry["hashed_ns"]) - RACY_SLACK_NS
     ):
         return False  # same stat, not racy: unchanged without reading a byte
@@ -258,33 +262,37 @@ def load_snapshot(path: str) -> dict[str, Any]:
         ) from None
     except (OSError, ValueError) as exc:
         raise Deny(
-            f"the guard snapshot {path} is unreadable ({exc}); run 'agentstack trust' again"
+            f"the guard snapshot {path} is unreadable ({exc}); run 'agentstack apply --write' "
+            "to write it again"
         ) from None
     if not isinstance(snapshot, dict) or snapshot.get("v") != SNAPSHOT_VERSION:
-        raise Deny(f"the guard snapshot {path} has an unknown format; run 'agentstack trust'")
+        raise Deny(
+            f"the guard snapshot {path} has an unknown format; run 'agentstack apply "
+            "--write' to write it again"
+        )
     return snapshot
 
 
 def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
     digest = snapshot["digest"]
-    if digest in os.environ.get("AGENTSTACK_TRUSTED_DIGESTS", "").split():
-        return  # CI passed this digest explicitly
-    head_path = os.path.join(state_home, "trust.head")
-    try:
-        with open(head_path, "rb") as handle:
-            head = json.loads(handle.read(4096))
-    except (OSError, ValueError):
-        head = None
-    recorded = snapshot.get("trust_head")
-    if isinstance(head, dict) and recorded == [head.get("count"), head.get("head")]:
-        return  # nothing was appended since the digest was trusted
-    # The log moved on: re-verify it and look the pair up (rare; blake3 is loaded only here).
+    explicit = digest in os.environ.get("AGENTSTACK_TRUSTED_DIGESTS", "").split()
+    if (
+        not explicit
+        and snapshot.get("trust_source") == "log"
+        and _log_unchanged(snapshot, state_home)
+    ):
+        return  # the log trusted this digest and nothing was appended since (no revocation)
+    # The log moved on, or trust was explicit (CI): read the log itself, verified. A revocation
+    # recorded there wins even over an explicit digest. (blake3 is loaded only on this path.)
     from pathlib import Path
 
     from agentstack.trustlog import TrustLog
 
+    log = TrustLog(Path(state_home))
+    if explicit and not log.path.exists():
+        return
     try:
-        state = TrustLog(Path(state_home)).state_for(snapshot["project"], digest)
+        state = log.state_for(snapshot["project"], digest)
     except Exception as exc:  # noqa: BLE001 - a log that does not verify trusts nothing
         raise Deny(
             f"the trust log does not verify ({exc}); inspect it with "
@@ -292,8 +300,24 @@ def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
         ) from None
     if state == "revoked":
         raise Deny(f"trust in {digest} was revoked; run 'agentstack trust' to review again")
-    if state != "trusted":
+    if state != "trusted" and not explicit:
         raise Deny(f"{digest} is not trusted for {snapshot['project']}; run 'agentstack trust'")
+
+
+def _log_unchanged(snapshot: dict[str, Any], state_home: str) -> bool:
+    """The head and the log's size are what they were when the digest was trusted. (The size
+    catches a record whose writer died before it could update the head.)"""
+    try:
+        with open(os.path.join(state_home, "trust.head"), "rb") as handle:
+            head = json.loads(handle.read(4096))
+        size = os.stat(os.path.join(state_home, "trust.jsonl")).st_size
+    except (OSError, ValueError):
+        return False
+    return isinstance(head, dict) and snapshot.get("trust_head") == [
+        head.get("count"),
+        head.get("head"),
+        size,
+    ]
 
 
 def check_files(snapshot: dict[str, Any]) -> None:
@@ -404,23 +428,38 @@ def decide(harness: str, raw: bytes) -> None:
     if not isinstance(event, dict):
         raise Deny("hook input is not a JSON object")
     cwd = event.get("cwd")
-    if not isinstance(cwd, str) or not cwd:
-        cwd = (
-            os.environ.get("CLAUDE_PROJECT_DIR")
-            or os.environ.get("GEMINI_PROJECT_DIR")
-            or os.getcwd()
-        )
+    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        cwd = os.getcwd()
     state_home = home()
-    found = find_project(cwd, state_home)
+    # Which project is this session in? The harness starts hooks in the project (and says so in
+    # its project-dir variable); the event's cwd follows the agent's `cd`, so it alone is not
+    # enough: an agent that cd's to /tmp is still in the project's session.
+    found = None
+    for candidate in (
+        os.environ.get("CLAUDE_PROJECT_DIR"),
+        os.environ.get("GEMINI_PROJECT_DIR"),
+        os.getcwd(),
+        cwd,
+    ):
+        if candidate and os.path.isabs(candidate):
+            found = find_project(candidate, state_home)
+            if found is not None:
+                break
     if found is None:
         return  # not an agentstack project: not ours to judge
     root, snapshot_path = found
+    confined = os.environ.get("AGENTSTACK_RUN_RO")
+    if confined and os.path.isabs(confined):
+        # Under `agentstack run`, $AGENTSTACK_HOME is closed to the harness (and so to this hook):
+        # `run` hands over read-only copies of the snapshot and the trust log instead.
+        state_home = confined
+        snapshot_path = os.path.join(confined, "guard.json")
     snapshot = load_snapshot(snapshot_path)
     if snapshot.get("project") != root:
         raise Deny(f"the guard snapshot is for {snapshot.get('project')}, not {root}")
     check_trust(snapshot, state_home)
     check_files(snapshot)
-    check_call(snapshot, event, cwd if os.path.isabs(cwd) else root)
+    check_call(snapshot, event, cwd)
 
 
 def _parse_harness(argv: list[str]) -> str:

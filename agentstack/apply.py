@@ -441,8 +441,8 @@ def _context(root: Path, consent: dict[str, Any], digest: str) -> RenderContext:
 def render_operations(
     root: Path, consent: dict[str, Any], digest: str, harnesses: list[str] | None = None
 ) -> list[FileOperation]:
-    adapters = load_adapters()
     targets = harnesses or list(consent["project"]["harnesses"])
+    adapters = load_adapters(targets)
     unknown = [h for h in targets if h not in adapters]
     if unknown:
         raise InvalidInput(

@@ -119,7 +119,8 @@ def run(
         interactive = sys.stdin.isatty()
     before = _git_execution_state(root)
     try:
-        code = run_confined(root, policy, argv, os.environ, interactive)
+        code = run_confined(root, policy, argv, os.environ, interactive,
+                            readonly_files=_guard_state(root))
     finally:
         changed = _changed(before, _git_execution_state(root))
         if changed:
@@ -136,6 +137,22 @@ def run(
         os.kill(os.getpid(), -code)
         raise typer.Exit(128 - code)
     raise typer.Exit(code)
+
+
+def _guard_state(root: Path) -> dict[str, bytes]:
+    """Read-only copies of what the guard reads (the harness cannot reach $AGENTSTACK_HOME)."""
+    from agentstack.paths import agentstack_home, project_state_dir
+
+    files = {"guard.json": project_state_dir(root) / "guard.json",
+             "trust.head": agentstack_home() / "trust.head",
+             "trust.jsonl": agentstack_home() / "trust.jsonl"}
+    copies: dict[str, bytes] = {}
+    for name, path in files.items():
+        try:
+            copies[name] = path.read_bytes()
+        except FileNotFoundError:
+            continue  # no snapshot yet: the guard, finding none, denies (fail closed)
+    return copies
 
 
 def _git_execution_state(root: Path) -> dict[str, str]:

@@ -111,14 +111,17 @@ def trust(
             markup=False,
         )
         out.print(diff_renderable(result))
-    high = result.high_risk if before is not None else []
+    # A re-review (something was trusted before) needs --accept-risk for high-risk findings, even
+    # when the earlier consent document is gone and everything shows as new.
+    high = result.high_risk if previous is not None else []
     from agentstack.cli_apply import user_level_changes
 
     outside = user_level_changes(root, document, current)
     if outside:
         out.print(
             "'agentstack apply --write' will also record this outside the project "
-            "(removed again by 'agentstack revoke'):",
+            "('agentstack revoke' removes the project's entries; a user-level guard hook stays, "
+            "and allows outside agentstack projects):",
             markup=False,
         )
         from agentstack.view import lines
@@ -148,8 +151,10 @@ def trust(
     from agentstack.snapshot import write_snapshot
 
     for item in write_snapshot(root, document, current):
-        _echo(f"warning: {item} is not in agentstack.toml: the guard blocks every tool call "
-              "while it is there")
+        _echo(
+            f"warning: {item} is not in agentstack.toml: the guard blocks every tool call "
+            "while it is there"
+        )
     if as_json:
         _print_json(
             {
@@ -265,8 +270,9 @@ def revoke(
     record = store.revoke(root, digest)
     from agentstack.apply import remove_user_level
 
-    for path in remove_user_level(root):
-        _echo(f"removed agentstack's harness-side trust entries from {path}")
+    if not store.log.trusted_digests(record.project):  # another digest may still be trusted
+        for path in remove_user_level(root):
+            _echo(f"removed agentstack's harness-side trust entries from {path}")
     if as_json:
         _print_json(
             {"digest": digest, "project": record.project, "state": "revoked", "seq": record.seq}
@@ -304,7 +310,12 @@ def status(as_json: JsonOpt = False) -> None:
             report["findings"] = [f.to_json() for f in changes.findings]
             report["changed"] = changed_items(changes)
     report.update(_rendered_state(root))
-    ok = report["lock"] == "fresh" and report["trust"] == "trusted" and not report["drift"]
+    ok = (
+        report["lock"] == "fresh"
+        and report["trust"] == "trusted"
+        and not report["drift"]
+        and report["snapshot"]
+    )
     if as_json:
         _print_json(report)
     else:
@@ -334,12 +345,18 @@ def _rendered_state(root: Path) -> dict[str, Any]:
             rendered.append(shown)
         if drifted(path, entry):
             drift.append(shown)
-    return {
-        "drift": drift,
-        "rendered": rendered,
-        "tracked": _tracked(root, rendered),
-        "snapshot": True,
+    # Only files agentstack created are per machine; a user's own CLAUDE.md or AGENTS.md holding
+    # an agentstack block stays theirs to commit.
+    from agentstack.apply import load_ledger
+
+    created = {
+        path[len(real) + 1 :]
+        for path, recorded in load_ledger(root).get("files", {}).items()
+        if path.startswith(real + "/")
+        and (recorded.get("kind") == "whole" or recorded.get("created"))
     }
+    tracked = _tracked(root, sorted(created & set(rendered)))
+    return {"drift": drift, "rendered": rendered, "tracked": tracked, "snapshot": True}
 
 
 def _tracked(root: Path, paths: list[str]) -> list[str]:
@@ -403,6 +420,11 @@ def _print_status(report: dict[str, Any]) -> None:
             lines.append(f"  {finding['severity']:<6} {finding['item']}: {finding['message']}")
         if report.get("changed"):
             lines.append("  changed: " + ", ".join(report["changed"]))
+    if report["trust"] == "trusted" and not report.get("snapshot"):
+        lines.append(
+            "guard     no readable guard snapshot: the guard denies every tool call; "
+            "run 'agentstack apply --write'"
+        )
     for path in report.get("drift", []):
         lines.append(
             f"drift     {path} changed since agentstack last wrote or pinned it "

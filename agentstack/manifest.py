@@ -62,7 +62,19 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+def _no_expansion(value: str) -> str:
+    # Claude Code, Gemini CLI and VS Code expand ${VAR} in server args, env and headers from the
+    # harness's own environment: a "literal" would then carry whatever secret VAR names.
+    if "${" in value:
+        raise ValueError(
+            f"{value!r} contains '${{', which harnesses expand from their environment; write "
+            "secret:NAME for a secret, or drop the '${'"
+        )
+    return value
+
+
 def _check_value_source(value: str) -> str:
+    _no_expansion(value)
     if value.startswith(SECRET_PREFIX):
         name = value[len(SECRET_PREFIX) :]
         if not re.match(SECRET_NAME_PATTERN, name):
@@ -88,6 +100,13 @@ ProjectPath = Annotated[
 ]
 
 
+# Values that reach a server: checked one by one, so an error names its index or key.
+ValueSource = Annotated[
+    str, StringConstraints(max_length=8192), AfterValidator(_check_value_source)
+]
+Argument = Annotated[str, StringConstraints(max_length=8192), AfterValidator(_no_expansion)]
+
+
 class ProjectSection(Model):
     name: ItemName
     harnesses: list[HarnessName] = Field(default_factory=lambda: list(DEFAULT_HARNESSES))
@@ -104,25 +123,18 @@ class Server(Model):
     """An MCP server: stdio (`command`) or remote (`url`), never both."""
 
     command: Text | None = None
-    args: list[Text] = Field(default_factory=list)
-    env: dict[EnvName, Text] = Field(default_factory=dict)
+    args: list[Argument] = Field(default_factory=list)
+    env: dict[EnvName, ValueSource] = Field(default_factory=dict)
     cwd: ProjectPath | None = None
     url: Text | None = None
-    headers: dict[HeaderName, Text] = Field(default_factory=dict)
-
-    @field_validator("env", "headers")
-    @classmethod
-    def _sources(cls, value: dict[str, str]) -> dict[str, str]:
-        for item in value.values():
-            _check_value_source(item)
-        return value
+    headers: dict[HeaderName, ValueSource] = Field(default_factory=dict)
 
     @field_validator("command")
     @classmethod
     def _command(cls, value: str | None) -> str | None:
         if value is not None and (not value or "\0" in value):
             raise ValueError("must be a non-empty program name or path")
-        return value
+        return None if value is None else _no_expansion(value)
 
     @field_validator("url")
     @classmethod

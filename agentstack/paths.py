@@ -26,8 +26,15 @@ def agentstack_cache() -> Path:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create `path` (0700) if missing; user-level state is never group/world readable."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create `path` (0700) if missing; user-level state is never group/world readable. Every
+    directory it has to create on the way (AGENTSTACK_HOME itself, say) is made 0700 too."""
+    missing = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
     return path
 
 

@@ -64,7 +64,11 @@ def compile_policy(root: Path, document: dict[str, Any]) -> dict[str, Any]:
         *(_resolve(root, p) for p in sandbox["read_dirs"] + sandbox["read_files"]),
         *SYSTEM_READ,
     ]
-    write = [_resolve(root, p) for p in sandbox["write_dirs"] + sandbox["write_files"]]
+    # The workdir is read-write, as under `agentstack run`.
+    write = [
+        str(root),
+        *(_resolve(root, p) for p in sandbox["write_dirs"] + sandbox["write_files"]),
+    ]
     network = sandbox["network"]
     return {
         "deny": sorted(set(deny)),
@@ -86,6 +90,42 @@ def _pinned_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, A
                 files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
     for entry in document["instructions"]:
         files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
+    return files
+
+
+# Project files a harness loads that agentstack does not render, and the keys in them that would
+# run code or switch the guard off. They must hold none of these (declare hooks and servers in
+# agentstack.toml instead): the guard blocks while they do.
+WATCHED: dict[str, list[tuple[str, str, list[tuple[str, ...]]]]] = {
+    "claude-code": [
+        (
+            ".claude/settings.json",
+            "json",
+            [
+                ("hooks",),
+                ("disableAllHooks",),
+                ("enableAllProjectMcpServers",),
+                ("enabledMcpjsonServers",),
+                ("env",),
+                ("apiKeyHelper",),
+                ("mcpServers",),
+            ],
+        ),
+    ],
+}
+
+
+def _watched_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    files: dict[str, dict[str, Any]] = {}
+    for harness in document["project"]["harnesses"]:
+        for rel, fmt, guarded in WATCHED.get(harness, []):
+            files[str(root / rel)] = {
+                "kind": "keys",
+                "format": fmt,
+                "keys": [],
+                "guarded": sorted(json.dumps(list(g)) for g in guarded),
+                "role": "watched",
+            }
     return files
 
 
@@ -113,8 +153,11 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def _load_doc(path: str, fmt: str) -> Any:
-    with open(path, "rb") as handle:
-        data = handle.read()
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return {}  # as the guard reads it: a missing file holds none of the keys
     if fmt == "json":
         return json.loads(data.decode("utf-8") or "{}")
     import tomllib
@@ -181,13 +224,26 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
     from agentstack.trustlog import TrustLog
 
     root = root.resolve()
-    count, head = TrustLog(agentstack_home()).head()
-    entries = {**_pinned_files(root, document), **_rendered_files(root)}
+    log = TrustLog(agentstack_home())
+    count, head = log.head()
+    try:
+        size = log.path.stat().st_size
+    except FileNotFoundError:
+        size = 0
+    # "log": the log trusts this pair now, so an unchanged log is proof enough for the guard.
+    # "explicit": CI passed the digest; the guard then wants it passed again on every call.
+    source = "log" if log.state_for(str(root), digest) == "trusted" else "explicit"
+    entries = {
+        **_pinned_files(root, document),
+        **_rendered_files(root),
+        **_watched_files(root, document),
+    }
     snapshot = {
         "v": SNAPSHOT_VERSION,
         "project": str(root),
         "digest": digest,
-        "trust_head": [count, head],
+        "trust_source": source,
+        "trust_head": [count, head, size],
         "servers": sorted(document["servers"]),
         "policy": compile_policy(root, document),
         "files": {path: _fingerprint(path, entry) for path, entry in sorted(entries.items())},

@@ -338,3 +338,63 @@ def test_hand_added_server_is_kept_but_never_blessed(project: Path) -> None:
     data["mcpServers"].pop("mine")
     mcp.write_text(json.dumps(data))
     assert_allowed(guard("claude-code", event(project)))
+
+
+def test_explicit_ci_trust_is_needed_on_every_call(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "ci", MANIFEST, FILES)
+    run_cli("lock", cwd=root)
+    digest = run_cli("digest", cwd=root).stdout.strip()
+    applied = run_cli("--trust-digest", digest, "apply", "--write", cwd=root)
+    assert applied.returncode == 0, applied.stderr
+    root = root.resolve()
+    assert_denied(guard("claude-code", event(root)), reason="not trusted")
+    assert_allowed(guard("claude-code", event(root), env={"AGENTSTACK_TRUSTED_DIGESTS": digest}))
+
+
+def test_revocation_wins_over_an_explicit_digest(project: Path) -> None:
+    digest = run_cli("digest", cwd=project).stdout.strip()
+    assert run_cli("revoke", cwd=project).returncode == 0
+    assert_denied(guard("claude-code", event(project), env={"AGENTSTACK_TRUSTED_DIGESTS": digest}),
+                  reason="revoked")
+
+
+def test_revoke_whose_writer_died_before_the_head_is_still_seen(project: Path,
+                                                                isolated_home: Path) -> None:
+    from agentstack.trustlog import TrustLog
+
+    state = isolated_home / ".config" / "agentstack"
+    head_before = (state / "trust.head").read_bytes()
+    digest = run_cli("digest", cwd=project).stdout.strip()
+    TrustLog(state).append("revoke", str(project), digest)
+    (state / "trust.head").write_bytes(head_before)  # as if the writer was killed right there
+    assert_denied(guard("claude-code", event(project)), reason="revoked")
+
+
+def test_agent_that_cds_away_is_still_guarded(project: Path, isolated_home: Path,
+                                              tmp_path: Path) -> None:
+    ssh = isolated_home / ".ssh"
+    ssh.mkdir()
+    (ssh / "id_ed25519").write_text("decoy\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # The harness runs the hook in the project; the event's cwd is where the agent cd'ed to.
+    read = json.dumps({"cwd": str(elsewhere), "tool_name": "Read",
+                       "tool_input": {"file_path": str(ssh / "id_ed25519")}})
+    assert_denied(guard("claude-code", read, cwd=project), reason="protected location")
+    mcp = json.dumps({"cwd": str(elsewhere), "tool_name": "mcp__evil__x", "tool_input": {}})
+    assert_denied(guard("claude-code", mcp, cwd=project), reason="not in agentstack.lock")
+    assert_denied(guard("claude-code", mcp, env={"CLAUDE_PROJECT_DIR": str(project)}),
+                  reason="not in agentstack.lock")
+
+
+@pytest.mark.parametrize("injected", [{"disableAllHooks": True},
+                                      {"hooks": {"PreToolUse": []}},
+                                      {"enableAllProjectMcpServers": True},
+                                      {"env": {"AGENTSTACK_HOME": "/tmp/fake"}}])
+def test_project_settings_json_cannot_switch_the_guard_off(project: Path,
+                                                          injected: dict[str, object]) -> None:
+    settings = project / ".claude" / "settings.json"
+    settings.write_text(json.dumps({"model": "sonnet"}))
+    assert_allowed(guard("claude-code", event(project)))  # harmless keys are the team's business
+    settings.write_text(json.dumps({"model": "sonnet", **injected}))
+    assert_denied(guard("claude-code", event(project)), reason=".claude/settings.json")

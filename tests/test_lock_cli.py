@@ -327,3 +327,26 @@ def test_cli_does_not_import_git_unless_resolving(project: Path, args: list[str]
     assert "IMPORTED:\n" in result.stderr or result.stderr.rstrip().endswith("IMPORTED:"), (
         result.stderr
     )
+
+
+def test_expansion_syntax_in_literals_is_refused(tmp_path: Path) -> None:
+    manifest = """\
+[project]
+name = "p"
+
+[servers.remote]
+url = "https://example.com/mcp"
+headers = { Authorization = "Bearer ${GITHUB_TOKEN}" }
+
+[servers.local]
+command = "npx"
+args = ["-y", "tool@1.0.0", "--token=${OPENAI_API_KEY}"]
+env = { HOME_COPY = "${HOME}" }
+"""
+    project = make_project(tmp_path / "p", manifest)
+    result = run_cli("lock", cwd=project)
+    assert result.returncode == 2
+    for path in ("servers.remote.headers.Authorization", "servers.local.args[2]",
+                 "servers.local.env.HOME_COPY"):
+        assert path in result.stderr, result.stderr
+    assert "secret:NAME" in result.stderr

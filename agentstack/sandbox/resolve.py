@@ -79,6 +79,21 @@ def harness_for_command(argv: list[str]) -> str | None:
     return profiles.BINARY_TO_HARNESS.get(os.path.basename(argv[0]))
 
 
+def guard_runtime_dirs() -> list[str]:
+    """Where the guard's interpreter and the agentstack package live (realpaths, existing)."""
+    import sys
+
+    import agentstack
+
+    candidates = {
+        sys.prefix,
+        sys.base_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        os.path.dirname(os.path.dirname(os.path.realpath(agentstack.__file__))),
+    }
+    return sorted(p for p in {os.path.realpath(c) for c in candidates} if os.path.isdir(p))
+
+
 def resolve_policy(
     sandbox: Sandbox,
     root: Path,
@@ -143,6 +158,10 @@ def resolve_policy(
                               source=f"{source} install")
                     )
         env_set = profile.env_set
+        # The guard hook runs inside the sandbox too: its interpreter and agentstack's own code
+        # must be readable (read-only), or every tool call is denied (fail closed, but useless).
+        for path in guard_runtime_dirs():
+            grants.append(Grant(path=path, access="ro", source="agentstack guard"))
 
     for key, access, is_file in (
         ("read_dirs", "ro", False),

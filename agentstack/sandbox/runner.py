@@ -560,8 +560,3 @@ def _forwarding(process: subprocess.Popen[bytes], *, interactive: bool) -> Itera
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def exit_status(returncode: int) -> int:
-    """A shell-style exit status for a child's return code (128+N for a signal)."""
-    return 128 - returncode if returncode < 0 else returncode
