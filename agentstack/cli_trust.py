@@ -310,11 +310,12 @@ def status(as_json: JsonOpt = False) -> None:
             report["findings"] = [f.to_json() for f in changes.findings]
             report["changed"] = changed_items(changes)
     report.update(_rendered_state(root))
+    report["guard_expected"] = _snapshot_expected(root, report)
     ok = (
         report["lock"] == "fresh"
         and report["trust"] == "trusted"
         and not report["drift"]
-        and report["snapshot"]
+        and (report["snapshot"] or not _snapshot_expected(root, report))
     )
     if as_json:
         _print_json(report)
@@ -322,6 +323,13 @@ def status(as_json: JsonOpt = False) -> None:
         _print_status(report)
     if not ok:
         raise typer.Exit(1)
+
+
+def _snapshot_expected(root: Path, report: dict[str, Any]) -> bool:
+    """A guard snapshot exists once `trust` recorded trust or `apply --write` rendered files."""
+    from agentstack.apply import load_ledger
+
+    return report.get("trust_source") == "log" or bool(load_ledger(root).get("files"))
 
 
 def _rendered_state(root: Path) -> dict[str, Any]:
@@ -420,7 +428,7 @@ def _print_status(report: dict[str, Any]) -> None:
             lines.append(f"  {finding['severity']:<6} {finding['item']}: {finding['message']}")
         if report.get("changed"):
             lines.append("  changed: " + ", ".join(report["changed"]))
-    if report["trust"] == "trusted" and not report.get("snapshot"):
+    if report["trust"] == "trusted" and not report.get("snapshot") and report.get("guard_expected"):
         lines.append(
             "guard     no readable guard snapshot: the guard denies every tool call; "
             "run 'agentstack apply --write'"

@@ -271,3 +271,16 @@ def test_status_reports_drift_and_tracked_rendered_files(tmp_path: Path) -> None
     tracked = json.loads(run_cli("status", "--json", cwd=root).stdout)["tracked"]
     assert tracked == [".mcp.json"]
     assert "git rm --cached .mcp.json" in run_cli("status", cwd=root).stderr
+
+
+def test_status_reports_a_missing_guard_snapshot(tmp_path: Path, isolated_home: Path) -> None:
+    root = full_project(tmp_path)
+    _ok("apply", "--write", cwd=root)
+    snapshots = list((isolated_home / ".config" / "agentstack" / "projects").glob("*/guard.json"))
+    assert len(snapshots) == 1
+    snapshots[0].unlink()
+    status = run_cli("status", cwd=root)
+    assert status.returncode == 1
+    assert "no readable guard snapshot" in status.stderr and "apply --write" in status.stderr
+    _ok("apply", "--write", cwd=root)
+    assert run_cli("status", cwd=root).returncode == 0
