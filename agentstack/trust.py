@@ -50,6 +50,7 @@ class TrustStore:
         if self.explicit:
             return self.explicit, "flag"
         raw = os.environ.get(TRUSTED_DIGESTS_ENV, "").split()
+        self.check_explicit(raw, TRUSTED_DIGESTS_ENV)  # a typo must not pass silently
         return (raw, "env") if raw else ([], None)
 
     @staticmethod

@@ -185,6 +185,8 @@ def test_ci_trust_is_explicit_only(project: Path) -> None:
     assert wrong.returncode == 1
     malformed = run_cli("--trust-digest", "yes", "status", cwd=project)
     assert malformed.returncode == 2
+    typo = run_cli("status", cwd=project, env={"AGENTSTACK_TRUSTED_DIGESTS": digest[:-1]})
+    assert typo.returncode == 2 and "AGENTSTACK_TRUSTED_DIGESTS" in typo.stderr
     assert not (_home() / "trust.jsonl").exists()  # explicit CI trust records nothing
 
 
