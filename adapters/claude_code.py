@@ -13,9 +13,7 @@ from typing import Any
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext, WholeFile
 from .common import (
     GENERATED_NOTE,
-    GUARD_TIMEOUT_S,
-    guard_command,
-    hook_command,
+    hook_groups,
     http_servers,
     instructions_text,
     secret_env_var,
@@ -52,39 +50,6 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
-    hooks: dict[str, list[dict[str, Any]]] = {
-        "PreToolUse": [
-            {
-                "matcher": "*",
-                "hooks": [
-                    {
-                        "type": "command",
-                        "command": guard_command(context, NAME),
-                        "timeout": GUARD_TIMEOUT_S,
-                        "onFailure": "block",
-                        "statusMessage": "agentstack guard",
-                    }
-                ],
-            }
-        ]
-    }
-    for _, hook in sorted(context.consent["hooks"].items()):
-        hooks.setdefault(hook["event"], []).append(
-            {
-                "matcher": hook["matcher"],
-                "hooks": [
-                    {
-                        "type": "command",
-                        "command": hook_command(context, hook),
-                        "timeout": hook["timeout"],
-                    }
-                ],
-            }
-        )
-    return hooks
-
-
 class ClaudeCodeAdapter:
     @property
     def name(self) -> str:
@@ -102,7 +67,7 @@ class ClaudeCodeAdapter:
         ]
         settings: dict[tuple[str, ...], Any] = {
             ("enabledMcpjsonServers",): sorted(servers),
-            ("hooks",): _hooks(context),
+            ("hooks",): hook_groups(context, NAME, guard_extra={"onFailure": "block"}),
         }
         permissions = context.consent["settings"]["permissions"]
         if any(permissions.values()):

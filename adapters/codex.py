@@ -16,9 +16,7 @@ from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
-    GUARD_TIMEOUT_S,
-    guard_command,
-    hook_command,
+    hook_groups,
     http_servers,
     instructions_text,
     secret_env_var,
@@ -69,38 +67,6 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _hook_groups(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = {
-        "PreToolUse": [
-            {
-                "matcher": "*",
-                "hooks": [
-                    {
-                        "type": "command",
-                        "command": guard_command(context, NAME),
-                        "timeout": GUARD_TIMEOUT_S,
-                        "statusMessage": "agentstack guard",
-                    }
-                ],
-            }
-        ]
-    }
-    for _, hook in sorted(context.consent["hooks"].items()):
-        groups.setdefault(hook["event"], []).append(
-            {
-                "matcher": hook["matcher"],
-                "hooks": [
-                    {
-                        "type": "command",
-                        "command": hook_command(context, hook),
-                        "timeout": hook["timeout"],
-                    }
-                ],
-            }
-        )
-    return groups
-
-
 def hook_trusted_hash(event: str, group: dict[str, Any]) -> str:
     """The hash Codex records for one trusted hook handler: sha256 over compact, key-sorted,
     raw UTF-8 JSON of {event_name, matcher (only for events that have one), hooks: [{type,
@@ -143,7 +109,7 @@ class CodexAdapter:
         }
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             config[(key,)] = value
-        groups = _hook_groups(context)
+        groups = hook_groups(context, NAME)
         ops: list[FileOperation] = [
             OwnedKeys(
                 path=".codex/config.toml", format="toml", keys=config, guarded=(("mcp_servers",),)

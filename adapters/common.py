@@ -59,3 +59,26 @@ def hook_command(context: RenderContext, hook: dict[str, Any]) -> str:
 
 def guard_command(context: RenderContext, harness: str) -> str:
     return shlex.join([*context.guard_command, "--harness", harness])
+
+
+def hook_groups(
+    context: RenderContext, harness: str, *, guard_extra: dict[str, Any] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Hook groups by event in the Claude Code / Codex shape: the guard first, on every tool
+    (`guard_extra`: harness-specific keys of the guard's entry), then the manifest's hooks."""
+    guard = {
+        "type": "command",
+        "command": guard_command(context, harness),
+        "timeout": GUARD_TIMEOUT_S,
+        **(guard_extra or {}),
+        "statusMessage": "agentstack guard",
+    }
+    groups: dict[str, list[dict[str, Any]]] = {"PreToolUse": [{"matcher": "*", "hooks": [guard]}]}
+    for _, hook in sorted(context.consent["hooks"].items()):
+        entry = {
+            "type": "command",
+            "command": hook_command(context, hook),
+            "timeout": hook["timeout"],
+        }
+        groups.setdefault(hook["event"], []).append({"matcher": hook["matcher"], "hooks": [entry]})
+    return groups

@@ -33,6 +33,7 @@ from agentstack_adapters import (
     load_adapters,
 )
 
+from agentstack._guard import _key_value
 from agentstack.canonical import b3, canonical_bytes
 from agentstack.errors import AgentstackError, InvalidInput, Refused, StaleLock
 from agentstack.fsutil import write_atomic
@@ -71,12 +72,7 @@ def _key_id(path: KeyPath) -> str:
 
 
 def _get(doc: Any, path: KeyPath) -> Any:
-    node = doc
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
+    return _key_value(doc, list(path))  # the guard's own lookup: both must agree
 
 
 def _delete(doc: Any, path: KeyPath) -> None:
