@@ -20,14 +20,32 @@ Standard library only on this path (an import-hygiene test enforces it): it star
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import signal
 import sys
 import time
-from typing import Any, NoReturn
+
+# Every import is paid on every tool call: `typing` only for the type checker, and sha256 from
+# CPython's own module rather than through hashlib (which loads OpenSSL).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+
+def _load_sha256() -> Any:
+    for name in ("_sha256", "_sha2"):  # CPython's builtin module (renamed in 3.12)
+        try:
+            return __import__(name).sha256
+        except (ImportError, AttributeError):
+            continue
+    from hashlib import sha256
+
+    return sha256
+
+
+_sha256 = _load_sha256()
 
 SNAPSHOT_VERSION = 1
 MAX_INPUT = 8 * 1024 * 1024
@@ -128,7 +146,7 @@ def emit_allow() -> NoReturn:
 
 
 def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return str(_sha256(data).hexdigest())
 
 
 def _canonical(value: Any) -> bytes:
@@ -235,7 +253,7 @@ def home() -> str:
 
 
 def project_id(root: str) -> str:
-    return hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()[:32]
+    return _sha(os.fsencode(os.path.realpath(root)))[:32]
 
 
 def find_project(cwd: str, state_home: str) -> tuple[str, str] | None:

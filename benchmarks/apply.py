@@ -19,7 +19,7 @@ Then, interleaved round-robin so drift on a shared machine hits every command al
 * ruler cold: `ruler apply --agents claude,codex` on a fresh copy; one copy per run;
 * agentstack re-apply and ruler re-apply: the same command again on an already-applied project
   (agentstack writes no file, but re-checks trust and re-writes its guard snapshot; ruler rewrites
-  its outputs and makes .bak backups);
+  its outputs and backs CLAUDE.md up to CLAUDE.md.bak);
 * `python -c pass` and `node -e 0` with the same interpreters, for scale.
 
 Prints medians and minimums, the agentstack/ruler ratios, and PASS/MISS against the goal
@@ -270,7 +270,7 @@ def install_ruler(tools: Path, version: str, env: dict[str, str]) -> Path:
     if installed() != version:
         raise BenchError(f"npm installed {installed()} of {RULER_PACKAGE}, not {version}")
     meta = json.loads(package.read_text(encoding="utf-8"))
-    return package.parent / meta["bin"]["ruler"]
+    return package.parent / str(meta["bin"]["ruler"])
 
 
 def unshare_prefix(env: dict[str, str]) -> list[str] | None:
@@ -513,7 +513,7 @@ def run(tmp: Path, args: argparse.Namespace, node: str) -> int:
         " inline into CLAUDE.md and AGENTS.md, the servers into .mcp.json and .codex/config.toml"
         " (Codex reads the latter only with CODEX_HOME=.codex, per ruler's README), copies the"
         " skill to .claude/skills and .agents/skills, adds a block to .gitignore and, on re-apply,"
-        " .bak backups of what it overwrites."
+        " backs CLAUDE.md up to CLAUDE.md.bak."
     )
 
     prefix = unshare_prefix(base)
