@@ -36,7 +36,6 @@ import argparse
 import io
 import json
 import os
-import platform
 import pstats
 import re
 import shlex
@@ -44,15 +43,23 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+from common import (
+    REPO,
+    BenchError,
+    check_output,
+    fmt_times,
+    in_workdir,
+    machine,
+    round_robin,
+    write,
+)
 
 RULER_PACKAGE = "@intellectronica/ruler"
 RULER_VERSION = "0.3.44"  # the version installed when this benchmark was written (2026-11-29)
 GOAL_RATIO = 1.0  # agentstack must be faster than ruler: agentstack / ruler < 1
-REPO = Path(__file__).resolve().parents[1]
 SCRUB = (  # variables that would point either tool at real state or change its behaviour
     "AGENTSTACK_HOME",
     "AGENTSTACK_CACHE",
@@ -132,13 +139,6 @@ args = ["servers/clock.py", "--utc"]
 """
 
 
-def write(path: Path, text: str, mode: int | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    if mode is not None:
-        path.chmod(mode)
-
-
 def make_agentstack(project: Path) -> None:
     write(project / "agentstack.toml", AGENTSTACK_TOML)
     write(project / "servers/notes.py", NOTES_PY)
@@ -175,16 +175,9 @@ def rendered(project: Path, tool: str) -> set[str]:
 # ------------------------------------------------------------------------------------ running
 
 
-class BenchError(Exception):
-    pass
-
-
 def check_run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, stdin=subprocess.DEVNULL)
-    text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
-    if proc.returncode != 0:
-        raise BenchError(f"{shlex.join(argv)} (in {cwd}) exited {proc.returncode}:\n{text[-4000:]}")
-    return text
+    """Every command here reads /dev/null; its stdout and then its stderr, as text."""
+    return check_output(argv, cwd, env, devnull=True)
 
 
 class Tool:
@@ -239,12 +232,6 @@ def ruler_ok(out: str) -> None:
         raise BenchError(f"ruler apply did not complete:\n{out}")
 
 
-def timed(action: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
-
-
 # ------------------------------------------------------------------------------------ ruler
 
 
@@ -286,25 +273,9 @@ def unshare_prefix(env: dict[str, str]) -> list[str] | None:
 # ------------------------------------------------------------------------------------ report
 
 
-def machine(node: str, ruler_version: str) -> list[tuple[str, str]]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def tool_versions(node: str, ruler_version: str) -> list[tuple[str, str]]:
     node_v = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
-    return [
-        ("nproc", str(os.cpu_count())),
-        ("cpu", cpu),
-        ("os", f"{platform.system()} {platform.release()}"),
-        ("python", f"{platform.python_version()} ({sys.executable})"),
-        ("node", f"{node_v} ({node})"),
-        ("ruler", ruler_version),
-        ("load avg", " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1/5/15 min, at the end)"),
-    ]
+    return [("node", f"{node_v} ({node})"), ("ruler", ruler_version)]
 
 
 def profile(tool: Tool, tmp: Path, py: str) -> None:
@@ -390,21 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: node and npm must be on PATH (Debian: apt-get install nodejs npm)")
         return 2
 
-    if args.keep is not None:
-        args.keep.mkdir(parents=True)
-        tmp = args.keep.resolve()
-    else:
-        tmp = Path(tempfile.mkdtemp(prefix="agentstack-apply-bench-")).resolve()
-    try:
-        return run(tmp, args, node)
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if args.keep is not None:
-            print(f"kept the generated projects in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return in_workdir(args.keep, "agentstack-apply-bench-", lambda tmp: run(tmp, args, node))
 
 
 def run(tmp: Path, args: argparse.Namespace, node: str) -> int:
@@ -475,13 +432,12 @@ def run(tmp: Path, args: argparse.Namespace, node: str) -> int:
         "python -c pass",
         "node -e 0",
     )
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(args.runs + 1):  # round 0 is the warm-up (bytecode, page cache)
+
+    def round_(i: int) -> dict[str, Callable[[], None]]:
         actions = (as_cold(i), ruler_cold(i), as_again, ruler_again, py_pass, node_pass)
-        for name, action in zip(names, actions, strict=True):
-            elapsed = timed(action)
-            if i > 0:
-                samples[name].append(elapsed)
+        return dict(zip(names, actions, strict=True))
+
+    samples = round_robin(round_, 1, args.runs)  # round 0 is the warm-up (bytecode, page cache)
 
     # What each renders (from the warm-up copies), and what agentstack keeps outside the project.
     as_project, as_env = cold["agentstack"][0]
@@ -531,8 +487,7 @@ def run(tmp: Path, args: argparse.Namespace, node: str) -> int:
     print(f"\n{args.runs} runs each (after 1 warm-up round), interleaved round-robin")
     print(f"{'command':<36} {'median s':>9} {'min s':>7}   runs (s)")
     for name, values in samples.items():
-        runs = ", ".join(f"{v:.3f}" for v in values)
-        print(f"{name:<36} {med[name]:9.3f} {min(values):7.3f}   {runs}")
+        print(f"{name:<36} {med[name]:9.3f} {min(values):7.3f}   {fmt_times(values)}")
     print()
     for label, a, r in (
         ("cold", "agentstack apply --write, cold", "ruler apply, cold"),
@@ -550,7 +505,7 @@ def run(tmp: Path, args: argparse.Namespace, node: str) -> int:
         profile(agentstack, tmp, py)
 
     print("\nmachine:")
-    for key, value in machine(node, f"{RULER_PACKAGE}@{ruler_version}"):
+    for key, value in machine(tool_versions(node, f"{RULER_PACKAGE}@{ruler_version}")):
         print(f"  {key:<10} {value}")
     return 0
 

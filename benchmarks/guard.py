@@ -31,21 +31,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from common import REPO, BenchError, check_run, in_workdir, machine, p90, write
 
 GOAL_VS_PYTHON_I = 1.5  # the guard may take at most 1.5x as long as `python -I -c pass`
 MIN_RENDERED = 50
 RACY_WAIT_S = 1.1  # agentstack._guard.RACY_SLACK_NS is 1 s
-REPO = Path(__file__).resolve().parents[1]
 HARNESS_VARS = (  # variables that would steer the guard, the CLI or the harness paths elsewhere
     "CLAUDE_PROJECT_DIR",
     "GEMINI_PROJECT_DIR",
@@ -59,18 +58,7 @@ HARNESS_VARS = (  # variables that would steer the guard, the CLI or the harness
 CASES = ("fresh", "steady", "moved")
 
 
-class BenchError(Exception):
-    pass
-
-
 # ---------------------------------------------------------------------------------- set-up
-
-
-def write(path: Path, text: str, mode: int | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    if mode is not None:
-        path.chmod(mode)
 
 
 def make_project(project: Path, name: str, skill_files: int) -> None:
@@ -117,18 +105,6 @@ def case_env(base: dict[str, str], home: Path) -> dict[str, str]:
         "AGENTSTACK_HOME": str(home / ".config/agentstack"),
         "AGENTSTACK_CACHE": str(home / ".cache/agentstack"),
     }
-
-
-def check_run(
-    argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    proc = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True)
-    if proc.returncode != 0:
-        raise BenchError(
-            f"{shlex.join(argv)} (in {cwd}) exited {proc.returncode}:\n"
-            + (proc.stdout + proc.stderr).decode("utf-8", "replace")[-4000:]
-        )
-    return proc
 
 
 def state_dir(env: dict[str, str]) -> Path:
@@ -249,10 +225,9 @@ def report(title: str, samples: dict[str, list[float]], labels: dict[str, str]) 
         f" {'/ -I -c':>8} {'/ -I -S -c':>10}"
     )
     for label, values in samples.items():
-        p90 = statistics.quantiles(values, n=10)[-1] if len(values) >= 10 else max(values)
         print(
             f"{labels.get(label, label):<40} {ms(med[label]):>9} {ms(min(values)):>8}"
-            f" {ms(p90):>8} {med[label] / site_of(label):7.2f}x {med[label] / bare:9.2f}x"
+            f" {ms(p90(values)):>8} {med[label] / site_of(label):7.2f}x {med[label] / bare:9.2f}x"
         )
     for label in med:
         if "guard" not in label:
@@ -302,25 +277,6 @@ def importtime(command: Command, top: int, repeat: int) -> None:
         print(f"  {cumulative / 1000:13.1f} {own / 1000:8.1f}  {'  ' * depth}{name}")
 
 
-def machine(hyperfine_version: str) -> list[tuple[str, str]]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return [
-        ("nproc", str(os.cpu_count())),
-        ("cpu", cpu),
-        ("os", f"{platform.system()} {platform.release()}"),
-        ("python", f"{platform.python_version()} ({sys.executable})"),
-        ("hyperfine", hyperfine_version or "not used"),
-        ("load avg", " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1/5/15 min, at the end)"),
-    ]
-
-
 # ------------------------------------------------------------------------------------ main
 
 
@@ -358,21 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.timer == "hyperfine" and shutil.which("hyperfine") is None:
         parser.error("hyperfine is not on PATH (Debian: apt-get install hyperfine)")
 
-    if args.keep is not None:
-        args.keep.mkdir(parents=True)
-        tmp = args.keep.resolve()
-    else:
-        tmp = Path(tempfile.mkdtemp(prefix="agentstack-guard-bench-")).resolve()
-    try:
-        return run(tmp, args)
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if args.keep is not None:
-            print(f"kept the generated projects in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return in_workdir(args.keep, "agentstack-guard-bench-", lambda tmp: run(tmp, args))
 
 
 def run(tmp: Path, args: argparse.Namespace) -> int:
@@ -533,7 +475,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
             importtime(c, 10, 5)
 
     print("\nmachine:")
-    for key, value in machine(hf_version):
+    for key, value in machine([("hyperfine", hf_version or "not used")]):
         print(f"  {key:<10} {value}")
     return 0
 

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +31,9 @@ import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from statistics import median
+
+from common import REPO, BenchError, check_output, fmt_times, machine, timed
 
 GOAL_FIRST_VS_B3SUM = 1.5  # first lock may take at most 1.5x as long as b3sum
 GOAL_RELOCK_VS_FIRST = 0.1  # an unchanged re-lock must take under 10% of a first lock
@@ -42,12 +43,6 @@ SIZE_SIGMA = 2.0  # lognormal shape: most files a few KB, a few files several MB
 MTIME_AGE_NS = 10 * 1_000_000_000
 RACY_SLACK_S = 1.0  # agentstack.treehash.RACY_SLACK_NS, in seconds
 B3SUM = "b3sum"
-REPO = Path(__file__).resolve().parents[1]
-
-
-class BenchError(Exception):
-    pass
-
 
 # ------------------------------------------------------------------------------- tree generation
 
@@ -111,32 +106,20 @@ def warm_page_cache(files: list[Path]) -> int:
 # ------------------------------------------------------------------------------------- timing
 
 
-def timed(
+def timed_runs(
     run: Callable[[], None], repeat: int, before: Callable[[], None] | None = None
 ) -> list[float]:
     times = []
     for _ in range(repeat):
         if before is not None:
             before()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
+        times.append(timed(run))
     return times
-
-
-def check_run(argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes | None = None) -> str:
-    proc = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True)
-    if proc.returncode != 0:
-        raise BenchError(
-            f"{' '.join(argv)} exited {proc.returncode}:\n"
-            + proc.stderr.decode("utf-8", "replace")[-4000:]
-        )
-    return proc.stdout.decode("utf-8", "replace") + proc.stderr.decode("utf-8", "replace")
 
 
 def b3sum_digests(skill: Path, rel_paths: list[str], env: dict[str, str]) -> dict[str, str]:
     """b3sum's digest of every file, keyed by skill-relative path (for the correctness check)."""
-    out = check_run(["xargs", "-0", B3SUM], skill, env, "\0".join(rel_paths).encode())
+    out = check_output(["xargs", "-0", B3SUM], skill, env, "\0".join(rel_paths).encode())
     digests = {}
     for line in out.splitlines():
         digest, _, name = line.partition("  ")
@@ -160,35 +143,11 @@ def verify_lock(project: Path, expected: dict[str, str], n_files: int) -> None:
 # ------------------------------------------------------------------------------------- report
 
 
-def median(times: list[float]) -> float:
-    return statistics.median(times)
-
-
-def fmt_times(times: list[float]) -> str:
-    return ", ".join(f"{t:.3f}" for t in times)
-
-
-def machine() -> list[tuple[str, str]]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def tool_versions() -> list[tuple[str, str]]:
     b3v = subprocess.run([B3SUM, "--version"], capture_output=True, text=True).stdout.strip()
     import blake3  # the interpreter under test must have it: agentstack depends on it
 
-    return [
-        ("nproc", str(os.cpu_count())),
-        ("cpu", cpu),
-        ("os", f"{platform.system()} {platform.release()}"),
-        ("python", f"{platform.python_version()} ({sys.executable})"),
-        ("b3sum", b3v),
-        ("blake3 (py)", getattr(blake3, "__version__", "?")),
-        ("load avg", " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1/5/15 min, at the end)"),
-    ]
+    return [("b3sum", b3v), ("blake3 (py)", getattr(blake3, "__version__", "?"))]
 
 
 def verdict(ratio: float, goal: float, strict: bool) -> str:
@@ -276,12 +235,12 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     file_list = "\0".join(rel_paths).encode()
 
     def b3sum_run() -> None:
-        check_run(["xargs", "-0", B3SUM, "--no-names"], skill, env, file_list)
+        check_output(["xargs", "-0", B3SUM, "--no-names"], skill, env, file_list)
 
-    b3 = timed(b3sum_run, 3)
+    b3 = timed_runs(b3sum_run, 3)
 
     py = sys.executable
-    where = check_run([py, "-c", "import agentstack; print(agentstack.__file__)"], project, env)
+    where = check_output([py, "-c", "import agentstack; print(agentstack.__file__)"], project, env)
     print(f"agentstack under test: {where.strip()}")
     # Exactly what the `agentstack` console script runs (entry point agentstack.entry:main); this
     # does not depend on a `__main__` guard in cli.py, so it keeps working as that file changes.
@@ -299,7 +258,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         time.sleep(wait)
 
     def lock_run() -> None:
-        out = check_run(lock_argv, project, env)
+        out = check_output(lock_argv, project, env)
         if "wrote" not in out:
             raise BenchError(f"a first lock did not write the lock: {out.strip()}")
 
@@ -307,7 +266,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     fresh()
     lock_run()
     verify_lock(project, expected, len(files))
-    first = timed(lock_run, 3, before=fresh)
+    first = timed_runs(lock_run, 3, before=fresh)
     verify_lock(project, expected, len(files))
 
     statcache = cache / "statcache-v2.json"
@@ -315,24 +274,24 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     lock_stamp = lock_path.stat().st_mtime_ns
 
     def relock_run() -> None:
-        out = check_run(lock_argv, project, env)
+        out = check_output(lock_argv, project, env)
         if "unchanged" not in out:
             raise BenchError(f"an unchanged re-lock changed the lock: {out.strip()}")
 
-    relock = timed(relock_run, 5)
+    relock = timed_runs(relock_run, 5)
     # The stat cache is only rewritten when a file missed it: unchanged means all 10k hits.
     cache_hit = statcache.stat().st_mtime_ns == cache_stamp
     if lock_path.stat().st_mtime_ns != lock_stamp:
         raise BenchError("an unchanged re-lock rewrote agentstack.lock")
 
     def bare() -> None:
-        check_run([py, "-c", "pass"], project, env)
+        check_output([py, "-c", "pass"], project, env)
 
     def imports() -> None:
-        check_run([py, "-c", "import agentstack.manifest"], project, env)
+        check_output([py, "-c", "import agentstack.manifest"], project, env)
 
-    startup = timed(bare, 5)
-    importing = timed(imports, 5)
+    startup = timed_runs(bare, 5)
+    importing = timed_runs(imports, 5)
 
     t_b3, t_first, t_relock = median(b3), median(first), median(relock)
     t_start, t_import = median(startup), median(importing)
@@ -371,7 +330,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     )
     print()
     print("machine:")
-    for key, value in machine():
+    for key, value in machine(tool_versions()):
         print(f"  {key:<12} {value}")
     return 0
 

@@ -26,28 +26,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, BenchError, check_run, p90, round_robin
+
 MANIFEST = '[project]\nname = "bench"\nharnesses = ["claude-code"]\n\n[sandbox]\nwrite_dirs = ["."]\n'
-
-
-class BenchError(Exception):
-    pass
-
-
-def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, check=False)
-    if done.returncode != 0:
-        raise BenchError(f"{argv!r} failed ({done.returncode}): {done.stderr.decode()[-400:]}")
-
-
-def _timed(action: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
 
 
 def main() -> int:
@@ -69,8 +53,8 @@ def main() -> int:
                    AGENTSTACK_CACHE=str(home / ".cache"), PYTHONPATH=str(REPO))
         env.pop("AGENTSTACK_TRUSTED_DIGESTS", None)
         cli = [sys.executable, "-m", "agentstack"]
-        _run([*cli, "lock"], project, env)
-        _run([*cli, "trust", "--yes"], project, env)
+        check_run([*cli, "lock"], project, env)
+        check_run([*cli, "trust", "--yes"], project, env)
 
         os.environ.update(HOME=env["HOME"], AGENTSTACK_HOME=env["AGENTSTACK_HOME"])
         sys.path.insert(0, str(REPO))
@@ -86,20 +70,15 @@ def main() -> int:
             if code != 0:
                 raise BenchError(f"run_confined returned {code}")
 
-        cases: dict[str, Callable[[], None]] = {
-            "/bin/true": lambda: _run(["/bin/true"], project, env),
-            "bwrap --ro-bind / / /bin/true": lambda: _run(
+        cases: dict[str, Callable[[], object]] = {
+            "/bin/true": lambda: check_run(["/bin/true"], project, env),
+            "bwrap --ro-bind / / /bin/true": lambda: check_run(
                 [bwrap, "--ro-bind", "/", "/", "/bin/true"], project, env),
-            "agentstack run -- /bin/true": lambda: _run([*cli, "run", "--", "/bin/true"],
+            "agentstack run -- /bin/true": lambda: check_run([*cli, "run", "--", "/bin/true"],
                                                         project, env),
             "run_confined() in-process": in_process,
         }
-        samples: dict[str, list[float]] = {name: [] for name in cases}
-        for round_ in range(args.warmup + args.runs):
-            for name, action in cases.items():
-                elapsed = _timed(action)
-                if round_ >= args.warmup:
-                    samples[name].append(elapsed)
+        samples = round_robin(lambda _: cases, args.warmup, args.runs)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -109,8 +88,7 @@ def main() -> int:
           f"Python {sys.version.split()[0]}, Linux {os.uname().release}")
     print(f"{'command':<32} {'median':>10} {'p90':>10} {'x /bin/true':>12} {'x bwrap':>9}")
     for name, values in samples.items():
-        p90 = statistics.quantiles(values, n=10)[-1] if len(values) >= 10 else max(values)
-        print(f"{name:<32} {medians[name] * 1000:>8.2f}ms {p90 * 1000:>8.2f}ms "
+        print(f"{name:<32} {medians[name] * 1000:>8.2f}ms {p90(values) * 1000:>8.2f}ms "
               f"{medians[name] / floor:>11.1f}x {medians[name] / bw:>8.1f}x")
     return 0
 
