@@ -193,7 +193,9 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
         start = text.find(BLOCK_BEGIN)
         end = text.find(BLOCK_END, start)
         return _sha(text[start:end].encode()) if start >= 0 and end >= 0 else _sha(b"")
-    return _sha(data)
+    # The executable bit counts too: a rendered script made executable is not what was trusted.
+    executable = os.stat(path).st_mode & 0o100
+    return _sha((b"x:" if executable else b"-:") + data)
 
 
 def shape(value: Any) -> Any:

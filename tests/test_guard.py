@@ -398,3 +398,12 @@ def test_project_settings_json_cannot_switch_the_guard_off(project: Path,
     assert_allowed(guard("claude-code", event(project)))  # harmless keys are the team's business
     settings.write_text(json.dumps({"model": "sonnet", **injected}))
     assert_denied(guard("claude-code", event(project)), reason=".claude/settings.json")
+
+
+def test_executable_bit_of_a_rendered_file_is_drift(project: Path) -> None:
+    rendered = project / ".claude" / "agentstack" / "instructions.md"
+    assert rendered.exists()
+    rendered.chmod(0o755)
+    assert_denied(guard("claude-code", event(project)), reason="instructions.md")
+    rendered.chmod(0o644)
+    assert_allowed(guard("claude-code", event(project)))
