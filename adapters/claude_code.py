@@ -14,11 +14,9 @@ from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext, WholeFile
 from .common import (
     GENERATED_NOTE,
     hook_groups,
-    http_servers,
     instructions_text,
     secret_env_var,
     skill_files,
-    stdio_servers,
 )
 
 NAME = "claude-code"
@@ -56,7 +54,7 @@ class ClaudeCodeAdapter:
         return NAME
 
     def render(self, context: RenderContext) -> list[FileOperation]:
-        servers = {**stdio_servers(context), **http_servers(context)}
+        servers = context.consent["servers"]
         ops: list[FileOperation] = [
             OwnedKeys(
                 path=".mcp.json",

@@ -17,11 +17,9 @@ from typing import Any
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
     hook_groups,
-    http_servers,
     instructions_text,
     secret_env_var,
     skill_files,
-    stdio_servers,
 )
 
 NAME = "codex"
@@ -103,7 +101,7 @@ class CodexAdapter:
         return NAME
 
     def render(self, context: RenderContext) -> list[FileOperation]:
-        servers = {**stdio_servers(context), **http_servers(context)}
+        servers = context.consent["servers"]
         config: dict[tuple[str, ...], Any] = {
             ("mcp_servers", n): _server(context, s) for n, s in sorted(servers.items())
         }

@@ -17,14 +17,6 @@ def secret_env_var(secret: str) -> str:
     return "AGENTSTACK_SECRET_" + re.sub(r"[^A-Z0-9]", "_", secret.upper())
 
 
-def stdio_servers(context: RenderContext) -> dict[str, dict[str, Any]]:
-    return {n: s for n, s in context.consent["servers"].items() if s["transport"] == "stdio"}
-
-
-def http_servers(context: RenderContext) -> dict[str, dict[str, Any]]:
-    return {n: s for n, s in context.consent["servers"].items() if s["transport"] == "http"}
-
-
 def instructions_text(context: RenderContext) -> str:
     """The instruction files, concatenated in manifest order."""
     parts = []

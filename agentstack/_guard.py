@@ -455,13 +455,15 @@ def decide(harness: str, raw: bytes) -> None:
     # its project-dir variable); the event's cwd follows the agent's `cd`, so it alone is not
     # enough: an agent that cd's to /tmp is still in the project's session.
     found = None
-    for candidate in (
+    candidates = (
         os.environ.get("CLAUDE_PROJECT_DIR"),
         os.environ.get("GEMINI_PROJECT_DIR"),
         os.getcwd(),
         cwd,
-    ):
-        if candidate and os.path.isabs(candidate):
+    )
+    for index, candidate in enumerate(candidates):
+        # Each distinct directory is walked up once (usually they are all the same one).
+        if candidate and os.path.isabs(candidate) and candidate not in candidates[:index]:
             found = find_project(candidate, state_home)
             if found is not None:
                 break

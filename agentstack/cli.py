@@ -69,10 +69,6 @@ def _root_dir() -> Path:
     return project_root(_state.project)
 
 
-_print_json = print_json
-_echo = echo
-
-
 def _current(root: Path) -> tuple[Manifest, dict[str, Any], dict[str, Any], str]:
     from agentstack.consent import consent_digest, consent_document
     from agentstack.lockfile import fresh_lock
@@ -104,7 +100,7 @@ def init(
     root = (_state.project or Path.cwd()).resolve()
     default = re.sub(r"[^a-z0-9._-]+", "-", root.name.lower()).strip("-._") or "project"
     path = do_init(root, name or default, harness or ["claude-code", "codex"])
-    _echo(f"wrote {path}\nnext: 'agentstack add server NAME -- CMD ARG…', then 'agentstack lock'")
+    echo(f"wrote {path}\nnext: 'agentstack add server NAME -- CMD ARG…', then 'agentstack lock'")
 
 
 def _editor() -> Any:
@@ -177,7 +173,7 @@ def add_server(
     editor = _editor()
     editor.add_item("servers", name, values, replace=replace)
     editor.save()
-    _echo(f"added servers.{name}; run 'agentstack lock'")
+    echo(f"added servers.{name}; run 'agentstack lock'")
 
 
 @add_app.command("skill")
@@ -205,7 +201,7 @@ def add_skill(
     editor = _editor()
     editor.add_item("skills", name, values, replace=replace)
     editor.save()
-    _echo(f"added skills.{name}; run 'agentstack lock'")
+    echo(f"added skills.{name}; run 'agentstack lock'")
 
 
 @add_app.command("instructions")
@@ -214,7 +210,7 @@ def add_instructions(path: str) -> None:
     editor = _editor()
     editor.add_instructions(path)
     editor.save()
-    _echo(f"added {path} to instructions.files; run 'agentstack lock'")
+    echo(f"added {path} to instructions.files; run 'agentstack lock'")
 
 
 @add_app.command("hook")
@@ -235,7 +231,7 @@ def add_hook(
     editor = _editor()
     editor.add_item("hooks", name, values, replace=replace)
     editor.save()
-    _echo(f"added hooks.{name}; run 'agentstack lock'")
+    echo(f"added hooks.{name}; run 'agentstack lock'")
 
 
 _KINDS = {"server": "servers", "skill": "skills", "hook": "hooks", "instructions": "instructions"}
@@ -256,7 +252,7 @@ def remove(
     else:
         editor.remove_item(section, name)
     editor.save()
-    _echo(f"removed {section}.{name}; run 'agentstack lock'")
+    echo(f"removed {section}.{name}; run 'agentstack lock'")
 
 
 # ------------------------------------------------------------------ lock / digest / show / diff
@@ -291,7 +287,7 @@ def digest(as_json: JsonOpt = False) -> None:
     root = _root_dir()
     _, _, _, value = _current(root)
     if as_json:
-        _print_json({"digest": value, "project": str(root)})
+        print_json({"digest": value, "project": str(root)})
     else:
         sys.stdout.write(value + "\n")
 
@@ -302,7 +298,7 @@ def show(as_json: JsonOpt = False) -> None:
     root = _root_dir()
     _, _, doc, value = _current(root)
     if as_json:
-        _print_json(doc)
+        print_json(doc)
         return
     from agentstack.view import consent_renderable, console
 
@@ -370,7 +366,7 @@ def diff(
             )
     result = consent_diff(before, after)
     if as_json:
-        _print_json(result.to_json())
+        print_json(result.to_json())
         return
     from agentstack.view import console, diff_renderable
 
@@ -386,7 +382,7 @@ def schema(
 
     if which not in ("manifest", "lock"):
         raise InvalidInput(f"unknown schema {which!r}", hint="manifest or lock")
-    _print_json(schema_for(which))
+    print_json(schema_for(which))
 
 
 # ------------------------------------------------------------------ entry point

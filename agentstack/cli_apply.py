@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from agentstack.cli import JsonOpt, _current, _echo, _print_json, _root_dir, app
+from agentstack.cli import JsonOpt, _current, _root_dir, app
+from agentstack.entry import echo, print_json
 from agentstack.errors import Refused
 
 
@@ -58,35 +59,35 @@ def apply(
         from agentstack.snapshot import write_snapshot
 
         for item in write_snapshot(root, document, digest):
-            _echo(
+            echo(
                 f"warning: kept {item}, which is not in agentstack.toml: the guard blocks "
                 "every tool call while it is there; declare it in agentstack.toml or remove it"
             )
         report.update(written=True, backups=[str(b) for b in backups])
         if as_json:
-            _print_json(report)
+            print_json(report)
         else:
             for change in plan.pending:
-                _echo(
+                echo(
                     f"wrote {change.display}"
                     if change.new is not None or change.link_target
                     else f"removed {change.display}"
                 )
             for backup in backups:
-                _echo(f"backed up a hand-edited file to {backup}")
-            _echo(f"{len(plan.pending)} file(s) changed; rendered from {digest}")
+                echo(f"backed up a hand-edited file to {backup}")
+            echo(f"{len(plan.pending)} file(s) changed; rendered from {digest}")
         return
     if as_json:
         report["diff"] = plan.diff_text()
-        _print_json(report)
+        print_json(report)
     else:
         sys.stdout.write(_sanitized(plan.diff_text()))
         for change in plan.conflicts:
-            _echo(f"conflict: {change.display}: {', '.join(change.conflicts)}")
+            echo(f"conflict: {change.display}: {', '.join(change.conflicts)}")
         if not plan.pending:
-            _echo("nothing to change")
+            echo("nothing to change")
         elif not check:
-            _echo(
+            echo(
                 f"{len(plan.pending)} file(s) would change; 'agentstack apply --write' writes "
                 "them once the digest is trusted"
             )

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agentstack.cli import JsonOpt, _current, _echo, _print_json, _root_dir, _state, app
+from agentstack.cli import JsonOpt, _current, _root_dir, _state, app
+from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
 if TYPE_CHECKING:
@@ -51,8 +52,9 @@ def _pick_harness(manifest: Manifest, harness: str | None, command: list[str]) -
     return chosen
 
 
-def _policy(manifest: Manifest, root: Path, harness: str | None,
-            command: str | None) -> SandboxPolicy:
+def _policy(
+    manifest: Manifest, root: Path, harness: str | None, command: str | None
+) -> SandboxPolicy:
     from agentstack.sandbox.resolve import resolve_policy
 
     return resolve_policy(manifest.sandbox, root, harness=harness, command=command)
@@ -102,8 +104,9 @@ def run(
     if not argv:
         assert chosen is not None
         profile = profiles.PROFILES[chosen]
-        binary = profiles.find_binary(profile.binary, os.environ.get("PATH")) if profile.binary \
-            else None
+        binary = (
+            profiles.find_binary(profile.binary, os.environ.get("PATH")) if profile.binary else None
+        )
         if binary is None:
             raise Refused(
                 f"{chosen}: {profile.binary or 'its binary'} is not on PATH (nor in the "
@@ -119,12 +122,13 @@ def run(
         interactive = sys.stdin.isatty()
     before = _git_execution_state(root)
     try:
-        code = run_confined(root, policy, argv, os.environ, interactive,
-                            readonly_files=_guard_state(root))
+        code = run_confined(
+            root, policy, argv, os.environ, interactive, readonly_files=_guard_state(root)
+        )
     finally:
         changed = _changed(before, _git_execution_state(root))
         if changed:
-            _echo(
+            echo(
                 "agentstack: WARNING: the sandboxed process changed files git executes outside "
                 "the sandbox: " + ", ".join(changed) + "\nreview them before running any git "
                 "command here (git config, hooks and fsmonitor run with your full privileges)"
@@ -143,9 +147,11 @@ def _guard_state(root: Path) -> dict[str, bytes]:
     """Read-only copies of what the guard reads (the harness cannot reach $AGENTSTACK_HOME)."""
     from agentstack.paths import agentstack_home, project_state_dir
 
-    files = {"guard.json": project_state_dir(root) / "guard.json",
-             "trust.head": agentstack_home() / "trust.head",
-             "trust.jsonl": agentstack_home() / "trust.jsonl"}
+    files = {
+        "guard.json": project_state_dir(root) / "guard.json",
+        "trust.head": agentstack_home() / "trust.head",
+        "trust.jsonl": agentstack_home() / "trust.jsonl",
+    }
     copies: dict[str, bytes] = {}
     for name, path in files.items():
         try:
@@ -210,13 +216,15 @@ def why(
     manifest = load_manifest(root)
     chosen = harness
     if chosen is not None and chosen not in manifest.project.harnesses:
-        raise Refused(f"the declaration does not target {chosen}",
-                      hint="see project.harnesses in agentstack.toml")
+        raise Refused(
+            f"the declaration does not target {chosen}",
+            hint="see project.harnesses in agentstack.toml",
+        )
     policy = _policy(manifest, root, chosen, None)
     trust = _trust_note(root)
     if path is None and host is None:
         if as_json:
-            _print_json({"policy": policy.to_json(), "trust": trust})
+            print_json({"policy": policy.to_json(), "trust": trust})
             return
         _print_policy(policy, trust)
         return
@@ -233,13 +241,22 @@ def why(
             raise InvalidInput(f"--host {host!r}: {exc}") from None
         query = {"host": host, "port": port}
     if as_json:
-        _print_json({"query": query, **decision.to_json(), "harness": chosen, "trust": trust,
-                     "project": str(root)})
+        print_json(
+            {
+                "query": query,
+                **decision.to_json(),
+                "harness": chosen,
+                "trust": trust,
+                "project": str(root),
+            }
+        )
     else:
-        _echo(("allowed" if decision.allowed else "denied") + f" — {decision.reason}")
+        echo(("allowed" if decision.allowed else "denied") + f" — {decision.reason}")
         if trust != "trusted":
-            _echo(f"note: the current declaration is {trust}; 'agentstack run' refuses until "
-                  "it is trusted")
+            echo(
+                f"note: the current declaration is {trust}; 'agentstack run' refuses until "
+                "it is trusted"
+            )
     if not decision.allowed:
         raise typer.Exit(1)
 
@@ -264,18 +281,23 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
     for deny in policy.denies:
         lines.append(f"  {deny.path}  [{deny.source}]")
     net = "blocked" if policy.network_block else "OPEN (sandbox.network.block = false)"
-    lines.append(f"network   {net}; localhost ports: "
-                 f"{', '.join(map(str, policy.localhost_ports)) or 'none'}"
-                 + ("; + the credential proxy's port" if policy.needs_proxy else ""))
+    lines.append(
+        f"network   {net}; localhost ports: "
+        f"{', '.join(map(str, policy.localhost_ports)) or 'none'}"
+        + ("; + the credential proxy's port" if policy.needs_proxy else "")
+    )
     if policy.allow_domains:
         lines.append("via proxy " + ", ".join(policy.allow_domains))
     for route in policy.credentials:
-        lines.append(f"credential {route.name}: {route.upstream} <- secret:{route.secret} "
-                     f"({route.header}); phantom in ${route.env}"
-                     + (f", base URL in ${route.base_url_env}" if route.base_url_env else ""))
-    lines.append("env       " + ", ".join([*policy.env_pass, "TMPDIR",
-                                            *(k for k, _ in policy.env_set)]))
-    _echo("\n".join(lines))
+        lines.append(
+            f"credential {route.name}: {route.upstream} <- secret:{route.secret} "
+            f"({route.header}); phantom in ${route.env}"
+            + (f", base URL in ${route.base_url_env}" if route.base_url_env else "")
+        )
+    lines.append(
+        "env       " + ", ".join([*policy.env_pass, "TMPDIR", *(k for k, _ in policy.env_set)])
+    )
+    echo("\n".join(lines))
 
 
 # ------------------------------------------------------------------ doctor
@@ -308,29 +330,36 @@ def doctor(
             def progress(result: Any) -> None:
                 if not as_json:
                     mark = "skip" if result.skipped else ("pass" if result.passed else "FAIL")
-                    _echo(f"  {mark:<4} {result.row:<16} {result.mode:<10} "
-                          f"{(result.output.splitlines() or [''])[0][:70]}"
-                          + (f"  ({result.detail})" if result.detail and not result.passed
-                             else ""))
+                    echo(
+                        f"  {mark:<4} {result.row:<16} {result.mode:<10} "
+                        f"{(result.output.splitlines() or [''])[0][:70]}"
+                        + (f"  ({result.detail})" if result.detail and not result.passed else "")
+                    )
 
             if not as_json:
-                _echo("confinement suite (a row passes only on the kernel's EACCES/EPERM):")
+                echo("confinement suite (a row passes only on the kernel's EACCES/EPERM):")
             rows = run_suite(progress=progress)
             passed, bad, skipped = summary(rows)
-            report["verify"] = {"passed": passed, "failed": bad, "skipped": skipped,
-                                "rows": [r.to_json() for r in rows]}
+            report["verify"] = {
+                "passed": passed,
+                "failed": bad,
+                "skipped": skipped,
+                "rows": [r.to_json() for r in rows],
+            }
             failed = failed or bad > 0
     report["status"] = "fail" if failed else doc.overall(checks)
     if as_json:
-        _print_json(report)
+        print_json(report)
     else:
         marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
         lines = [f"{marks[c.status]}  {c.name:<20} {c.detail}" for c in checks]
         if verify and "passed" in report.get("verify", {}):
             v = report["verify"]
-            lines.append(f"{'ok  ' if not v['failed'] else 'FAIL'}  {'confinement suite':<20} "
-                         f"{v['passed']} passed, {v['failed']} failed, {v['skipped']} skipped")
-        _echo("\n".join(lines))
+            lines.append(
+                f"{'ok  ' if not v['failed'] else 'FAIL'}  {'confinement suite':<20} "
+                f"{v['passed']} passed, {v['failed']} failed, {v['skipped']} skipped"
+            )
+        echo("\n".join(lines))
     if failed:
         raise typer.Exit(1)
 
@@ -352,8 +381,11 @@ def _project_checks() -> list[Any]:
     try:
         _, _, _, digest = _current(root)
     except StaleLock as exc:
-        out.append(Check("lock", "warn", f"stale: {exc.message} (run 'agentstack lock')",
-                         {"lock": "stale"}))
+        out.append(
+            Check(
+                "lock", "warn", f"stale: {exc.message} (run 'agentstack lock')", {"lock": "stale"}
+            )
+        )
         digest = None
     except AgentstackError as exc:
         out.append(Check("lock", "warn", exc.message, {"lock": "unknown"}))
@@ -366,12 +398,15 @@ def _project_checks() -> list[Any]:
         except AgentstackError as exc:
             out.append(Check("trust", "fail", exc.message))
         else:
-            out.append(Check(
-                "trust", "ok" if state.trusted else "warn",
-                f"{state.state}: {digest}" + ("" if state.trusted else
-                                              " ('agentstack trust' to review)"),
-                {"trust": state.state, "digest": digest},
-            ))
+            out.append(
+                Check(
+                    "trust",
+                    "ok" if state.trusted else "warn",
+                    f"{state.state}: {digest}"
+                    + ("" if state.trusted else " ('agentstack trust' to review)"),
+                    {"trust": state.state, "digest": digest},
+                )
+            )
     if not manifest.sandbox.enabled:
         out.append(Check("sandbox policy", "warn", "sandbox.enabled = false: 'run' refuses"))
     else:
@@ -381,9 +416,14 @@ def _project_checks() -> list[Any]:
             except AgentstackError as exc:
                 out.append(Check(f"policy {harness or 'command'}", "fail", exc.message))
             else:
-                out.append(Check(f"policy {harness or 'command'}", "ok",
-                                 f"{len(policy.grants)} grants, {len(policy.denies)} denies, "
-                                 f"network {'blocked' if policy.network_block else 'OPEN'}"))
+                out.append(
+                    Check(
+                        f"policy {harness or 'command'}",
+                        "ok",
+                        f"{len(policy.grants)} grants, {len(policy.denies)} denies, "
+                        f"network {'blocked' if policy.network_block else 'OPEN'}",
+                    )
+                )
     return out
 
 
@@ -423,7 +463,7 @@ def secret_set(
         elif value.endswith("\n"):
             value = value[:-1]
     path = store.set(name, value)
-    _echo(f"stored secret {name} ({path}, mode 0600)")
+    echo(f"stored secret {name} ({path}, mode 0600)")
 
 
 @secret_app.command("list")
@@ -431,10 +471,10 @@ def secret_list(as_json: JsonOpt = False) -> None:
     """Names of the stored secrets (never their values)."""
     names = _secret_store().names()
     if as_json:
-        _print_json({"secrets": names})
+        print_json({"secrets": names})
         return
     if not names:
-        _echo("no secrets stored")
+        echo("no secrets stored")
         return
     sys.stdout.write("".join(f"{n}\n" for n in names))
 
@@ -445,4 +485,4 @@ def secret_rm(name: Annotated[str, typer.Argument(help="The secret's name.")]) -
     store = _secret_store()
     if not store.remove(name):
         raise Refused(f"no secret {name!r}", hint="see 'agentstack secret list'")
-    _echo(f"removed secret {name}")
+    echo(f"removed secret {name}")

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from agentstack.cli import JsonOpt, _current, _echo, _print_json, _root_dir, _state, app
+from agentstack.cli import JsonOpt, _current, _root_dir, _state, app
+from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
 trust_app = typer.Typer(
@@ -74,7 +75,7 @@ def trust(
     state = store.state(root, current)
     if state.trusted and state.source == "log":
         if as_json:
-            _print_json(
+            print_json(
                 {
                     "digest": current,
                     "project": str(root.resolve()),
@@ -83,7 +84,7 @@ def trust(
                 }
             )
         else:
-            _echo(f"already trusted: {current} for {root.resolve()}")
+            echo(f"already trusted: {current} for {root.resolve()}")
         return
     previous = store.last_trusted(root)
     before = store.load_consent(previous.digest) if previous is not None else None
@@ -151,12 +152,12 @@ def trust(
     from agentstack.snapshot import write_snapshot
 
     for item in write_snapshot(root, document, current):
-        _echo(
+        echo(
             f"warning: {item} is not in agentstack.toml: the guard blocks every tool call "
             "while it is there"
         )
     if as_json:
-        _print_json(
+        print_json(
             {
                 "digest": current,
                 "project": record.project,
@@ -167,7 +168,7 @@ def trust(
             }
         )
     else:
-        _echo(f"trusted {current} for {record.project} (trust log record {record.seq})")
+        echo(f"trusted {current} for {record.project} (trust log record {record.seq})")
 
 
 @trust_app.command("list")
@@ -182,10 +183,10 @@ def trust_list(as_json: JsonOpt = False) -> None:
         for r in sorted(trusted, key=lambda r: (r.project, r.seq))
     ]
     if as_json:
-        _print_json({"trusted": rows})
+        print_json({"trusted": rows})
         return
     if not rows:
-        _echo("nothing is trusted yet")
+        echo("nothing is trusted yet")
         return
     from rich.table import Table
 
@@ -211,7 +212,7 @@ def trust_log(
     if verify:
         report = store.log.verify()
         if as_json:
-            _print_json(
+            print_json(
                 {
                     "ok": report.ok,
                     "count": report.count,
@@ -223,14 +224,14 @@ def trust_log(
             )
         if not report.ok:
             if not as_json:
-                _echo(f"trust log does not verify: {report.problem}\nlog: {store.log.path}")
+                echo(f"trust log does not verify: {report.problem}\nlog: {store.log.path}")
             raise typer.Exit(1)
         if not as_json:
-            _echo(f"trust log verifies: {report.count} records, head {report.head}")
+            echo(f"trust log verifies: {report.count} records, head {report.head}")
         return
     records = store.log.records()
     if as_json:
-        _print_json({"records": [r.to_json() for r in records]})
+        print_json({"records": [r.to_json() for r in records]})
         return
     from agentstack.sanitize import sanitize
 
@@ -272,13 +273,13 @@ def revoke(
 
     if not store.log.trusted_digests(record.project):  # another digest may still be trusted
         for path in remove_user_level(root):
-            _echo(f"removed agentstack's harness-side trust entries from {path}")
+            echo(f"removed agentstack's harness-side trust entries from {path}")
     if as_json:
-        _print_json(
+        print_json(
             {"digest": digest, "project": record.project, "state": "revoked", "seq": record.seq}
         )
     else:
-        _echo(f"revoked {digest} for {record.project}")
+        echo(f"revoked {digest} for {record.project}")
 
 
 @app.command()
@@ -318,7 +319,7 @@ def status(as_json: JsonOpt = False) -> None:
         and (report["snapshot"] or not _snapshot_expected(root, report))
     )
     if as_json:
-        _print_json(report)
+        print_json(report)
     else:
         _print_status(report)
     if not ok:
@@ -448,4 +449,4 @@ def _print_status(report: dict[str, Any]) -> None:
             "next: 'agentstack trust' to review"
             + (" after 'agentstack lock'" if report["lock"] != "fresh" else "")
         )
-    _echo("\n".join(lines))
+    echo("\n".join(lines))

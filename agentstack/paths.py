@@ -1,19 +1,17 @@
-"""Where agentstack keeps user-level state. Standard library only: the guard imports it."""
+"""Where agentstack keeps user-level state. Standard library only."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
+from agentstack import _guard
+
 
 def agentstack_home() -> Path:
-    """$AGENTSTACK_HOME, else $XDG_CONFIG_HOME/agentstack, else ~/.config/agentstack."""
-    explicit = os.environ.get("AGENTSTACK_HOME")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "agentstack"
+    """$AGENTSTACK_HOME, else $XDG_CONFIG_HOME/agentstack, else ~/.config/agentstack (the guard's
+    own rule: the two must never disagree on where trust lives)."""
+    return Path(_guard.home())
 
 
 def agentstack_cache() -> Path:
@@ -39,9 +37,9 @@ def ensure_private_dir(path: Path) -> Path:
 
 
 def project_id(root: Path) -> str:
-    """A stable directory name for a project's user-level state, from its realpath (sha256, so
-    the guard can compute it with the standard library alone)."""
-    return hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()[:32]
+    """A stable directory name for a project's user-level state, from its realpath (the guard
+    computes the same name to find the snapshot)."""
+    return _guard.project_id(str(root))
 
 
 def project_state_dir(root: Path) -> Path:
