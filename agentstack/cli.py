@@ -375,19 +375,20 @@ def diff(
 
 @app.command()
 def schema(
-    which: Annotated[str, typer.Argument(help="manifest or lock")] = "manifest",
+    which: Annotated[str, typer.Argument(help="manifest, lock or boundary")] = "manifest",
 ) -> None:
-    """Print the JSON Schema of agentstack.toml (or of the lock) for editor completion."""
-    from agentstack.schemas import schema_for
+    """Print the JSON Schema of agentstack.toml (or of the lock, or of a boundary file)."""
+    from agentstack.schemas import SCHEMA_FILES, schema_for
 
-    if which not in ("manifest", "lock"):
-        raise InvalidInput(f"unknown schema {which!r}", hint="manifest or lock")
+    if which not in SCHEMA_FILES:
+        raise InvalidInput(f"unknown schema {which!r}", hint="manifest, lock or boundary")
     print_json(schema_for(which))
 
 
 # ------------------------------------------------------------------ entry point
 
 from agentstack import cli_apply, cli_trust  # noqa: E402,F401 - registers their commands
+from agentstack import cli_check as cli_check  # noqa: E402 - registers check
 from agentstack import cli_sandbox as cli_sandbox  # noqa: E402 - registers run, why, doctor and secret
 
 

@@ -318,6 +318,9 @@ def doctor(
     checks = doc.system_checks()
     project = _project_checks()
     checks.extend(project)
+    from agentstack.boundary import doctor_check
+
+    checks.append(doctor_check())
     report: dict[str, Any] = {"checks": [c.to_json() for c in checks]}
     failed = doc.overall(checks) == "fail"
     rows: list[Any] = []

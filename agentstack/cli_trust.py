@@ -55,6 +55,15 @@ def trust(
     accept_risk: Annotated[
         bool, typer.Option("--accept-risk", help="Accept new high-risk findings (with --yes).")
     ] = False,
+    boundary: Annotated[
+        Path | None,
+        typer.Option(
+            "--boundary",
+            help="Refuse unless the setup is within this boundary file (default: "
+            "$AGENTSTACK_HOME/boundary.toml when it exists).",
+            dir_okay=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Review and record trust for the current consent digest."""
@@ -71,6 +80,9 @@ def trust(
             hint="the project changed since that digest was reviewed; run 'agentstack trust' "
             "to review the change",
         )
+    from agentstack.boundary import enforce as enforce_boundary
+
+    enforce_boundary(document, root, boundary_file=boundary)
     store = _store()
     state = store.state(root, current)
     if state.trusted and state.source == "log":

@@ -130,3 +130,15 @@ def url_facts(url: str) -> list[str]:
 def host_facts(host: str) -> list[str]:
     """Facts about a host the sandbox lets the process reach."""
     return [f"link-local:{host}"] if _host_class(host.removeprefix("*.")) == "link-local" else []
+
+
+def runner_package(argv: list[str]) -> tuple[str, str, bool] | None:
+    """(ecosystem, package, pinned) when `argv` runs a registry runner (npx, uvx, docker run …)."""
+    if not argv:
+        return None
+    program = posixpath.basename(argv[0])
+    for prefix, ecosystem in _RUNNERS.items():
+        if (program, *argv[1 : len(prefix)]) == prefix:
+            package = _package_argument(argv[len(prefix) :]) or "?"
+            return ecosystem, package, package != "?" and _pinned(ecosystem, package)
+    return None

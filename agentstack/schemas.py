@@ -10,17 +10,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SCHEMA_FILES = {"manifest": "manifest.schema.json", "lock": "lock.schema.json"}
+SCHEMA_FILES = {
+    "manifest": "manifest.schema.json",
+    "lock": "lock.schema.json",
+    "boundary": "boundary.schema.json",
+}
+TITLES = {"manifest": "agentstack.toml", "lock": "agentstack.lock", "boundary": "boundary.toml"}
 
 
 def schema_for(which: str) -> dict[str, Any]:
+    from pydantic import BaseModel
+
+    from agentstack.boundary import BoundaryFile
     from agentstack.lockmodel import LockModel
     from agentstack.manifest import Manifest
 
-    model = Manifest if which == "manifest" else LockModel
-    schema = model.model_json_schema(mode="validation")
+    models: dict[str, type[BaseModel]] = {
+        "manifest": Manifest,
+        "lock": LockModel,
+        "boundary": BoundaryFile,
+    }
+    schema = models[which].model_json_schema(mode="validation")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "agentstack.toml" if which == "manifest" else "agentstack.lock"
+    schema["title"] = TITLES[which]
     return schema
 
 
