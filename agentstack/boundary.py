@@ -22,7 +22,7 @@ subtree), host patterns (`name`, `*.suffix`, an address, `*`) with containment d
 structure, and TCP port ranges (the union of the ranges of every boundary rule whose host pattern
 contains the candidate's must cover its range). Secrets, environment names, programs, permissions
 and passthrough keys are finite sets compared by exact names or a trailing-`*` prefix.
-docs/adr/0006-exact-boundary-check.md says why this and not an SMT solver.
+docs/adr/0009-exact-boundary-check.md says why this and not an SMT solver.
 """
 
 from __future__ import annotations
