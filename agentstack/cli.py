@@ -368,9 +368,11 @@ def diff(
     if as_json:
         print_json(result.to_json())
         return
+    from agentstack.contentstore import Contents, ContentStore, collect
     from agentstack.view import console, diff_renderable
 
-    console().print(diff_renderable(result))
+    found = collect(_root_dir(), after) if new is None else {}
+    console().print(diff_renderable(result, contents=Contents(ContentStore(), found)))
 
 
 @app.command()

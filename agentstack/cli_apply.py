@@ -100,10 +100,11 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
     from agentstack_adapters import OwnedKeys
 
     from agentstack.apply import render_operations
+    from agentstack.view import toml_value
 
     lines = []
     for op in render_operations(root.resolve(), document, digest):
         if isinstance(op, OwnedKeys) and op.user_level:
             for key, value in op.keys.items():
-                lines.append(f"{op.path}: {'.'.join(key)} = {value}")
+                lines.append(f"{op.path}: {'.'.join(key)} = {toml_value(value)}")
     return lines

@@ -27,7 +27,7 @@ def full_project(tmp_path: Path, *, trust: bool = True, git_init: bool = True) -
         subprocess.run(["git", "init", "-q", str(root)], check=True)
     assert run_cli("lock", cwd=root).returncode == 0
     if trust:
-        result = run_cli("trust", "--yes", cwd=root)
+        result = run_cli("trust", "--yes", "--accept-risk", cwd=root)
         assert result.returncode == 0, result.stderr
     return root
 
@@ -177,7 +177,7 @@ def test_user_data_is_preserved(tmp_path: Path) -> None:
     start = text.index("[servers.clock]")
     manifest.write_text(text[:start] + text[text.index("# Remote server"):])
     _ok("lock", cwd=root)
-    _ok("trust", "--yes", cwd=root)
+    _ok("trust", "--yes", "--accept-risk", cwd=root)
     _ok("apply", "--write", cwd=root)
     mcp = json.loads((root / ".mcp.json").read_text())
     assert set(mcp["mcpServers"]) == {"mine", "notes", "docs"}
