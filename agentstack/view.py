@@ -68,9 +68,7 @@ def toml_value(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, dict):
         return (
-            "{ "
-            + ", ".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in value.items())
-            + " }"
+            "{ " + ", ".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
             if value
             else "{}"
         )
@@ -286,9 +284,7 @@ def _settings(doc: dict[str, Any]) -> Section | None:
             item.add(key, lines(*permissions[key]))
     for harness, values in sorted(settings.get("passthrough", {}).items()):
         for key, value in sorted(values.items()):
-            item.add(
-                "set", Text(f"{identifier(harness)}: ") + t(f"{key} = {toml_value(value)}")
-            )
+            item.add("set", Text(f"{identifier(harness)}: ") + t(f"{key} = {toml_value(value)}"))
     return Section("Settings", [item])
 
 
@@ -383,14 +379,17 @@ def content_diff(
     old_lines = [] if old is None else _text_of(old_data)
     new_lines = [] if new is None else _text_of(new_data)
     if old_lines is None or new_lines is None:
+
         def describe(entry: dict[str, Any] | None, data: bytes | None) -> str:
             if entry is None:
                 return "(none)"
             kind = "binary" if data is not None else "not kept on this machine"
             return f"{entry.get('size', '?')} bytes {short(entry['digest'])} ({kind})"
 
-        return Wrapped(t(f"{describe(old, old_data)} → {describe(new, new_data)}"), 8,
-                       first=Text("      "))
+        return Group(
+            Wrapped(t(f"was {describe(old, old_data)}"), 10, first=Text("      ")),
+            Wrapped(t(f"now {describe(new, new_data)}"), 10, first=Text("      ")),
+        )
     body = Text()
     diff_lines = list(
         difflib.unified_diff(
