@@ -391,6 +391,8 @@ def status(as_json: JsonOpt = False) -> None:
             report["findings"] = [f.to_json() for f in changes.findings]
             report["changed"] = changed_items(changes)
     report.update(_rendered_state(root))
+    report["missing_secrets"] = _missing_secrets(document)
+    report["export"] = _header_exports(document)
     report["guard_expected"] = _snapshot_expected(root, report)
     ok = (
         report["lock"] == "fresh"
@@ -404,6 +406,46 @@ def status(as_json: JsonOpt = False) -> None:
         _print_status(report)
     if not ok:
         raise typer.Exit(1)
+
+
+def _missing_secrets(document: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Secrets the servers name that the store does not hold (the server cannot start)."""
+    if document is None:
+        return []
+    from agentstack.secrets import SecretStore
+
+    store = SecretStore()
+    missing = []
+    for name, server in sorted(document.get("servers", {}).items()):
+        for table in ("env", "headers"):
+            for key, source in sorted(server.get(table, {}).items()):
+                if "secret" in source and not store.exists(source["secret"]):
+                    missing.append(
+                        {"item": f"servers.{name}", "key": key, "secret": source["secret"]}
+                    )
+    return missing
+
+
+def _header_exports(document: dict[str, Any] | None) -> list[dict[str, str]]:
+    """A remote server's header secrets are sent by the harness itself, which reads them from its
+    environment: these variables must be exported where the harness starts."""
+    if document is None:
+        return []
+    from agentstack_adapters.common import secret_env_var
+
+    out = []
+    for name, server in sorted(document.get("servers", {}).items()):
+        for key, source in sorted(server.get("headers", {}).items()):
+            if "secret" in source:
+                out.append(
+                    {
+                        "item": f"servers.{name}",
+                        "header": key,
+                        "secret": source["secret"],
+                        "variable": secret_env_var(source["secret"]),
+                    }
+                )
+    return out
 
 
 def _snapshot_expected(root: Path, report: dict[str, Any]) -> bool:
@@ -519,6 +561,17 @@ def _print_status(report: dict[str, Any]) -> None:
         lines.append(
             f"drift     {path} changed since agentstack last wrote or pinned it "
             "(the guard blocks every tool call until this is resolved)"
+        )
+    for entry in report.get("missing_secrets", []):
+        lines.append(
+            f"secret    {entry['item']} needs secret:{entry['secret']} (as {entry['key']}), "
+            f"which is not stored: 'agentstack secret set {entry['secret']}'"
+        )
+    for entry in report.get("export", []):
+        lines.append(
+            f"export    {entry['variable']} where the harness starts: {entry['item']} sends "
+            f"header {entry['header']} from secret:{entry['secret']}; a remote server is not "
+            "started by agentstack, so the harness reads the value from its environment"
         )
     for path in report.get("tracked", []):
         lines.append(
