@@ -47,6 +47,9 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
 
 
 class ClaudeCodeAdapter:
+    # The project file this adapter writes instructions into: never an instruction source.
+    renders_into = ("CLAUDE.md",)
+
     @property
     def name(self) -> str:
         return NAME

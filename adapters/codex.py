@@ -96,6 +96,9 @@ def hook_state_key(hooks_file: Path, event: str, group: int, index: int) -> str:
 
 
 class CodexAdapter:
+    # The project file this adapter writes instructions into: never an instruction source.
+    renders_into = ("AGENTS.md",)
+
     @property
     def name(self) -> str:
         return NAME

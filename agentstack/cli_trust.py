@@ -291,7 +291,7 @@ def trust_log(
 def revoke(
     digest_arg: Annotated[
         str | None,
-        typer.Argument(metavar="[DIGEST]", help="Same as --digest.", show_default=False),
+        typer.Argument(metavar="DIGEST", help="Same as --digest.", show_default=False),
     ] = None,
     digest: Annotated[
         str | None,
@@ -299,8 +299,10 @@ def revoke(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Withdraw trust for this project: every trusted digest (or one with --digest), and the
-    harness-side trust entries once no trusted digest matches the files on disk."""
+    """Withdraw trust: every digest trusted for this project (or --digest), and harness entries.
+
+    The harness-side trust entries go whenever no digest matching the files on disk stays
+    trusted; the output lists every digest revoked and every file changed."""
     from agentstack.canonical import is_digest
 
     root = _root_dir()
