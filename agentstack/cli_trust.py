@@ -469,15 +469,17 @@ def _rendered_state(root: Path) -> dict[str, Any]:
     try:
         snapshot = _json.loads(snapshot_path.read_bytes())
     except (OSError, ValueError):
-        return {"drift": [], "rendered": [], "tracked": [], "snapshot": False}
+        return {"drift": [], "drift_roles": {}, "rendered": [], "tracked": [], "snapshot": False}
     real = str(root.resolve())
     drift, rendered = [], []
+    roles: dict[str, str] = {}
     for path, entry in sorted(snapshot.get("files", {}).items()):
         shown = path[len(real) + 1 :] if path.startswith(real + "/") else path
         if entry.get("role") == "rendered":
             rendered.append(shown)
         if drifted(path, entry):
             drift.append(shown)
+            roles[shown] = str(entry.get("role", ""))
     # Only files agentstack created are per machine; a user's own CLAUDE.md or AGENTS.md holding
     # an agentstack block stays theirs to commit.
     from agentstack.apply import load_ledger
@@ -489,7 +491,13 @@ def _rendered_state(root: Path) -> dict[str, Any]:
         and (recorded.get("kind") == "whole" or recorded.get("created"))
     }
     tracked = _tracked(root, sorted(created & set(rendered)))
-    return {"drift": drift, "rendered": rendered, "tracked": tracked, "snapshot": True}
+    return {
+        "drift": drift,
+        "drift_roles": roles,
+        "rendered": rendered,
+        "tracked": tracked,
+        "snapshot": True,
+    }
 
 
 def _tracked(root: Path, paths: list[str]) -> list[str]:
@@ -520,6 +528,33 @@ def _tracked(root: Path, paths: list[str]) -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return sorted(p for p in result.stdout.decode("utf-8", "replace").split("\0") if p)
+
+
+def _drift_line(path: str, report: dict[str, Any]) -> str:
+    """What changed, and whether agentstack itself made the change (add, lock) or something else
+    did it behind agentstack's back."""
+    role = report.get("drift_roles", {}).get(path, "")
+    if role == "rendered":
+        return (
+            f"{path} was edited behind agentstack's back (not by 'agentstack apply'): "
+            "'agentstack apply' shows how; 'agentstack apply --write --force' restores it"
+        )
+    if role == "watched":
+        return (
+            f"{path} changed outside agentstack, and agentstack.toml does not declare it: "
+            "remove it, or declare it, lock and trust"
+        )
+    if path in ("agentstack.toml", "agentstack.lock") and report["lock"] == "fresh":
+        return (
+            f"{path} changed since you trusted (an agentstack edit: add, remove or lock): "
+            "review it with 'agentstack trust'"
+        )
+    if report["lock"] == "fresh":
+        return f"{path} changed since you trusted it and is locked: review it with 'agentstack trust'"
+    return (
+        f"{path} changed since it was locked and trusted: run 'agentstack lock', then review "
+        "it with 'agentstack trust'"
+    )
 
 
 def _print_status(report: dict[str, Any]) -> None:
@@ -560,10 +595,9 @@ def _print_status(report: dict[str, Any]) -> None:
             "run 'agentstack apply --write'"
         )
     for path in report.get("drift", []):
-        lines.append(
-            f"drift     {path} changed since agentstack last wrote or pinned it "
-            "(the guard blocks every tool call until this is resolved)"
-        )
+        lines.append(f"drift     {_drift_line(path, report)}")
+    if report.get("drift"):
+        lines.append("          (the guard blocks every tool call until this is resolved)")
     for entry in report.get("missing_secrets", []):
         lines.append(
             f"secret    {entry['item']} needs secret:{entry['secret']} (as {entry['key']}), "
