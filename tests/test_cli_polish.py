@@ -99,3 +99,35 @@ def test_a_render_target_cannot_be_an_instruction_source(tmp_path: Path) -> None
     assert "Be kind." in (root / "AGENTS.md").read_text()
     assert run_cli("lock", "--check", cwd=root).returncode == 0
     assert run_cli("apply", "--check", cwd=root).returncode == 0
+
+
+def test_why_prints_one_verdict(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", BASE + '\n[sandbox]\nwrite_dirs = ["."]\n')
+    assert run_cli("lock", cwd=root).returncode == 0
+    result = run_cli("why", "--path", str(tmp_path / "elsewhere"), "--op", "read", cwd=root)
+    assert result.returncode == 1
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("denied: ") and "denied — denied" not in result.stderr
+
+
+def test_status_and_apply_say_who_changed_what(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", BASE + '\n[instructions]\nfiles = ["RULES.md"]\n',
+                        {"RULES.md": "Be kind.\n"})
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    assert run_cli("lock", cwd=root).returncode == 0
+    assert run_cli("trust", "--yes", cwd=root).returncode == 0
+    applied = run_cli("apply", "--write", cwd=root)
+    assert applied.returncode == 0 and "updated .git/info/exclude" in applied.stderr
+    again = run_cli("apply", "--write", cwd=root)
+    assert "exclude" not in again.stderr  # unchanged: not listed
+    (root / "RULES.md").write_text("Be very kind.\n")
+    stale = run_cli("status", cwd=root).stderr
+    assert "RULES.md changed since it was locked and trusted: run 'agentstack lock'" in stale
+    assert run_cli("lock", cwd=root).returncode == 0
+    locked = run_cli("status", cwd=root).stderr
+    assert "agentstack.lock changed since you trusted (an agentstack edit" in locked
+    assert "behind agentstack's back" not in locked
+    mcp = root / ".claude" / "settings.local.json"
+    mcp.write_text(mcp.read_text().replace("}", ', "x": 1}', 1))
+    edited = run_cli("status", cwd=root).stderr
+    assert ".claude/settings.local.json was edited behind agentstack's back" in edited
