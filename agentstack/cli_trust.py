@@ -161,11 +161,16 @@ def trust(
 
     outside = user_level_changes(root, document, current)
     if outside:
+        from agentstack.view import Wrapped, t
+
         out.print(
-            "'agentstack apply --write' will also record this outside the project "
-            "('agentstack revoke' removes the project's entries; a user-level guard hook stays, "
-            "and allows outside agentstack projects):",
-            markup=False,
+            Wrapped(
+                t(
+                    "'agentstack apply --write' will also record this outside the project "
+                    "('agentstack revoke' removes the project's entries; a user-level guard hook "
+                    "stays, and allows outside agentstack projects):"
+                )
+            )
         )
         out.print(outside_renderable(outside))
     if not yes:

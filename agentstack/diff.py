@@ -217,7 +217,10 @@ class _Differ:
         old = [(i["path"], i["digest"]) for i in self.old.get("instructions", [])]
         new = [(i["path"], i["digest"]) for i in self.new.get("instructions", [])]
         if new != old and new:
-            self.add("medium", "model-reads", "instructions", "instructions to the model changed")
+            message = (
+                "instructions to the model changed" if old else "new instructions the model reads"
+            )
+            self.add("medium", "model-reads", "instructions", message)
 
     def sandbox(self) -> None:
         before, after = self.old.get("sandbox"), self.new.get("sandbox", {})
