@@ -93,7 +93,7 @@ class Wrapped:
         self.first = first if first is not None else Text(" " * indent)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        width = max(20, options.max_width - self.indent)
+        width = max(1, options.max_width - self.indent)
         pad = Text(" " * self.indent)
         first = True
         for line in self.text.split("\n", allow_blank=True):
@@ -481,6 +481,18 @@ def outside_renderable(entries: Iterable[str]) -> Group:
     return Group(*(Wrapped(t(e), 4, first=Text("  ")) for e in entries))
 
 
-def console(stderr: bool = False) -> Console:
+class _Console(Console):
+    """A console that never crops a line: a token wider than the terminal is printed whole (the
+    terminal wraps it) rather than cut off at the edge."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("crop", False)
+        super().print(*objects, **kwargs)
+
+
+def console(stderr: bool = False, *, file: Any = None, width: int | None = None) -> Console:
     # highlight=False: rich's repr highlighter must not restyle untrusted text either.
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return _Console(
+        stderr=stderr, highlight=False, soft_wrap=False, file=file, width=width,
+        color_system=None if file is not None else "auto",
+    )

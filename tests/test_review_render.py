@@ -11,11 +11,10 @@ import shlex
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from agentstack.contentstore import Contents, ContentStore, collect, is_text
 from agentstack.diff import consent_diff
-from agentstack.view import consent_renderable, diff_renderable, toml_value
+from agentstack.view import consent_renderable, console, diff_renderable, toml_value
 from tests.conftest import make_project, run_cli
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "review"
@@ -104,7 +103,7 @@ def test_golden_diff_and_trust_review_at_80_columns(tmp_path: Path) -> None:
 
 def _render(renderable: object, width: int) -> str:
     buffer = io.StringIO()
-    Console(file=buffer, width=width, highlight=False, color_system=None).print(renderable)
+    console(file=buffer, width=width).print(renderable)  # the CLI's own console, never cropping
     return buffer.getvalue()
 
 
@@ -193,3 +192,33 @@ def test_binary_and_unknown_files_show_size_and_hash(tmp_path: Path) -> None:
     out = _render(diff_renderable(ConsentDiff(findings=[], changes=[change])), 80)
     assert "was 4 bytes b3:111111111111 (not kept on this machine)" in out
     assert "now 5 bytes b3:222222222222" in out
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from agentstack.view import Wrapped, t  # noqa: E402
+
+_TOKEN = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1,
+                 max_size=90)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.lists(_TOKEN, min_size=1, max_size=30), width=st.integers(20, 140),
+       indent=st.integers(0, 16))
+def test_wrapping_never_breaks_a_token(tokens: list[str], width: int, indent: int) -> None:
+    out = _render(Wrapped(t(" ".join(tokens)), indent, first=None), width)
+    assert out.split() == tokens  # every token whole, in order
+    for line in out.splitlines():
+        assert len(line) <= width or len(line.split()) == 1  # only a lone long token overflows
+
+
+def test_content_diffs_send_no_control_sequence(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "hostile", MANIFEST, FILES)
+    assert run_cli("lock", cwd=root).returncode == 0
+    assert run_cli("trust", "--yes", "--accept-risk", cwd=root).returncode == 0
+    (root / "AGENTS.md").write_text("ok\n\x1b]0;pwned\x07\x1b[31mred\x1b[0m \u202eexe.txt\n")
+    assert run_cli("lock", cwd=root).returncode == 0
+    out = run_cli("diff", cwd=root, env={"COLUMNS": "80"}).stdout
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "+ok" in out and "\\u202e" in out
