@@ -335,10 +335,12 @@ def revoke(
     records = [store.revoke(root, value) for value in targets]
     _keep_contents(store, None)
     # The harness-side entries stay only while a digest matching the files on disk is trusted.
+    from agentstack.errors import AgentstackError
+
     try:
         current: str | None = _current(root)[3]
-    except Refused:
-        current = None  # a stale lock: nothing on disk is trusted
+    except AgentstackError:
+        current = None  # a stale lock or a broken manifest: nothing on disk is trusted
     keep = current is not None and store.state(root, current).trusted
     removed: list[str] = []
     if not keep:

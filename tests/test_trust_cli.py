@@ -370,3 +370,15 @@ def test_trust_review_sends_no_control_sequence(tmp_path: Path) -> None:
         assert char not in out
     assert "\\u202e" in out and "[bold red]markup[/]" in out
     assert "Traceback" not in out
+
+
+def test_revoke_with_a_broken_manifest_still_removes_the_harness_entries(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "demo", HARNESS_MANIFEST, FILES)
+    run_cli("lock", cwd=root)
+    assert run_cli("trust", "--yes", "--accept-risk", cwd=root).returncode == 0
+    assert run_cli("apply", "--write", cwd=root).returncode == 0
+    (root / "agentstack.toml").write_text("[project\n")  # not even TOML
+    result = run_cli("revoke", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert "removed agentstack's harness-side trust entries" in result.stderr
+    assert str(root.resolve()) not in _claude_projects()
