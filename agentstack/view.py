@@ -237,7 +237,8 @@ def skill_item(key: str, skill: dict[str, Any], heading: Text | None = None) -> 
     else:
         item.add("path", t(skill.get("path", "")))
     files = skill.get("files", [])
-    item.add("files", Text(f"{len(files)} files, tree {short(skill.get('digest', ''))}"))
+    count = f"{len(files)} file{'s' if len(files) != 1 else ''}"
+    item.add("files", Text(f"{count}, tree {short(skill.get('digest', ''))}"))
     executables = [f for f in files if f.get("executable")]
     if executables:
         item.add("runnable", _files(executables[:20]))
@@ -268,8 +269,12 @@ def _reads(doc: dict[str, Any]) -> Section | None:
     if not doc.get("skills") and not doc.get("instructions"):
         return None
     items = [skill_item(k, s) for k, s in sorted(doc.get("skills", {}).items())]
-    for entry in doc.get("instructions", []):
-        items.append(Item(Text("instructions ", style="bold")).add("file", _file_line(entry)))
+    if doc.get("instructions"):
+        items.append(
+            Item(Text("instructions (in this order)", style="bold")).add(
+                "files", _files(doc["instructions"])
+            )
+        )
     return Section("What the model reads", items)
 
 
@@ -456,10 +461,19 @@ def _change_item(change: Change, contents: ContentSource | None) -> Item:
         return item
     item = Item(heading)
     if change.kind != "added":
-        item.add("was", t(toml_value(change.old)))
+        item.add("was", t(_value(change.old)))
     if change.kind != "removed":
-        item.add("now", t(toml_value(change.new)))
+        item.add("now", t(_value(change.new)))
     return item
+
+
+def _value(value: Any) -> str:
+    """A changed value: a hash short (the full one is in --json), anything else as TOML."""
+    from agentstack.canonical import is_digest
+
+    if isinstance(value, str) and is_digest(value):
+        return short(value)
+    return toml_value(value)
 
 
 def diff_renderable(diff: ConsentDiff, contents: ContentSource | None = None) -> Group:
