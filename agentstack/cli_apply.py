@@ -88,6 +88,13 @@ def apply(
                     "them (never committed)"
                 )
             echo(f"{len(plan.pending)} file(s) changed; rendered from {digest}")
+            from agentstack.cli_trust import _missing_secrets
+
+            for entry in _missing_secrets(document):
+                echo(
+                    f"warning: {entry['item']} needs secret:{entry['secret']}, which is not "
+                    f"stored; it cannot start until 'agentstack secret set {entry['secret']}'"
+                )
         return
     if as_json:
         report["diff"] = plan.diff_text()

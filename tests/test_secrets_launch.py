@@ -93,7 +93,10 @@ def test_real_claude_starts_a_server_that_needs_a_secret(tmp_path: Path,
     assert run_cli("lock", cwd=root).returncode == 0
     trusted = run_cli("trust", "--yes", "--accept-risk", cwd=root)
     assert trusted.returncode == 0, trusted.stderr
-    assert run_cli("apply", "--write", cwd=root).returncode == 0
+    applied = run_cli("apply", "--write", cwd=root)
+    assert applied.returncode == 0, applied.stderr
+    assert "needs secret:vault-token, which is not stored" in applied.stderr
+    assert "secret:vault-token" in run_cli("status", cwd=root).stderr
 
     def mcp_list() -> str:
         result = subprocess.run([str(claude), "mcp", "list"], cwd=root,
