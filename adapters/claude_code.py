@@ -1,9 +1,9 @@
 """Claude Code: `.mcp.json`, `.claude/settings.local.json`, `.claude/skills/`, `CLAUDE.md`.
 
 Facts (research/claude-code.md): Claude approves `.mcp.json` servers by name through
-`enabledMcpjsonServers`; it expands `${VAR}` in args, env and headers (so secrets are rendered as
-references, never values); hooks that crash, time out or print garbage fail OPEN unless the hook
-entry says `"onFailure": "block"` — the guard is rendered with it.
+`enabledMcpjsonServers`; it expands `${VAR}` in args, env and headers (so header secrets are
+rendered as references, never values; a server's env secrets are read by `agentstack.launch`);
+hooks that crash, time out or print garbage fail OPEN unless the hook entry says `"onFailure": "block"` — the guard is rendered with it.
 """
 
 from __future__ import annotations
@@ -15,17 +15,13 @@ from .common import (
     GENERATED_NOTE,
     hook_groups,
     instructions_text,
+    launched,
     secret_env_var,
     skill_files,
 )
 
 NAME = "claude-code"
 INSTRUCTIONS_FILE = ".claude/agentstack/instructions.md"
-
-
-def _env_value(key: str, source: dict[str, str]) -> str:
-    # A secret reaches the server through the harness's own environment, under the server's name.
-    return f"${{{key}}}" if "secret" in source else source["literal"]
 
 
 def _header_value(source: dict[str, str]) -> str:
@@ -42,13 +38,18 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     if server.get("cwd", ".") != ".":
         # .mcp.json has no cwd: start the server through env(1) in its directory.
         command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
+    command, args = launched(context, server, command, args)  # secrets: through the launcher
     out = {"type": "stdio", "command": command, "args": args}
-    if server["env"]:
-        out["env"] = {k: _env_value(k, v) for k, v in sorted(server["env"].items())}
+    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
+    if literal:
+        out["env"] = dict(sorted(literal.items()))
     return out
 
 
 class ClaudeCodeAdapter:
+    # The project file this adapter writes instructions into: never an instruction source.
+    renders_into = ("CLAUDE.md",)
+
     @property
     def name(self) -> str:
         return NAME

@@ -1,9 +1,9 @@
 """Codex: `.codex/config.toml`, `.codex/hooks.json`, `.agents/skills/`, `AGENTS.md`, and the
 user-level trust Codex needs before it loads any of them (`~/.codex/config.toml`, or $CODEX_HOME).
 
-Facts (research/harnesses.md): Codex never expands `${VAR}` in `env`, so secrets are forwarded by
-name with `env_vars` / `env_http_headers`; project config loads only when the project is trusted;
-a project hook runs only when its `trusted_hash` is recorded, else it is silently skipped — which
+Facts (research/harnesses.md): Codex never expands `${VAR}` in `env`, so a server's env secrets
+are read by `agentstack.launch` and header secrets forwarded by name with `env_http_headers`;
+project config loads only when the project is trusted; a project hook runs only when its `trusted_hash` is recorded, else it is silently skipped — which
 would silently disable the guard, so the hash is rendered for every hook.
 """
 
@@ -18,6 +18,7 @@ from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
     hook_groups,
     instructions_text,
+    launched,
     secret_env_var,
     skill_files,
 )
@@ -51,17 +52,16 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
         if secret:
             out["env_http_headers"] = dict(sorted(secret.items()))
         return out
+    # Secrets in env reach the server through `agentstack.launch` (nothing to export).
+    command, args = launched(context, server, server["command"], list(server["args"]))
     out = {
-        "command": server["command"],
-        "args": list(server["args"]),
+        "command": command,
+        "args": args,
         "cwd": str(context.root / server.get("cwd", ".")),
     }
     literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
     if literal:
         out["env"] = dict(sorted(literal.items()))
-    forwarded = sorted(k for k, v in server["env"].items() if "secret" in v)
-    if forwarded:
-        out["env_vars"] = forwarded
     return out
 
 
@@ -96,6 +96,9 @@ def hook_state_key(hooks_file: Path, event: str, group: int, index: int) -> str:
 
 
 class CodexAdapter:
+    # The project file this adapter writes instructions into: never an instruction source.
+    renders_into = ("AGENTS.md",)
+
     @property
     def name(self) -> str:
         return NAME

@@ -17,6 +17,21 @@ def secret_env_var(secret: str) -> str:
     return "AGENTSTACK_SECRET_" + re.sub(r"[^A-Z0-9]", "_", secret.upper())
 
 
+def launched(
+    context: RenderContext, server: dict[str, Any], command: str, args: list[str]
+) -> tuple[str, list[str]]:
+    """A server whose env names secrets starts through `agentstack.launch`, which reads them from
+    the secret store and execs the server: the harness config holds no secret and no `${KEY}`
+    the user must export. (`context.guard_command[0]` is agentstack's own interpreter.)"""
+    secrets = sorted((k, v["secret"]) for k, v in server.get("env", {}).items() if "secret" in v)
+    if not secrets:
+        return command, args
+    launcher = [context.guard_command[0], "-I", "-m", "agentstack.launch"]
+    for key, name in secrets:
+        launcher += ["--secret", f"{key}={name}"]
+    return launcher[0], [*launcher[1:], "--", command, *args]
+
+
 def instructions_text(context: RenderContext) -> str:
     """The instruction files, concatenated in manifest order."""
     parts = []

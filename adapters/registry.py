@@ -19,6 +19,16 @@ BUILTIN: dict[str, Adapter] = {
 }
 
 
+def instruction_targets(harnesses: list[str]) -> dict[str, str]:
+    """Project files the built-in adapters of `harnesses` write instructions into (path ->
+    harness): such a file cannot also be an instruction source (apply would write into it)."""
+    out: dict[str, str] = {}
+    for harness in harnesses:
+        for path in getattr(BUILTIN.get(harness), "renders_into", ()):
+            out.setdefault(path, harness)
+    return out
+
+
 class AdapterConflict(Refused):
     """A third-party adapter cannot be used: two claim one name, or it is not an Adapter."""
 

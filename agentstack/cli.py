@@ -49,13 +49,55 @@ class _State:
 _state = _State()
 
 
+def _plain_help_types() -> None:
+    """Help names what to type (TEXT, DIR, KEY=VALUE), never Python types (`<bool>`,
+    `<list[str]>`); a flag shows no type at all."""
+    from typer import core
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        if self.metavar is not None:  # an argument's metavar is already its name column
+            return None if self.param_type_name == "argument" else str(self.metavar)
+        desc = getattr(self, "type_descriptor", None)
+        annotation = getattr(desc, "annotation", None)
+        if desc is None or annotation is bool:
+            return None
+        if getattr(desc, "is_path", False):
+            label = "DIR" if str(getattr(desc, "path_type", "")) == "directory" else "PATH"
+        else:
+            label = "INTEGER" if annotation is int else "TEXT"
+        return label + ("..." if getattr(desc, "is_list", False) else "")
+
+    for cls in (core.TyperOption, core.TyperArgument):
+        if hasattr(cls, "display_type_rich"):
+            cls.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_plain_help_types()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from agentstack import __version__
+
+        sys.stdout.write(f"agentstack {__version__}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
     project: ProjectOpt = None,
     trust_digest: Annotated[
         list[str] | None,
         typer.Option(
-            "--trust-digest", help="Treat this consent digest as trusted (CI); repeatable."
+            "--trust-digest",
+            metavar="DIGEST",
+            help="Treat this consent digest as trusted (CI); repeatable.",
         ),
     ] = None,
 ) -> None:
@@ -86,7 +128,8 @@ def _current(root: Path) -> tuple[Manifest, dict[str, Any], dict[str, Any], str]
 @app.command()
 def init(
     harness: Annotated[
-        list[str] | None, typer.Option("--harness", help="Harness target; repeatable.")
+        list[str] | None,
+        typer.Option("--harness", metavar="NAME", help="Harness target; repeatable."),
     ] = None,
     name: Annotated[
         str | None, typer.Option(help="Project name (default: the directory name).")
@@ -119,20 +162,40 @@ def _pairs(items: list[str] | None, option: str) -> dict[str, str]:
     return out
 
 
+def _must_exist(rel: str, kind: str, what: str) -> None:
+    """`add` names a file or directory that `lock` will pin: it must be there already."""
+    root = _root_dir()
+    path = root / rel
+    ok = path.is_dir() if kind == "dir" else path.is_file()
+    if not ok:
+        noun = "directory" if kind == "dir" else "file"
+        hint = (
+            f"create it first (a skill is a directory with a SKILL.md: mkdir -p {rel})"
+            if kind == "dir"
+            else f"create it first, then run 'agentstack add {what} {rel}' again"
+        )
+        raise InvalidInput(f"{rel}: no such {noun} in {root}; nothing was added", hint=hint)
+
+
 @add_app.command("server")
 def add_server(
-    name: str,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The server's name.")],
     command: Annotated[
-        list[str] | None, typer.Argument(help="After --: the command and its arguments.")
+        list[str] | None,
+        typer.Argument(metavar="-- CMD [ARG]...", help="The command and its arguments."),
     ] = None,
     url: Annotated[
         str | None, typer.Option(help="A remote (HTTP) server instead of a command.")
     ] = None,
     env: Annotated[
-        list[str] | None, typer.Option("--env", help="KEY=VALUE or KEY=secret:NAME")
+        list[str] | None,
+        typer.Option("--env", metavar="KEY=VALUE", help="KEY=VALUE or KEY=secret:NAME; repeatable."),
     ] = None,
     header: Annotated[
-        list[str] | None, typer.Option("--header", help="NAME=VALUE or NAME=secret:NAME")
+        list[str] | None,
+        typer.Option(
+            "--header", metavar="NAME=VALUE", help="NAME=VALUE or NAME=secret:NAME; repeatable."
+        ),
     ] = None,
     cwd: Annotated[
         str | None, typer.Option(help="Working directory, relative to the project.")
@@ -178,8 +241,10 @@ def add_server(
 
 @add_app.command("skill")
 def add_skill(
-    name: str,
-    path: Annotated[str | None, typer.Argument(help="A local skill directory.")] = None,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The skill's name.")],
+    path: Annotated[
+        str | None, typer.Argument(metavar="PATH", help="A local skill directory.")
+    ] = None,
     git: Annotated[str | None, typer.Option(help="A git repository URL.")] = None,
     rev: Annotated[str | None, typer.Option(help="Tag, branch or full commit id.")] = None,
     subdir: Annotated[str | None, typer.Option(help="Directory inside the repository.")] = None,
@@ -195,6 +260,8 @@ def add_skill(
         )
     if path is not None and (rev is not None or subdir is not None):
         raise InvalidInput("--rev and --subdir apply to --git, not to a local PATH")
+    if path is not None:
+        _must_exist(path, "dir", "skill")
     values: dict[str, Any] = {"path": path} if path is not None else {"git": git, "rev": rev}
     if subdir is not None:
         values["subdir"] = subdir
@@ -205,9 +272,28 @@ def add_skill(
 
 
 @add_app.command("instructions")
-def add_instructions(path: str) -> None:
+def add_instructions(
+    path: Annotated[str, typer.Argument(metavar="PATH", help="A file in the project.")],
+) -> None:
     """Append an instruction file (read by the model, in order)."""
+    _must_exist(path, "file", "instructions")
     editor = _editor()
+    from pathlib import PurePosixPath
+
+    from agentstack_adapters.registry import instruction_targets
+
+    from agentstack.manifest import DEFAULT_HARNESSES
+
+    project = editor.doc.get("project") or {}
+    targets = instruction_targets([str(h) for h in project.get("harnesses", DEFAULT_HARNESSES)])
+    harness = targets.get(str(PurePosixPath(path)))
+    if harness is not None:
+        raise InvalidInput(
+            f"{path} is where agentstack writes {harness}'s instructions, so it cannot also be "
+            "their source; nothing was added",
+            hint=f"rename it (e.g. git mv {path} {path.removesuffix('.md')}.base.md) and add the "
+            f"new name; agentstack renders its text into {path}",
+        )
     editor.add_instructions(path)
     editor.save()
     echo(f"added {path} to instructions.files; run 'agentstack lock'")
@@ -215,8 +301,11 @@ def add_instructions(path: str) -> None:
 
 @add_app.command("hook")
 def add_hook(
-    name: str,
-    command: Annotated[list[str], typer.Argument(help="After --: the command and its arguments.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The hook's name.")],
+    command: Annotated[
+        list[str],
+        typer.Argument(metavar="-- CMD [ARG]...", help="The command and its arguments."),
+    ],
     event: Annotated[
         str, typer.Option(help="PreToolUse, PostToolUse, UserPromptSubmit, SessionStart or Stop.")
     ],
@@ -368,9 +457,11 @@ def diff(
     if as_json:
         print_json(result.to_json())
         return
+    from agentstack.contentstore import Contents, ContentStore, collect
     from agentstack.view import console, diff_renderable
 
-    console().print(diff_renderable(result))
+    found = collect(_root_dir(), after) if new is None else {}
+    console().print(diff_renderable(result, contents=Contents(ContentStore(), found)))
 
 
 @app.command()
@@ -401,6 +492,38 @@ def guard(
     from agentstack._guard import main as guard_main
 
     guard_main(["--harness", harness])
+
+
+# Options of `add server` / `add hook` themselves; any other dash word before `--` was meant for
+# the server's command.
+_ADD_OPTIONS = {
+    "server": {"--url", "--env", "--header", "--cwd", "--replace", "--no-replace", "-h", "--help"},
+    "hook": {"--event", "--matcher", "--replace", "--no-replace", "-h", "--help"},
+}
+
+
+def dashdash_hint(argv: list[str]) -> str | None:
+    """For `add server NAME npx -y pkg` (no `--`): the words agentstack would take as its own
+    options, and what to type instead."""
+    try:
+        start = argv.index("add")
+    except ValueError:
+        return None
+    rest = argv[start + 1 :]
+    if not rest or rest[0] not in _ADD_OPTIONS or "--" in rest:
+        return None
+    known = _ADD_OPTIONS[rest[0]]
+    stray = [
+        word
+        for word in rest[1:]
+        if word.startswith("-") and word.split("=", 1)[0] not in known
+    ]
+    if not stray:
+        return None
+    return (
+        f"{stray[0]} is not an option of 'agentstack add {rest[0]}': put the command after "
+        f"'--', e.g. agentstack add {rest[0]} NAME -- CMD {stray[0]} …"
+    )
 
 
 def main() -> NoReturn:

@@ -55,7 +55,10 @@ def apply(
         "written": False,
     }
     if write:
+        exclude = root / ".git" / "info" / "exclude"
+        excluded_before = _read_or_none(exclude)
         backups = engine.write(plan, force=force)
+        exclude_changed = _read_or_none(exclude) != excluded_before
         from agentstack.snapshot import write_snapshot
 
         for item in write_snapshot(root, document, digest):
@@ -63,7 +66,11 @@ def apply(
                 f"warning: kept {item}, which is not in agentstack.toml: the guard blocks "
                 "every tool call while it is there; declare it in agentstack.toml or remove it"
             )
-        report.update(written=True, backups=[str(b) for b in backups])
+        report.update(
+            written=True,
+            backups=[str(b) for b in backups],
+            git_exclude=str(exclude) if exclude_changed else None,
+        )
         if as_json:
             print_json(report)
         else:
@@ -75,7 +82,19 @@ def apply(
                 )
             for backup in backups:
                 echo(f"backed up a hand-edited file to {backup}")
+            if exclude_changed:
+                echo(
+                    "updated .git/info/exclude: rendered files are per machine, so git ignores "
+                    "them (never committed)"
+                )
             echo(f"{len(plan.pending)} file(s) changed; rendered from {digest}")
+            from agentstack.cli_trust import _missing_secrets
+
+            for entry in _missing_secrets(document):
+                echo(
+                    f"warning: {entry['item']} needs secret:{entry['secret']}, which is not "
+                    f"stored; it cannot start until 'agentstack secret set {entry['secret']}'"
+                )
         return
     if as_json:
         report["diff"] = plan.diff_text()
@@ -95,15 +114,23 @@ def apply(
         raise typer.Exit(1)
 
 
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
 def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> list[str]:
     """What `apply --write` will change outside the project (shown in the trust review)."""
     from agentstack_adapters import OwnedKeys
 
     from agentstack.apply import render_operations
+    from agentstack.view import toml_value
 
     lines = []
     for op in render_operations(root.resolve(), document, digest):
         if isinstance(op, OwnedKeys) and op.user_level:
             for key, value in op.keys.items():
-                lines.append(f"{op.path}: {'.'.join(key)} = {value}")
+                lines.append(f"{op.path}: {'.'.join(key)} = {toml_value(value)}")
     return lines

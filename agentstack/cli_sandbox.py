@@ -251,7 +251,9 @@ def why(
             }
         )
     else:
-        echo(("allowed" if decision.allowed else "denied") + f" — {decision.reason}")
+        verdict = "allowed" if decision.allowed else "denied"
+        reason = str(decision.reason)
+        echo(reason if reason.startswith(("allowed", "denied")) else f"{verdict}: {reason}")
         if trust != "trusted":
             echo(
                 f"note: the current declaration is {trust}; 'agentstack run' refuses until "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,6 +34,28 @@ def _lock_hash(root: Path) -> str:
     return b3((root / LOCK_NAME).read_bytes())
 
 
+ACCEPT_WORD = "accept-risk"
+
+
+def _contents(root: Path, document: dict[str, Any]) -> Any:
+    """The bytes a review shows: the files on disk now (checked against the lock), then the
+    content store (what was trusted before)."""
+    from agentstack.contentstore import Contents, ContentStore, collect
+
+    return Contents(ContentStore(), collect(root, document))
+
+
+def _keep_contents(store: Any, contents: Any | None) -> None:
+    """After a trust decision: keep the trusted files' bytes, drop what nothing trusted names."""
+    from agentstack.contentstore import ContentStore, keep_trusted
+
+    content_store = contents.store if contents is not None else ContentStore()
+    if contents is not None:
+        content_store.put_all(contents.found)
+    with contextlib.suppress(OSError):  # a cache that cannot be pruned is only a cache
+        keep_trusted(content_store, store)
+
+
 def _ask(question: str) -> str:
     sys.stderr.write(question)
     sys.stderr.flush()
@@ -53,7 +76,7 @@ def trust(
         typer.Option("--digest", help="Refuse unless the current digest is exactly this."),
     ] = None,
     accept_risk: Annotated[
-        bool, typer.Option("--accept-risk", help="Accept new high-risk findings (with --yes).")
+        bool, typer.Option("--accept-risk", help="Accept high-risk findings (with --yes).")
     ] = False,
     boundary: Annotated[
         Path | None,
@@ -70,7 +93,13 @@ def trust(
     if ctx.invoked_subcommand is not None:
         return
     from agentstack.diff import consent_diff
-    from agentstack.view import consent_renderable, console, diff_renderable
+    from agentstack.view import (
+        consent_renderable,
+        console,
+        diff_renderable,
+        findings_renderable,
+        outside_renderable,
+    )
 
     root = _root_dir()
     _, _, document, current = _current(root)
@@ -115,31 +144,47 @@ def trust(
             "This digest was revoked for this project; trusting it again needs a new review.",
             markup=False,
         )
+    if state.state == "superseded":
+        from agentstack.diff import Finding
+
+        result.findings.insert(
+            0,
+            Finding(
+                severity="medium",
+                code="returns-to-earlier",
+                item="project",
+                message=f"returns to a setup you trusted on {state.trusted_on or 'an earlier date'}"
+                ", which a later trust replaced",
+            ),
+        )
+    contents = _contents(root, document)
     if before is None:
         out.print(consent_renderable(document, current))
-        out.print(diff_renderable(result).renderables[0])  # the risk findings
+        out.print(findings_renderable(result))
     else:
         out.print(
             f"Changes since the digest you trusted on {previous.time if previous else ''}:",
             markup=False,
         )
-        out.print(diff_renderable(result))
-    # A re-review (something was trusted before) needs --accept-risk for high-risk findings, even
-    # when the earlier consent document is gone and everything shows as new.
-    high = result.high_risk if previous is not None else []
+        out.print(diff_renderable(result, contents=contents))
+    # One rule for every review, first or later: high-risk findings need an explicit acceptance.
+    high = result.high_risk
     from agentstack.cli_apply import user_level_changes
 
     outside = user_level_changes(root, document, current)
     if outside:
-        out.print(
-            "'agentstack apply --write' will also record this outside the project "
-            "('agentstack revoke' removes the project's entries; a user-level guard hook stays, "
-            "and allows outside agentstack projects):",
-            markup=False,
-        )
-        from agentstack.view import lines
+        from agentstack.view import Wrapped, t
 
-        out.print(lines(*outside))
+        out.print(
+            Wrapped(
+                t(
+                    "'agentstack apply --write' will also record this outside the project "
+                    "('agentstack revoke' removes the project's entries; a user-level guard hook "
+                    "stays, and allows outside agentstack projects):"
+                )
+            )
+        )
+        out.print(outside_renderable(outside))
     if not yes:
         if not sys.stdin.isatty():
             raise Refused(
@@ -147,20 +192,24 @@ def trust(
                 hint="review the output above, then re-run with --yes"
                 + (" --accept-risk" if high else ""),
             )
-        word = "accept-risk" if high else "y"
-        prompt = (
-            f"{len(high)} new high-risk finding(s) above. Type 'accept-risk' to trust {current}: "
-            if high
-            else f"Trust {current} for {root.resolve()}? [y/N] "
-        )
-        if _ask(prompt).lower() not in ({word} if high else {"y", "yes"}):
+        if high:
+            prompt = (
+                f"{len(high)} high-risk finding(s) above. To trust {current} for "
+                f"{root.resolve()}, type accept-risk (anything else declines): "
+            )
+            if _ask(prompt).lower() != ACCEPT_WORD:
+                raise Refused(
+                    "not trusted: declined (high-risk findings need the word accept-risk)"
+                )
+        elif _ask(f"Trust {current} for {root.resolve()}? [y/N] ").lower() not in {"y", "yes"}:
             raise Refused("not trusted: declined")
     elif high and not accept_risk:
         raise Refused(
-            f"not trusted: {len(high)} new high-risk finding(s) need explicit acceptance",
+            f"not trusted: {len(high)} high-risk finding(s) need explicit acceptance",
             hint="review them above, then re-run with --yes --accept-risk",
         )
     record = store.trust(root, current, document, _lock_hash(root))
+    _keep_contents(store, contents)
     from agentstack.snapshot import write_snapshot
 
     for item in write_snapshot(root, document, current):
@@ -200,16 +249,18 @@ def trust_list(as_json: JsonOpt = False) -> None:
     if not rows:
         echo("nothing is trusted yet")
         return
-    from rich.table import Table
+    from rich.text import Text
 
-    from agentstack.view import console, t
+    from agentstack.view import Wrapped, console, t
 
-    table = Table(title="Trusted consent digests", title_justify="left")
-    for column in ("project", "digest", "since"):
-        table.add_column(column, overflow="fold")
+    out = console()
+    out.print(Text("Trusted consent digests", style="bold underline"))
+    latest = {r["project"]: r["digest"] for r in rows}  # rows are in trust order per project
     for row in rows:
-        table.add_row(t(row["project"]), t(row["digest"]), t(row["time"]))
-    console().print(table)
+        note = "" if latest[row["project"]] == row["digest"] else " (superseded by a later trust)"
+        out.print(Wrapped(t(row["project"]), 4))
+        out.print(Wrapped(t(row["digest"]), 6, first=Text("    ")))
+        out.print(Wrapped(t(f"trusted {row['time']}{note}"), 6, first=Text("    ")))
 
 
 @trust_app.command("log")
@@ -255,43 +306,81 @@ def trust_log(
 
 @app.command()
 def revoke(
+    digest_arg: Annotated[
+        str | None,
+        typer.Argument(metavar="DIGEST", help="Same as --digest.", show_default=False),
+    ] = None,
     digest: Annotated[
-        str | None, typer.Argument(help="Digest to revoke (default: the current one).")
+        str | None,
+        typer.Option("--digest", help="Revoke only this digest (default: every trusted one)."),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Record revocation of a trusted digest for this project."""
+    """Withdraw trust: every digest trusted for this project (or --digest), and harness entries.
+
+    The harness-side trust entries go whenever no digest matching the files on disk stays
+    trusted; the output lists every digest revoked and every file changed."""
     from agentstack.canonical import is_digest
 
     root = _root_dir()
     store = _store()
-    if digest is None:
-        last = store.last_trusted(root)
-        try:
-            digest = _current(root)[3]
-        except Refused:
-            if last is None:
-                raise
-            digest = last.digest  # the lock is stale: revoke what was last trusted
-    if not is_digest(digest):
-        raise InvalidInput(f"{digest!r} is not a consent digest (b3:<64 hex>)")
-    if store.log.state_for(str(root.resolve()), digest) != "trusted":
-        raise Refused(
-            f"{digest} is not trusted for {root.resolve()}; nothing to revoke",
-            hint="see 'agentstack trust list'",
-        )
-    record = store.revoke(root, digest)
-    from agentstack.apply import remove_user_level
+    realpath = str(root.resolve())
+    if digest_arg is not None and digest is not None and digest_arg != digest:
+        raise InvalidInput("give the digest once: as an argument or with --digest")
+    one = digest if digest is not None else digest_arg
+    if one is not None:
+        if not is_digest(one):
+            raise InvalidInput(f"{one!r} is not a consent digest (b3:<64 hex>)")
+        if store.log.state_for(realpath, one) != "trusted":
+            raise Refused(
+                f"{one} is not trusted for {realpath}; nothing to revoke",
+                hint="see 'agentstack trust list'",
+            )
+        targets = [one]
+    else:
+        targets = store.trusted_digests(root)
+        if not targets:
+            raise Refused(
+                f"nothing is trusted for {realpath}; nothing to revoke",
+                hint="see 'agentstack trust list'",
+            )
+    records = [store.revoke(root, value) for value in targets]
+    _keep_contents(store, None)
+    # The harness-side entries stay only while a digest matching the files on disk is trusted.
+    from agentstack.errors import AgentstackError
 
-    if not store.log.trusted_digests(record.project):  # another digest may still be trusted
-        for path in remove_user_level(root):
-            echo(f"removed agentstack's harness-side trust entries from {path}")
+    try:
+        current: str | None = _current(root)[3]
+    except AgentstackError:
+        current = None  # a stale lock or a broken manifest: nothing on disk is trusted
+    keep = current is not None and store.state(root, current).trusted
+    removed: list[str] = []
+    if not keep:
+        from agentstack.apply import remove_user_level
+
+        removed = [str(path) for path in remove_user_level(root)]
+    remaining = store.trusted_digests(root)
     if as_json:
         print_json(
-            {"digest": digest, "project": record.project, "state": "revoked", "seq": record.seq}
+            {
+                "project": realpath,
+                "revoked": [{"digest": r.digest, "seq": r.seq} for r in records],
+                "removed_entries": removed,
+                "still_trusted": remaining,
+                "state": "revoked",
+            }
         )
-    else:
-        echo(f"revoked {digest} for {record.project}")
+        return
+    for record in records:
+        echo(f"revoked {record.digest} for {realpath} (trust log record {record.seq})")
+    for path in removed:
+        echo(f"removed agentstack's harness-side trust entries for this project from {path}")
+    if keep:
+        echo("harness-side trust entries kept: the files on disk match a digest still trusted")
+    elif not removed:
+        echo("no harness-side trust entries to remove")
+    for value in remaining:
+        echo(f"still trusted: {value} ('agentstack revoke' without --digest withdraws it too)")
 
 
 @app.command()
@@ -323,6 +412,8 @@ def status(as_json: JsonOpt = False) -> None:
             report["findings"] = [f.to_json() for f in changes.findings]
             report["changed"] = changed_items(changes)
     report.update(_rendered_state(root))
+    report["missing_secrets"] = _missing_secrets(document)
+    report["export"] = _header_exports(document)
     report["guard_expected"] = _snapshot_expected(root, report)
     ok = (
         report["lock"] == "fresh"
@@ -336,6 +427,46 @@ def status(as_json: JsonOpt = False) -> None:
         _print_status(report)
     if not ok:
         raise typer.Exit(1)
+
+
+def _missing_secrets(document: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Secrets the servers name that the store does not hold (the server cannot start)."""
+    if document is None:
+        return []
+    from agentstack.secrets import SecretStore
+
+    store = SecretStore()
+    missing = []
+    for name, server in sorted(document.get("servers", {}).items()):
+        for table in ("env", "headers"):
+            for key, source in sorted(server.get(table, {}).items()):
+                if "secret" in source and not store.exists(source["secret"]):
+                    missing.append(
+                        {"item": f"servers.{name}", "key": key, "secret": source["secret"]}
+                    )
+    return missing
+
+
+def _header_exports(document: dict[str, Any] | None) -> list[dict[str, str]]:
+    """A remote server's header secrets are sent by the harness itself, which reads them from its
+    environment: these variables must be exported where the harness starts."""
+    if document is None:
+        return []
+    from agentstack_adapters.common import secret_env_var
+
+    out = []
+    for name, server in sorted(document.get("servers", {}).items()):
+        for key, source in sorted(server.get("headers", {}).items()):
+            if "secret" in source:
+                out.append(
+                    {
+                        "item": f"servers.{name}",
+                        "header": key,
+                        "secret": source["secret"],
+                        "variable": secret_env_var(source["secret"]),
+                    }
+                )
+    return out
 
 
 def _snapshot_expected(root: Path, report: dict[str, Any]) -> bool:
@@ -357,15 +488,17 @@ def _rendered_state(root: Path) -> dict[str, Any]:
     try:
         snapshot = _json.loads(snapshot_path.read_bytes())
     except (OSError, ValueError):
-        return {"drift": [], "rendered": [], "tracked": [], "snapshot": False}
+        return {"drift": [], "drift_roles": {}, "rendered": [], "tracked": [], "snapshot": False}
     real = str(root.resolve())
     drift, rendered = [], []
+    roles: dict[str, str] = {}
     for path, entry in sorted(snapshot.get("files", {}).items()):
         shown = path[len(real) + 1 :] if path.startswith(real + "/") else path
         if entry.get("role") == "rendered":
             rendered.append(shown)
         if drifted(path, entry):
             drift.append(shown)
+            roles[shown] = str(entry.get("role", ""))
     # Only files agentstack created are per machine; a user's own CLAUDE.md or AGENTS.md holding
     # an agentstack block stays theirs to commit.
     from agentstack.apply import load_ledger
@@ -377,7 +510,13 @@ def _rendered_state(root: Path) -> dict[str, Any]:
         and (recorded.get("kind") == "whole" or recorded.get("created"))
     }
     tracked = _tracked(root, sorted(created & set(rendered)))
-    return {"drift": drift, "rendered": rendered, "tracked": tracked, "snapshot": True}
+    return {
+        "drift": drift,
+        "drift_roles": roles,
+        "rendered": rendered,
+        "tracked": tracked,
+        "snapshot": True,
+    }
 
 
 def _tracked(root: Path, paths: list[str]) -> list[str]:
@@ -410,6 +549,33 @@ def _tracked(root: Path, paths: list[str]) -> list[str]:
     return sorted(p for p in result.stdout.decode("utf-8", "replace").split("\0") if p)
 
 
+def _drift_line(path: str, report: dict[str, Any]) -> str:
+    """What changed, and whether agentstack itself made the change (add, lock) or something else
+    did it behind agentstack's back."""
+    role = report.get("drift_roles", {}).get(path, "")
+    if role == "rendered":
+        return (
+            f"{path} was edited behind agentstack's back (not by 'agentstack apply'): "
+            "'agentstack apply' shows how; 'agentstack apply --write --force' restores it"
+        )
+    if role == "watched":
+        return (
+            f"{path} changed outside agentstack, and agentstack.toml does not declare it: "
+            "remove it, or declare it, lock and trust"
+        )
+    if path in ("agentstack.toml", "agentstack.lock") and report["lock"] == "fresh":
+        return (
+            f"{path} changed since you trusted (an agentstack edit: add, remove or lock): "
+            "review it with 'agentstack trust'"
+        )
+    if report["lock"] == "fresh":
+        return f"{path} changed since you trusted it and is locked: review it with 'agentstack trust'"
+    return (
+        f"{path} changed since it was locked and trusted: run 'agentstack lock', then review "
+        "it with 'agentstack trust'"
+    )
+
+
 def _print_status(report: dict[str, Any]) -> None:
     lines = [f"project   {report['project']}"]
     if report["lock"] == "fresh":
@@ -420,6 +586,7 @@ def _print_status(report: dict[str, Any]) -> None:
         "trusted": "trusted",
         "revoked": "REVOKED",
         "untrusted": "NOT TRUSTED",
+        "superseded": "NOT TRUSTED (an older setup; a later trust replaced it: review it again)",
         "unknown": "unknown (the lock is stale)",
     }[report["trust"]]
     if report.get("trust_source") in ("env", "flag"):
@@ -447,9 +614,19 @@ def _print_status(report: dict[str, Any]) -> None:
             "run 'agentstack apply --write'"
         )
     for path in report.get("drift", []):
+        lines.append(f"drift     {_drift_line(path, report)}")
+    if report.get("drift"):
+        lines.append("          (the guard blocks every tool call until this is resolved)")
+    for entry in report.get("missing_secrets", []):
         lines.append(
-            f"drift     {path} changed since agentstack last wrote or pinned it "
-            "(the guard blocks every tool call until this is resolved)"
+            f"secret    {entry['item']} needs secret:{entry['secret']} (as {entry['key']}), "
+            f"which is not stored: 'agentstack secret set {entry['secret']}'"
+        )
+    for entry in report.get("export", []):
+        lines.append(
+            f"export    {entry['variable']} where the harness starts: {entry['item']} sends "
+            f"header {entry['header']} from secret:{entry['secret']}; a remote server is not "
+            "started by agentstack, so the harness reads the value from its environment"
         )
     for path in report.get("tracked", []):
         lines.append(

@@ -7,6 +7,7 @@ computed from the documents alone, so `trust`, `quarantine release` and `agentst
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -126,7 +127,7 @@ class _Differ:
         for name, item in sorted(after.items()):
             where = f"{section}.{name}"
             previous = before.get(name)
-            argv = " ".join(_command_line(item))
+            argv = shlex.join(str(a) for a in _command_line(item))
             if item.get("transport") != "http":
                 if previous is None:
                     self.add("high", "new-executable", where, f"new {noun} runs: {argv}")
@@ -216,7 +217,10 @@ class _Differ:
         old = [(i["path"], i["digest"]) for i in self.old.get("instructions", [])]
         new = [(i["path"], i["digest"]) for i in self.new.get("instructions", [])]
         if new != old and new:
-            self.add("medium", "model-reads", "instructions", "instructions to the model changed")
+            message = (
+                "instructions to the model changed" if old else "new instructions the model reads"
+            )
+            self.add("medium", "model-reads", "instructions", message)
 
     def sandbox(self) -> None:
         before, after = self.old.get("sandbox"), self.new.get("sandbox", {})
@@ -299,7 +303,7 @@ def _leaf_changes(old: Any, new: Any, path: str, out: list[Change]) -> None:
             else:
                 _leaf_changes(old[key], new[key], sub, out)
         return
-    if _is_file_list(old) and _is_file_list(new):
+    if (_is_file_list(old) or old == []) and (_is_file_list(new) or new == []):
         # Keyed by file path, shown as `skills.x.files[scripts/run.sh]` (paths contain dots).
         before = {f["path"]: f for f in old}
         after = {f["path"]: f for f in new}
@@ -309,8 +313,9 @@ def _leaf_changes(old: Any, new: Any, path: str, out: list[Change]) -> None:
                 out.append(Change(path=sub, kind="added", new=after[key]))
             elif key not in after:
                 out.append(Change(path=sub, kind="removed", old=before[key]))
-            else:
-                _leaf_changes(before[key], after[key], sub, out)
+            elif before[key] != after[key]:
+                # A file is one unit: its bytes (shown as a diff), size and mode change together.
+                out.append(Change(path=sub, kind="changed", old=before[key], new=after[key]))
         return
     out.append(Change(path=path, kind="changed", old=old, new=new))
 
@@ -332,7 +337,24 @@ def changed_items(diff: ConsentDiff) -> list[str]:
     return sorted(items)
 
 
+# Keys of a consent document that are bookkeeping, not something a reviewer decides on: `lock` is
+# the manifest's digest, and every change it reflects is shown item by item.
+_INTERNAL_KEYS = frozenset({"lock", "consent"})
+
+
+def file_entry(change: Change) -> tuple[str, str] | None:
+    """(item, file path) when `change` is one pinned file (`servers.x.files[run.py]`,
+    `instructions[AGENTS.md]`, `skills.y.files[SKILL.md]`), else None."""
+    match = re.match(r"^(instructions|(?:servers|hooks|skills)\.[^\[]+?\.files)\[(.*)\]$", change.path)
+    if match is None:
+        return None
+    item = match.group(1).removesuffix(".files")
+    return item, match.group(2)
+
+
 def consent_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> ConsentDiff:
     changes: list[Change] = []
-    _leaf_changes(old or {}, new, "", changes)
+    visible_old = {k: v for k, v in (old or {}).items() if k not in _INTERNAL_KEYS}
+    visible_new = {k: v for k, v in new.items() if k not in _INTERNAL_KEYS}
+    _leaf_changes(visible_old, visible_new, "", changes)
     return ConsentDiff(findings=_Differ(old, new).run(), changes=changes)

@@ -94,6 +94,12 @@ def main() -> NoReturn:
         from agentstack.lock_command import run_lock
 
         run(lambda: run_lock(**options))
-    from agentstack.cli import app
+    from agentstack.cli import app, dashdash_hint
 
+    if not sys.argv[1:]:
+        sys.argv.append("--help")  # bare `agentstack`: the help, exit 0
+    hint = dashdash_hint(sys.argv[1:])
+    if hint is not None:
+        echo(f"error: {hint}")
+        sys.exit(2)
     run(lambda: app(standalone_mode=True))

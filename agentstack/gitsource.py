@@ -18,7 +18,7 @@ from typing import Any
 
 import blake3
 
-from agentstack.errors import TreeHashError
+from agentstack.errors import Refused, TreeHashError
 from agentstack.treehash import TreeEntry, _collision_key, bytes_digest, check_links, check_name
 
 GIT_TIMEOUT_S = 120
@@ -44,6 +44,19 @@ class GitSourceError(Exception):
         self.field = field
         self.message = message
         self.hint = hint
+
+
+# git's words for "the network failed", as opposed to "no such repository" (a manifest problem).
+_NETWORK_FAILURE = re.compile(
+    r"could not resolve host|unable to access|failed to connect|connection (refused|timed out|"
+    r"reset)|network is unreachable|temporary failure in name resolution|operation timed out|"
+    r"could not read from remote repository.*\n?.*connection",
+    re.IGNORECASE,
+)
+
+
+class GitUnreachable(Refused):
+    """A fetch failed (offline, unreachable host, no access): not a manifest problem, exit 1."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +122,11 @@ def _fetch(cache: Path, url: str) -> Path:
             _run(["fetch", "--quiet", "--prune", "--tags", "--force", "origin"], cwd=mirror)
     except git.GitCommandError as exc:
         detail = (exc.stderr or "").strip().replace("\n", " ")[-300:]
+        if _NETWORK_FAILURE.search(detail):
+            raise GitUnreachable(
+                f"cannot reach {url!r} (network): {detail}; nothing was written",
+                hint="check the network connection, then run the command again",
+            ) from None
         raise GitSourceError(
             "git",
             f"cannot fetch {url!r}: {detail or 'git failed'}",

@@ -247,13 +247,32 @@ class Resolver:
             resolved = self.skill(name, skill)
             if resolved is not None:
                 lock["skills"][name] = resolved
+        targets = _instruction_targets(manifest)
         for index, rel in enumerate(manifest.instructions.files):
+            if str(PurePosixPath(rel)) in targets:
+                self.problem(
+                    f"instructions.files[{index}]",
+                    f"{rel} is where agentstack writes {targets[str(PurePosixPath(rel))]}'s "
+                    "instructions, so it cannot also be their source",
+                    f"rename it (e.g. git mv {rel} {rel.removesuffix('.md')}.base.md), list the "
+                    "new name in "
+                    f"instructions.files, and agentstack renders its text into {rel}",
+                )
+                continue
             entry = self._file(rel, f"instructions.files[{index}]")
             if entry is not None:
                 lock["instructions"].append(entry)
         if self.problems:
             raise ManifestInvalid(self.problems)
         return lock
+
+
+def _instruction_targets(manifest: Manifest) -> dict[str, str]:
+    if not manifest.instructions.files:
+        return {}
+    from agentstack_adapters.registry import instruction_targets
+
+    return instruction_targets(list(manifest.project.harnesses))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import tomllib
+import types
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -413,6 +414,38 @@ def dotted(loc: tuple[str | int, ...]) -> str:
     return out
 
 
+def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
+    """The keys allowed where `loc` points (its last part is the unknown key)."""
+    import typing
+
+    current: Any = Manifest
+    for part in loc[:-1]:
+        while typing.get_origin(current) in (typing.Union, types.UnionType, typing.Annotated):
+            options = [a for a in typing.get_args(current) if a is not type(None)]
+            current = options[0] if options else None
+        if typing.get_origin(current) is dict:
+            current = typing.get_args(current)[1]  # `part` is an item's name
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not isinstance(fields, dict) or part not in fields:
+            return []
+        current = fields[part].annotation
+    while typing.get_origin(current) in (typing.Union, types.UnionType, typing.Annotated):
+        options = [a for a in typing.get_args(current) if a is not type(None)]
+        current = options[0] if options else None
+    fields = getattr(current, "model_fields", None)
+    return sorted(fields) if isinstance(fields, dict) else []
+
+
+def _did_you_mean(loc: tuple[str | int, ...]) -> str:
+    import difflib
+
+    if not loc:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
 def _problems(exc: ValidationError, file: str) -> list[Problem]:
     problems = []
     for error in exc.errors(include_url=False):
@@ -424,6 +457,9 @@ def _problems(exc: ValidationError, file: str) -> list[Problem]:
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
         hint = _HINTS.get(error["type"], "")
+        if error["type"] == "extra_forbidden":
+            message = f"unknown key {str(loc[-1])!r}" if loc else message
+            hint = _did_you_mean(loc) or hint
         if error["type"] == "string_pattern_mismatch":
             hint = _PATTERN_HINTS.get(str((error.get("ctx") or {}).get("pattern")), hint)
             if loc and loc[-1] == "[key]":

@@ -28,9 +28,12 @@ TrustSource = Literal["log", "env", "flag"]
 class TrustState:
     """The answer to "is this digest trusted for this project?", with why."""
 
-    state: Literal["trusted", "revoked", "untrusted"]
+    state: Literal["trusted", "revoked", "untrusted", "superseded"]
     source: TrustSource | None = None
     moved_from: str | None = None  # the digest was trusted, but for a project at another path
+    # "superseded": the digest was trusted, but a later trust for the project replaced it; going
+    # back to it is a new review (returning to an older setup is a change like any other).
+    trusted_on: str | None = None
 
     @property
     def trusted(self) -> bool:
@@ -69,9 +72,14 @@ class TrustStore:
         logged = self.log.state_for(realpath, digest)
         if logged == "revoked":
             return TrustState(state="revoked", source="log")
-        if logged == "trusted":
-            return TrustState(state="trusted", source="log")
         explicit, source = self.explicit_digests()
+        if logged == "trusted":
+            last = self.log.last_trusted(realpath)
+            if last is None or last.digest == digest:
+                return TrustState(state="trusted", source="log")
+            if digest in explicit:
+                return TrustState(state="trusted", source=source)
+            return TrustState(state="superseded", trusted_on=self._trusted_on(realpath, digest))
         if digest in explicit:
             return TrustState(state="trusted", source=source)
         moved_from = self._trusted_elsewhere(realpath, digest)
@@ -87,6 +95,16 @@ class TrustStore:
             ):
                 return record.project
         return None
+
+    def _trusted_on(self, realpath: str, digest: str) -> str | None:
+        for record in reversed(self.log.records()):
+            if record.project == realpath and record.digest == digest and record.action != "revoke":
+                return record.time
+        return None
+
+    def trusted_digests(self, project: Path) -> list[str]:
+        """Every digest still trusted for the project (the current one and superseded ones)."""
+        return self.log.trusted_digests(str(project.resolve()))
 
     def last_trusted(self, project: Path) -> TrustRecord | None:
         return self.log.last_trusted(str(project.resolve()))

@@ -3,21 +3,40 @@
 Every string that came from a manifest, a lock or a file name is untrusted: it is passed through
 `sanitize` and placed in a rich `Text` (never parsed as markup), so a manifest cannot restyle the
 review, hide text with bidi controls, or send escape sequences to the terminal.
+
+Layout: sections of items, each item a list of labelled fields. A field's value is wrapped at
+spaces with a hanging indent and never broken inside a token (a command, a path, a hash): a token
+wider than the terminal gets a line of its own instead. Values are shown as TOML would write them
+(`true`, `"text"`, `["a", "b"]`), commands as a shell would need them quoted (`shlex.join`), and
+hashes short (12 hex digits; `--json` has them in full).
+
+To add a section, write a function `(doc) -> Section | None` and list it in `CONSENT_SECTIONS`.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import shlex
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from rich.console import Console, Group
-from rich.table import Table
+from rich._wrap import divide_line
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.segment import Segment
 from rich.text import Text
 
-from agentstack.diff import ConsentDiff
+from agentstack.diff import Change, ConsentDiff, file_entry
 from agentstack.sanitize import identifier, sanitize
 
 _STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+LABEL_WIDTH = 12
+MAX_DIFF_LINES = 200
+
+
+class ContentSource(Protocol):
+    def get(self, digest: str) -> bytes | None: ...
 
 
 def t(value: Any, style: str = "") -> Text:
@@ -34,6 +53,108 @@ def name(value: str) -> Text:
     return Text(identifier(value), style="bold")
 
 
+def short(digest: str) -> str:
+    """`b3:` and the first 12 hex digits: enough to tell files apart in a review."""
+    return digest[:15] if digest.startswith("b3:") else digest[:12]
+
+
+def toml_value(value: Any) -> str:
+    """A value as TOML writes it (JSON agrees for strings, numbers, booleans and arrays)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "(none)"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        return (
+            "{ " + ", ".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+            if value
+            else "{}"
+        )
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _toml_key(key: str) -> str:
+    import re
+
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+
+
+class Wrapped:
+    """`text` wrapped at spaces to the console width, continuation lines indented by `indent`;
+    a token wider than the line is never broken (it overflows on a line of its own)."""
+
+    def __init__(self, text: Text, indent: int = 0, first: Text | None = None) -> None:
+        self.text = text
+        self.indent = indent
+        self.first = first if first is not None else Text(" " * indent)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(1, options.max_width - self.indent)
+        pad = Text(" " * self.indent)
+        first = True
+        for line in self.text.split("\n", allow_blank=True):
+            pieces = line.divide(divide_line(str(line), width, fold=False)) if line else [line]
+            for piece in pieces:
+                piece.rstrip()
+                out = (self.first if first else pad).copy()
+                out.append_text(piece)
+                first = False
+                yield from out.render(console)
+                yield Segment.line()
+
+
+class Raw:
+    """Lines printed as they are, never re-wrapped (a unified diff: its columns matter)."""
+
+    def __init__(self, text: Text) -> None:
+        self.text = text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for line in self.text.split("\n", allow_blank=True):
+            yield from line.render(console)
+            yield Segment.line()
+
+
+@dataclass
+class Item:
+    """One item of a section: a heading and labelled fields."""
+
+    heading: Text
+    fields: list[tuple[str, Text]] = field(default_factory=list)
+    extra: list[Any] = field(default_factory=list)  # renderables after the fields (diffs)
+
+    def add(self, label: str, value: Text) -> Item:
+        self.fields.append((label, value))
+        return self
+
+    def renderables(self, indent: int = 2) -> list[Any]:
+        out: list[Any] = [Wrapped(self.heading, indent + 2, first=Text(" " * indent))]
+        for label, value in self.fields:
+            first = Text(" " * (indent + 2) + f"{label:<{LABEL_WIDTH - 1}} ", style="dim")
+            out.append(Wrapped(value, indent + 2 + LABEL_WIDTH, first=first))
+        out.extend(self.extra)
+        return out
+
+
+@dataclass
+class Section:
+    title: str
+    items: list[Item]
+
+    def renderable(self) -> Group:
+        parts: list[Any] = [Text(""), Text(self.title, style="bold underline")]
+        for item in self.items:
+            parts.extend(item.renderables())
+        return Group(*parts)
+
+
+# ------------------------------------------------------------------ field values
+
+
 def _sources(table: dict[str, dict[str, str]]) -> Text:
     out = Text()
     for key, source in sorted(table.items()):
@@ -45,12 +166,17 @@ def _sources(table: dict[str, dict[str, str]]) -> Text:
             out.append(sanitize(source["secret"]), style="magenta")
         else:
             out.append(" = ")
-            out.append(sanitize(source["literal"]))
+            out.append(sanitize(toml_value(source.get("literal", ""))))
     return out
 
 
-def _risks(facts: list[str]) -> Text:
-    return lines(*facts, style="yellow") if facts else Text("-")
+def _file_line(entry: dict[str, Any]) -> Text:
+    out = Text(sanitize(entry["path"]))
+    out.append(f"  {short(entry['digest'])}", style="dim")
+    out.append(f"  {entry.get('size', 0)} bytes", style="dim")
+    if entry.get("executable"):
+        out.append("  executable", style="red")
+    return out
 
 
 def _files(files: list[dict[str, Any]]) -> Text:
@@ -58,165 +184,329 @@ def _files(files: list[dict[str, Any]]) -> Text:
     for entry in files:
         if out:
             out.append("\n")
-        out.append(sanitize(entry["path"]))
-        if entry.get("executable"):
-            out.append(" (executable)", style="red")
-        out.append(f" {entry['digest'][3:15]}", style="dim")
+        out.append_text(_file_line(entry))
     return out
 
 
+def command_line(item: dict[str, Any]) -> str:
+    if isinstance(item.get("command"), list):
+        argv = [str(a) for a in item["command"]]
+    elif item.get("script") is not None:
+        argv = [str(item["script"]), *map(str, item.get("args", []))]
+    else:
+        argv = [str(item.get("command", "")), *map(str, item.get("args", []))]
+    return shlex.join(argv)
+
+
+def server_item(key: str, server: dict[str, Any], heading: Text | None = None) -> Item:
+    item = Item(heading if heading is not None else name(key))
+    if server.get("transport") == "http":
+        item.add("url", t(server.get("url", "")))
+        if server.get("headers"):
+            item.add("headers", _sources(server["headers"]))
+    else:
+        item.add("runs", t(command_line(server)))
+        if server.get("cwd", ".") != ".":
+            item.add("cwd", t(server["cwd"]))
+        if server.get("env"):
+            item.add("env", _sources(server["env"]))
+    if server.get("files"):
+        item.add("files", _files(server["files"]))
+    if server.get("risks"):
+        item.add("risks", lines(*server["risks"], style="yellow"))
+    return item
+
+
+def hook_item(key: str, hook: dict[str, Any], heading: Text | None = None) -> Item:
+    item = Item(heading if heading is not None else name(key))
+    item.add("event", t(hook.get("event", "")))
+    item.add("matcher", t(hook.get("matcher", "*")))
+    item.add("runs", t(command_line(hook)))
+    if hook.get("files"):
+        item.add("files", _files(hook["files"]))
+    return item
+
+
+def skill_item(key: str, skill: dict[str, Any], heading: Text | None = None) -> Item:
+    item = Item(heading if heading is not None else Text.assemble("skill ", name(key)))
+    if skill.get("source") == "git":
+        item.add("git", t(f"{skill['git']} @ {skill['rev']}"))
+        item.add("commit", t(skill["commit"]))
+        if skill.get("subdir"):
+            item.add("subdir", t(skill["subdir"]))
+    else:
+        item.add("path", t(skill.get("path", "")))
+    files = skill.get("files", [])
+    count = f"{len(files)} file{'s' if len(files) != 1 else ''}"
+    item.add("files", Text(f"{count}, tree {short(skill.get('digest', ''))}"))
+    executables = [f for f in files if f.get("executable")]
+    if executables:
+        item.add("runnable", _files(executables[:20]))
+    return item
+
+
+# ------------------------------------------------------------------ the consent view
+
+
+def _servers(doc: dict[str, Any]) -> Section | None:
+    if not doc.get("servers"):
+        return None
+    return Section(
+        "MCP servers (these run with your credentials)",
+        [server_item(k, s) for k, s in sorted(doc["servers"].items())],
+    )
+
+
+def _hooks(doc: dict[str, Any]) -> Section | None:
+    if not doc.get("hooks"):
+        return None
+    return Section(
+        "Hooks (run by the harness)", [hook_item(k, h) for k, h in sorted(doc["hooks"].items())]
+    )
+
+
+def _reads(doc: dict[str, Any]) -> Section | None:
+    if not doc.get("skills") and not doc.get("instructions"):
+        return None
+    items = [skill_item(k, s) for k, s in sorted(doc.get("skills", {}).items())]
+    if doc.get("instructions"):
+        items.append(
+            Item(Text("instructions (in this order)", style="bold")).add(
+                "files", _files(doc["instructions"])
+            )
+        )
+    return Section("What the model reads", items)
+
+
+def _settings(doc: dict[str, Any]) -> Section | None:
+    settings = doc.get("settings", {})
+    permissions = settings.get("permissions", {})
+    if not any(permissions.values()) and not settings.get("passthrough"):
+        return None
+    item = Item(Text("settings", style="bold"))
+    for key in ("allow", "deny", "ask"):
+        if permissions.get(key):
+            item.add(key, lines(*permissions[key]))
+    for harness, values in sorted(settings.get("passthrough", {}).items()):
+        for key, value in sorted(values.items()):
+            item.add("set", Text(f"{identifier(harness)}: ") + t(f"{key} = {toml_value(value)}"))
+    return Section("Settings", [item])
+
+
+def _sandbox(doc: dict[str, Any]) -> Section | None:
+    sandbox = doc.get("sandbox")
+    if not sandbox:
+        return None
+    item = Item(Text("sandbox (agentstack run)", style="bold"))
+    item.add(
+        "enabled",
+        Text(
+            toml_value(sandbox.get("enabled", True)),
+            style="" if sandbox.get("enabled", True) else "bold red",
+        ),
+    )
+    for key in ("read_dirs", "write_dirs", "read_files", "write_files", "env"):
+        values = sandbox.get(key, [])
+        item.fields.append((key.replace("_", " "), t(", ".join(values) or "-")))
+    network = sandbox.get("network", {})
+    item.add(
+        "network",
+        t(
+            ("blocked" if network.get("block", True) else "OPEN")
+            + "; hosts: "
+            + (", ".join(network.get("allow_domains", [])) or "none")
+            + "; localhost ports: "
+            + (", ".join(map(str, network.get("localhost_ports", []))) or "none")
+        ),
+    )
+    return Section("Sandbox policy", [item])
+
+
+CONSENT_SECTIONS: list[Callable[[dict[str, Any]], Section | None]] = [
+    _servers,
+    _hooks,
+    _reads,
+    _settings,
+    _sandbox,
+]
+
+
 def consent_renderable(doc: dict[str, Any], digest: str) -> Group:
-    parts: list[Any] = []
     header = Text("consent digest ", style="bold")
     header.append(digest, style="green")
     header.append("\nproject ")
     header.append(identifier(doc["project"]["name"]), style="bold")
     header.append("  harnesses: " + ", ".join(identifier(h) for h in doc["project"]["harnesses"]))
-    parts.append(header)
-
-    if doc["servers"]:
-        table = _table(
-            "MCP servers (these run with your credentials)",
-            "name",
-            "runs",
-            "env / headers",
-            "pinned files",
-            "risk facts",
-        )
-        for key, server in sorted(doc["servers"].items()):
-            if server["transport"] == "stdio":
-                runs = t(shlex.join([server["command"], *server["args"]]))
-                if server.get("cwd", ".") != ".":
-                    runs.append(f"\n(cwd {sanitize(server['cwd'])})", style="dim")
-                env = _sources(server["env"])
-            else:
-                runs = t(server["url"])
-                env = _sources(server["headers"])
-            table.add_row(name(key), runs, env, _files(server["files"]), _risks(server["risks"]))
-        parts.append(table)
-
-    if doc["hooks"]:
-        table = _table(
-            "Hooks (run by the harness)", "name", "event", "matcher", "runs", "pinned files"
-        )
-        for key, hook in sorted(doc["hooks"].items()):
-            argv = hook.get("command") or [hook.get("script", ""), *hook.get("args", [])]
-            table.add_row(
-                name(key),
-                t(hook["event"]),
-                t(hook["matcher"]),
-                t(shlex.join(argv)),
-                _files(hook["files"]),
-            )
-        parts.append(table)
-
-    if doc["skills"] or doc["instructions"]:
-        table = _table("What the model reads", "item", "source", "files")
-        for key, skill in sorted(doc["skills"].items()):
-            if skill["source"] == "git":
-                source = lines(
-                    f"{skill['git']} @ {skill['rev']}",
-                    f"commit {skill['commit']}",
-                    *([f"subdir {skill['subdir']}"] if skill.get("subdir") else []),
-                )
-            else:
-                source = t(skill["path"])
-            files = skill["files"]
-            executables = [f for f in files if f["executable"]]
-            summary = Text(f"{len(files)} files, tree {skill['digest'][3:15]}")
-            if executables:
-                summary.append("\n")
-                summary.append_text(_files(executables[:20]))
-            table.add_row(Text.assemble("skill ", name(key)), source, summary)
-        for entry in doc["instructions"]:
-            table.add_row(Text("instructions"), t(entry["path"]), Text(entry["digest"][3:15]))
-        parts.append(table)
-
-    permissions = doc["settings"]["permissions"]
-    if any(permissions.values()) or doc["settings"]["passthrough"]:
-        table = _table("Settings", "setting", "value", lines=False)
-        for key in ("allow", "deny", "ask"):
-            if permissions.get(key):
-                table.add_row(Text(f"permissions.{key}"), lines(*permissions[key]))
-        for harness, values in sorted(doc["settings"]["passthrough"].items()):
-            for key, value in sorted(values.items()):
-                table.add_row(Text(f"passthrough.{identifier(harness)}.") + t(key), t(value))
-        parts.append(table)
-
-    sandbox = doc["sandbox"]
-    table = _table("Sandbox policy", "rule", "value", lines=False)
-    table.add_row(
-        Text("enabled"),
-        Text(str(sandbox["enabled"]).lower(), style="" if sandbox["enabled"] else "bold red"),
-    )
-    for key in ("read_dirs", "write_dirs", "read_files", "write_files", "env"):
-        table.add_row(Text(key), t(", ".join(sandbox[key]) or "-"))
-    network = sandbox["network"]
-    table.add_row(
-        Text("network"),
-        t(
-            ("blocked" if network["block"] else "OPEN")
-            + "; allowed hosts: "
-            + (", ".join(network["allow_domains"]) or "none")
-            + "; localhost ports: "
-            + (", ".join(map(str, network["localhost_ports"])) or "none")
-        ),
-    )
-    parts.append(table)
+    parts: list[Any] = [Wrapped(header)]
+    for build in CONSENT_SECTIONS:
+        section = build(doc)
+        if section is not None:
+            parts.append(section.renderable())
     return Group(*parts)
 
 
-def diff_renderable(diff: ConsentDiff) -> Group:
-    parts: list[Any] = []
-    if diff.findings:
-        table = _table("Risk findings", "severity", "item", "finding", lines=False)
-        for finding in diff.findings:
-            table.add_row(
-                Text(finding.severity, style=_STYLE[finding.severity]),
-                t(finding.item),
-                t(finding.message),
-            )
-        parts.append(table)
-    else:
-        parts.append(Text("No risk findings.", style="green"))
-    if diff.changes:
-        table = _table("Changes", "", "path", "was", "now", lines=False)
-        mark = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow")}
-        for change in diff.changes[:500]:
-            symbol, style = mark[change.kind]
-            table.add_row(
-                Text(symbol, style=style),
-                t(change.path),
-                t(_short(change.old)) if change.kind != "added" else Text(""),
-                t(_short(change.new)) if change.kind != "removed" else Text(""),
-            )
-        if len(diff.changes) > 500:
-            table.add_row(
-                Text("…"), Text(f"{len(diff.changes) - 500} more changes"), Text(""), Text("")
-            )
-        parts.append(table)
-    else:
+# ------------------------------------------------------------------ the consent diff
+
+
+def findings_renderable(diff: ConsentDiff) -> Any:
+    if not diff.findings:
+        return Group(Text(""), Text("No risk findings.", style="green"))
+    parts: list[Any] = [Text(""), Text("Risk findings", style="bold underline")]
+    for finding in diff.findings:
+        first = Text("  ")
+        first.append(f"{finding.severity:<7}", style=_STYLE[finding.severity])
+        body = t(finding.item, style="bold")
+        body.append(": ")
+        body.append(sanitize(finding.message))
+        parts.append(Wrapped(body, 9, first=first))
+    return Group(*parts)
+
+
+def _text_of(data: bytes | None) -> list[str] | None:
+    if data is None or b"\0" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return None
+
+
+def content_diff(
+    path: str,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    contents: ContentSource | None,
+) -> Any:
+    """A unified diff of one pinned file, or its size and hash when it is binary or its earlier
+    bytes are not kept on this machine."""
+    old_data = contents.get(old["digest"]) if contents is not None and old else None
+    new_data = contents.get(new["digest"]) if contents is not None and new else None
+    old_lines = [] if old is None else _text_of(old_data)
+    new_lines = [] if new is None else _text_of(new_data)
+    if old_lines is None or new_lines is None:
+
+        def describe(entry: dict[str, Any] | None, data: bytes | None) -> str:
+            if entry is None:
+                return "(none)"
+            kind = "binary" if data is not None else "not kept on this machine"
+            return f"{entry.get('size', '?')} bytes {short(entry['digest'])} ({kind})"
+
+        return Group(
+            Wrapped(t(f"was {describe(old, old_data)}"), 10, first=Text("      ")),
+            Wrapped(t(f"now {describe(new, new_data)}"), 10, first=Text("      ")),
+        )
+    body = Text()
+    diff_lines = list(
+        difflib.unified_diff(
+            old_lines,
+            new_lines,
+            fromfile=f"{path} (trusted)" if old is not None else "/dev/null",
+            tofile=f"{path} (now)" if new is not None else "/dev/null",
+            lineterm="",
+        )
+    )
+    if old is not None and new is not None and old.get("executable") != new.get("executable"):
+        diff_lines.insert(0, f"mode: {'executable' if new.get('executable') else 'not executable'}")
+    shown = diff_lines[:MAX_DIFF_LINES]
+    for index, line in enumerate(shown):
+        if index:
+            body.append("\n")
+        style = ""
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        body.append("      " + sanitize(line), style=style)
+    if len(diff_lines) > MAX_DIFF_LINES:
+        body.append(f"\n      … {len(diff_lines) - MAX_DIFF_LINES} more lines", style="dim")
+    if not shown:
+        body.append("      (same text; only the size or mode changed)", style="dim")
+    return Raw(body)
+
+
+_MARK = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow")}
+_ITEM_RENDERERS = {"servers": server_item, "hooks": hook_item, "skills": skill_item}
+
+
+def _heading(change: Change) -> Text:
+    symbol, style = _MARK[change.kind]
+    heading = Text(f"{symbol} ", style=style)
+    heading.append(sanitize(change.path), style="bold")
+    return heading
+
+
+def _change_item(change: Change, contents: ContentSource | None) -> Item:
+    heading = _heading(change)
+    located = file_entry(change)
+    if located is not None:
+        _, path = located
+        old = change.old if change.kind != "added" else None
+        new = change.new if change.kind != "removed" else None
+        item = Item(heading)
+        item.extra.append(content_diff(path, old, new, contents))
+        return item
+    section, _, rest = change.path.partition(".")
+    whole = section in _ITEM_RENDERERS and rest and "." not in rest
+    if whole and change.kind in ("added", "removed"):
+        value = change.new if change.kind == "added" else change.old
+        item = _ITEM_RENDERERS[section](rest, value, heading)
+        if change.kind == "added":
+            for entry in value.get("files", [])[:20]:
+                item.extra.append(Wrapped(Text("    ") + _file_line(entry), 6))
+                item.extra.append(content_diff(entry["path"], None, entry, contents))
+        return item
+    item = Item(heading)
+    if change.kind != "added":
+        item.add("was", t(_value(change.old)))
+    if change.kind != "removed":
+        item.add("now", t(_value(change.new)))
+    return item
+
+
+def _value(value: Any) -> str:
+    """A changed value: a hash short (the full one is in --json), anything else as TOML."""
+    from agentstack.canonical import is_digest
+
+    if isinstance(value, str) and is_digest(value):
+        return short(value)
+    return toml_value(value)
+
+
+def diff_renderable(diff: ConsentDiff, contents: ContentSource | None = None) -> Group:
+    """Risk findings first, then each change; a changed file as a unified diff of its lines."""
+    parts: list[Any] = [findings_renderable(diff)]
+    if not diff.changes:
         parts.append(Text("No changes."))
+        return Group(*parts)
+    parts.append(Text(""))
+    parts.append(Text("Changes", style="bold underline"))
+    for change in diff.changes[:500]:
+        parts.extend(_change_item(change, contents).renderables())
+    if len(diff.changes) > 500:
+        parts.append(Text(f"  … {len(diff.changes) - 500} more changes"))
     return Group(*parts)
 
 
-def _short(value: Any) -> str:
-    import json
-
-    text = (
-        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    )
-    return text if len(text) <= 200 else text[:197] + "…"
+def outside_renderable(entries: Iterable[str]) -> Group:
+    return Group(*(Wrapped(t(e), 4, first=Text("  ")) for e in entries))
 
 
-def _table(title: str, *columns: str, lines: bool = True) -> Table:
-    # overflow="fold": a security review never hides the end of a command behind an ellipsis.
-    table = Table(title=title, title_justify="left", show_lines=lines)
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    return table
+class _Console(Console):
+    """A console that never crops a line: a token wider than the terminal is printed whole (the
+    terminal wraps it) rather than cut off at the edge."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("crop", False)
+        super().print(*objects, **kwargs)
 
 
-def console(stderr: bool = False) -> Console:
+def console(stderr: bool = False, *, file: Any = None, width: int | None = None) -> Console:
     # highlight=False: rich's repr highlighter must not restyle untrusted text either.
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return _Console(
+        stderr=stderr, highlight=False, soft_wrap=False, file=file, width=width,
+        color_system=None if file is not None else "auto",
+    )

@@ -208,7 +208,7 @@ class Tool:
             make_agentstack(project)
             cli = self.argv[:-2]  # the CLI without "apply --write"
             check_run([*cli, "lock"], project, env)
-            check_run([*cli, "trust", "--yes"], project, env)
+            check_run([*cli, "trust", "--yes", "--accept-risk"], project, env)
         else:
             make_ruler(project)
         return project, env

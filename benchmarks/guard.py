@@ -347,7 +347,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         envs[case] = case_env(base, tmp / case / "home")
         Path(envs[case]["HOME"]).mkdir(parents=True)
         make_project(projects[case], "guard-bench", args.skill_files)
-        for command in (["lock"], ["trust", "--yes"], ["apply", "--write"]):
+        for command in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
             check_run([*cli, *command], projects[case], envs[case])
     applied = time.monotonic()
 
@@ -381,7 +381,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     other = tmp / "moved" / "other"
     make_project(other, "other", 2)
     check_run([*cli, "lock"], other, envs["moved"])
-    check_run([*cli, "trust", "--yes"], other, envs["moved"])
+    check_run([*cli, "trust", "--yes", "--accept-risk"], other, envs["moved"])
     if head.read_bytes() == head_before:
         raise BenchError("trusting a second project did not move the trust log head")
 

@@ -54,7 +54,7 @@ def main() -> int:
         env.pop("AGENTSTACK_TRUSTED_DIGESTS", None)
         cli = [sys.executable, "-m", "agentstack"]
         check_run([*cli, "lock"], project, env)
-        check_run([*cli, "trust", "--yes"], project, env)
+        check_run([*cli, "trust", "--yes", "--accept-risk"], project, env)
 
         os.environ.update(HOME=env["HOME"], AGENTSTACK_HOME=env["AGENTSTACK_HOME"])
         sys.path.insert(0, str(REPO))

@@ -27,7 +27,7 @@ def full_project(tmp_path: Path, *, trust: bool = True, git_init: bool = True) -
         subprocess.run(["git", "init", "-q", str(root)], check=True)
     assert run_cli("lock", cwd=root).returncode == 0
     if trust:
-        result = run_cli("trust", "--yes", cwd=root)
+        result = run_cli("trust", "--yes", "--accept-risk", cwd=root)
         assert result.returncode == 0, result.stderr
     return root
 
@@ -103,7 +103,9 @@ def test_apply_write_check_and_idempotence(tmp_path: Path, isolated_home: Path) 
     assert run_cli("apply", "--check", cwd=root).returncode == 0
     mcp = json.loads((root / ".mcp.json").read_text())
     assert set(mcp["mcpServers"]) == {"notes", "clock", "docs"}
-    assert mcp["mcpServers"]["notes"]["env"]["NOTES_API_TOKEN"] == "${NOTES_API_TOKEN}"
+    notes = mcp["mcpServers"]["notes"]
+    assert "NOTES_API_TOKEN" not in notes.get("env", {})  # the launcher reads it from the store
+    assert notes["args"][:4] == ["-I", "-m", "agentstack.launch", "--secret"]
     settings = json.loads((root / ".claude/settings.local.json").read_text())
     assert settings["enabledMcpjsonServers"] == ["clock", "docs", "notes"]
     guard = settings["hooks"]["PreToolUse"][0]["hooks"][0]
@@ -125,8 +127,10 @@ def test_secrets_never_rendered(tmp_path: Path) -> None:
     root = full_project(tmp_path)
     _ok("apply", "--write", cwd=root)
     codex = (root / ".codex/config.toml").read_text()
-    assert 'env_vars = ["NOTES_API_TOKEN"]' in codex
+    assert "env_vars" not in codex and "NOTES_API_TOKEN=notes-token" in codex
     assert "${" not in codex  # Codex never expands ${} in env
+    mcp = (root / ".mcp.json").read_text()
+    assert "${NOTES_API_TOKEN}" not in mcp and "NOTES_API_TOKEN=notes-token" in mcp
     assert 'Authorization = "AGENTSTACK_SECRET_DOCS_TOKEN"' in codex
 
 
@@ -147,7 +151,7 @@ def test_hand_edit_is_a_conflict_and_force_keeps_a_backup(tmp_path: Path,
     assert "conflict: .mcp.json" in check.stderr and '"/bin/sh"' in check.stdout
     forced = run_cli("apply", "--write", "--force", cwd=root)
     assert forced.returncode == 0, forced.stderr
-    assert json.loads(mcp_path.read_text())["mcpServers"]["notes"]["command"] == "python3"
+    assert json.loads(mcp_path.read_text())["mcpServers"]["notes"]["command"] == sys.executable
     backups = list((isolated_home / ".config" / "agentstack" / "projects").rglob("backups/*/.mcp.json"))
     assert backups and backups[0].read_bytes() == edited
 
@@ -177,7 +181,7 @@ def test_user_data_is_preserved(tmp_path: Path) -> None:
     start = text.index("[servers.clock]")
     manifest.write_text(text[:start] + text[text.index("# Remote server"):])
     _ok("lock", cwd=root)
-    _ok("trust", "--yes", cwd=root)
+    _ok("trust", "--yes", "--accept-risk", cwd=root)
     _ok("apply", "--write", cwd=root)
     mcp = json.loads((root / ".mcp.json").read_text())
     assert set(mcp["mcpServers"]) == {"mine", "notes", "docs"}

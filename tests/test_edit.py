@@ -50,6 +50,8 @@ def project(tmp_path: Path) -> Path:
     root = tmp_path / "team"
     root.mkdir()
     (root / "agentstack.toml").write_text(HAND_WRITTEN, encoding="utf-8")
+    (root / "skills" / "review").mkdir(parents=True)  # `add` refuses paths that do not exist
+    (root / "AGENTS.base.md").write_text("Be kind.\n", encoding="utf-8")
     return root
 
 

@@ -87,7 +87,7 @@ def applied_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = make_project(tmp_path / "guarded", MANIFEST, FILES)
-    for args in (["lock"], ["trust", "--yes"], ["apply", "--write"]):
+    for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
         result = run_cli(*args, cwd=root)
         assert result.returncode == 0, result.stderr
     return root.resolve()
@@ -172,7 +172,7 @@ def test_revoke_denies(project: Path) -> None:
 def test_other_trust_records_keep_trust(project: Path, tmp_path: Path) -> None:
     other = make_project(tmp_path / "other", MANIFEST.replace("guarded", "other"), FILES)
     run_cli("lock", cwd=other)
-    assert run_cli("trust", "--yes", cwd=other).returncode == 0  # the log head moves
+    assert run_cli("trust", "--yes", "--accept-risk", cwd=other).returncode == 0  # the log head moves
     assert_allowed(guard("claude-code", event(project)))
 
 

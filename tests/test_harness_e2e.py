@@ -71,7 +71,7 @@ def _ok(*args: str, cwd: Path) -> None:
 
 
 def _trust_and_apply(root: Path) -> None:
-    _ok("trust", "--yes", cwd=root)
+    _ok("trust", "--yes", "--accept-risk", cwd=root)
     _ok("apply", "--write", cwd=root)
 
 

@@ -179,13 +179,13 @@ git = "file:///nonexistent/agentstack-test-repo"
 rev = "main"
 
 [instructions]
-files = ["AGENTS.md", "nope.md"]
+files = ["AGENTS.base.md", "nope.md"]
 
 [hooks.h]
 event = "Stop"
 script = "hooks/absent.sh"
 """
-    project = make_project(tmp_path / "p", manifest, {"AGENTS.md": "x\n"})
+    project = make_project(tmp_path / "p", manifest, {"AGENTS.base.md": "x\n"})
     result = run_cli("lock", cwd=project)
     assert result.returncode == 2, result.stderr
     for path in ("skills.local.path", "skills.remote.git", "instructions.files[1]",

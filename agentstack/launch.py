@@ -1,0 +1,122 @@
+"""Start an MCP server with its secrets: `python -I -m agentstack.launch --secret KEY=NAME … -- CMD…`.
+
+`apply` renders a server whose env names `secret:NAME` as this launcher in front of the server's
+own command, so the harness's config holds neither the secret nor a `${KEY}` the user would have to
+export. The launcher reads each named secret from the secret store (`$AGENTSTACK_HOME/secrets`,
+with the store's checks: a private directory and private regular files of ours, links not
+followed), puts it in the environment under KEY, and replaces itself with the server (execvp): no
+process of ours stays between the harness and the server.
+
+Where the store cannot be read (inside `agentstack run` the sandbox denies $AGENTSTACK_HOME), a
+KEY already present in the environment is used as it is; otherwise the launcher exits 1 saying
+which secret is missing and how to set it. Standard library only: it starts with every server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from typing import NoReturn
+
+from agentstack import _guard
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # manifest.SECRET_NAME_PATTERN
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+USAGE = "usage: python -I -m agentstack.launch [--secret KEY=NAME]... -- COMMAND [ARG]..."
+
+
+class LaunchError(Exception):
+    pass
+
+
+def secrets_dir() -> str:
+    return os.path.join(_guard.home(), "secrets")
+
+
+def read_secret(directory: str, name: str) -> str:
+    """The secret NAME, after the store's own checks; raises LaunchError saying what to do."""
+    if not _NAME.match(name):
+        raise LaunchError(f"{name!r} is not a secret name")
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        raise LaunchError(f"no secret {name!r}: run 'agentstack secret set {name}'") from None
+    except OSError as exc:
+        raise LaunchError(f"cannot read the secret store {directory}: {exc.strerror}") from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise LaunchError(
+            f"{directory} is not a private directory of yours; refusing to read secrets from it"
+        )
+    try:
+        fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise LaunchError(f"no secret {name!r}: run 'agentstack secret set {name}'") from None
+    except OSError as exc:
+        raise LaunchError(f"cannot read secret {name!r}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077 or info.st_uid != os.geteuid():
+            raise LaunchError(f"secret {name!r} is not a private regular file of yours")
+        value = handle.read(64 * 1024 + 1).decode("utf-8", "strict")
+    if not value or len(value) > 64 * 1024 or any(c in value for c in "\0\r\n"):
+        raise LaunchError(f"secret {name!r} is empty, too long or spans lines")
+    return value
+
+
+def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """(KEY -> secret NAME, the server's argv)."""
+    secrets: dict[str, str] = {}
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--":
+            command = argv[index + 1 :]
+            if not command:
+                raise LaunchError("no command after --")
+            return secrets, command
+        if arg == "--secret" and index + 1 < len(argv):
+            key, sep, name = argv[index + 1].partition("=")
+            if not sep or not _KEY.match(key) or not _NAME.match(name):
+                raise LaunchError(f"--secret {argv[index + 1]!r} must be KEY=NAME")
+            secrets[key] = name
+            index += 2
+            continue
+        raise LaunchError(f"unexpected argument {arg!r}")
+    raise LaunchError("no command after --")
+
+
+def environment(secrets: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    directory = secrets_dir()
+    for key, name in secrets.items():
+        try:
+            env[key] = read_secret(directory, name)
+        except LaunchError:
+            if key in os.environ:  # given explicitly (e.g. inside `agentstack run`)
+                continue
+            raise
+    return env
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    try:
+        secrets, command = parse(list(sys.argv[1:] if argv is None else argv))
+    except LaunchError as exc:
+        sys.stderr.write(f"agentstack launch: {exc}\n{USAGE}\n")
+        sys.exit(2)
+    try:
+        env = environment(secrets)
+    except LaunchError as exc:
+        sys.stderr.write(f"agentstack launch: {exc}\n")
+        sys.exit(1)
+    try:
+        os.execvpe(command[0], command, env)  # noqa: S606 - the trusted server argv, no shell
+    except OSError as exc:
+        sys.stderr.write(f"agentstack launch: cannot start {command[0]!r}: {exc.strerror}\n")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
