@@ -474,7 +474,9 @@ def test_check_and_trust_through_the_command(tmp_path: Path) -> None:
     refused = run_cli("trust", "--yes", "--boundary", str(strict), cwd=root)
     assert refused.returncode == 1
     assert "filesystem write" in refused.stderr
-    assert run_cli("trust", "--yes", "--boundary", str(allowed), cwd=root).returncode == 0
+    assert run_cli(
+        "trust", "--yes", "--accept-risk", "--boundary", str(allowed), cwd=root
+    ).returncode == 0
     missing = run_cli("check", cwd=root)
     assert missing.returncode == 2 and "no boundary" in missing.stderr
 
