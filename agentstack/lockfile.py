@@ -33,7 +33,7 @@ LOCK_VERSION = 1
 
 def manifest_digest(manifest: Manifest) -> str:
     """Digest of the manifest's meaning: comments, whitespace, key order and quoting drop out."""
-    return digest_of(manifest.model_dump(mode="json"))
+    return digest_of(manifest.model_dump(mode="json", exclude_defaults=True))
 
 
 def entry_json(entry: TreeEntry) -> dict[str, Any]:

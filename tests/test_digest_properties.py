@@ -1077,3 +1077,100 @@ def test_string_without_a_utf8_form_raises_canonical_error() -> None:
 def test_printable_ascii_keys_are_fine() -> None:
     keys = {c: i for i, c in enumerate(string.printable)}
     assert json.loads(canonical_bytes(keys)) == keys
+
+
+# ============================================================================ 5. schema evolution
+
+
+def test_an_optional_field_at_its_default_does_not_move_the_digest(tmp_path: Path) -> None:
+    """A later agentstack adds optional fields (ADR 0006). A manifest that does not set them must
+    keep its manifest digest and its consent digest, so upgrading never forces a re-review; once a
+    field is set to something else, both move."""
+    from pydantic import Field as PydanticField
+
+    from agentstack import manifest as m
+    from agentstack.lockfile import manifest_digest
+
+    class ServerV2(m.Server):
+        retries: int = 3
+        labels: list[str] = PydanticField(default_factory=list)
+
+    class HookV2(m.Hook):
+        quiet: bool = False
+
+    class NetworkV2(m.Network):
+        allow_udp: bool = False
+
+    class SandboxV2(m.Sandbox):
+        network: NetworkV2 = PydanticField(default_factory=NetworkV2)
+        read_only_home: bool = True
+
+    class ProjectV2(m.ProjectSection):
+        description: str = ""
+
+    class ManifestV2(m.Manifest):
+        project: ProjectV2
+        servers: dict[m.ItemName, ServerV2] = PydanticField(default_factory=dict)
+        hooks: dict[m.ItemName, HookV2] = PydanticField(default_factory=dict)
+        sandbox: SandboxV2 = PydanticField(default_factory=SandboxV2)
+        telemetry: bool = False
+
+    p = build_project(tmp_path)
+    manifest, lock = p.resolve()
+    old_digest = consent_digest(consent_document(manifest, lock))
+    raw = tomllib.loads((p.root / "agentstack.toml").read_text())
+
+    def digests(data: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        upgraded = ManifestV2.model_validate(data)
+        new_lock = {**lock, "manifest": manifest_digest(upgraded)}
+        document = consent_document(upgraded, new_lock)
+        return new_lock["manifest"], consent_digest(document, ManifestV2), document
+
+    lock_digest, digest, document = digests(raw)
+    assert lock_digest == lock["manifest"]
+    assert digest == old_digest
+    # The new fields are in the view the user reads, at their defaults.
+    assert document["servers"]["local"]["retries"] == 3
+    assert document["hooks"]["guard"]["quiet"] is False
+    assert document["sandbox"]["network"]["allow_udp"] is False
+    # Writing a default explicitly is cosmetic too.
+    explicit = copy.deepcopy(raw)
+    explicit["servers"]["local"]["retries"] = 3
+    explicit["sandbox"]["read_only_home"] = True
+    explicit["telemetry"] = False
+    assert digests(explicit)[:2] == (lock["manifest"], old_digest)
+    # Set to anything else, each new field moves both digests.
+    for path, value in (
+        ("servers/local/retries", 4),
+        ("servers/remote/labels", ["x"]),
+        ("hooks/audit/quiet", True),
+        ("sandbox/network/allow_udp", True),
+        ("sandbox/read_only_home", False),
+        ("project/description", "d"),
+        ("telemetry", True),
+    ):
+        changed = copy.deepcopy(raw)
+        parent, _, leaf = path.rpartition("/")
+        (_at(changed, parent) if parent else changed)[leaf] = value
+        new_lock_digest, new_digest, _ = digests(changed)
+        assert new_lock_digest != lock["manifest"], path
+        assert new_digest != old_digest, path
+
+
+def test_defaults_written_out_keep_the_digest(tmp_path: Path) -> None:
+    """Spelling out today's defaults (`args = []`, `timeout = 30`, `enabled = true`, ...) is
+    cosmetic: it changes neither the manifest digest nor the consent digest."""
+    p = build_project(tmp_path)
+    del p.data["hooks"]["guard"]["timeout"]
+    del p.data["sandbox"]["enabled"]
+    p.write()
+    base, _ = p.digest()
+    p.data["hooks"]["guard"]["timeout"] = 30
+    p.data["sandbox"]["enabled"] = True
+    p.data["servers"]["remote"]["headers"]["X-Team"] = "core"
+    p.data["servers"]["local"]["pin"] = []
+    p.data["project"]["harnesses"] = ["claude-code", "codex", "gemini-cli"]
+    p.data["settings"]["permissions"]["ask"] = ["WebFetch(domain:example.com)"]
+    p.data["sandbox"]["network"]["block"] = True
+    p.write()
+    assert p.digest()[0] == base
