@@ -143,14 +143,14 @@ def _model_spec(model: type[BaseModel]) -> _Spec:
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             spec[name] = _model_spec(annotation)
             continue
-        args = getattr(annotation, "__args__", ())
+        args: tuple[Any, ...] = tuple(getattr(annotation, "__args__", ()))
+        value_type = args[1] if len(args) == 2 else None
         if (
             getattr(annotation, "__origin__", None) is dict
-            and len(args) == 2
-            and isinstance(args[1], type)
-            and issubclass(args[1], BaseModel)
+            and isinstance(value_type, type)
+            and issubclass(value_type, BaseModel)
         ):
-            spec[name] = _Spec({_EACH: _model_spec(args[1])})
+            spec[name] = _Spec({_EACH: _model_spec(value_type)})
             continue
         if not field.is_required():
             spec[name] = _json(field.get_default(call_default_factory=True))
@@ -202,7 +202,5 @@ def digest_form(
     return _prune(document, _document_spec(manifest_model))  # type: ignore[no-any-return]
 
 
-def consent_digest(
-    document: dict[str, Any], manifest_model: type[BaseModel] | None = None
-) -> str:
+def consent_digest(document: dict[str, Any], manifest_model: type[BaseModel] | None = None) -> str:
     return digest_of(digest_form(document, manifest_model))

@@ -250,8 +250,17 @@ def check_links(where: str, links: dict[str, str]) -> None:
             )
 
 
-def walk_tree(root: Path, cache: StatCache | None = None) -> list[TreeEntry]:
-    """Every file and in-tree link under `root`, validated; empty directories are not content."""
+def walk_tree(
+    root: Path,
+    cache: StatCache | None = None,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    excluded: list[str] | None = None,
+) -> list[TreeEntry]:
+    """Every file and in-tree link under `root`, validated; empty directories are not content.
+
+    A directory whose name is in `exclude` is skipped (at any depth) and its tree-relative path is
+    appended to `excluded`, so the caller can show what was left out."""
     try:
         st = os.lstat(root)
     except FileNotFoundError:
@@ -263,13 +272,19 @@ def walk_tree(root: Path, cache: StatCache | None = None) -> list[TreeEntry]:
     if not stat.S_ISDIR(st.st_mode):
         raise TreeHashError(f"{root}: not a directory")
     links: dict[str, str] = {}
-    entries = list(_walk(root, "", cache, links))
+    skipped: list[str] = [] if excluded is None else excluded
+    entries = list(_walk(root, "", cache, links, exclude, skipped))
     check_links(str(root), links)
     return entries
 
 
 def _walk(
-    root: Path, prefix: str, cache: StatCache | None, links: dict[str, str]
+    root: Path,
+    prefix: str,
+    cache: StatCache | None,
+    links: dict[str, str],
+    exclude: frozenset[str] = frozenset(),
+    excluded: list[str] | None = None,
 ) -> Iterator[TreeEntry]:
     # Hot loop (10,000-file trees): plain strings, no Path objects, error text built on failure.
     directory = os.path.join(root, prefix) if prefix else str(root)
@@ -291,7 +306,11 @@ def _walk(
         st = child.stat(follow_symlinks=False)
         mode = st.st_mode
         if stat.S_ISDIR(mode):
-            yield from _walk(root, rel, cache, links)
+            if name in exclude:
+                if excluded is not None:
+                    excluded.append(rel)
+                continue
+            yield from _walk(root, rel, cache, links, exclude, excluded)
         elif stat.S_ISREG(mode):
             yield TreeEntry(
                 path=rel,
