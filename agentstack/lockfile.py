@@ -57,6 +57,9 @@ def entry_json(entry: TreeEntry) -> dict[str, Any]:
     }
 
 
+_ROOT_HINT = "name the directories and files the code loads with pin = [...]"
+
+
 class LimitExceeded(Refused):
     """What the lock would pin is larger than the limits allow (exit 1)."""
 
@@ -177,7 +180,7 @@ class Resolver:
                     files[rel] = pinned
         entry["files"] = [files[k] for k in sorted(files, key=lambda p: p.encode())]
         roots = [self._root(where, item, bool(pin)) for item in merge_roots(found.roots)]
-        kept = [r for r in roots if r is not None]
+        kept = list({r["path"]: r for r in roots if r is not None}.values())
         covered = {r["path"] for r in kept}
         for root in kept:
             for rel in root["excluded"]:
@@ -195,10 +198,21 @@ class Resolver:
         if located is None:
             return None
         excluded: list[str] = []
+        # A root reached through an in-project symlink (`srv -> servers`) is pinned where it is.
+        real = (
+            located[1].relative_to(self.real_root).as_posix()
+            if located[1] != self.real_root
+            else "."
+        )
+        if real == ".":
+            self.problem(label, f"code root {root.path!r} is the project root", _ROOT_HINT)
+            return None
+        if real != root.path:
+            root = Root(real, root.origin)
         # A root that is itself an excluded name (pin = ["app/node_modules"]) is pinned whole.
         exclude = frozenset() if posixpath.basename(root.path) in EXCLUDES else EXCLUDES
         try:
-            entries = walk_tree(located[0], self.stat_cache, exclude=exclude, excluded=excluded)
+            entries = walk_tree(located[1], self.stat_cache, exclude=exclude, excluded=excluded)
         except TreeHashError as exc:
             self.problem(label, f"code root {root.path!r}: {exc.message}", exc.hint)
             return None

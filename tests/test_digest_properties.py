@@ -57,11 +57,26 @@ FILES: dict[str, str] = {
     "hooks/audit.sh": "#!/bin/sh\nexit 0\n",
     "hooks/audit-copy.sh": "#!/bin/sh\nexit 0\n",
     "hooks/rules.txt": "no secrets\n",
+    "servers/helper.py": "def helper():\n    return 1\n",  # imported by a.py: in its code root
+    "vendor/lib.py": "VALUE = 1\n",  # on PYTHONPATH: a code root of its own
+    "vendor/pkg/__init__.py": "# package\n",
+    "node/package.json": '{"name": "n", "scripts": {"start": "node index.js"}}\n',
+    "node/index.js": "require('./dep')\n",
+    "node/dep.js": "module.exports = 1\n",
+    "node/node_modules/x/index.js": "module.exports = 2\n",  # excluded, and reported
 }
 EXECUTABLES = ("skills/local/run.sh", "skills/copy/run.sh", "hooks/audit.sh", "hooks/audit-copy.sh")
 # Every local file whose bytes the base manifest pins (directly, or named on a command line).
 PINNED = (
     "servers/a.py",
+    "servers/b.py",
+    "servers/helper.py",
+    "vendor/lib.py",
+    "vendor/pkg/__init__.py",
+    "node/package.json",
+    "node/index.js",
+    "node/dep.js",
+    "hooks/audit-copy.sh",
     "skills/local/SKILL.md",
     "skills/local/run.sh",
     "skills/local/lib/notes.txt",
@@ -80,9 +95,14 @@ def base_data(git_url: str) -> dict[str, Any]:
             "local": {
                 "command": "python3",
                 "args": ["-u", "a.py", "--port", "8080"],
-                "env": {"LOG_LEVEL": "debug", "API_TOKEN": "secret:api-token"},
+                "env": {
+                    "LOG_LEVEL": "debug",
+                    "API_TOKEN": "secret:api-token",
+                    "PYTHONPATH": "../vendor",
+                },
                 "cwd": "servers",
             },
+            "node": {"command": "npm", "args": ["start"], "cwd": "node"},
             "remote": {
                 "url": "https://mcp.example.com/v1?team=core",
                 "headers": {"X-Team": "core", "Authorization": "secret:remote-auth"},
@@ -594,6 +614,28 @@ MUTATIONS: dict[str, Callable[[Project], None]] = {
     "server script last byte": _file("servers/a.py", lambda f: _flip(f, -1, 0x01)),
     "server script size": _file("servers/a.py", _append_byte),
     "server script exec bit": _file("servers/a.py", _toggle_x),
+    # code roots: what the script loads without naming it
+    "code root module byte": _file("servers/helper.py", _flip),
+    "code root module size": _file("servers/helper.py", _append_byte),
+    "code root module exec bit": _file("servers/helper.py", _toggle_x),
+    "code root file added": _file("servers/new.py", lambda f: f.write_text("x = 1\n")),
+    "code root file removed": _file("servers/b.py", lambda f: f.unlink()),
+    "code root file renamed": _file("servers/b.py", lambda f: f.rename(f.with_name("c.py"))),
+    "code root symlink added": _file("servers/link.py", lambda f: f.symlink_to("a.py")),
+    "code root subdir file added": _file(
+        "servers/sub/m.py", lambda f: (f.parent.mkdir(), f.write_text("\n"))
+    ),
+    "package.json script": _file("node/package.json", lambda f: _flip(f, 40)),
+    "package.json tree byte": _file("node/dep.js", _flip),
+    "pin replaces the inferred root": _set("servers/node/pin", ["node/index.js"]),
+    "pin includes node_modules": _set("servers/node/pin", ["node", "node/node_modules"]),
+    "hook script sibling byte": _file("hooks/audit-copy.sh", lambda f: _flip(f, 3)),
+    # loader environment
+    "loader env value": _set("servers/local/env/PYTHONPATH", "../vendor/pkg"),
+    "loader env removed": _drop("servers/local/env/PYTHONPATH"),
+    "loader env path byte": _file("vendor/lib.py", _flip),
+    "loader env path new module": _file("vendor/new.py", lambda f: f.write_text("\n")),
+    "loader env added": _set("servers/local/env/NODE_OPTIONS", "--require ../node/dep.js"),
     # remote server
     "remote.url": _set("servers/remote/url", "https://mcp.example.com/v2?team=core"),
     "remote.url host": _set("servers/remote/url", "https://mcp.example.org/v1?team=core"),
@@ -713,6 +755,10 @@ def test_base_project_pins_everything(tmp_path: Path) -> None:
     _, lock = p.resolve()
     pinned = {f["path"] for item in lock["servers"].values() for f in item["files"]}
     pinned |= {f["path"] for item in lock["hooks"].values() for f in item["files"]}
+    for section in ("servers", "hooks"):
+        for item in lock[section].values():
+            for root in item.get("roots", []):
+                pinned |= {f"{root['path']}/{f['path']}" for f in root["files"]}
     pinned |= {f["path"] for f in lock["instructions"]}
     local = lock["skills"]["local-skill"]
     pinned |= {f"{local['path']}/{f['path']}" for f in local["files"]}
