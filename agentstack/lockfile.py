@@ -13,7 +13,7 @@ import posixpath
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -23,7 +23,6 @@ from agentstack.errors import (
     InvalidInput,
     ManifestInvalid,
     Problem,
-    Refused,
     StaleLock,
     TreeHashError,
 )
@@ -37,7 +36,14 @@ from agentstack.manifest import (
     is_secret,
 )
 from agentstack.risk import command_facts, url_facts
-from agentstack.treehash import StatCache, TreeEntry, hash_file, tree_digest, walk_tree
+from agentstack.treehash import (
+    Limits,
+    StatCache,
+    TreeEntry,
+    hash_file,
+    tree_digest,
+    walk_tree,
+)
 
 LOCK_VERSION = 1
 
@@ -60,20 +66,6 @@ def entry_json(entry: TreeEntry) -> dict[str, Any]:
 _ROOT_HINT = "name the directories and files the code loads with pin = [...]"
 
 
-class LimitExceeded(Refused):
-    """What the lock would pin is larger than the limits allow (exit 1)."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Caps on what one lock pins. They come from the command line, never from the project (a
-    project could otherwise lift them): the defaults fit any real configuration."""
-
-    max_file_bytes: int = 256 << 20
-    max_files: int = 200_000
-    max_total_bytes: int = 4 << 30
-
-
 @dataclass
 class Resolver:
     """Resolves each manifest item into its lock entry, collecting every problem."""
@@ -85,7 +77,8 @@ class Resolver:
     offline_git: bool = False
     update_git: bool = False
 
-    limits: Limits = field(default_factory=lambda: Limits())
+    # None: no limits (the freshness check re-hashes what an earlier `lock` already accepted).
+    limits: Limits | None = None
 
     def __post_init__(self) -> None:
         self.problems: list[Problem] = []
@@ -224,26 +217,17 @@ class Resolver:
     def count(self, where: str, entries: list[TreeEntry]) -> None:
         """Apply the limits (file count, total size, file size) to what is being pinned."""
         limits = self.limits
+        if limits is None:
+            return
         self.files_seen += len(entries)
         self.bytes_seen += sum(e.size for e in entries)
         big = max(entries, key=lambda e: e.size, default=None)
         if big is not None and big.size > limits.max_file_bytes:
-            raise LimitExceeded(
-                f"{where}: {big.path} is {big.size} bytes, more than the limit of "
-                f"{limits.max_file_bytes}",
-                hint="raise it with 'agentstack lock --max-file-size BYTES' if this is intended",
-            )
+            raise limits.file_too_big(where, big.path, big.size)
         if self.files_seen > limits.max_files:
-            raise LimitExceeded(
-                f"{where}: the lock would pin more than {limits.max_files} files",
-                hint="exclude what is not code, or raise the limit with "
-                "'agentstack lock --max-files N'",
-            )
+            raise limits.too_many_files(where)
         if self.bytes_seen > limits.max_total_bytes:
-            raise LimitExceeded(
-                f"{where}: the lock would pin more than {limits.max_total_bytes} bytes",
-                hint="raise the limit with 'agentstack lock --max-total-size BYTES'",
-            )
+            raise limits.too_many_bytes(where)
 
     def server(self, name: str, server: Server) -> dict[str, Any]:
         where = f"servers.{name}"
@@ -315,16 +299,23 @@ class Resolver:
                 # is re-read at the pinned commit, so a hand-edited lock entry cannot pass.
                 assert isinstance(previous, dict)
                 resolved = gitsource.read_pinned(
-                    self.cache_dir, skill.git, str(previous.get("commit")), skill.subdir
+                    self.cache_dir,
+                    skill.git,
+                    str(previous.get("commit")),
+                    skill.subdir,
+                    limits=self.limits,
                 )
             else:
-                resolved = gitsource.resolve(self.cache_dir, skill.git, skill.rev, skill.subdir)
+                resolved = gitsource.resolve(
+                    self.cache_dir, skill.git, skill.rev, skill.subdir, limits=self.limits
+                )
         except gitsource.GitSourceError as exc:
             self.problem(f"{where}.{exc.field}", exc.message, exc.hint)
             return None
         except TreeHashError as exc:
             self.problem(f"{where}.git", exc.message, exc.hint)
             return None
+        self.count(where, resolved.entries)
         return self._tree(
             {**wanted, "commit": resolved.commit, "git_tree": resolved.git_tree}, resolved.entries
         )
@@ -513,7 +504,7 @@ def resolver_for(
         cache_dir=cache,
         stat_cache=StatCache(cache / "statcache-v2.json"),
         previous=previous,
-        limits=limits or Limits(),
+        limits=limits,
         **kwargs,
     )
 

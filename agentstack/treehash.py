@@ -27,7 +27,7 @@ from typing import Literal
 import blake3
 
 from agentstack.canonical import DIGEST_PREFIX
-from agentstack.errors import TreeHashError
+from agentstack.errors import Refused, TreeHashError
 
 TREE_DOMAIN = b"agentstack-tree-v1\0"
 RACY_SLACK_NS = 1_000_000_000
@@ -35,6 +35,38 @@ _CHUNK = 1 << 20
 _BIG_FILE = 8 << 20
 
 EntryKind = Literal["file", "link"]
+
+
+class LimitExceeded(Refused):
+    """What `lock` would pin is larger than its limits allow (exit 1)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what one `lock` pins. They come from the command line, never from the project (a
+    project could otherwise lift them); the defaults fit any real configuration."""
+
+    max_file_bytes: int = 256 << 20
+    max_files: int = 200_000
+    max_total_bytes: int = 4 << 30
+
+    def file_too_big(self, where: str, path: str, size: int) -> LimitExceeded:
+        return LimitExceeded(
+            f"{where}: {path} is {size} bytes, more than the limit of {self.max_file_bytes}",
+            hint="if it is meant to be pinned, raise the limit: agentstack lock --max-file-size N",
+        )
+
+    def too_many_files(self, where: str) -> LimitExceeded:
+        return LimitExceeded(
+            f"{where}: the lock would pin more than {self.max_files} files",
+            hint="pin less (pin = [...]), or raise the limit: agentstack lock --max-files N",
+        )
+
+    def too_many_bytes(self, where: str) -> LimitExceeded:
+        return LimitExceeded(
+            f"{where}: the lock would pin more than {self.max_total_bytes} bytes",
+            hint="raise the limit: agentstack lock --max-total-size N",
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
