@@ -64,6 +64,8 @@ def _server(manifest: Manifest, name: str, locked: dict[str, Any]) -> dict[str, 
             args=list(server.args),
             cwd=server.cwd or ".",
             env={k: _value_source(v) for k, v in server.env.items()},
+            url=None,  # a process has no URL: the remote-only fields are not part of its view
+            headers=None,
         )
     else:
         view.update(
