@@ -53,7 +53,7 @@ def _risks(facts: list[str]) -> Text:
     return lines(*facts, style="yellow") if facts else Text("-")
 
 
-def _files(files: list[dict[str, Any]]) -> Text:
+def _files(files: list[dict[str, Any]], roots: list[dict[str, Any]] | None = None) -> Text:
     out = Text()
     for entry in files:
         if out:
@@ -62,6 +62,14 @@ def _files(files: list[dict[str, Any]]) -> Text:
         if entry.get("executable"):
             out.append(" (executable)", style="red")
         out.append(f" {entry['digest'][3:15]}", style="dim")
+    for root in roots or []:  # code roots (lock): whole trees the command loads code from
+        if out:
+            out.append("\n")
+        out.append(sanitize(root["path"]) + "/")
+        out.append(f" {len(root['files'])} files {root['digest'][3:15]}", style="dim")
+        if root.get("excluded"):
+            skipped = ", ".join(sanitize(p) for p in root["excluded"])
+            out.append(f" (not pinned: {skipped})", style="yellow")
     return out
 
 
@@ -92,7 +100,8 @@ def consent_renderable(doc: dict[str, Any], digest: str) -> Group:
             else:
                 runs = t(server["url"])
                 env = _sources(server["headers"])
-            table.add_row(name(key), runs, env, _files(server["files"]), _risks(server["risks"]))
+            pinned = _files(server["files"], server.get("roots"))
+            table.add_row(name(key), runs, env, pinned, _risks(server["risks"]))
         parts.append(table)
 
     if doc["hooks"]:
@@ -106,7 +115,7 @@ def consent_renderable(doc: dict[str, Any], digest: str) -> Group:
                 t(hook["event"]),
                 t(hook["matcher"]),
                 t(shlex.join(argv)),
-                _files(hook["files"]),
+                _files(hook["files"], hook.get("roots")),
             )
         parts.append(table)
 
