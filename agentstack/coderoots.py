@@ -435,7 +435,7 @@ class Analyser:
         for token in tokens:
             if redirect:
                 redirect = False
-                if token.startswith("&") or token == "/dev/null":  # noqa: S105
+                if token.startswith("&") or token.isdigit() or token == "/dev/null":  # noqa: S105
                     continue
                 out.fact(f"unpinnable:{program} -c redirects to {token}")
                 return

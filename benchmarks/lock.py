@@ -441,7 +441,7 @@ def code_roots(tmp: Path, env: dict[str, str], py: str, n_files: int, seed: int)
             f" {t_relock / t_first:7.3f}   first {fmt_times(first)}; re-lock {fmt_times(relock)}"
         )
         print(f"{'':<34} excluded: {excluded}")
-    (_, _, _, ex_first, ex_relock, _, _), (_, _, _, in_first, in_relock, _, _) = rows
+    (_, _, _, ex_first, _, _, _), (_, _, _, in_first, in_relock, _, _) = rows
     print(
         f"excluded first / included first = {ex_first / in_first:6.3f};"
         f" included re-lock / included first = {in_relock / in_first:6.3f}"

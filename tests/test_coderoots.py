@@ -246,20 +246,24 @@ def test_pin_must_exist_and_stay_inside(tmp_path: Path) -> None:
     assert "does not exist" in messages and "outside the project" in messages
 
 
-def test_guard_denies_a_changed_code_root_file_until_re_review(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "case", ["python -m pkg.mod", "npm start (package.json script)", "PYTHONPATH = vendor"]
+)
+def test_guard_denies_a_changed_code_root_file_until_re_review(tmp_path: Path, case: str) -> None:
     from tests.test_guard import assert_allowed, assert_denied, event, guard
 
-    root = project(tmp_path, CASES["python -m pkg.mod"][0]).resolve()
+    body, target = CASES[case]
+    root = project(tmp_path, body).resolve()
     for args in (["lock"], ["trust", "--yes"], ["apply", "--write"]):
         result = run_cli(*args, cwd=root)
         assert result.returncode == 0, result.stderr
     assert_allowed(guard("claude-code", event(root)))
-    flip(root / "pkg/util.py")
-    assert_denied(guard("claude-code", event(root)), reason="pkg/util.py")
+    flip(root / target)
+    assert_denied(guard("claude-code", event(root)), reason=target)
     assert run_cli("lock", cwd=root).returncode == 0
     review = run_cli("trust", "--yes", cwd=root, env={"COLUMNS": "400"})
     assert review.returncode == 1, review.stdout + review.stderr  # a high finding needs acceptance
-    assert "code in pkg/ changed: pkg/util.py" in review.stdout + review.stderr
+    assert f"changed: {target}" in review.stdout + review.stderr
     accepted = run_cli("trust", "--yes", "--accept-risk", cwd=root)
     assert accepted.returncode == 0, accepted.stderr
     assert run_cli("apply", "--write", cwd=root).returncode == 0
