@@ -300,9 +300,9 @@ class Hook(Model):
 
 
 class Permissions(Model):
-    allow: list[Text] = Field(default_factory=list)
-    deny: list[Text] = Field(default_factory=list)
-    ask: list[Text] = Field(default_factory=list)
+    allow: list[RenderedText] = Field(default_factory=list)
+    deny: list[RenderedText] = Field(default_factory=list)
+    ask: list[RenderedText] = Field(default_factory=list)
 
 
 PassthroughValue = Any
@@ -321,6 +321,28 @@ class Settings(Model):
         for harness, table in value.items():
             _check_plain(table, f"passthrough.{harness}")
         return value
+
+    @field_validator("passthrough")
+    @classmethod
+    def _no_expansion_anywhere(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for harness, table in value.items():
+            _check_no_expansion(table, f"passthrough.{harness}")
+        return value
+
+
+def _check_no_expansion(value: Any, path: str) -> None:
+    """Passthrough values are rendered verbatim: no harness may expand anything in them."""
+    if isinstance(value, str):
+        try:
+            _no_expansion(value)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_no_expansion(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_no_expansion(item, f"{path}[{index}]")
 
 
 def _check_plain(value: Any, path: str) -> None:
