@@ -276,3 +276,17 @@ def test_the_view_lists_code_roots(tmp_path: Path) -> None:
     shown = json.loads(run_cli("show", "--json", cwd=root).stdout)
     roots = shown["servers"]["s"]["roots"]
     assert roots[0]["path"] == "app" and roots[0]["excluded"] == ["node_modules"]
+
+
+def test_the_full_example_pins_its_servers_and_hooks_without_unpinnable_findings(
+    tmp_path: Path,
+) -> None:
+    from tests.conftest import copy_example
+
+    root = copy_example("full", tmp_path)
+    lock, document, _ = resolve(root)
+    assert [r["path"] for r in lock["servers"]["notes"]["roots"]] == ["servers"]
+    assert [r["path"] for r in lock["hooks"]["format-check"]["roots"]] == ["hooks"]
+    assert "roots" not in lock["hooks"]["audit-prompt"]  # `sh -c "echo … >&2"` loads nothing
+    codes = {f.code for f in consent_diff(None, document).findings}
+    assert "unpinnable-code" not in codes and "loader-env" not in codes
