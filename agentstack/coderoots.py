@@ -199,7 +199,6 @@ class Analyser:
                 )
             elif cwd != ".":
                 self._directory(cwd, f"working directory of {program}", out)
-        self.loader_env(env, cwd, out)
 
     def _directory(self, rel: str, origin: str, out: Analysis) -> None:
         if rel == ".":
@@ -503,21 +502,28 @@ def _words(value: str) -> list[str]:
 def analyse(
     root: Path, argv: list[str], cwd: str, env: dict[str, str | None], pin: Iterable[str] = ()
 ) -> Analysis:
-    """The code roots, extra files and facts of one command line. With `pin`, the roots are the
-    pinned paths alone (inference is replaced, not extended); loader-env facts remain."""
+    """The code roots, extra files and facts of one command line. With `pin`, the pinned paths
+    replace what is inferred from the command line; what loader variables name is always pinned
+    (the manifest declares those paths itself)."""
     analyser = Analyser(root)
     out = Analysis()
-    analyser.command(argv, cwd, env, out)
     pins = list(pin)
     if pins:
-        manual = Analysis(facts=[f for f in out.facts if f.startswith("loader-env:")])
         for rel in pins:
             normal = posixpath.normpath(rel)
             if (root / normal).is_dir():
-                manual.roots.append(Root(normal, "pin"))
+                out.roots.append(Root(normal, "pin"))
             else:
-                manual.files.append((normal, "pin"))
-        out = manual
+                out.files.append((normal, "pin"))
+    else:
+        analyser.command(argv, cwd, env, out)
+    loaders = Analysis()
+    analyser.loader_env(env, cwd, loaders)
+    out.roots += loaders.roots
+    out.files += loaders.files
+    for fact in loaders.facts:
+        if not (pins and fact.startswith("unpinnable:")):
+            out.fact(fact)
     return out
 
 

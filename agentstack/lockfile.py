@@ -356,7 +356,9 @@ class Resolver:
         known = {f["path"] for f in files}
         files += [f for f in extra if f["path"] not in known]
         entry = {"files": files, "risks": command_facts(argv)}
-        return self._with_code(where, entry, argv, ".", {}, list(hook.pin))
+        # A hook script is a project file the harness runs by its path (`check.sh` included).
+        run = ["./" + hook.script, *hook.args] if hook.script is not None else argv
+        return self._with_code(where, entry, run, ".", {}, list(hook.pin))
 
     def resolve(self, manifest: Manifest) -> dict[str, Any]:
         lock: dict[str, Any] = {

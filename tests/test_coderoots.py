@@ -290,3 +290,24 @@ def test_the_full_example_pins_its_servers_and_hooks_without_unpinnable_findings
     assert "roots" not in lock["hooks"]["audit-prompt"]  # `sh -c "echo … >&2"` loads nothing
     codes = {f.code for f in consent_diff(None, document).findings}
     assert "unpinnable-code" not in codes and "loader-env" not in codes
+
+
+def test_a_hook_script_in_the_project_root_is_followed(tmp_path: Path) -> None:
+    root = project(tmp_path, '[hooks.h]\nevent = "Stop"\nscript = "check.sh"\n',
+                   {"check.sh": "#!/bin/sh\n. ./lib.sh\n"})
+    (root / "check.sh").chmod(0o755)
+    _, document, _ = resolve(root)
+    findings = [f for f in consent_diff(None, document).findings if f.code == "unpinnable-code"]
+    assert findings and "check.sh" in findings[0].message
+
+
+def test_pin_keeps_what_loader_variables_name(tmp_path: Path) -> None:
+    root = project(
+        tmp_path,
+        '[servers.s]\ncommand = "python3"\nargs = ["servers/app.py"]\n'
+        'env = { PYTHONPATH = "vendor" }\npin = ["servers"]\n',
+    )
+    lock, _, digest = resolve(root)
+    assert [r["path"] for r in lock["servers"]["s"]["roots"]] == ["servers", "vendor"]
+    flip(root / "vendor/shim/core.py")
+    assert resolve(root)[2] != digest
