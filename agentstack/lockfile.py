@@ -211,7 +211,10 @@ class Resolver:
             return None
         self.count(label, entries)
         tree = self._tree({"path": root.path, "origin": root.origin}, entries)
-        tree["excluded"] = sorted(excluded, key=lambda p: p.encode())
+        # Only left-out dependencies are recorded: a cache appearing when the code first runs
+        # (`__pycache__`) must not make the lock stale.
+        reported = [p for p in excluded if posixpath.basename(p) in REPORTED_EXCLUDES]
+        tree["excluded"] = sorted(reported, key=lambda p: p.encode())
         return tree
 
     def count(self, where: str, entries: list[TreeEntry]) -> None:

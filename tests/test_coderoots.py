@@ -219,7 +219,7 @@ def test_node_modules_is_excluded_with_a_finding_and_pinned_on_request(tmp_path:
     root = project(tmp_path, CASES["node <dir>"][0], files)
     lock, document, digest = resolve(root)
     entry = lock["servers"]["s"]
-    assert entry["roots"][0]["excluded"] == [".git", "node_modules"]
+    assert entry["roots"][0]["excluded"] == ["node_modules"]  # .git is skipped silently
     assert "excluded:app/node_modules" in entry["risks"]
     findings = consent_diff(None, document).findings
     assert any(f.code == "excluded-code" and "app/node_modules" in f.message for f in findings)
@@ -311,3 +311,12 @@ def test_pin_keeps_what_loader_variables_name(tmp_path: Path) -> None:
     assert [r["path"] for r in lock["servers"]["s"]["roots"]] == ["servers", "vendor"]
     flip(root / "vendor/shim/core.py")
     assert resolve(root)[2] != digest
+
+
+def test_a_cache_written_by_the_code_does_not_make_the_lock_stale(tmp_path: Path) -> None:
+    root = project(tmp_path, CASES["module imported by a pinned script"][0])
+    lock, _, digest = resolve(root)
+    (root / "servers/__pycache__").mkdir()
+    (root / "servers/__pycache__/helper.cpython-311.pyc").write_bytes(b"\x00" * 16)
+    relocked, _, again = resolve(root)
+    assert relocked == lock and again == digest
