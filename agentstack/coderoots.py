@@ -171,6 +171,10 @@ class Analyser:
             return
         program = posixpath.basename(argv[0])
         args = argv[1:]
+        wrapped = self._wrapper(program, args, cwd, out)
+        if wrapped is not None:
+            self.command(wrapped, cwd, env, out, depth + 1)
+            return
         own = self.project_path(argv[0], cwd) if "/" in argv[0] else None
         if own is not None and self.is_file(own):
             self._script(own, f"runs {own}", out, shebang=True)
@@ -199,6 +203,30 @@ class Analyser:
                 )
             elif cwd != ".":
                 self._directory(cwd, f"working directory of {program}", out)
+
+    def _wrapper(self, program: str, args: list[str], cwd: str, out: Analysis) -> list[str] | None:
+        """The command a wrapper runs (`env A=1 cmd`, `nice cmd`, `timeout 5 cmd`, `uv run cmd`),
+        or None when `program` is not a wrapper. `env` assignments are loader environment too."""
+        if program == "env":
+            assigned: dict[str, str | None] = {}
+            rest = list(args)
+            while rest and (rest[0].startswith("-") or "=" in rest[0]):
+                word = rest.pop(0)
+                if word in ("-u", "--unset", "-C", "--chdir", "-S", "--split-string") and rest:
+                    rest.pop(0)
+                elif "=" in word and not word.startswith("-"):
+                    name, _, value = word.partition("=")
+                    assigned[name] = value
+            self.loader_env(assigned, cwd, out)
+            return rest
+        if program in ("nice", "nohup", "exec", "stdbuf", "setsid", "time", "timeout"):
+            rest = _leading_options(args, ("-n", "-s", "-k", "--signal", "--kill-after"))
+            return rest[1:] if program == "timeout" else rest  # timeout DURATION CMD
+        if program in ("uv", "poetry", "pipenv", "pdm", "hatch", "rye") and args[:1] == ["run"]:
+            return _leading_options(
+                args[1:], ("--with", "--python", "-p", "--project", "--directory", "--env-file")
+            )
+        return None
 
     def _directory(self, rel: str, origin: str, out: Analysis) -> None:
         if rel == ".":
@@ -486,6 +514,18 @@ class Analyser:
                         self._directory(rel, origin, out)
                 else:
                     self._script(rel, origin, out)
+
+
+def _leading_options(args: list[str], with_value: tuple[str, ...]) -> list[str]:
+    """`args` without a wrapper's own leading options (and the values of those that take one)."""
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        option = rest.pop(0)
+        if option == "--":
+            break
+        if option in with_value and rest:
+            rest.pop(0)
+    return rest
 
 
 def _split_paths(value: str) -> list[str]:

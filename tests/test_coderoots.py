@@ -320,3 +320,30 @@ def test_a_cache_written_by_the_code_does_not_make_the_lock_stale(tmp_path: Path
     (root / "servers/__pycache__/helper.cpython-311.pyc").write_bytes(b"\x00" * 16)
     relocked, _, again = resolve(root)
     assert relocked == lock and again == digest
+
+
+@pytest.mark.parametrize(
+    ("argv", "root"),
+    [
+        (["env", "PYTHONPATH=vendor", "python3", "servers/app.py"], ["servers", "vendor"]),
+        (["env", "-i", "python3", "servers/app.py"], ["servers"]),
+        (["nice", "-n", "5", "python3", "servers/app.py"], ["servers"]),
+        (["timeout", "30", "node", "app"], ["app"]),
+        (["nohup", "python3", "-m", "shim.core"], ["pkg"]),  # python -m: the importable root
+        (["timeout", "-k", "5", "30", "python3", "-c", "import shim"], ["pkg"]),
+        (["uv", "run", "--with", "x", "python3", "servers/app.py"], ["servers"]),
+        (["sh", "-c", "cd app && npm start"], None),
+        (["sh", "-c", "exec node app"], ["app"]),
+    ],
+)
+def test_wrappers_are_seen_through(tmp_path: Path, argv: list[str], root: list[str] | None) -> None:
+    from agentstack.coderoots import analyse
+
+    base = project(tmp_path, "")
+    found = analyse(base, argv, ".", {})
+    if root is None:  # `cd` changes where the rest runs: said, not guessed
+        assert any(f.startswith("unpinnable:") for f in found.facts), found.facts
+    else:
+        assert sorted(r.path for r in found.roots) == root, found
+    if "PYTHONPATH=vendor" in argv:
+        assert "loader-env:PYTHONPATH" in found.facts
