@@ -347,3 +347,39 @@ def test_wrappers_are_seen_through(tmp_path: Path, argv: list[str], root: list[s
         assert sorted(r.path for r in found.roots) == root, found
     if "PYTHONPATH=vendor" in argv:
         assert "loader-env:PYTHONPATH" in found.facts
+
+
+def test_the_analysis_never_crashes_on_any_command_line(tmp_path: Path) -> None:
+    """Whatever a manifest says, reading it is a pin, a fact or nothing: never an exception."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from agentstack.coderoots import LOADER_ENV, analyse
+
+    base = project(tmp_path, "")
+    words = st.sampled_from(
+        ["python3", "node", "npm", "sh", "bash", "-c", "-m", "-r", "--require", "-I", "env",
+         "timeout", "uv", "run", "start", "app", "pkg", "servers/app.py", "./app", "/", "..",
+         "../x", "-", "--", "$(x)", ";", "&&", "|", ">", "2>&1", "=", "A=1", "PYTHONPATH=vendor",
+         str(base), f"{base}/pkg", "~", "-uc", "-Wd", "-X"]
+    )
+    argv = st.lists(st.one_of(words, st.text(max_size=12)), min_size=1, max_size=8)
+    env = st.dictionaries(
+        st.sampled_from([*LOADER_ENV, "PATH", "LD_X", "DYLD_Y", "OTHER"]),
+        st.one_of(st.none(), words, st.text(max_size=20)),
+        max_size=3,
+    )
+    cwd = st.sampled_from([".", "app", "servers", "pkg"])
+
+    @settings(max_examples=300, deadline=None)
+    @given(argv=argv, env=env, cwd=cwd, shell=st.booleans())
+    def run(argv: list[str], env: dict[str, str | None], cwd: str, shell: bool) -> None:
+        if shell:
+            argv = ["sh", "-c", " ".join(argv)]
+        found = analyse(base, argv, cwd, env)
+        for item in found.roots:
+            assert not item.path.startswith(("/", "..")) and item.path != "."
+        for rel, _ in found.files:
+            assert not rel.startswith(("/", ".."))
+
+    run()
