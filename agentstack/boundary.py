@@ -79,12 +79,15 @@ class EnvironmentBoundary(_Model):
 class CommandsBoundary(_Model):
     """Programs servers and hooks may run (a bare name as written, an exact path, `DIR/*`, or
     `*`), packages a runner may fetch (`npm:@scope/*`, `pypi:name`), and whether an unpinned
-    package or a shell given a script is permitted."""
+    package, a shell given a script, code agentstack cannot pin, or a loader variable
+    (`PYTHONPATH`, `LD_PRELOAD`, …) is permitted."""
 
     executables: list[str] = Field(default_factory=list)
     packages: list[str] = Field(default_factory=list)
     unpinned: bool = False
     shell: bool = False
+    unpinnable: bool = False
+    loader_env: bool = False
 
 
 class ServersBoundary(_Model):
@@ -151,6 +154,8 @@ class Boundary:
     packages: tuple[str, ...] = ()
     unpinned: bool = False
     shell: bool = False
+    unpinnable: bool = False
+    loader_env: bool = False
     permissions: tuple[str, ...] = ()
     passthrough: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
@@ -243,6 +248,8 @@ def compile_boundary(data: BoundaryFile, *, home: str, source: str) -> Boundary:
         packages=tuple(data.commands.packages),
         unpinned=data.commands.unpinned,
         shell=data.commands.shell,
+        unpinnable=data.commands.unpinnable,
+        loader_env=data.commands.loader_env,
         permissions=tuple(data.permissions.allow),
         passthrough=tuple((k, tuple(v)) for k, v in sorted(data.settings.passthrough.items())),
     )
@@ -450,6 +457,20 @@ def _check_commands(reach: Reach, boundary: Boundary) -> list[Violation]:
         if not boundary.shell and any(f.startswith("shell-command:") for f in command.facts):
             out.append(
                 Violation("commands", f"{command.process} runs {line} (a shell given a script)",
+                          command.process)
+            )
+            continue
+        unpinnable = [f for f in command.facts if f.startswith("unpinnable:")]
+        if unpinnable and not boundary.unpinnable:
+            out.append(
+                Violation("commands", f"{command.process} runs code agentstack cannot pin: "
+                          f"{unpinnable[0].split(':', 1)[1]}", command.process)
+            )
+            continue
+        loader = [f.split(":", 1)[1] for f in command.facts if f.startswith("loader-env:")]
+        if loader and not boundary.loader_env:
+            out.append(
+                Violation("commands", f"{command.process} sets loader variable {loader[0]}",
                           command.process)
             )
     return out

@@ -359,12 +359,28 @@ def lock(
         bool, typer.Option("--update", help="Re-resolve git revisions to their newest commits.")
     ] = False,
     as_json: JsonOpt = False,
+    max_file_size: Annotated[
+        int | None,
+        typer.Option("--max-file-size", min=1, help="Refuse a file larger than N bytes."),
+    ] = None,
+    max_files: Annotated[
+        int | None, typer.Option("--max-files", min=1, help="Refuse to pin more than N files.")
+    ] = None,
+    max_total_size: Annotated[
+        int | None,
+        typer.Option("--max-total-size", min=1, help="Refuse to pin more than N bytes in all."),
+    ] = None,
 ) -> None:
     """Resolve every item and pin it into agentstack.lock."""
-    from agentstack.lock_command import run_lock
+    from agentstack.lock_command import limits_from, run_lock
 
     code = run_lock(
-        project=_state.project, check=check, frozen=frozen, update=update, as_json=as_json
+        project=_state.project,
+        check=check,
+        frozen=frozen,
+        update=update,
+        as_json=as_json,
+        limits=limits_from(max_file_size, max_files, max_total_size),
     )
     if code:
         raise typer.Exit(code)

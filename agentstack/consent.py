@@ -9,9 +9,12 @@ git sources' commit and tree. The consent digest is blake3 over its canonical JS
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from agentstack.canonical import digest_of
+from pydantic import BaseModel
+
+from agentstack.canonical import canonical_bytes, digest_of
 from agentstack.manifest import Manifest, is_secret, secret_name
 from agentstack.risk import host_facts
 
@@ -22,25 +25,55 @@ def _value_source(value: str) -> dict[str, str]:
     return {"secret": secret_name(value)} if is_secret(value) else {"literal": value}
 
 
+def _declared(model: BaseModel, shown: dict[str, Any]) -> dict[str, Any]:
+    """`shown` plus every other declared field of `model`, as JSON. A field added to the manifest
+    later is in the view at once; at its default it is left out of the digest (`digest_form`)."""
+    out = dict(shown)
+    for field in type(model).model_fields:
+        if field not in out and field not in _SHOWN_ELSEWHERE:
+            value = getattr(model, field)
+            if value is not None:
+                out[field] = _json(value)
+    return out
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(v) for v in value]
+    return value
+
+
+def _locked(locked: dict[str, Any]) -> dict[str, Any]:
+    """What the lock pinned for a server or hook: named files, code roots, risk facts."""
+    view: dict[str, Any] = {"files": locked["files"], "risks": locked["risks"]}
+    if "roots" in locked:
+        view["roots"] = locked["roots"]
+    return view
+
+
 def _server(manifest: Manifest, name: str, locked: dict[str, Any]) -> dict[str, Any]:
     server = manifest.servers[name]
-    view: dict[str, Any] = {
-        "transport": server.transport,
-        "files": locked["files"],
-        "risks": locked["risks"],
-    }
+    view: dict[str, Any] = {"transport": server.transport, **_locked(locked)}
     if server.command is not None:
         view.update(
             command=server.command,
             args=list(server.args),
             cwd=server.cwd or ".",
             env={k: _value_source(v) for k, v in server.env.items()},
+            url=None,  # a process has no URL: the remote-only fields are not part of its view
+            headers=None,
         )
     else:
         view.update(
             url=server.url, headers={k: _value_source(v) for k, v in server.headers.items()}
         )
-    return view
+        # A remote server has no process: its stdio-only fields are not part of its view.
+        view.update({k: None for k in ("command", "args", "env", "cwd")})
+    return {k: v for k, v in _declared(server, view).items() if v is not None}
 
 
 def _hook(manifest: Manifest, name: str, locked: dict[str, Any]) -> dict[str, Any]:
@@ -49,14 +82,13 @@ def _hook(manifest: Manifest, name: str, locked: dict[str, Any]) -> dict[str, An
         "event": hook.event,
         "matcher": hook.matcher or "*",
         "timeout": hook.timeout,
-        "files": locked["files"],
-        "risks": locked["risks"],
+        **_locked(locked),
     }
     if hook.script is not None:
         view.update(script=hook.script, args=list(hook.args))
     else:
-        view.update(command=list(hook.command or []))
-    return view
+        view.update(command=list(hook.command or []), script=None, args=None)
+    return {k: v for k, v in _declared(hook, view).items() if v is not None}
 
 
 def _sandbox(manifest: Manifest) -> dict[str, Any]:
@@ -69,9 +101,12 @@ def _sandbox(manifest: Manifest) -> dict[str, Any]:
 
 def consent_document(manifest: Manifest, lock: dict[str, Any]) -> dict[str, Any]:
     """The consent view as a plain JSON document (the thing a user trusts)."""
-    return {
+    document = {
         "consent": CONSENT_FORMAT,
-        "project": {"name": manifest.project.name, "harnesses": list(manifest.project.harnesses)},
+        "project": _declared(
+            manifest.project,
+            {"name": manifest.project.name, "harnesses": list(manifest.project.harnesses)},
+        ),
         "servers": {n: _server(manifest, n, lock["servers"][n]) for n in manifest.servers},
         "skills": {n: dict(lock["skills"][n]) for n in manifest.skills},
         "instructions": list(lock["instructions"]),
@@ -80,7 +115,94 @@ def consent_document(manifest: Manifest, lock: dict[str, Any]) -> dict[str, Any]
         "sandbox": _sandbox(manifest),
         "lock": lock["manifest"],
     }
+    return _declared(manifest, document)
 
 
-def consent_digest(document: dict[str, Any]) -> str:
-    return digest_of(document)
+# ------------------------------------------------------------------------------- the digest
+#
+# The digest is taken over `digest_form(document)`: the document without what carries no
+# information of its own (ADR 0006, "Schema evolution"):
+# - a key whose value is its field's default (`[]`, `{}`, `30`, `"*"`, `true`...): an optional field
+#   added in a later version is therefore invisible to the digest until it is set;
+# - risk facts (`risks`): they are derived from the other fields by this version of agentstack, and
+#   the review recomputes them; a better analysis must not force every user to re-review.
+# Defaults are frozen once released: changing one would change a meaning without a digest change,
+# so a new default needs a new field (or a new `consent` format).
+
+_SHOWN_ELSEWHERE = frozenset({"pin"})  # declared fields the lock already shows as code roots
+_DERIVED = frozenset({"risks"})
+_EACH = "*"
+
+
+class _Spec(dict[str, Any]):
+    """Defaults for the keys of one table of the document (a nested _Spec for a sub-table)."""
+
+
+def _model_spec(model: type[BaseModel]) -> _Spec:
+    spec = _Spec()
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            spec[name] = _model_spec(annotation)
+            continue
+        args: tuple[Any, ...] = tuple(getattr(annotation, "__args__", ()))
+        value_type = args[1] if len(args) == 2 else None
+        if (
+            getattr(annotation, "__origin__", None) is dict
+            and isinstance(value_type, type)
+            and issubclass(value_type, BaseModel)
+        ):
+            spec[name] = _Spec({_EACH: _model_spec(value_type)})
+            continue
+        if not field.is_required():
+            spec[name] = _json(field.get_default(call_default_factory=True))
+    return spec
+
+
+@cache
+def _document_spec(manifest_model: type[BaseModel]) -> _Spec:
+    """The defaults of the document, derived from the manifest's models (plus the few places
+    where the document shows a default in its own words)."""
+    spec = _model_spec(manifest_model)
+    spec["servers"][_EACH].update(cwd=".", files=[], roots=[])
+    spec["hooks"][_EACH].update(matcher="*", files=[], roots=[])
+    for section in ("skills", "instructions"):  # pinned by the lock: nothing there is a default
+        spec.pop(section, None)
+    return spec
+
+
+def _prune(value: Any, spec: _Spec) -> Any:
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in _DERIVED:
+            continue
+        default = spec.get(_EACH, spec.get(key, _MISSING))
+        if isinstance(default, _Spec):
+            pruned = _prune(item, default)
+            if pruned == {} and _EACH not in spec and item is not None:
+                continue  # a sub-table holding only defaults is its default
+            out[key] = pruned
+        elif default is not _MISSING and canonical_bytes(item) == canonical_bytes(default):
+            continue
+        else:
+            out[key] = item
+    return out
+
+
+_MISSING = object()
+
+
+def digest_form(
+    document: dict[str, Any], manifest_model: type[BaseModel] | None = None
+) -> dict[str, Any]:
+    """The part of the consent document the digest covers (see above). `manifest_model` is the
+    manifest model whose defaults apply (this version's `Manifest` unless a test says otherwise)."""
+    if manifest_model is None:
+        manifest_model = Manifest
+    return _prune(document, _document_spec(manifest_model))  # type: ignore[no-any-return]
+
+
+def consent_digest(document: dict[str, Any], manifest_model: type[BaseModel] | None = None) -> str:
+    return digest_of(digest_form(document, manifest_model))

@@ -11,7 +11,15 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentstack.risk import command_facts, host_facts, url_facts
+from agentstack.risk import HIGH_RISK_CODES as _REVIEW_HIGH_RISK_CODES
+from agentstack.risk import (
+    command_facts,
+    executes,
+    execution_changes,
+    host_facts,
+    review_findings,
+    url_facts,
+)
 
 Severity = Literal["high", "medium", "low"]
 _ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -27,6 +35,7 @@ HIGH_RISK_CODES = frozenset(
         "sandbox-disabled",
     }
 )
+HIGH_RISK_CODES |= _REVIEW_HIGH_RISK_CODES  # the rules in risk.py
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,10 +91,7 @@ def _command_line(item: dict[str, Any]) -> list[str]:
     return []
 
 
-def _executes(item: dict[str, Any]) -> tuple[Any, ...]:
-    """What about an item decides the code it runs: argv, cwd, and the bytes of named files."""
-    files = tuple((f["path"], f["digest"], f["executable"]) for f in item.get("files", []))
-    return (tuple(_command_line(item)), item.get("cwd"), files)
+_executes = executes  # argv, cwd, env, pinned files and code roots (risk.py)
 
 
 def _secrets(doc: dict[str, Any]) -> dict[str, set[str]]:
@@ -132,11 +138,13 @@ class _Differ:
                 if previous is None:
                     self.add("high", "new-executable", where, f"new {noun} runs: {argv}")
                 elif _executes(previous) != _executes(item):
+                    what = "; ".join(execution_changes(previous, item))
                     self.add(
                         "high",
                         "changed-executable",
                         where,
-                        f"{noun} now runs something different: {argv}",
+                        f"{noun} now runs something different: {argv}"
+                        + (f" ({what})" if what else ""),
                     )
             for fact in sorted(
                 _facts(item, "unpinned-package:") - _facts(previous or {}, "unpinned-package:")
@@ -287,6 +295,8 @@ class _Differ:
         self.instructions()
         self.sandbox()
         self.settings()
+        for severity, code, item, message in review_findings(self.old or None, self.new):
+            self.add(severity, code, item, message)  # type: ignore[arg-type]
         return sorted(self.findings, key=lambda f: (_ORDER[f.severity], f.item, f.code, f.message))
 
 

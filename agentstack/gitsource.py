@@ -19,7 +19,13 @@ from typing import Any
 import blake3
 
 from agentstack.errors import Refused, TreeHashError
-from agentstack.treehash import TreeEntry, _collision_key, bytes_digest, check_links, check_name
+from agentstack.treehash import (
+    Limits,
+    TreeEntry,
+    _collision_key,
+    check_links,
+    check_name,
+)
 
 GIT_TIMEOUT_S = 120
 FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -143,7 +149,9 @@ def _open(mirror: Path) -> Any:
     return repo
 
 
-def _read(repo: Any, commit_id: str, subdir: str | None, url: str) -> ResolvedGit:
+def _read(
+    repo: Any, commit_id: str, subdir: str | None, url: str, limits: Limits | None = None
+) -> ResolvedGit:
     commit = repo.commit(commit_id)
     tree = commit.tree
     if subdir:
@@ -155,14 +163,17 @@ def _read(repo: Any, commit_id: str, subdir: str | None, url: str) -> ResolvedGi
             ) from None
         if tree.type != "tree":
             raise GitSourceError("subdir", f"{subdir!r} is not a directory at {commit_id[:12]}")
-    return ResolvedGit(commit=commit_id, git_tree=tree.hexsha, entries=_entries(tree, url))
+    entries = _entries(repo, tree.hexsha, url, limits)
+    return ResolvedGit(commit=commit_id, git_tree=tree.hexsha, entries=entries)
 
 
 def open_mirror(cache: Path, url: str) -> Any:
     return _open(mirror_path(cache, url))
 
 
-def read_pinned(cache: Path, url: str, commit_id: str, subdir: str | None) -> ResolvedGit:
+def read_pinned(
+    cache: Path, url: str, commit_id: str, subdir: str | None, *, limits: Limits | None = None
+) -> ResolvedGit:
     """Re-read a pinned commit (fetching only when the mirror lacks it)."""
     import git
 
@@ -178,8 +189,8 @@ def read_pinned(cache: Path, url: str, commit_id: str, subdir: str | None) -> Re
                 "run 'agentstack lock --update' and review the change",
             )
     try:
-        return _read(_open(mirror), commit_id, subdir, url)
-    except git.GitCommandError as exc:
+        return _read(_open(mirror), commit_id, subdir, url, limits)
+    except (git.GitCommandError, ValueError) as exc:
         raise GitSourceError("git", f"cannot read {commit_id[:12]} of {url!r}: {exc}") from None
 
 
@@ -195,7 +206,9 @@ def _has_commit(mirror: Path, commit_id: str) -> bool:
     return True
 
 
-def resolve(cache: Path, url: str, rev: str, subdir: str | None) -> ResolvedGit:
+def resolve(
+    cache: Path, url: str, rev: str, subdir: str | None, *, limits: Limits | None = None
+) -> ResolvedGit:
     """Fetch `url`, pin `rev` to a full commit id, and read the (sub)tree's entries."""
     import git
 
@@ -209,55 +222,77 @@ def resolve(cache: Path, url: str, rev: str, subdir: str | None) -> ResolvedGit:
         raise GitSourceError(
             "rev", f"{rev!r} is not a branch, tag or commit of {url!r}", "check 'git ls-remote URL'"
         ) from None
-    return _read(_open(mirror), commit_id, subdir, url)
+    try:
+        return _read(_open(mirror), commit_id, subdir, url, limits)
+    except (git.GitCommandError, ValueError) as exc:
+        raise GitSourceError("git", f"cannot read {commit_id[:12]} of {url!r}: {exc}") from None
 
 
-def _entries(tree: object, url: str) -> list[TreeEntry]:
-    import git
+_MODES = {"100644": False, "100755": True, "120000": False}
 
-    assert isinstance(tree, git.Tree)
+
+def _entries(repo: Any, tree_id: str, url: str, limits: Limits | None) -> list[TreeEntry]:
+    """Every blob under a tree, from `git ls-tree` (sizes known before any byte is read), each
+    hashed from a stream: a huge blob never sits in memory whole."""
     where = f"{url}"
-    entries: list[TreeEntry] = []
-    links: dict[str, str] = {}
-
-    def walk(node: git.Tree, prefix: str) -> None:
-        seen: dict[str, str] = {}
-        for item in node:
-            name = item.name
-            rel = f"{prefix}/{name}" if prefix else name
+    listing = _run(["ls-tree", "-r", "-z", "-l", "--full-tree", tree_id], cwd=Path(repo.git_dir))
+    items: list[tuple[str, str, str, int]] = []
+    total = 0
+    for record in listing.split("\0"):
+        if not record:
+            continue
+        meta, _, rel = record.partition("\t")
+        mode, kind, sha, size_text = meta.split()
+        if kind == "commit" or mode == "160000":
+            raise GitSourceError(
+                "git",
+                f"{rel} in {url!r} is a submodule; submodules cannot be pinned",
+                "vendor its files into the repository, or point 'subdir' at a directory "
+                "without submodules",
+            )
+        if kind != "blob" or mode not in _MODES:
+            raise TreeHashError(f"{where}: {rel} has git mode {mode}, which cannot be pinned")
+        size = int(size_text)
+        if limits is not None and size > limits.max_file_bytes:
+            raise limits.file_too_big(f"{where}", rel, size)
+        total += size
+        items.append((rel, mode, sha, size))
+    if limits is not None and len(items) > limits.max_files:
+        raise limits.too_many_files(where)
+    if limits is not None and total > limits.max_total_bytes:
+        raise limits.too_many_bytes(where)
+    seen: dict[str, dict[str, str]] = {}
+    for rel, _mode, _sha, _size in items:
+        parent = ""
+        for name in rel.split("/"):
             check_name(name, f"{where}: {rel}")
             key = _collision_key(name)
-            if key in seen:
-                raise TreeHashError(f"{where}: {rel} collides with {seen[key]!r} ignoring case")
-            seen[key] = name
-            if isinstance(item, git.Tree):
-                walk(item, rel)
-            elif isinstance(item, git.Blob):
-                data = item.data_stream.read()
-                if item.mode == 0o120000:
-                    links[rel] = data.decode("utf-8", "surrogateescape")
-                    entries.append(
-                        TreeEntry(
-                            path=rel,
-                            kind="link",
-                            executable=False,
-                            size=len(data),
-                            digest=bytes_digest(data),
-                        )
-                    )
-                else:
-                    entries.append(
-                        TreeEntry(
-                            path=rel,
-                            kind="file",
-                            executable=bool(item.mode & 0o100),
-                            size=len(data),
-                            digest=bytes_digest(data),
-                        )
-                    )
-            else:
-                raise TreeHashError(f"{where}: {rel} is a submodule; submodules cannot be pinned")
-
-    walk(tree, "")
+            siblings = seen.setdefault(parent, {})
+            if siblings.get(key, name) != name:
+                raise TreeHashError(f"{where}: {rel} collides with {siblings[key]!r} ignoring case")
+            siblings[key] = name
+            parent = f"{parent}/{name}"
+    entries: list[TreeEntry] = []
+    links: dict[str, str] = {}
+    for rel, mode, sha, size in items:
+        digest = _stream_digest(repo, sha)
+        if mode == "120000":
+            data = repo.odb.stream(bytes.fromhex(sha)).read()
+            links[rel] = data.decode("utf-8", "surrogateescape")
+            entries.append(
+                TreeEntry(path=rel, kind="link", executable=False, size=size, digest=digest)
+            )
+        else:
+            entries.append(
+                TreeEntry(path=rel, kind="file", executable=_MODES[mode], size=size, digest=digest)
+            )
     check_links(where, links)
     return entries
+
+
+def _stream_digest(repo: Any, sha: str) -> str:
+    stream = repo.odb.stream(bytes.fromhex(sha))
+    hasher = blake3.blake3()
+    while chunk := stream.read(1 << 20):
+        hasher.update(chunk)
+    return "b3:" + hasher.hexdigest()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from agentstack.treehash import Limits
 
 
 def project_root(project: Path | None) -> Path:
@@ -24,8 +28,28 @@ def project_root(project: Path | None) -> Path:
     return find_project(Path.cwd())
 
 
+def limits_from(
+    max_file_size: int | None, max_files: int | None, max_total_size: int | None
+) -> Limits:
+    """The lock limits from the command line (never from the project or the environment)."""
+    from agentstack.treehash import Limits
+
+    default = Limits()
+    return Limits(
+        max_file_bytes=max_file_size or default.max_file_bytes,
+        max_files=max_files or default.max_files,
+        max_total_bytes=max_total_size or default.max_total_bytes,
+    )
+
+
 def run_lock(
-    *, project: Path | None, check: bool, frozen: bool, update: bool, as_json: bool
+    *,
+    project: Path | None,
+    check: bool,
+    frozen: bool,
+    update: bool,
+    as_json: bool,
+    limits: Limits | None = None,
 ) -> int:
     from agentstack.fsutil import write_atomic
     from agentstack.lockfile import changed_items, dumps_lock, fresh_lock, parse_lock, resolver_for
@@ -49,7 +73,9 @@ def run_lock(
     # comparing bytes is far cheaper than parsing a large lock to learn that nothing changed.
     has_git = any(skill.git is not None for skill in manifest.skills.values())
     previous = parse_lock(old_bytes) if old_bytes is not None and has_git else None
-    resolver = resolver_for(root, previous, update_git=update)
+    resolver = resolver_for(
+        root, previous, update_git=update, limits=limits or limits_from(None, None, None)
+    )
     try:
         new = resolver.resolve(manifest)
     finally:

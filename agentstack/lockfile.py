@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import tomllib
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agentstack.canonical import digest_of
+from agentstack.coderoots import EXCLUDES, REPORTED_EXCLUDES, Analyser, Root, analyse, merge_roots
 from agentstack.errors import (
     InvalidInput,
     ManifestInvalid,
@@ -24,16 +26,31 @@ from agentstack.errors import (
     StaleLock,
     TreeHashError,
 )
-from agentstack.manifest import LOCK_NAME, MANIFEST_NAME, Hook, Manifest, Server, Skill
+from agentstack.manifest import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    Hook,
+    Manifest,
+    Server,
+    Skill,
+    is_secret,
+)
 from agentstack.risk import command_facts, url_facts
-from agentstack.treehash import StatCache, TreeEntry, hash_file, tree_digest, walk_tree
+from agentstack.treehash import (
+    Limits,
+    StatCache,
+    TreeEntry,
+    hash_file,
+    tree_digest,
+    walk_tree,
+)
 
 LOCK_VERSION = 1
 
 
 def manifest_digest(manifest: Manifest) -> str:
     """Digest of the manifest's meaning: comments, whitespace, key order and quoting drop out."""
-    return digest_of(manifest.model_dump(mode="json"))
+    return digest_of(manifest.model_dump(mode="json", exclude_defaults=True))
 
 
 def entry_json(entry: TreeEntry) -> dict[str, Any]:
@@ -44,6 +61,9 @@ def entry_json(entry: TreeEntry) -> dict[str, Any]:
         "size": entry.size,
         "digest": entry.digest,
     }
+
+
+_ROOT_HINT = "name the directories and files the code loads with pin = [...]"
 
 
 @dataclass
@@ -57,9 +77,15 @@ class Resolver:
     offline_git: bool = False
     update_git: bool = False
 
+    # None: no limits (the freshness check re-hashes what an earlier `lock` already accepted).
+    limits: Limits | None = None
+
     def __post_init__(self) -> None:
         self.problems: list[Problem] = []
         self.real_root = self.root.resolve()
+        self._code: Analyser | None = None
+        self.files_seen = 0
+        self.bytes_seen = 0
 
     def problem(self, path: str, message: str, hint: str = "") -> None:
         self.problems.append(Problem(file=MANIFEST_NAME, path=path, message=message, hint=hint))
@@ -104,8 +130,14 @@ class Resolver:
         files: dict[str, dict[str, Any]] = {}
         base = PurePosixPath(cwd or ".")
         for index, arg in enumerate(argv):
-            if not arg or arg.startswith("-") or "\0" in arg or PurePosixPath(arg).is_absolute():
+            if not arg or arg.startswith("-") or "\0" in arg:
                 continue
+            if PurePosixPath(arg).is_absolute():
+                # An in-project path written as an absolute path is a project path.
+                inside = self._analyser().project_path(arg, ".")
+                if inside is None:
+                    continue
+                arg = inside
             rel = os.path.normpath(str(base / arg))
             if rel == ".." or rel.startswith("../") or rel in files:
                 continue
@@ -116,6 +148,89 @@ class Resolver:
             if entry is not None:
                 files[rel] = entry
         return [files[k] for k in sorted(files, key=lambda p: p.encode())]
+
+    def _analyser(self) -> Analyser:
+        if self._code is None:
+            self._code = Analyser(self.root)
+        return self._code
+
+    def _with_code(
+        self,
+        where: str,
+        entry: dict[str, Any],
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str | None],
+        pin: list[str],
+    ) -> dict[str, Any]:
+        """Add the code roots of a command (and the files they name) to its lock entry."""
+        found = analyse(self.root, argv, cwd, env, pin)
+        files = {f["path"]: f for f in entry["files"]}
+        for rel, _origin in found.files:
+            if rel not in files:
+                pinned = self._file(rel, f"{where}.pin" if pin else where, follow=True)
+                if pinned is not None:
+                    files[rel] = pinned
+        entry["files"] = [files[k] for k in sorted(files, key=lambda p: p.encode())]
+        roots = [self._root(where, item, bool(pin)) for item in merge_roots(found.roots)]
+        kept = list({r["path"]: r for r in roots if r is not None}.values())
+        covered = {r["path"] for r in kept}
+        for root in kept:
+            for rel in root["excluded"]:
+                full = f"{root['path']}/{rel}"
+                if full not in covered and posixpath.basename(rel) in REPORTED_EXCLUDES:
+                    found.fact(f"excluded:{full}")
+        entry["risks"] = entry["risks"] + found.facts
+        if kept:
+            entry["roots"] = kept
+        return entry
+
+    def _root(self, where: str, root: Root, pinned: bool) -> dict[str, Any] | None:
+        label = f"{where}.pin" if pinned else where
+        located = self._inside(root.path, label)
+        if located is None:
+            return None
+        excluded: list[str] = []
+        # A root reached through an in-project symlink (`srv -> servers`) is pinned where it is.
+        real = (
+            located[1].relative_to(self.real_root).as_posix()
+            if located[1] != self.real_root
+            else "."
+        )
+        if real == ".":
+            self.problem(label, f"code root {root.path!r} is the project root", _ROOT_HINT)
+            return None
+        if real != root.path:
+            root = Root(real, root.origin)
+        # A root that is itself an excluded name (pin = ["app/node_modules"]) is pinned whole.
+        exclude = frozenset() if posixpath.basename(root.path) in EXCLUDES else EXCLUDES
+        try:
+            entries = walk_tree(located[1], self.stat_cache, exclude=exclude, excluded=excluded)
+        except TreeHashError as exc:
+            self.problem(label, f"code root {root.path!r}: {exc.message}", exc.hint)
+            return None
+        self.count(label, entries)
+        tree = self._tree({"path": root.path, "origin": root.origin}, entries)
+        # Only left-out dependencies are recorded: a cache appearing when the code first runs
+        # (`__pycache__`) must not make the lock stale.
+        reported = [p for p in excluded if posixpath.basename(p) in REPORTED_EXCLUDES]
+        tree["excluded"] = sorted(reported, key=lambda p: p.encode())
+        return tree
+
+    def count(self, where: str, entries: list[TreeEntry]) -> None:
+        """Apply the limits (file count, total size, file size) to what is being pinned."""
+        limits = self.limits
+        if limits is None:
+            return
+        self.files_seen += len(entries)
+        self.bytes_seen += sum(e.size for e in entries)
+        big = max(entries, key=lambda e: e.size, default=None)
+        if big is not None and big.size > limits.max_file_bytes:
+            raise limits.file_too_big(where, big.path, big.size)
+        if self.files_seen > limits.max_files:
+            raise limits.too_many_files(where)
+        if self.bytes_seen > limits.max_total_bytes:
+            raise limits.too_many_bytes(where)
 
     def server(self, name: str, server: Server) -> dict[str, Any]:
         where = f"servers.{name}"
@@ -129,10 +244,13 @@ class Resolver:
             def label(index: int) -> str:
                 return f"{where}.command" if index == 0 else f"{where}.args[{index - 1}]"
 
-            return {
+            entry = {
                 "files": self._referenced_files(argv, server.cwd, label),
                 "risks": command_facts(argv),
             }
+            env = {k: (None if is_secret(v) else v) for k, v in server.env.items()}
+            cwd = posixpath.normpath(server.cwd) if server.cwd else "."
+            return self._with_code(where, entry, argv, cwd, env, list(server.pin))
         assert server.url is not None
         return {"files": [], "risks": url_facts(server.url)}
 
@@ -147,6 +265,7 @@ class Resolver:
             except TreeHashError as exc:
                 self.problem(f"{where}.path", exc.message, exc.hint)
                 return None
+            self.count(f"{where}.path", entries)
             return self._tree({"source": "path", "path": skill.path}, entries)
         return self._git_skill(name, skill)
 
@@ -183,16 +302,23 @@ class Resolver:
                 # is re-read at the pinned commit, so a hand-edited lock entry cannot pass.
                 assert isinstance(previous, dict)
                 resolved = gitsource.read_pinned(
-                    self.cache_dir, skill.git, str(previous.get("commit")), skill.subdir
+                    self.cache_dir,
+                    skill.git,
+                    str(previous.get("commit")),
+                    skill.subdir,
+                    limits=self.limits,
                 )
             else:
-                resolved = gitsource.resolve(self.cache_dir, skill.git, skill.rev, skill.subdir)
+                resolved = gitsource.resolve(
+                    self.cache_dir, skill.git, skill.rev, skill.subdir, limits=self.limits
+                )
         except gitsource.GitSourceError as exc:
             self.problem(f"{where}.{exc.field}", exc.message, exc.hint)
             return None
         except TreeHashError as exc:
             self.problem(f"{where}.git", exc.message, exc.hint)
             return None
+        self.count(where, resolved.entries)
         return self._tree(
             {**wanted, "commit": resolved.commit, "git_tree": resolved.git_tree}, resolved.entries
         )
@@ -232,7 +358,10 @@ class Resolver:
             extra = self._referenced_files(hook.command, None, lambda i: f"{where}.command[{i}]")
         known = {f["path"] for f in files}
         files += [f for f in extra if f["path"] not in known]
-        return {"files": files, "risks": command_facts(argv)}
+        entry = {"files": files, "risks": command_facts(argv)}
+        # A hook script is a project file the harness runs by its path (`check.sh` included).
+        run = ["./" + hook.script, *hook.args] if hook.script is not None else argv
+        return self._with_code(where, entry, run, ".", {}, list(hook.pin))
 
     def resolve(self, manifest: Manifest) -> dict[str, Any]:
         lock: dict[str, Any] = {
@@ -326,11 +455,34 @@ def dumps_lock(lock: dict[str, Any]) -> str:
     ]
     for section in ("servers", "skills", "hooks"):
         for name, item in sorted(lock[section].items()):
-            lines.append("")
-            lines.append(f"[{section}.{_toml_key(name)}]")
-            for key, value in sorted(item.items()):
-                lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+            _emit_table(lines, f"{section}.{_toml_key(name)}", item)
     return "\n".join(lines) + "\n"
+
+
+def _is_table_array(value: Any) -> bool:
+    """A list of tables that are not file entries (code roots): written as [[a.b.key]] sections,
+    so a large tree is one file entry per line rather than one huge inline table."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, dict) and tuple(sorted(v)) != _FILE_KEYS for v in value)
+    )
+
+
+def _emit_table(
+    lines: list[str], header: str, table: dict[str, Any], *, array: bool = False
+) -> None:
+    lines.append("")
+    lines.append(f"[[{header}]]" if array else f"[{header}]")
+    nested = []
+    for key, value in sorted(table.items()):
+        if _is_table_array(value):
+            nested.append((key, value))
+        else:
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    for key, value in nested:
+        for element in value:
+            _emit_table(lines, f"{header}.{_toml_key(key)}", element, array=True)
 
 
 def parse_lock(data: bytes) -> dict[str, Any]:
@@ -365,7 +517,9 @@ def read_lock(root: Path) -> dict[str, Any] | None:
     return parse_lock(data)
 
 
-def resolver_for(root: Path, previous: dict[str, Any] | None, **kwargs: bool) -> Resolver:
+def resolver_for(
+    root: Path, previous: dict[str, Any] | None, *, limits: Limits | None = None, **kwargs: bool
+) -> Resolver:
     from agentstack.paths import agentstack_cache
 
     cache = agentstack_cache()
@@ -374,6 +528,7 @@ def resolver_for(root: Path, previous: dict[str, Any] | None, **kwargs: bool) ->
         cache_dir=cache,
         stat_cache=StatCache(cache / "statcache-v2.json"),
         previous=previous,
+        limits=limits,
         **kwargs,
     )
 

@@ -24,11 +24,22 @@ class LockedFile(_Model):
     digest: Digest
 
 
+class LockedRoot(_Model):
+    """A code root: a project tree the command loads code from, pinned like a skill."""
+
+    path: str
+    origin: str
+    digest: Digest
+    excluded: list[str] = Field(default_factory=list)
+    files: list[LockedFile]
+
+
 class LockedCommand(_Model):
-    """A server or hook: the project files its command line names, and its risk facts."""
+    """A server or hook: the project files it runs or names, its code roots, its risk facts."""
 
     files: list[LockedFile] = Field(default_factory=list)
     risks: list[str] = Field(default_factory=list)
+    roots: list[LockedRoot] = Field(default_factory=list)
 
 
 class LockedSkill(_Model):

@@ -63,13 +63,20 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+# Expansion syntax of every harness agentstack renders for: `${VAR}`, `${VAR:-x}` (Claude Code,
+# Gemini CLI), `$VAR` (Gemini CLI), `{env:VAR}` (OpenCode), `${env:VAR}`, `${input:x}` (VS Code,
+# Cursor). A harness expands it from its own environment when it reads the rendered config, so a
+# "literal" would carry whatever secret VAR names to a process or a host nobody reviewed.
+_EXPANSION = re.compile(r"\$\{|\$[A-Za-z0-9_]|\{env:", re.IGNORECASE)
+
+
 def _no_expansion(value: str) -> str:
-    # Claude Code, Gemini CLI and VS Code expand ${VAR} in server args, env and headers from the
-    # harness's own environment: a "literal" would then carry whatever secret VAR names.
-    if "${" in value:
+    found = _EXPANSION.search(value)
+    if found:
         raise ValueError(
-            f"{value!r} contains '${{', which harnesses expand from their environment; write "
-            "secret:NAME for a secret, or drop the '${'"
+            f"{value!r} contains {found.group(0)!r}, which a harness would expand from its "
+            "environment when it reads the rendered config; write secret:NAME for a secret, or "
+            "remove the '$' / '{env:' syntax"
         )
     return value
 
@@ -93,12 +100,22 @@ def _check_relative_path(value: str) -> str:
     pure = PurePosixPath(value)
     if pure.is_absolute() or ".." in pure.parts:
         raise ValueError("must stay inside the project: no absolute path and no '..'")
+    return _no_expansion(value)
+
+
+def _check_pin(value: str) -> str:
+    if PurePosixPath(value) == PurePosixPath("."):
+        raise ValueError(
+            "the project root cannot be pinned as a code root (it holds the lock and the files "
+            "agentstack renders); name the directories and files the code loads"
+        )
     return value
 
 
 ProjectPath = Annotated[
     str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_check_relative_path)
 ]
+PinPath = Annotated[ProjectPath, AfterValidator(_check_pin)]
 
 
 # Values that reach a server: checked one by one, so an error names its index or key.
@@ -106,6 +123,14 @@ ValueSource = Annotated[
     str, StringConstraints(max_length=8192), AfterValidator(_check_value_source)
 ]
 Argument = Annotated[str, StringConstraints(max_length=8192), AfterValidator(_no_expansion)]
+RenderedText = Annotated[str, StringConstraints(max_length=8192), AfterValidator(_no_expansion)]
+
+
+def _unique_pins(value: list[str]) -> list[str]:
+    normal = [str(PurePosixPath(v)) for v in value]
+    if len(set(normal)) != len(normal):
+        raise ValueError("lists a path twice")
+    return value
 
 
 class ProjectSection(Model):
@@ -129,6 +154,10 @@ class Server(Model):
     cwd: ProjectPath | None = None
     url: Text | None = None
     headers: dict[HeaderName, ValueSource] = Field(default_factory=dict)
+    # Code roots: the trees the process loads code from, instead of the ones agentstack infers.
+    pin: list[PinPath] = Field(default_factory=list)
+
+    _pins = field_validator("pin")(_unique_pins)
 
     @field_validator("command")
     @classmethod
@@ -147,14 +176,16 @@ class Server(Model):
             raise ValueError("must be an http:// or https:// URL with a host")
         if parts.username or parts.password:
             raise ValueError("must not carry credentials; use headers with secret:NAME instead")
-        return value
+        return _no_expansion(value)
 
     @model_validator(mode="after")
     def _one_transport(self) -> Server:
         if (self.command is None) == (self.url is None):
             raise ValueError("needs exactly one of 'command' (stdio) or 'url' (remote)")
-        if self.url is not None and (self.args or self.env or self.cwd):
-            raise ValueError("a remote server ('url') takes 'headers', not 'args', 'env' or 'cwd'")
+        if self.url is not None and (self.args or self.env or self.cwd or self.pin):
+            raise ValueError(
+                "a remote server ('url') takes 'headers', not 'args', 'env', 'cwd' or 'pin'"
+            )
         if self.command is not None and self.headers:
             raise ValueError("a stdio server ('command') takes 'env', not 'headers'")
         return self
@@ -239,11 +270,14 @@ class Hook(Model):
     """A harness hook: an event, an optional tool matcher, and a command (argv) or a script file."""
 
     event: HookEvent
-    matcher: Text | None = None
-    command: list[Text] | None = None
+    matcher: RenderedText | None = None
+    command: list[RenderedText] | None = None
     script: ProjectPath | None = None
-    args: list[Text] = Field(default_factory=list)
+    args: list[RenderedText] = Field(default_factory=list)
     timeout: Annotated[int, Field(ge=1, le=600)] = 30
+    pin: list[PinPath] = Field(default_factory=list)
+
+    _pins = field_validator("pin")(_unique_pins)
 
     @field_validator("matcher")
     @classmethod
@@ -267,9 +301,9 @@ class Hook(Model):
 
 
 class Permissions(Model):
-    allow: list[Text] = Field(default_factory=list)
-    deny: list[Text] = Field(default_factory=list)
-    ask: list[Text] = Field(default_factory=list)
+    allow: list[RenderedText] = Field(default_factory=list)
+    deny: list[RenderedText] = Field(default_factory=list)
+    ask: list[RenderedText] = Field(default_factory=list)
 
 
 PassthroughValue = Any
@@ -288,6 +322,28 @@ class Settings(Model):
         for harness, table in value.items():
             _check_plain(table, f"passthrough.{harness}")
         return value
+
+    @field_validator("passthrough")
+    @classmethod
+    def _no_expansion_anywhere(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for harness, table in value.items():
+            _check_no_expansion(table, f"passthrough.{harness}")
+        return value
+
+
+def _check_no_expansion(value: Any, path: str) -> None:
+    """Passthrough values are rendered verbatim: no harness may expand anything in them."""
+    if isinstance(value, str):
+        try:
+            _no_expansion(value)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_no_expansion(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_no_expansion(item, f"{path}[{index}]")
 
 
 def _check_plain(value: Any, path: str) -> None:

@@ -40,17 +40,17 @@ MAX_PORT = 65535
 # Risk facts (agentstack.risk) whose meaning the model below knows.
 KNOWN_FACTS = frozenset(
     {"absolute-binary", "unpinned-package", "shell-command", "remote-host", "link-local",
-     "plain-http"}
+     "plain-http", "unpinnable", "loader-env"}
 )
 KNOWN_SECTIONS = frozenset(
     {"consent", "project", "servers", "skills", "instructions", "hooks", "settings", "sandbox",
      "lock"}
 )
 SERVER_FIELDS = frozenset(
-    {"transport", "files", "risks", "command", "args", "cwd", "env", "url", "headers"}
+    {"transport", "files", "roots", "risks", "command", "args", "cwd", "env", "url", "headers"}
 )
 HOOK_FIELDS = frozenset(
-    {"event", "matcher", "timeout", "files", "risks", "script", "args", "command"}
+    {"event", "matcher", "timeout", "files", "roots", "risks", "script", "args", "command"}
 )
 SANDBOX_FIELDS = frozenset(
     {"enabled", "read_dirs", "write_dirs", "read_files", "write_files", "env", "network",

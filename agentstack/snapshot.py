@@ -88,6 +88,12 @@ def _pinned_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, A
         for item in document[section].values():
             for entry in item.get("files", []):
                 files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
+            for tree in item.get("roots", []):  # code roots: every file the command may load
+                for entry in tree["files"]:
+                    files[str(root / tree["path"] / entry["path"])] = {
+                        "kind": "raw",
+                        "role": "source",
+                    }
     for entry in document["instructions"]:
         files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
     return files

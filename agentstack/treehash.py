@@ -27,7 +27,7 @@ from typing import Literal
 import blake3
 
 from agentstack.canonical import DIGEST_PREFIX
-from agentstack.errors import TreeHashError
+from agentstack.errors import Refused, TreeHashError
 
 TREE_DOMAIN = b"agentstack-tree-v1\0"
 RACY_SLACK_NS = 1_000_000_000
@@ -35,6 +35,38 @@ _CHUNK = 1 << 20
 _BIG_FILE = 8 << 20
 
 EntryKind = Literal["file", "link"]
+
+
+class LimitExceeded(Refused):
+    """What `lock` would pin is larger than its limits allow (exit 1)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what one `lock` pins. They come from the command line, never from the project (a
+    project could otherwise lift them); the defaults fit any real configuration."""
+
+    max_file_bytes: int = 256 << 20
+    max_files: int = 200_000
+    max_total_bytes: int = 4 << 30
+
+    def file_too_big(self, where: str, path: str, size: int) -> LimitExceeded:
+        return LimitExceeded(
+            f"{where}: {path} is {size} bytes, more than the limit of {self.max_file_bytes}",
+            hint="if it is meant to be pinned, raise the limit: agentstack lock --max-file-size N",
+        )
+
+    def too_many_files(self, where: str) -> LimitExceeded:
+        return LimitExceeded(
+            f"{where}: the lock would pin more than {self.max_files} files",
+            hint="pin less (pin = [...]), or raise the limit: agentstack lock --max-files N",
+        )
+
+    def too_many_bytes(self, where: str) -> LimitExceeded:
+        return LimitExceeded(
+            f"{where}: the lock would pin more than {self.max_total_bytes} bytes",
+            hint="raise the limit: agentstack lock --max-total-size N",
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -250,8 +282,17 @@ def check_links(where: str, links: dict[str, str]) -> None:
             )
 
 
-def walk_tree(root: Path, cache: StatCache | None = None) -> list[TreeEntry]:
-    """Every file and in-tree link under `root`, validated; empty directories are not content."""
+def walk_tree(
+    root: Path,
+    cache: StatCache | None = None,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    excluded: list[str] | None = None,
+) -> list[TreeEntry]:
+    """Every file and in-tree link under `root`, validated; empty directories are not content.
+
+    A directory whose name is in `exclude` is skipped (at any depth) and its tree-relative path is
+    appended to `excluded`, so the caller can show what was left out."""
     try:
         st = os.lstat(root)
     except FileNotFoundError:
@@ -263,13 +304,19 @@ def walk_tree(root: Path, cache: StatCache | None = None) -> list[TreeEntry]:
     if not stat.S_ISDIR(st.st_mode):
         raise TreeHashError(f"{root}: not a directory")
     links: dict[str, str] = {}
-    entries = list(_walk(root, "", cache, links))
+    skipped: list[str] = [] if excluded is None else excluded
+    entries = list(_walk(root, "", cache, links, exclude, skipped))
     check_links(str(root), links)
     return entries
 
 
 def _walk(
-    root: Path, prefix: str, cache: StatCache | None, links: dict[str, str]
+    root: Path,
+    prefix: str,
+    cache: StatCache | None,
+    links: dict[str, str],
+    exclude: frozenset[str] = frozenset(),
+    excluded: list[str] | None = None,
 ) -> Iterator[TreeEntry]:
     # Hot loop (10,000-file trees): plain strings, no Path objects, error text built on failure.
     directory = os.path.join(root, prefix) if prefix else str(root)
@@ -291,7 +338,11 @@ def _walk(
         st = child.stat(follow_symlinks=False)
         mode = st.st_mode
         if stat.S_ISDIR(mode):
-            yield from _walk(root, rel, cache, links)
+            if name in exclude:
+                if excluded is not None:
+                    excluded.append(rel)
+                continue
+            yield from _walk(root, rel, cache, links, exclude, excluded)
         elif stat.S_ISREG(mode):
             yield TreeEntry(
                 path=rel,

@@ -179,12 +179,20 @@ def _file_line(entry: dict[str, Any]) -> Text:
     return out
 
 
-def _files(files: list[dict[str, Any]]) -> Text:
+def _files(files: list[dict[str, Any]], roots: list[dict[str, Any]] | None = None) -> Text:
     out = Text()
     for entry in files:
         if out:
             out.append("\n")
         out.append_text(_file_line(entry))
+    for root in roots or []:  # code roots (lock): whole trees the command loads code from
+        if out:
+            out.append("\n")
+        out.append(sanitize(root["path"]) + "/")
+        out.append(f"  {len(root['files'])} files  {short(root['digest'])}", style="dim")
+        if root.get("excluded"):
+            skipped = ", ".join(sanitize(p) for p in root["excluded"])
+            out.append(f"  (not pinned: {skipped})", style="yellow")
     return out
 
 
@@ -211,7 +219,7 @@ def server_item(key: str, server: dict[str, Any], heading: Text | None = None) -
         if server.get("env"):
             item.add("env", _sources(server["env"]))
     if server.get("files"):
-        item.add("files", _files(server["files"]))
+        item.add("files", _files(server["files"], server.get("roots")))
     if server.get("risks"):
         item.add("risks", lines(*server["risks"], style="yellow"))
     return item
@@ -223,7 +231,7 @@ def hook_item(key: str, hook: dict[str, Any], heading: Text | None = None) -> It
     item.add("matcher", t(hook.get("matcher", "*")))
     item.add("runs", t(command_line(hook)))
     if hook.get("files"):
-        item.add("files", _files(hook["files"]))
+        item.add("files", _files(hook["files"], hook.get("roots")))
     return item
 
 

@@ -29,6 +29,7 @@ from agentstack.lockfile import fresh_lock
 from agentstack.manifest import load_manifest
 from agentstack.reach import (
     KNOWN_FACTS,
+    Command,
     Endpoint,
     FsGrant,
     Host,
@@ -229,6 +230,8 @@ executables = ["*"]
 packages = ["*"]
 unpinned = true
 shell = true
+unpinnable = true
+loader_env = true
 [servers]
 remote = ["*"]
 [permissions]
@@ -317,6 +320,21 @@ def test_every_fact_the_risk_module_emits_is_modelled() -> None:
     assert codes == KNOWN_FACTS - set() or codes <= KNOWN_FACTS
     assert codes >= {"absolute-binary", "unpinned-package", "shell-command", "remote-host",
                      "link-local", "plain-http"}
+
+
+def test_code_agentstack_cannot_pin_and_loader_variables_need_permission() -> None:
+    reach = Reach(commands=(
+        Command("servers.a", ("python3", "x.py"), ("unpinnable:python3 -c runs a script",),
+                None),
+        Command("servers.b", ("python3", "y.py"), ("loader-env:PYTHONPATH",), None),
+    ))
+    boundary = Boundary(source="b", executables=("python3",))
+    result = check(reach, boundary)
+    assert result.result == "exceeds_boundary"
+    assert dict(result.counts)["commands"] == 2
+    assert "cannot pin" in result.violations[0].counterexample
+    allowed = Boundary(source="b", executables=("python3",), unpinnable=True, loader_env=True)
+    assert check(reach, allowed).result == "within_boundary"
 
 
 def test_a_glob_in_the_boundary_is_unsupported_not_a_pass(tmp_path: Path) -> None:

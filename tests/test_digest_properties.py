@@ -57,11 +57,26 @@ FILES: dict[str, str] = {
     "hooks/audit.sh": "#!/bin/sh\nexit 0\n",
     "hooks/audit-copy.sh": "#!/bin/sh\nexit 0\n",
     "hooks/rules.txt": "no secrets\n",
+    "servers/helper.py": "def helper():\n    return 1\n",  # imported by a.py: in its code root
+    "vendor/lib.py": "VALUE = 1\n",  # on PYTHONPATH: a code root of its own
+    "vendor/pkg/__init__.py": "# package\n",
+    "node/package.json": '{"name": "n", "scripts": {"start": "node index.js"}}\n',
+    "node/index.js": "require('./dep')\n",
+    "node/dep.js": "module.exports = 1\n",
+    "node/node_modules/x/index.js": "module.exports = 2\n",  # excluded, and reported
 }
 EXECUTABLES = ("skills/local/run.sh", "skills/copy/run.sh", "hooks/audit.sh", "hooks/audit-copy.sh")
 # Every local file whose bytes the base manifest pins (directly, or named on a command line).
 PINNED = (
     "servers/a.py",
+    "servers/b.py",
+    "servers/helper.py",
+    "vendor/lib.py",
+    "vendor/pkg/__init__.py",
+    "node/package.json",
+    "node/index.js",
+    "node/dep.js",
+    "hooks/audit-copy.sh",
     "skills/local/SKILL.md",
     "skills/local/run.sh",
     "skills/local/lib/notes.txt",
@@ -80,9 +95,14 @@ def base_data(git_url: str) -> dict[str, Any]:
             "local": {
                 "command": "python3",
                 "args": ["-u", "a.py", "--port", "8080"],
-                "env": {"LOG_LEVEL": "debug", "API_TOKEN": "secret:api-token"},
+                "env": {
+                    "LOG_LEVEL": "debug",
+                    "API_TOKEN": "secret:api-token",
+                    "PYTHONPATH": "../vendor",
+                },
                 "cwd": "servers",
             },
+            "node": {"command": "npm", "args": ["start"], "cwd": "node"},
             "remote": {
                 "url": "https://mcp.example.com/v1?team=core",
                 "headers": {"X-Team": "core", "Authorization": "secret:remote-auth"},
@@ -594,6 +614,28 @@ MUTATIONS: dict[str, Callable[[Project], None]] = {
     "server script last byte": _file("servers/a.py", lambda f: _flip(f, -1, 0x01)),
     "server script size": _file("servers/a.py", _append_byte),
     "server script exec bit": _file("servers/a.py", _toggle_x),
+    # code roots: what the script loads without naming it
+    "code root module byte": _file("servers/helper.py", _flip),
+    "code root module size": _file("servers/helper.py", _append_byte),
+    "code root module exec bit": _file("servers/helper.py", _toggle_x),
+    "code root file added": _file("servers/new.py", lambda f: f.write_text("x = 1\n")),
+    "code root file removed": _file("servers/b.py", lambda f: f.unlink()),
+    "code root file renamed": _file("servers/b.py", lambda f: f.rename(f.with_name("c.py"))),
+    "code root symlink added": _file("servers/link.py", lambda f: f.symlink_to("a.py")),
+    "code root subdir file added": _file(
+        "servers/sub/m.py", lambda f: (f.parent.mkdir(), f.write_text("\n"))
+    ),
+    "package.json script": _file("node/package.json", lambda f: _flip(f, 40)),
+    "package.json tree byte": _file("node/dep.js", _flip),
+    "pin replaces the inferred root": _set("servers/node/pin", ["node/index.js"]),
+    "pin includes node_modules": _set("servers/node/pin", ["node", "node/node_modules"]),
+    "hook script sibling byte": _file("hooks/audit-copy.sh", lambda f: _flip(f, 3)),
+    # loader environment
+    "loader env value": _set("servers/local/env/PYTHONPATH", "../vendor/pkg"),
+    "loader env removed": _drop("servers/local/env/PYTHONPATH"),
+    "loader env path byte": _file("vendor/lib.py", _flip),
+    "loader env path new module": _file("vendor/new.py", lambda f: f.write_text("\n")),
+    "loader env added": _set("servers/local/env/NODE_OPTIONS", "--require ../node/dep.js"),
     # remote server
     "remote.url": _set("servers/remote/url", "https://mcp.example.com/v2?team=core"),
     "remote.url host": _set("servers/remote/url", "https://mcp.example.org/v1?team=core"),
@@ -713,6 +755,10 @@ def test_base_project_pins_everything(tmp_path: Path) -> None:
     _, lock = p.resolve()
     pinned = {f["path"] for item in lock["servers"].values() for f in item["files"]}
     pinned |= {f["path"] for item in lock["hooks"].values() for f in item["files"]}
+    for section in ("servers", "hooks"):
+        for item in lock[section].values():
+            for root in item.get("roots", []):
+                pinned |= {f"{root['path']}/{f['path']}" for f in root["files"]}
     pinned |= {f["path"] for f in lock["instructions"]}
     local = lock["skills"]["local-skill"]
     pinned |= {f"{local['path']}/{f['path']}" for f in local["files"]}
@@ -1077,3 +1123,100 @@ def test_string_without_a_utf8_form_raises_canonical_error() -> None:
 def test_printable_ascii_keys_are_fine() -> None:
     keys = {c: i for i, c in enumerate(string.printable)}
     assert json.loads(canonical_bytes(keys)) == keys
+
+
+# ============================================================================ 5. schema evolution
+
+
+def test_an_optional_field_at_its_default_does_not_move_the_digest(tmp_path: Path) -> None:
+    """A later agentstack adds optional fields (ADR 0006). A manifest that does not set them must
+    keep its manifest digest and its consent digest, so upgrading never forces a re-review; once a
+    field is set to something else, both move."""
+    from pydantic import Field as PydanticField
+
+    from agentstack import manifest as m
+    from agentstack.lockfile import manifest_digest
+
+    class ServerV2(m.Server):
+        retries: int = 3
+        labels: list[str] = PydanticField(default_factory=list)
+
+    class HookV2(m.Hook):
+        quiet: bool = False
+
+    class NetworkV2(m.Network):
+        allow_udp: bool = False
+
+    class SandboxV2(m.Sandbox):
+        network: NetworkV2 = PydanticField(default_factory=NetworkV2)
+        read_only_home: bool = True
+
+    class ProjectV2(m.ProjectSection):
+        description: str = ""
+
+    class ManifestV2(m.Manifest):
+        project: ProjectV2
+        servers: dict[m.ItemName, ServerV2] = PydanticField(default_factory=dict)
+        hooks: dict[m.ItemName, HookV2] = PydanticField(default_factory=dict)
+        sandbox: SandboxV2 = PydanticField(default_factory=SandboxV2)
+        telemetry: bool = False
+
+    p = build_project(tmp_path)
+    manifest, lock = p.resolve()
+    old_digest = consent_digest(consent_document(manifest, lock))
+    raw = tomllib.loads((p.root / "agentstack.toml").read_text())
+
+    def digests(data: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        upgraded = ManifestV2.model_validate(data)
+        new_lock = {**lock, "manifest": manifest_digest(upgraded)}
+        document = consent_document(upgraded, new_lock)
+        return new_lock["manifest"], consent_digest(document, ManifestV2), document
+
+    lock_digest, digest, document = digests(raw)
+    assert lock_digest == lock["manifest"]
+    assert digest == old_digest
+    # The new fields are in the view the user reads, at their defaults.
+    assert document["servers"]["local"]["retries"] == 3
+    assert document["hooks"]["guard"]["quiet"] is False
+    assert document["sandbox"]["network"]["allow_udp"] is False
+    # Writing a default explicitly is cosmetic too.
+    explicit = copy.deepcopy(raw)
+    explicit["servers"]["local"]["retries"] = 3
+    explicit["sandbox"]["read_only_home"] = True
+    explicit["telemetry"] = False
+    assert digests(explicit)[:2] == (lock["manifest"], old_digest)
+    # Set to anything else, each new field moves both digests.
+    for path, value in (
+        ("servers/local/retries", 4),
+        ("servers/remote/labels", ["x"]),
+        ("hooks/audit/quiet", True),
+        ("sandbox/network/allow_udp", True),
+        ("sandbox/read_only_home", False),
+        ("project/description", "d"),
+        ("telemetry", True),
+    ):
+        changed = copy.deepcopy(raw)
+        parent, _, leaf = path.rpartition("/")
+        (_at(changed, parent) if parent else changed)[leaf] = value
+        new_lock_digest, new_digest, _ = digests(changed)
+        assert new_lock_digest != lock["manifest"], path
+        assert new_digest != old_digest, path
+
+
+def test_defaults_written_out_keep_the_digest(tmp_path: Path) -> None:
+    """Spelling out today's defaults (`args = []`, `timeout = 30`, `enabled = true`, ...) is
+    cosmetic: it changes neither the manifest digest nor the consent digest."""
+    p = build_project(tmp_path)
+    del p.data["hooks"]["guard"]["timeout"]
+    del p.data["sandbox"]["enabled"]
+    p.write()
+    base, _ = p.digest()
+    p.data["hooks"]["guard"]["timeout"] = 30
+    p.data["sandbox"]["enabled"] = True
+    p.data["servers"]["remote"]["headers"]["X-Team"] = "core"
+    p.data["servers"]["local"]["pin"] = []
+    p.data["project"]["harnesses"] = ["claude-code", "codex", "gemini-cli"]
+    p.data["settings"]["permissions"]["ask"] = ["WebFetch(domain:example.com)"]
+    p.data["sandbox"]["network"]["block"] = True
+    p.write()
+    assert p.digest()[0] == base

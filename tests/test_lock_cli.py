@@ -350,3 +350,43 @@ env = { HOME_COPY = "${HOME}" }
                  "servers.local.env.HOME_COPY"):
         assert path in result.stderr, result.stderr
     assert "secret:NAME" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("snippet", "field"),
+    [
+        ('[servers.r]\nurl = "https://h.example/mcp?k=${GITHUB_TOKEN}"\n', "servers.r.url"),
+        ('[servers.r]\nurl = "https://h.example/$GITHUB_TOKEN"\n', "servers.r.url"),
+        ('[servers.r]\nurl = "https://h.example/mcp"\nheaders = { X = "{env:TOKEN}" }\n',
+         "servers.r.headers.X"),
+        ('[servers.l]\ncommand = "tool"\nargs = ["${env:HOME}"]\n', "servers.l.args[0]"),
+        ('[servers.l]\ncommand = "tool"\nargs = ["${input:token}"]\n', "servers.l.args[0]"),
+        ('[servers.l]\ncommand = "tool"\nenv = { A = "$HOME/x" }\n', "servers.l.env.A"),
+        ('[servers.l]\ncommand = "tool"\ncwd = "a$B"\n', "servers.l.cwd"),
+        ('[servers.l]\ncommand = "$TOOL"\n', "servers.l.command"),
+        ('[hooks.h]\nevent = "Stop"\ncommand = ["sh", "-c", "curl $URL"]\n', "hooks.h.command[2]"),
+        ('[hooks.h]\nevent = "Stop"\ncommand = ["x"]\nmatcher = "${M}"\n', "hooks.h.matcher"),
+        ('[settings.permissions]\nallow = ["Bash(echo ${SECRET})"]\n',
+         "settings.permissions.allow[0]"),
+        ('[settings.passthrough.gemini-cli]\nmodel = { name = "$GEMINI_MODEL" }\n',
+         "settings.passthrough"),
+    ],
+)
+def test_every_expansion_syntax_in_every_rendered_string_is_refused(
+    tmp_path: Path, snippet: str, field: str
+) -> None:
+    project = make_project(tmp_path / "p", '[project]\nname = "p"\n\n' + snippet)
+    result = run_cli("lock", cwd=project)
+    assert result.returncode == 2, result.stderr
+    assert f"{field}:" in result.stderr, result.stderr
+    assert "would expand" in result.stderr
+    assert not (project / "agentstack.lock").exists()
+
+
+def test_a_dollar_that_expands_nothing_is_kept(tmp_path: Path) -> None:
+    manifest = (
+        '[project]\nname = "p"\n\n[hooks.h]\nevent = "PreToolUse"\nmatcher = "^Edit$"\n'
+        'command = ["printf", "costs 5$ or 5 $"]\n'
+    )
+    project = make_project(tmp_path / "p", manifest)
+    assert run_cli("lock", cwd=project).returncode == 0

@@ -681,3 +681,53 @@ def test_lock_cli_reports_tree_errors_with_the_dotted_path(
     assert "skills.fine" not in result.stderr
     assert "Traceback" not in result.stderr
     assert not (project / "agentstack.lock").exists()  # nothing is written
+
+
+# ------------------------------------------------------------------------------- excludes
+
+
+def test_excluded_directories_are_skipped_at_any_depth_and_reported(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for rel in ("a.py", "node_modules/x/i.js", "sub/node_modules/y.js", "sub/b.py",
+                "sub/.git/HEAD", "node_modules.txt"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(rel)
+    excluded: list[str] = []
+    entries = treehash.walk_tree(
+        root, None, exclude=frozenset({"node_modules", ".git"}), excluded=excluded
+    )
+    assert sorted(e.path for e in entries) == ["a.py", "node_modules.txt", "sub/b.py"]
+    assert sorted(excluded) == ["node_modules", "sub/.git", "sub/node_modules"]
+    # Without excludes, everything is walked (a root named node_modules is pinned whole).
+    everything = treehash.walk_tree(root, None)
+    assert len(everything) == 6
+
+
+def test_an_excluded_directory_never_opens_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    (root / "node_modules" / "big").mkdir(parents=True)
+    (root / "node_modules" / "big" / "f").write_text("x")
+    (root / "ok.py").write_text("x")
+    opened: list[str] = []
+    real_scandir = os.scandir
+
+    def spy(path: str | os.PathLike[str]) -> object:
+        opened.append(str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(treehash.os, "scandir", spy)
+    treehash.walk_tree(root, None, exclude=frozenset({"node_modules"}), excluded=[])
+    assert not any("node_modules" in p for p in opened)
+
+
+def test_a_link_named_like_an_excluded_directory_is_a_link(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "real").mkdir(parents=True)
+    (root / "real" / "f").write_text("x")
+    os.symlink("real", root / "node_modules")
+    excluded: list[str] = []
+    entries = treehash.walk_tree(root, None, exclude=frozenset({"node_modules"}), excluded=excluded)
+    kinds = {e.path: e.kind for e in entries}
+    assert kinds == {"node_modules": "link", "real/f": "file"} and excluded == []
