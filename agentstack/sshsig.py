@@ -229,7 +229,7 @@ class PrivateKey:
         if cipher != b"none" or kdf != b"none":
             raise KeyFileError(
                 f"{where}: the key is encrypted with a passphrase; agentstack cannot decrypt it",
-                hint="make an unencrypted copy for signing ('cp KEY COPY; ssh-keygen -p -N \"\" "
+                hint='make an unencrypted copy for signing (\'cp KEY COPY; ssh-keygen -p -N "" '
                 "-f COPY', then chmod 600 COPY), or create a signing key with "
                 "'agentstack keys generate NAME'",
             )
@@ -323,7 +323,9 @@ def sign(key: PrivateKey, message: bytes, namespace: str = NAMESPACE) -> str:
 
 def parse_signature(armoured: bytes) -> Signature:
     if len(armoured) > MAX_SIGNATURE_BYTES:
-        raise SignatureError("malformed", f"the signature is larger than {MAX_SIGNATURE_BYTES} bytes")
+        raise SignatureError(
+            "malformed", f"the signature is larger than {MAX_SIGNATURE_BYTES} bytes"
+        )
     try:
         text = armoured.decode("ascii").strip()
     except UnicodeDecodeError:
@@ -331,7 +333,9 @@ def parse_signature(armoured: bytes) -> Signature:
     if not text.startswith(_BEGIN_SIG) or not text.endswith(_END_SIG):
         raise SignatureError("malformed", "the signature is not an SSH SIGNATURE block")
     try:
-        blob = base64.b64decode("".join(text[len(_BEGIN_SIG) : -len(_END_SIG)].split()), validate=True)
+        blob = base64.b64decode(
+            "".join(text[len(_BEGIN_SIG) : -len(_END_SIG)].split()), validate=True
+        )
     except (binascii.Error, ValueError):
         raise SignatureError("malformed", "the signature's base64 does not decode") from None
     reader = _Reader(blob, "signature")
