@@ -1,0 +1,375 @@
+"""share -> receive -> release between two AGENTSTACK_HOMEs, through the real command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from agentstack import bundle
+from agentstack.trustlog import TrustLog
+from tests.bundle_corpus import make_locked_project
+from tests.conftest import copy_example, run_cli
+
+SSH_KEYGEN = shutil.which("ssh-keygen")
+
+
+class Homes:
+    """Two users on one machine: their own HOME, AGENTSTACK_HOME and cache."""
+
+    def __init__(self, base: Path) -> None:
+        self.env = {}
+        for who in ("alice", "bob"):
+            home = base / who
+            home.mkdir(parents=True)
+            self.env[who] = {
+                "HOME": str(home),
+                "AGENTSTACK_HOME": str(home / "state"),
+                "AGENTSTACK_CACHE": str(home / "cache"),
+                "XDG_CONFIG_HOME": str(home / ".config"),
+                "XDG_CACHE_HOME": str(home / ".cache"),
+            }
+
+    def run(
+        self, who: str, *args: str, cwd: Path, ok: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = run_cli(*args, cwd=cwd, env=self.env[who])
+        if ok:
+            assert result.returncode == 0, f"{args}: {result.stderr}"
+        return result
+
+    def state(self, who: str) -> Path:
+        return Path(self.env[who]["AGENTSTACK_HOME"])
+
+
+@pytest.fixture
+def homes(tmp_path: Path) -> Homes:
+    return Homes(tmp_path / "users")
+
+
+def _full_example(tmp_path: Path, homes: Homes) -> tuple[Path, Path]:
+    """examples/full with its git-sourced skill, locked and trusted by alice."""
+    project = copy_example("full", tmp_path)
+    repo = tmp_path / "skill-repo"
+    subprocess.run(
+        ["sh", str(project / "make-skill-repo.sh"), str(repo)],
+        check=True,
+        capture_output=True,
+        cwd=project,
+    )
+    homes.run("alice", "lock", cwd=project)
+    homes.run("alice", "trust", "--yes", cwd=project)
+    return project, repo
+
+
+def test_round_trip_with_git_source_and_no_network(tmp_path: Path, homes: Homes) -> None:
+    project, repo = _full_example(tmp_path, homes)
+    public = homes.run("alice", "keys", "generate", "alice", cwd=project).stdout.strip()
+    out = tmp_path / "full.astack"
+    shared = homes.run(
+        "alice", "share", "-o", str(out), "--version", "1.0.0", "--json", cwd=project
+    )
+    sent = json.loads(shared.stdout)
+    sender_digest = homes.run("alice", "digest", cwd=project).stdout.strip()
+    assert sent["consent"] == sender_digest
+    # The git repository disappears: the receiver must need nothing but the bundle.
+    shutil.move(repo, tmp_path / "gone")
+    homes.run("bob", "keys", "trust", "alice@example.com", public, cwd=tmp_path)
+    ident = homes.run("bob", "receive", str(out), cwd=tmp_path).stdout.strip()
+    assert len(ident) == 64
+    listed = json.loads(homes.run("bob", "quarantine", "list", "--json", cwd=tmp_path).stdout)
+    assert listed["quarantine"][0]["state"] == "held"
+    assert listed["quarantine"][0]["signer"] == ["alice@example.com"]
+    shown = homes.run("bob", "quarantine", "show", ident[:12], cwd=tmp_path, ok=True)
+    assert "style-guide" in shown.stdout and sender_digest in shown.stdout
+    dest = tmp_path / "bob-project"
+    released = homes.run(
+        "bob",
+        "quarantine",
+        "release",
+        ident[:12],
+        "--into",
+        str(dest),
+        "--yes",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert json.loads(released.stdout)["digest"] == sender_digest
+    homes.run("bob", "lock", "--check", cwd=dest)
+    assert homes.run("bob", "digest", cwd=dest).stdout.strip() == sender_digest
+    assert os.access(dest / "hooks/format-check.sh", os.X_OK)
+    # Released without --trust: recorded, but not trusted.
+    status = homes.run("bob", "status", "--json", cwd=dest, ok=False)
+    assert json.loads(status.stdout)["trust"] == "untrusted"
+    actions = [r.action for r in TrustLog(homes.state("bob")).records()]
+    assert actions == ["receive", "release"]
+    # Bob's apply can render the git-sourced skill from the seeded mirror, still without the repo.
+    homes.run("bob", "trust", "--yes", cwd=dest)
+    homes.run("bob", "apply", "--write", cwd=dest)
+    assert "Style guide" in (dest / ".claude/skills/style-guide/SKILL.md").read_text()
+
+
+def test_release_with_trust_and_into_an_existing_project(tmp_path: Path, homes: Homes) -> None:
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "trust", "--yes", cwd=project)
+    public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
+    homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
+    first = tmp_path / "v1.astack"
+    homes.run("alice", "share", "-o", str(first), "--version", "1", cwd=project)
+    ident = homes.run("bob", "receive", str(first), cwd=tmp_path).stdout.strip()
+    dest = tmp_path / "dest"
+    homes.run(
+        "bob", "quarantine", "release", ident, "--into", str(dest), "--yes", "--trust", cwd=tmp_path
+    )
+    assert (
+        json.loads(homes.run("bob", "status", "--json", cwd=dest, ok=False).stdout)["trust"]
+        == "trusted"
+    )
+    # Version 2 changes an instruction; releasing over the trusted v1 shows the diff.
+    (project / "AGENTS.md").write_text("Be careful. Run the tests.\n")
+    homes.run("alice", "lock", cwd=project)
+    homes.run("alice", "trust", "--yes", cwd=project)
+    second = tmp_path / "v2.astack"
+    homes.run("alice", "share", "-o", str(second), "--version", "2", cwd=project)
+    ident2 = homes.run("bob", "receive", str(second), cwd=tmp_path).stdout.strip()
+    shown = homes.run("bob", "quarantine", "show", ident2, "--into", str(dest), cwd=tmp_path)
+    assert (
+        "instructions" in shown.stdout and "Changes against the digest you trusted" in shown.stdout
+    )
+    refused = homes.run(
+        "bob", "quarantine", "release", ident2, "--into", str(dest), "--yes", cwd=tmp_path, ok=False
+    )
+    assert refused.returncode == 1 and "AGENTS.md" in refused.stderr and "--force" in refused.stderr
+    assert (dest / "AGENTS.md").read_text() == "Be careful.\n"
+    done = json.loads(
+        homes.run(
+            "bob",
+            "quarantine",
+            "release",
+            ident2,
+            "--into",
+            str(dest),
+            "--yes",
+            "--force",
+            "--json",
+            cwd=tmp_path,
+        ).stdout
+    )
+    assert (dest / "AGENTS.md").read_text() == "Be careful. Run the tests.\n"
+    assert (Path(done["backup"]) / "AGENTS.md").read_text() == "Be careful.\n"
+    homes.run("bob", "lock", "--check", cwd=dest)
+    # Version 1 again is a rollback now, even though it is the very bundle received before.
+    rolled = homes.run("bob", "receive", str(first), cwd=tmp_path, ok=False)
+    assert rolled.returncode == 1 and "(rollback)" in rolled.stderr
+
+
+def test_extra_files_in_a_pinned_tree_block_release(tmp_path: Path, homes: Homes) -> None:
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "trust", "--yes", cwd=project)
+    public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
+    homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
+    out = tmp_path / "b.astack"
+    homes.run("alice", "share", "-o", str(out), cwd=project)
+    ident = homes.run("bob", "receive", str(out), cwd=tmp_path).stdout.strip()
+    dest = tmp_path / "dest"
+    (dest / "skills/helper").mkdir(parents=True)
+    (dest / "skills/helper/stray.md").write_text("not in the bundle\n")
+    refused = homes.run(
+        "bob", "quarantine", "release", ident, "--into", str(dest), "--yes", cwd=tmp_path, ok=False
+    )
+    assert refused.returncode == 1 and "stray.md" in refused.stderr
+    homes.run(
+        "bob", "quarantine", "release", ident, "--into", str(dest), "--yes", "--force", cwd=tmp_path
+    )
+    homes.run("bob", "lock", "--check", cwd=dest)
+
+
+def test_release_never_writes_through_a_symlink(tmp_path: Path, homes: Homes) -> None:
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "trust", "--yes", cwd=project)
+    public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
+    homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
+    out = tmp_path / "b.astack"
+    homes.run("alice", "share", "-o", str(out), cwd=project)
+    ident = homes.run("bob", "receive", str(out), cwd=tmp_path).stdout.strip()
+    dest = tmp_path / "dest"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest.mkdir()
+    (dest / "hooks").symlink_to(outside)
+    refused = homes.run(
+        "bob",
+        "quarantine",
+        "release",
+        ident,
+        "--into",
+        str(dest),
+        "--yes",
+        "--force",
+        cwd=tmp_path,
+        ok=False,
+    )
+    assert refused.returncode == 1 and "symbolic link" in refused.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_unknown_signer_needs_the_flag(tmp_path: Path, homes: Homes) -> None:
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "keys", "generate", "k", cwd=project)
+    out = tmp_path / "b.astack"
+    homes.run("alice", "share", "-o", str(out), cwd=project)
+    ident = homes.run("bob", "receive", str(out), cwd=tmp_path).stdout.strip()
+    assert "UNKNOWN" in homes.run("bob", "quarantine", "show", ident, cwd=tmp_path).stdout
+    dest = tmp_path / "dest"
+    refused = homes.run(
+        "bob", "quarantine", "release", ident, "--into", str(dest), "--yes", cwd=tmp_path, ok=False
+    )
+    assert refused.returncode == 1 and "--allow-unknown-signer" in refused.stderr
+    assert not dest.exists()
+    homes.run(
+        "bob",
+        "quarantine",
+        "release",
+        ident,
+        "--into",
+        str(dest),
+        "--yes",
+        "--allow-unknown-signer",
+        cwd=tmp_path,
+    )
+    homes.run("bob", "lock", "--check", cwd=dest)
+
+
+def test_share_is_deterministic_and_a_plain_tar_gz(tmp_path: Path, homes: Homes) -> None:
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "keys", "generate", "k", cwd=project)
+    env = {**homes.env["alice"], "SOURCE_DATE_EPOCH": "1764460800"}
+    outputs = []
+    for name in ("a.astack", "b.astack"):
+        result = run_cli(
+            "share", "-o", str(tmp_path / name), "--version", "3", cwd=project, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        outputs.append((tmp_path / name).read_bytes())
+    assert outputs[0] == outputs[1]
+    with tarfile.open(tmp_path / "a.astack") as archive:
+        names = archive.getnames()
+        assert all(m.mtime == 0 and m.uid == 0 and m.isfile() for m in archive.getmembers())
+    assert names[:2] == ["statement.json", "statement.sig"]
+    assert "files/skills/helper/run.sh" in names and "files/agentstack.lock" in names
+
+
+def test_share_refuses_a_stale_lock_and_an_untrusted_digest(tmp_path: Path, homes: Homes) -> None:
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "keys", "generate", "k", cwd=project)
+    out = tmp_path / "b.astack"
+    untrusted = homes.run("alice", "share", "-o", str(out), cwd=project, ok=False)
+    assert untrusted.returncode == 1 and "not trusted" in untrusted.stderr
+    homes.run("alice", "trust", "--yes", cwd=project)
+    (project / "AGENTS.md").write_text("changed\n")
+    stale = homes.run("alice", "share", "-o", str(out), cwd=project, ok=False)
+    assert stale.returncode == 1 and "stale" in stale.stderr
+    assert not out.exists()
+
+
+@pytest.mark.skipif(SSH_KEYGEN is None and os.environ.get("CI") != "true", reason="no ssh-keygen")
+def test_inspect_statement_verifies_with_ssh_keygen(tmp_path: Path, homes: Homes) -> None:
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "trust", "--yes", cwd=project)
+    public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
+    out = tmp_path / "b.astack"
+    homes.run("alice", "share", "-o", str(out), "--expires", "7d", cwd=project)
+    statement = tmp_path / "statement"
+    shown = homes.run(
+        "bob", "inspect", str(out), "--statement", str(statement), "--json", cwd=tmp_path
+    )
+    report = json.loads(shown.stdout)
+    assert report["signer"] == [] and report["validity"] == "valid"
+    assert not (homes.state("bob") / "quarantine").exists()  # inspect extracts nothing
+    signers = tmp_path / "allowed_signers"
+    signers.write_text(f'alice namespaces="agentstack-bundle" {public}\n')
+    assert SSH_KEYGEN is not None
+    verified = subprocess.run(
+        [SSH_KEYGEN, "-Y", "verify", "-n", "agentstack-bundle", "-f", str(signers), "-I", "alice",
+         "-s", f"{statement}.sig"],
+        input=statement.read_bytes(), capture_output=True, check=False,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stderr
+    doc = json.loads(statement.read_bytes())
+    assert doc["consent"] == homes.run("alice", "digest", cwd=project).stdout.strip()
+    assert {m["path"] for m in doc["members"]} >= {"files/agentstack.toml", "files/AGENTS.md"}
+
+
+def test_share_with_an_ssh_keygen_key(tmp_path: Path, homes: Homes) -> None:
+    if SSH_KEYGEN is None:
+        pytest.skip("no ssh-keygen")
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "trust", "--yes", cwd=project)
+    key = tmp_path / "id_ed25519"
+    subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    out = tmp_path / "b.astack"
+    homes.run("alice", "share", "-o", str(out), "--ssh-key", str(key), cwd=project)
+    homes.run("bob", "keys", "trust", "alice", str(key) + ".pub", cwd=tmp_path)
+    received = json.loads(homes.run("bob", "receive", str(out), "--json", cwd=tmp_path).stdout)
+    assert received["signer"] == ["alice"] and received["state"] == "held"
+    encrypted = tmp_path / "enc"
+    subprocess.run(
+        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "secret", "-f", str(encrypted)], check=True
+    )
+    refused = homes.run(
+        "alice", "share", "-o", str(out), "--ssh-key", str(encrypted), cwd=project, ok=False
+    )
+    assert refused.returncode == 2 and "encrypted" in refused.stderr
+
+
+def test_pinned_files_walks_any_lock_section() -> None:
+    lock = {
+        "version": 1,
+        "manifest": "b3:" + "0" * 64,
+        "instructions": [
+            {"path": "A.md", "kind": "file", "executable": False, "size": 1, "digest": "b3:1"}
+        ],
+        "code_roots": {
+            "tools": {
+                "source": "path",
+                "path": "tools",
+                "digest": "b3:2",
+                "files": [
+                    {
+                        "path": "bin/run",
+                        "kind": "file",
+                        "executable": True,
+                        "size": 2,
+                        "digest": "b3:3",
+                    }
+                ],
+            },
+            "vendored": {
+                "source": "git",
+                "git": "file:///x",
+                "commit": "a" * 40,
+                "git_tree": "b" * 40,
+                "subdir": "lib",
+                "digest": "b3:4",
+                "files": [
+                    {
+                        "path": "x.py",
+                        "kind": "file",
+                        "executable": False,
+                        "size": 3,
+                        "digest": "b3:5",
+                    }
+                ],
+            },
+        },
+    }
+    found = {(p.rel, p.git.url if p.git else None) for p in bundle.pinned_files(lock)}
+    assert found == {("A.md", None), ("tools/bin/run", None), ("x.py", "file:///x")}
+    assert bundle.local_roots(lock) == ["tools"]
