@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import tarfile
+import unicodedata
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentstack import bundle
 from agentstack.trustlog import TrustLog
@@ -373,3 +377,80 @@ def test_pinned_files_walks_any_lock_section() -> None:
     found = {(p.rel, p.git.url if p.git else None) for p in bundle.pinned_files(lock)}
     assert found == {("A.md", None), ("tools/bin/run", None), ("x.py", "file:///x")}
     assert bundle.local_roots(lock) == ["tools"]
+
+
+_SEGMENT = st.text(alphabet=st.sampled_from("abcXYZ019._-éß日"), min_size=1, max_size=60).filter(
+    lambda s: s not in (".", "..") and unicodedata.normalize("NFC", s) == s
+)
+_PATHS = st.lists(_SEGMENT, min_size=1, max_size=6).map(lambda parts: "files/" + "/".join(parts))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    entries=st.dictionaries(
+        _PATHS, st.tuples(st.binary(max_size=2000), st.booleans()), min_size=1, max_size=8
+    )
+)
+def test_archive_round_trips_through_the_strict_reader(
+    entries: dict[str, tuple[bytes, bool]],
+) -> None:
+    members = [(p, d, x) for p, (d, x) in sorted(entries.items())]
+    data = bundle.write_archive(members)
+    assert bundle.write_archive(members) == data  # deterministic
+    reader = bundle.TarReader(bundle.Inflater(io.BytesIO(data), 1 << 30))
+    read = []
+    while (item := reader.next()) is not None:
+        read.append((item.path, reader.read_all(), item.executable))
+    reader.src.finish()
+    assert read == members
+    # The standard library reads the same archive (long names through pax).
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        assert [(m.name, bool(m.mode & 0o100)) for m in archive.getmembers()] == [
+            (p, x) for p, _, x in members
+        ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.from_regex(r"[a-z0-9][a-z0-9._-]{0,20}", fullmatch=True),
+    version=st.from_regex(r"[0-9]{1,4}(\.[0-9]{1,4}){0,3}", fullmatch=True),
+    paths=st.sets(_PATHS, max_size=5),
+    size=st.integers(min_value=0, max_value=1 << 20),
+)
+def test_statement_canonical_form_round_trips(
+    name: str, version: str, paths: set[str], size: int
+) -> None:
+    members = tuple(
+        bundle.Member(path=p, size=size, blake3="b3:" + "a" * 64, executable=bool(i % 2))
+        for i, p in enumerate(sorted(paths, key=lambda p: p.encode()))
+    )
+    keys = {bundle._collision_key(p) for p in paths}
+    statement = bundle.Statement(
+        name=name, version=version, created="2026-01-01T00:00:00Z", expires="2026-02-01T00:00:00Z",
+        consent="b3:" + "1" * 64, lock="b3:" + "2" * 64, members=members,
+    )  # fmt: skip
+    encoded = statement.encode()
+    if len(keys) < len(paths) or _has_prefix(paths):
+        with pytest.raises(bundle.BundleRejected):
+            bundle.parse_statement(encoded)
+        return
+    assert bundle.parse_statement(encoded) == statement
+    # Any other spelling of the same document is refused: only the signed bytes count.
+    respelled = json.dumps(statement.to_json(), sort_keys=True, indent=1).encode()
+    with pytest.raises(bundle.BundleRejected):
+        bundle.parse_statement(respelled)
+
+
+def _has_prefix(paths: set[str]) -> bool:
+    keys = {bundle._collision_key(p) for p in paths}
+    return any(
+        "/".join(bundle._collision_key(p).split("/")[:d]) in keys
+        for p in paths
+        for d in range(1, p.count("/") + 1)
+    )
+
+
+def test_version_order() -> None:
+    assert bundle.version_key("1.10") > bundle.version_key("1.9")
+    assert bundle.version_key("2") == bundle.version_key("2.0.0")
+    assert bundle.version_key("2026.1130.170000") > bundle.version_key("2026.0930.235959")

