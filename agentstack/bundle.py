@@ -192,8 +192,8 @@ def parse_statement(data: bytes) -> Statement:
 
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise bad(f"is not JSON ({exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise bad(f"is not JSON ({str(exc)[:100]})") from None
     if not isinstance(doc, dict):
         raise bad("is not a JSON object")
     keys = {"agentstack_bundle", "name", "version", "created", "expires", "consent", "lock"}
@@ -545,7 +545,7 @@ def write_archive(members: list[tuple[str, bytes, bool]]) -> bytes:
     import io
 
     raw = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz:
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz:
         for path, data, executable in members:
             gz.write(tar_member(path, data, executable))
         gz.write(b"\0" * (2 * _BLOCK))
@@ -911,7 +911,13 @@ class Opened:
     principals: list[str]
 
 
-def open_bundle(handle: IO[bytes], *, now: float | None = None, check_time: bool = True) -> Opened:
+def open_bundle(
+    handle: IO[bytes],
+    *,
+    now: float | None = None,
+    check_time: bool = True,
+    home: Path | None = None,
+) -> Opened:
     """Read the statement and its signature from the start of a bundle and verify them: the
     signature (by any key; the caller decides whom to believe), the statement's form, and its
     validity period. Nothing is written."""
@@ -974,7 +980,7 @@ def open_bundle(handle: IO[bytes], *, now: float | None = None, check_time: bool
             )
     if parse_utc(statement.expires) <= parse_utc(statement.created):
         raise reject("bad-statement", "the statement expires before it was created")
-    principals = allowed_signers().principals_for(parsed.public_key, now=moment)
+    principals = allowed_signers(home).principals_for(parsed.public_key, now=moment)
     return Opened(
         reader=reader,
         inflater=inflater,

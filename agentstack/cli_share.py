@@ -368,9 +368,13 @@ def _review(held: Any, contents: Any, principals: list[str], dest: Path | None, 
         ", ".join(principals)
         or f"UNKNOWN signer {meta.get('fingerprint')} (not in allowed_signers)"
     )
+    from agentstack.sanitize import sanitize
+
     out.print(
-        f"quarantine {held.id[:12]}: {meta.get('name')} {meta.get('version')} signed by {who}; "
-        f"received {meta.get('received')}, expires {meta.get('expires')}",
+        sanitize(
+            f"quarantine {held.id[:12]}: {meta.get('name')} {meta.get('version')} signed by "
+            f"{who}; received {meta.get('received')}, expires {meta.get('expires')}"
+        ),
         markup=False, highlight=False,
     )  # fmt: skip
     last, result = _diff_against(dest, contents.document)
@@ -378,7 +382,10 @@ def _review(held: Any, contents: Any, principals: list[str], dest: Path | None, 
         out.print(consent_renderable(contents.document, contents.digest))
         out.print(diff_renderable(result).renderables[0])
     else:
-        out.print(f"Changes against the digest you trusted in {dest} on {last.time}:", markup=False)
+        out.print(
+            sanitize(f"Changes against the digest you trusted in {dest} on {last.time}:"),
+            markup=False, highlight=False,
+        )  # fmt: skip
         out.print(diff_renderable(result))
     return result
 

@@ -87,7 +87,8 @@ def _write_new(root: Path, rel: str, chunks: Iterator[bytes]) -> None:
                 view = memoryview(chunk)
                 while view:
                     view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            # No fsync per file: a quarantined copy is re-hashed against the signed statement
+            # on every show and release, so a copy a crash damaged is caught, not trusted.
         finally:
             os.close(fd)
 
@@ -227,7 +228,7 @@ def receive(path: Path, *, now: float | None = None, home: Path | None = None) -
     with handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             raise InvalidInput(f"{path} is not a regular file")
-        opened = bundle.open_bundle(handle, now=moment)
+        opened = bundle.open_bundle(handle, now=moment, home=home)
         statement = opened.statement
         statement_digest = b3(opened.statement_bytes)
         fingerprint = opened.signer_key.fingerprint
@@ -327,6 +328,8 @@ def check_contents(qdir: Path, statement: Statement) -> Contents:
         raise reject(
             "bad-setup", "the bundled manifest or lock does not validate: " + exc.message
         ) from None
+    except (ValueError, RecursionError) as exc:
+        raise reject("bad-setup", f"the bundled manifest or lock cannot be read ({exc})") from None
     if lock["manifest"] != manifest_digest(manifest):
         raise reject("stale-lock", "the bundled lock does not match the bundled manifest")
     document = consent_document(manifest, lock)
@@ -519,7 +522,9 @@ def _backup(dest: Path, rels: list[str], backup_root: Path) -> None:
 
 
 def _install(dest: Path, rel: str, kind: str, data: bytes, executable: bool) -> None:
-    """Create or replace dest/rel atomically, never through a symbolic link."""
+    """Create or replace dest/rel atomically, never through a symbolic link. (Not fsynced file by
+    file: the release ends by re-hashing everything against the lock, and the lock is what
+    every later command checks.)"""
     name = rel.rsplit("/", 1)[-1]
     with _parent_fd(dest, rel, create=True) as parent:
         tmp = f".{name}.agentstack-{os.urandom(6).hex()}"
@@ -532,7 +537,6 @@ def _install(dest: Path, rel: str, kind: str, data: bytes, executable: bool) -> 
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fchmod(fd, 0o755 if executable else 0o644)
-                os.fsync(fd)
             finally:
                 os.close(fd)
         try:
