@@ -43,12 +43,6 @@ def _generate(root: Path, files: int, total: int) -> None:
         (directory / f"f{index}.txt").write_bytes(data)
 
 
-def _timed(step: object) -> float:
-    start = time.perf_counter()
-    step()  # type: ignore[operator]
-    return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=2000)
@@ -78,27 +72,24 @@ def main() -> None:
         built = None
         for run in range(3):
             os.environ["AGENTSTACK_HOME"] = str(base / "alice")
-            holder: dict[str, object] = {}
-            shares.append(_timed(lambda: holder.update(b=bundle.build(project, key, now=1.8e9))))
-            built = holder["b"]
+            start = time.perf_counter()
+            built = bundle.build(project, key, now=1.8e9)
+            shares.append(time.perf_counter() - start)
             path = base / f"b{run}.astack"
-            path.write_bytes(built.data)  # type: ignore[attr-defined]
+            path.write_bytes(built.data)
             os.environ["AGENTSTACK_HOME"] = str(base / f"bob{run}")
-            got: dict[str, object] = {}
-            receives.append(_timed(lambda: got.update(r=quarantine.receive(path, now=1.8e9 + 60))))
-            held = got["r"].held  # type: ignore[attr-defined]
+            start = time.perf_counter()
+            held = quarantine.receive(path, now=1.8e9 + 60).held
+            receives.append(time.perf_counter() - start)
             statement, contents, _ = quarantine.verify_held(held)
-            dest = base / f"dest{run}"
-            releases.append(
-                _timed(
-                    lambda: quarantine.release(
-                        held, dest, contents=contents, statement=statement, principals=["x"]
-                    )
-                )
+            start = time.perf_counter()
+            quarantine.release(
+                held, base / f"dest{run}", contents=contents, statement=statement, principals=["x"]
             )
+            releases.append(time.perf_counter() - start)
         assert built is not None
-        raw = sum(m.size for m in built.statement.members)  # type: ignore[attr-defined]
-        print(f"{args.files} files, {raw / 1e6:.1f} MB -> bundle {len(built.data) / 1e6:.1f} MB")  # type: ignore[attr-defined]
+        raw = sum(m.size for m in built.statement.members)
+        print(f"{args.files} files, {raw / 1e6:.1f} MB -> bundle {len(built.data) / 1e6:.1f} MB")
         for name, values in (
             ("share", shares),
             ("receive", receives),
