@@ -160,7 +160,10 @@ def _signing_key(key: str | None, ssh_key: Path | None) -> Any:
 
 @app.command()
 def share(
-    output: Annotated[Path, typer.Option("-o", "--output", help="The .astack file to write.")],
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="The .astack file (default: NAME-VERSION.astack)."),
+    ] = None,
     key: Annotated[str | None, typer.Option("--key", help="A key from 'keys list'.")] = None,
     ssh_key: Annotated[
         Path | None, typer.Option("--ssh-key", help="An unencrypted OpenSSH ed25519 key file.")
@@ -191,6 +194,8 @@ def share(
         root, signing_key, name=name, version=version, now=now,
         lifetime_s=parse_expires(expires, now),
     )  # fmt: skip
+    if output is None:
+        output = Path(f"{built.statement.name}-{built.statement.version}.astack")
     write_atomic(output, built.data, 0o644)
     summary = {
         "bundle": built.digest,

@@ -623,7 +623,6 @@ def release(
             hint="review it with 'agentstack quarantine show ID', then release with "
             "--allow-unknown-signer, or trust the signer first ('agentstack keys trust')",
         )
-    dest.mkdir(parents=True, exist_ok=True)
     dest = dest.resolve()
     plan = plan_release(contents, held.path, dest)
     blocked = plan.conflicts + plan.extras
@@ -635,6 +634,7 @@ def release(
             hint="release into an empty directory, or pass --force (the files are moved to a "
             "backup first)",
         )
+    dest.mkdir(parents=True, exist_ok=True)
     backup: Path | None = None
     if blocked:
         backup = ensure_private_dir(home / "backups") / (
