@@ -416,11 +416,13 @@ def corpus() -> dict[str, Case]:
         "first-member-not-statement": Case("not-a-bundle", _first_not_statement),
         "non-canonical-statement": Case("bad-statement", _pretty_statement),
         "deeply-nested-statement": Case(
-            "bad-statement", lambda p: _with(p, statement_bytes=b"[" * 200_000 + b"]" * 200_000).build()
+            "bad-statement",
+            lambda p: _with(p, statement_bytes=b"[" * 200_000 + b"]" * 200_000).build(),
         ),
         "unsupported-format": Case("unsupported-format", _doc(agentstack_bundle=2)),
         "too-many-members": Case("too-many-members", lambda p: p.build(), caps={"MAX_MEMBERS": 3}),
         "file-too-large": Case("file-too-large", lambda p: p.build(), caps={"MAX_FILE_BYTES": 10}),
+        "total-too-large": Case("too-large", lambda p: p.build(), caps={"MAX_TOTAL_BYTES": 100}),
         "member-not-in-lock": Case("unreferenced-member", _unlisted_not_in_lock),
         "member-differs-from-lock": Case(
             "lock-member-mismatch",

@@ -60,9 +60,24 @@ def test_the_corpus_is_large_and_every_case_has_its_own_reason() -> None:
     assert len(codes) >= 30
 
 
-def test_the_unchanged_bundle_is_received(parts: Parts, tmp_path: Path) -> None:
+def _no_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing in quarantine runs: receiving starts no process at all (no git, no hook)."""
+    import subprocess
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"receive started a process: {args!r}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(os, "posix_spawn", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
+
+
+def test_the_unchanged_bundle_is_received(
+    parts: Parts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "good.astack"
     path.write_bytes(parts.build())
+    _no_processes(monkeypatch)
     received = quarantine.receive(path, now=NOW)
     assert received.new and received.held.state == "held"
     assert received.held.meta["signer"] == ["alice"]
@@ -192,7 +207,9 @@ def _git_members(parts: Parts) -> list[int]:
     return [i for i, m in enumerate(parts.members) if m[0].startswith("git/")]
 
 
-def test_git_objects_are_bundled_and_checked(git_parts: Parts, tmp_path: Path) -> None:
+def test_git_objects_are_bundled_and_checked(
+    git_parts: Parts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from agentstack.bundle import sha1_hex, split_object
 
     kinds = sorted(
@@ -205,6 +222,7 @@ def test_git_objects_are_bundled_and_checked(git_parts: Parts, tmp_path: Path) -
     assert all(sha1_hex(d) == p[4:] for p, d, _ in git_parts.members if p.startswith("git/"))
     good = tmp_path / "good.astack"
     good.write_bytes(git_parts.build())
+    _no_processes(monkeypatch)  # the git content is checked without git
     assert quarantine.receive(good, now=NOW).held.state == "held"
 
 
