@@ -423,10 +423,12 @@ def commit_tree(body: bytes, where: str) -> str:
 
 
 def walk_git_source(
-    source: GitSource, read: Callable[[str], bytes]
+    source: GitSource, read: Callable[[str], bytes], *, limit: int = MAX_MEMBERS
 ) -> tuple[dict[str, bytes], dict[str, tuple[str, str]]]:
     """The raw objects a pinned source needs ({sha1: raw}) and its files ({rel: (mode, sha1)}),
-    reading objects through `read(sha1) -> raw` (which must check each object's sha1)."""
+    reading objects through `read(sha1) -> raw` (which must check each object's sha1). At most
+    `limit` entries and MAX_DEPTH levels are walked: trees that repeat a subtree could otherwise
+    describe millions of files in a few objects."""
     objects: dict[str, bytes] = {}
 
     def get(sha: str, want: str) -> bytes:
@@ -447,18 +449,26 @@ def walk_git_source(
         raise reject("git-mismatch", f"the tree of {source.url} at {source.commit[:12]} differs")
     files: dict[str, tuple[str, str]] = {}
 
-    def walk(sha: str, prefix: str) -> None:
+    visited = 0
+
+    def walk(sha: str, prefix: str, depth: int) -> None:
+        nonlocal visited
+        if depth > MAX_DEPTH:
+            raise reject("git-mismatch", f"{source.url}: trees nested deeper than {MAX_DEPTH}")
         for mode, name, child in tree_entries(get(sha, "tree"), sha):
+            visited += 1
+            if visited > limit:
+                raise reject("git-mismatch", f"{source.url}: more entries than the lock pins")
             rel = f"{prefix}{name}"
             if mode == "40000":
-                walk(child, rel + "/")
+                walk(child, rel + "/", depth + 1)
             elif mode in ("100644", "100755", "120000"):
                 get(child, "blob")
                 files[rel] = (mode, child)
             else:
                 raise reject("bad-git-object", f"{source.url}: {rel} has git mode {mode}")
 
-    walk(tree, "")
+    walk(tree, "", 0)
     return objects, files
 
 

@@ -388,7 +388,11 @@ def check_contents(qdir: Path, statement: Statement) -> Contents:
                 raise reject("bad-git-object", f"git object {sha} does not hash to its name")
             return raw
 
-        objects, files = bundle.walk_git_source(source, read)
+        # Directories count as entries too (at most MAX_DEPTH per file); the files must be
+        # exactly the lock's, so a tree that repeats a subtree is refused before it explodes.
+        objects, files = bundle.walk_git_source(
+            source, read, limit=(len(pinned_list) + 1) * (bundle.MAX_DEPTH + 1)
+        )
         if set(files) != {p.rel for p in pinned_list}:
             raise reject("git-mismatch", f"the files of {source.url} differ from the lock")
         for pinned in pinned_list:
@@ -436,6 +440,10 @@ def verify_held(held: Held, *, home: Path | None = None) -> tuple[Statement, Con
         raise Refused(
             f"the quarantined copy {held.id[:12]} no longer verifies: {exc.message}"
         ) from None
+    if b3(statement_bytes) != held.meta.get("statement"):
+        raise Refused(
+            f"the quarantined copy {held.id[:12]} holds another statement than it received"
+        )
     statement = bundle.parse_statement(statement_bytes)
     for member in statement.members:
         data = _read_member(qdir, member.path)

@@ -261,3 +261,61 @@ def test_git_content_that_is_not_the_pinned_tree_is_refused(
     assert refused.value.code == expected, refused.value.message
     assert _tree(tmp_path, home, skip=qroot) == before
     assert not qroot.exists() or list(qroot.iterdir()) == []
+
+
+def test_a_git_tree_bomb_is_refused_before_it_expands(git_parts: Parts, tmp_path: Path) -> None:
+    """Two trees of 1,000 entries, the second repeating the first, describe a million files in a
+    few kilobytes; the walk stops at the lock's size."""
+    import time
+
+    from agentstack.bundle import git_object_bytes, sha1_hex, split_object
+    from agentstack.canonical import b3
+    from agentstack.consent import consent_digest, consent_document
+    from agentstack.lockfile import dumps_lock, parse_lock
+    from agentstack.manifest import parse_manifest
+
+    def tree(entries: list[tuple[str, str, str]]) -> bytes:
+        body = b"".join(
+            f"{mode} {name}".encode() + b"\0" + bytes.fromhex(sha) for mode, name, sha in entries
+        )
+        return git_object_bytes("tree", body)
+
+    blob = git_object_bytes("blob", b"x\n")
+    leaf = tree([("100644", f"f{i:04d}", sha1_hex(blob)) for i in range(1000)])
+    middle = tree([("40000", f"d{i:04d}", sha1_hex(leaf)) for i in range(1000)])
+    style = tree([("40000", "style", sha1_hex(middle))])
+    root = tree([("40000", "skills", sha1_hex(style))])
+    commit_old = next(
+        d
+        for p, d, _ in git_parts.members
+        if p.startswith("git/") and split_object(d, p)[0] == "commit"
+    )
+    _, commit_body = split_object(commit_old, "")
+    commit = git_object_bytes("commit", b"tree " + sha1_hex(root).encode() + commit_body[45:])
+    objects = [blob, leaf, middle, style, root, commit]
+    lock_index = next(i for i, m in enumerate(git_parts.members) if m[0] == "files/agentstack.lock")
+    lock = parse_lock(git_parts.members[lock_index][1])
+    lock["skills"]["style"]["commit"] = sha1_hex(commit)
+    lock["skills"]["style"]["git_tree"] = sha1_hex(middle)
+    lock_bytes = dumps_lock(lock).encode()
+    manifest = parse_manifest(
+        next(d for p, d, _ in git_parts.members if p == "files/agentstack.toml"), "agentstack.toml"
+    )
+    git_parts.members = [m for m in git_parts.members if not m[0].startswith("git/")]
+    git_parts.members[lock_index] = ("files/agentstack.lock", lock_bytes, False)
+    git_parts.members += [(f"git/{sha1_hex(o)}", o, False) for o in objects]
+    git_parts.members.sort(key=lambda m: m[0].encode())
+    git_parts.doc["lock"] = b3(lock_bytes)
+    git_parts.doc["consent"] = consent_digest(consent_document(manifest, parse_lock(lock_bytes)))
+    git_parts.restate()
+    bomb = tmp_path / "tree-bomb.astack"
+    bomb.write_bytes(git_parts.build())
+    assert bomb.stat().st_size < 100_000
+    started = time.perf_counter()
+    with pytest.raises(BundleRejected) as refused:
+        quarantine.receive(bomb, now=NOW)
+    assert refused.value.code == "git-mismatch", refused.value.message
+    assert "more entries than the lock pins" in refused.value.message
+    assert time.perf_counter() - started < 5
+    qroot = quarantine.quarantine_root(_home())
+    assert not qroot.exists() or list(qroot.iterdir()) == []
