@@ -747,7 +747,7 @@ class TarReader:
             raise reject("bad-header", "an empty pax header")
         return path
 
-    def read_data(self, size: int | None = None) -> Iterator[bytes]:
+    def read_data(self) -> Iterator[bytes]:
         """The pending member's bytes in chunks (then its padding is skipped)."""
         remaining = self._pending
         while remaining:
