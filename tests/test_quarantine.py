@@ -8,6 +8,8 @@ import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentstack import bundle, quarantine
 from agentstack.bundle import BundleRejected
@@ -319,3 +321,39 @@ def test_a_git_tree_bomb_is_refused_before_it_expands(git_parts: Parts, tmp_path
     assert time.perf_counter() - started < 5
     qroot = quarantine.quarantine_root(_home())
     assert not qroot.exists() or list(qroot.iterdir()) == []
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_any_damage_is_a_refusal_never_a_crash(
+    parts: Parts, tmp_path: Path, data: st.DataObject
+) -> None:
+    """Flipped, cut or inserted bytes anywhere in a bundle: `receive` refuses with a reason (or,
+    where gzip leaves a byte unchecked, receives the identical content) — never another error."""
+    original = parts.build()
+    damaged = bytearray(original)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
+        how = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        at = data.draw(st.integers(min_value=0, max_value=len(damaged) - 1))
+        if how == "flip":
+            damaged[at] ^= data.draw(st.integers(min_value=1, max_value=255))
+        elif how == "cut":
+            del damaged[at : at + data.draw(st.integers(min_value=1, max_value=64))]
+        else:
+            damaged[at:at] = data.draw(st.binary(min_size=1, max_size=16))
+    path = tmp_path / "damaged.astack"
+    path.write_bytes(bytes(damaged))
+    qroot = quarantine.quarantine_root(_home())
+    try:
+        held = quarantine.receive(path, now=NOW).held
+    except BundleRejected:
+        assert not qroot.exists() or list(qroot.iterdir()) == []
+        return
+    # Accepted: only when every member is exactly the signed one.
+    statement, _, _ = quarantine.verify_held(held)
+    assert statement.encode() == parts.statement()
+    quarantine.discard(held)
