@@ -1,4 +1,4 @@
-"""share -> receive -> release between two AGENTSTACK_HOMEs, through the real command."""
+"""share -> receive -> release between two AGENTSTACK_HOMEs, through the command line."""
 
 from __future__ import annotations
 
@@ -23,10 +23,45 @@ from tests.conftest import copy_example, run_cli
 SSH_KEYGEN = shutil.which("ssh-keygen")
 
 
+def _in_process(
+    args: tuple[str, ...], cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """The command run in this process (much faster than a new interpreter), with the exit code
+    and messages `agentstack.entry.run` would give."""
+    import contextlib
+    import sys
+
+    import click
+
+    from agentstack.cli import app
+    from agentstack.errors import AgentstackError
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        for key, value in env.items():
+            patch.setenv(key, value)
+        patch.setattr(sys, "stdin", io.StringIO(""))  # no terminal: never prompts
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                returned = app(list(args), standalone_mode=False, prog_name="agentstack")
+                code = returned if isinstance(returned, int) else 0
+            except AgentstackError as exc:
+                err.write("error: " + "\n".join(exc.diagnostics()) + "\n")
+                code = exc.exit_code
+            except click.exceptions.Exit as exc:
+                code = exc.exit_code
+            except click.ClickException as exc:
+                err.write(exc.format_message() + "\n")
+                code = 2
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
 class Homes:
     """Two users on one machine: their own HOME, AGENTSTACK_HOME and cache."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *, subprocesses: bool = False) -> None:
+        self.subprocesses = subprocesses
         self.env = {}
         for who in ("alice", "bob"):
             home = base / who
@@ -42,7 +77,10 @@ class Homes:
     def run(
         self, who: str, *args: str, cwd: Path, ok: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        result = run_cli(*args, cwd=cwd, env=self.env[who])
+        if self.subprocesses:
+            result = run_cli(*args, cwd=cwd, env=self.env[who])
+        else:
+            result = _in_process(args, cwd, self.env[who])
         if ok:
             assert result.returncode == 0, f"{args}: {result.stderr}"
         return result
@@ -71,7 +109,9 @@ def _full_example(tmp_path: Path, homes: Homes) -> tuple[Path, Path]:
     return project, repo
 
 
-def test_round_trip_with_git_source_and_no_network(tmp_path: Path, homes: Homes) -> None:
+def test_round_trip_with_git_source_and_no_network(tmp_path: Path) -> None:
+    # Real processes, as a user runs them (the other tests run the commands in-process).
+    homes = Homes(tmp_path / "users", subprocesses=True)
     project, repo = _full_example(tmp_path, homes)
     public = homes.run("alice", "keys", "generate", "alice", cwd=project).stdout.strip()
     out = tmp_path / "full.astack"
