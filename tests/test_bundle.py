@@ -494,3 +494,22 @@ def test_version_order() -> None:
     assert bundle.version_key("1.10") > bundle.version_key("1.9")
     assert bundle.version_key("2") == bundle.version_key("2.0.0")
     assert bundle.version_key("2026.1130.170000") > bundle.version_key("2026.0930.235959")
+
+
+def test_an_in_tree_symlink_travels_as_a_link(tmp_path: Path, homes: Homes) -> None:
+    project = make_locked_project(tmp_path / "sender")
+    (project / "skills/helper/alias.md").symlink_to("SKILL.md")
+    homes.run("alice", "lock", cwd=project)
+    homes.run("alice", "trust", "--yes", cwd=project)
+    public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
+    homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
+    out = tmp_path / "b.astack"
+    homes.run("alice", "share", "-o", str(out), cwd=project)
+    ident = homes.run("bob", "receive", str(out), cwd=tmp_path).stdout.strip()
+    # In quarantine the link is a plain file holding its target: nothing there resolves.
+    held = homes.state("bob") / "quarantine" / ident / "files/skills/helper/alias.md"
+    assert not held.is_symlink() and held.read_bytes() == b"SKILL.md"
+    dest = tmp_path / "dest"
+    homes.run("bob", "quarantine", "release", ident, "--into", str(dest), "--yes", cwd=tmp_path)
+    assert os.readlink(dest / "skills/helper/alias.md") == "SKILL.md"
+    homes.run("bob", "lock", "--check", cwd=dest)
