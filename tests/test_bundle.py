@@ -513,3 +513,57 @@ def test_an_in_tree_symlink_travels_as_a_link(tmp_path: Path, homes: Homes) -> N
     homes.run("bob", "quarantine", "release", ident, "--into", str(dest), "--yes", cwd=tmp_path)
     assert os.readlink(dest / "skills/helper/alias.md") == "SKILL.md"
     homes.run("bob", "lock", "--check", cwd=dest)
+
+
+def test_release_asks_on_a_terminal_and_no_writes_nothing(tmp_path: Path, homes: Homes) -> None:
+    import pty
+    import select
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "trust", "--yes", cwd=project)
+    public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
+    homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
+    out = tmp_path / "b.astack"
+    homes.run("alice", "share", "-o", str(out), cwd=project)
+    ident = homes.run("bob", "receive", str(out), cwd=tmp_path).stdout.strip()
+    dest = tmp_path / "dest"
+
+    def release_on_tty(answer: bytes) -> tuple[int, str]:
+        master, slave = pty.openpty()
+        env = dict(os.environ, **homes.env["bob"], PYTHONPATH=str(REPO), COLUMNS="120")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentstack", "quarantine", "release", ident, "--into", str(dest)],
+            cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave, env=env,
+        )  # fmt: skip
+        os.close(slave)
+        output, answered = b"", False
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                output += chunk
+                if not answered and b"[y/N]" in output:
+                    os.write(master, answer)
+                    answered = True
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=30)
+        os.close(master)
+        return code, output.decode(errors="replace")
+
+    code, output = release_on_tty(b"n\n")
+    assert code == 1 and "declined" in output and "consent digest" in output
+    assert not dest.exists()
+    code, output = release_on_tty(b"y\n")
+    assert code == 0, output
+    homes.run("bob", "lock", "--check", cwd=dest)
