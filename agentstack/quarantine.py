@@ -622,9 +622,15 @@ def release(
     force: bool = False,
     allow_unknown_signer: bool = False,
     home: Path | None = None,
+    now: float | None = None,
 ) -> Released:
     """Copy a verified quarantined setup into `dest` and record the decision."""
     home = home or agentstack_home()
+    if bundle.parse_utc(statement.expires) <= (time.time() if now is None else now):
+        raise Refused(
+            f"{held.id[:12]} expired at {statement.expires}; an expired bundle is not released",
+            hint="ask the sender for a fresh one, and discard this one",
+        )
     if not principals and not allow_unknown_signer:
         raise Refused(
             f"{held.id[:12]} is signed by a key you do not trust ({held.meta.get('fingerprint')})",

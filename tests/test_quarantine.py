@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from agentstack import bundle, quarantine
 from agentstack.bundle import BundleRejected
+from agentstack.errors import Refused
 from agentstack.keys import allowed_signers
 from agentstack.trustlog import TrustLog
 from tests import bundle_corpus
@@ -357,3 +358,17 @@ def test_any_damage_is_a_refusal_never_a_crash(
     statement, _, _ = quarantine.verify_held(held)
     assert statement.encode() == parts.statement()
     quarantine.discard(held)
+
+
+def test_an_expired_bundle_is_not_released(parts: Parts, tmp_path: Path) -> None:
+    path = tmp_path / "good.astack"
+    path.write_bytes(parts.build())
+    held = quarantine.receive(path, now=NOW).held
+    statement, contents, principals = quarantine.verify_held(held)
+    later = bundle.parse_utc(bundle_corpus.EXPIRES) + 1
+    with pytest.raises(Refused, match="expired"):
+        quarantine.release(
+            held, tmp_path / "dest", contents=contents, statement=statement,
+            principals=principals, now=later,
+        )  # fmt: skip
+    assert not (tmp_path / "dest").exists()
