@@ -215,6 +215,19 @@ def _floor_problem(
         )
 
 
+_STALE_S = 86400
+
+
+def _remove_stale(root: Path, now: float) -> None:
+    """Staging and discard directories a killed process left behind (a day old: no live receive
+    takes that long)."""
+    for entry in root.iterdir():
+        if entry.name.startswith((".incoming-", ".discard-")):
+            with contextlib.suppress(OSError):
+                if os.lstat(entry).st_mtime < now - _STALE_S:
+                    shutil.rmtree(entry)
+
+
 def receive(path: Path, *, now: float | None = None, home: Path | None = None) -> Received:
     """Verify the bundle at `path` and hold it in quarantine (see the module docstring)."""
     home = home or agentstack_home()
@@ -234,6 +247,7 @@ def receive(path: Path, *, now: float | None = None, home: Path | None = None) -
         fingerprint = opened.signer_key.fingerprint
         _floor_problem(statement, statement_digest, fingerprint, opened.principals, home)
         root = ensure_private_dir(quarantine_root(home))
+        _remove_stale(root, time.time())
         staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=root))
         try:
             os.chmod(staging, 0o700)
