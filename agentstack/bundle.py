@@ -802,13 +802,19 @@ def collect_members(root: Path, lock: dict[str, Any]) -> list[tuple[Member, byte
         if rel.startswith("../") or rel == ".." or os.path.isabs(rel):
             raise Refused(f"the lock pins {rel!r}, which is outside the project")
         path = root / rel
-        if entry["kind"] == "link":
-            data = os.fsencode(os.readlink(path))
-        else:
-            real = path.resolve(strict=True)
-            if real != real_root and real_root not in real.parents:
-                raise Refused(f"{rel} leads outside the project")
-            data = real.read_bytes()
+        try:
+            if entry["kind"] == "link":
+                data = os.fsencode(os.readlink(path))
+            else:
+                real = path.resolve(strict=True)
+                if real != real_root and real_root not in real.parents:
+                    raise Refused(f"{rel} leads outside the project")
+                data = real.read_bytes()
+        except OSError as exc:
+            raise Refused(
+                f"the lock pins {rel}, which cannot be read ({exc.strerror})",
+                hint="run 'agentstack lock --check'",
+            ) from None
         if b3(data) != entry["digest"] or len(data) != entry["size"]:
             raise Refused(f"{rel} changed since it was locked", hint="run 'agentstack lock'")
         add(f"files/{rel}", data, bool(entry["executable"]), entry["kind"])
