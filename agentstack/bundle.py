@@ -1,8 +1,8 @@
 """`.astack` bundles: a signed statement plus every byte of a locked setup (DESIGN.md "Share,
 receive, quarantine").
 
-A bundle is a gzip-compressed POSIX tar written byte-for-byte by this module (mtime 0, uid/gid 0,
-no user names, members sorted by raw UTF-8 path), so the same inputs give the same bytes. Its
+A bundle is a gzip-compressed POSIX tar written byte for byte by `agentstack.archive` (members
+sorted by raw UTF-8 path), so the same inputs give the same bytes. Its
 first member is `statement.json` (canonical JSON), its second `statement.sig` (an SSHSIG over the
 statement, namespace `agentstack-bundle`); then the members the statement lists:
 
@@ -10,22 +10,21 @@ statement, namespace `agentstack-bundle`); then the members the statement lists:
   lock pins (found by walking the lock's file entries, whatever section they are in);
 - `git/<sha1>`: the raw git objects (`<type> <size>\\0<body>`) of every git-sourced tree the lock
   pins — the commit, the trees down to the subdirectory and everything below — so the receiver
-  needs no network and can check the content against the lock without running git.
+  needs no network and can check the content against the lock without running git
+  (`agentstack.gitobjects`).
 
-Reading is strict and incremental: only regular-file and `path`-only pax members, checksums
-checked, every size capped before it is read, the decompression ratio watched as the stream is
-inflated, and anything after the end-of-archive marker refused.
+This module builds bundles (`build`), and opens them: `open_bundle` verifies the statement and its
+signature before anything else is read, `stream_members` checks every member against the statement
+both ways while the strict reader of `agentstack.archive` inflates it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import time
 import unicodedata
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,10 @@ from typing import IO, Any
 
 import blake3
 
+from agentstack.archive import BLOCK, BundleRejected, Inflater, TarReader, reject, write_archive
 from agentstack.canonical import CanonicalError, b3, canonical_bytes, is_digest
 from agentstack.errors import InvalidInput, Refused
+from agentstack.gitobjects import GitSource, read_mirror_object, walk_git_source
 
 BUNDLE_FORMAT = 1
 STATEMENT_NAME = "statement.json"
@@ -45,31 +46,14 @@ MAX_STATEMENT_BYTES = 1 << 20
 MAX_MEMBERS = 10_000
 MAX_TOTAL_BYTES = 256 << 20
 MAX_FILE_BYTES = 64 << 20
-MAX_RATIO = 200  # inflated bytes per compressed byte, once more than RATIO_GRACE are out
-RATIO_GRACE = 1 << 20
 MAX_PATH_BYTES = 1024
 MAX_DEPTH = 32
-MAX_PAX_BYTES = 8192
 CLOCK_SKEW_S = 300
 MAX_LIFETIME_S = 5 * 366 * 86400
-_BLOCK = 512
-_CHUNK = 1 << 16
 _VERSION_RE = re.compile(r"[0-9]{1,10}(\.[0-9]{1,10}){0,3}")
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _SHA1_RE = re.compile(r"[0-9a-f]{40}")
-
-
-class BundleRejected(Refused):
-    """A bundle that is refused; `code` names the reason (one per kind of refusal)."""
-
-    def __init__(self, code: str, message: str, *, hint: str = "") -> None:
-        super().__init__(message, hint=hint)
-        self.code = code
-
-
-def reject(code: str, message: str, hint: str = "") -> BundleRejected:
-    return BundleRejected(code, f"bundle refused ({code}): {message}", hint=hint)
 
 
 # ------------------------------------------------------------------------------ the statement
@@ -296,14 +280,6 @@ def _check_prefixes(paths: list[str]) -> None:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class GitSource:
-    url: str
-    commit: str
-    subdir: str
-    git_tree: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class PinnedFile:
     """One file entry of the lock: project-relative `rel` for local files; for a git source,
     `rel` is the path inside the pinned (sub)tree."""
@@ -378,389 +354,6 @@ def local_roots(lock: dict[str, Any]) -> list[str]:
     return sorted(roots)
 
 
-# ------------------------------------------------------------------------------ git objects
-
-
-def git_object_bytes(kind: str, body: bytes) -> bytes:
-    return f"{kind} {len(body)}\0".encode() + body
-
-
-def sha1_hex(raw: bytes) -> str:
-    return hashlib.sha1(raw, usedforsecurity=False).hexdigest()
-
-
-def split_object(raw: bytes, where: str) -> tuple[str, bytes]:
-    header, sep, body = raw.partition(b"\0")
-    kind, _, size = header.partition(b" ")
-    if not sep or kind not in (b"commit", b"tree", b"blob") or size != str(len(body)).encode():
-        raise reject("bad-git-object", f"{where} is not a well-formed git object")
-    return kind.decode(), body
-
-
-def tree_entries(body: bytes, where: str) -> list[tuple[str, str, str]]:
-    """(mode, name, sha1) of a raw tree body."""
-    out: list[tuple[str, str, str]] = []
-    pos = 0
-    while pos < len(body):
-        space = body.find(b" ", pos)
-        nul = body.find(b"\0", space + 1)
-        if space < 0 or nul < 0 or nul + 21 > len(body):
-            raise reject("bad-git-object", f"{where}: a damaged tree")
-        mode = body[pos:space].decode("ascii", "replace")
-        name = body[space + 1 : nul].decode("utf-8", "surrogateescape")
-        out.append((mode, name, body[nul + 1 : nul + 21].hex()))
-        pos = nul + 21
-    return out
-
-
-def commit_tree(body: bytes, where: str) -> str:
-    first = body.split(b"\n", 1)[0]
-    if not first.startswith(b"tree ") or not _SHA1_RE.fullmatch(
-        first[5:].decode("ascii", "replace")
-    ):
-        raise reject("bad-git-object", f"{where}: a commit without a tree")
-    return first[5:].decode()
-
-
-def walk_git_source(
-    source: GitSource, read: Callable[[str], bytes], *, limit: int = MAX_MEMBERS
-) -> tuple[dict[str, bytes], dict[str, tuple[str, str]]]:
-    """The raw objects a pinned source needs ({sha1: raw}) and its files ({rel: (mode, sha1)}),
-    reading objects through `read(sha1) -> raw` (which must check each object's sha1). At most
-    `limit` entries and MAX_DEPTH levels are walked: trees that repeat a subtree could otherwise
-    describe millions of files in a few objects."""
-    objects: dict[str, bytes] = {}
-
-    def get(sha: str, want: str) -> bytes:
-        raw = objects.get(sha) or read(sha)
-        kind, body = split_object(raw, f"git object {sha}")
-        if kind != want:
-            raise reject("bad-git-object", f"git object {sha} is a {kind}, expected a {want}")
-        objects[sha] = raw
-        return body
-
-    tree = commit_tree(get(source.commit, "commit"), f"commit {source.commit}")
-    for part in [p for p in source.subdir.split("/") if p]:
-        match = [e for e in tree_entries(get(tree, "tree"), tree) if e[1] == part]
-        if not match or match[0][0] != "40000":
-            raise reject("bad-git-object", f"{source.subdir!r} is not a directory in {source.url}")
-        tree = match[0][2]
-    if source.git_tree and tree != source.git_tree:
-        raise reject("git-mismatch", f"the tree of {source.url} at {source.commit[:12]} differs")
-    files: dict[str, tuple[str, str]] = {}
-
-    visited = 0
-
-    def walk(sha: str, prefix: str, depth: int) -> None:
-        nonlocal visited
-        if depth > MAX_DEPTH:
-            raise reject("git-mismatch", f"{source.url}: trees nested deeper than {MAX_DEPTH}")
-        for mode, name, child in tree_entries(get(sha, "tree"), sha):
-            visited += 1
-            if visited > limit:
-                raise reject("git-mismatch", f"{source.url}: more entries than the lock pins")
-            rel = f"{prefix}{name}"
-            if mode == "40000":
-                walk(child, rel + "/", depth + 1)
-            elif mode in ("100644", "100755", "120000"):
-                get(child, "blob")
-                files[rel] = (mode, child)
-            else:
-                raise reject("bad-git-object", f"{source.url}: {rel} has git mode {mode}")
-
-    walk(tree, "", 0)
-    return objects, files
-
-
-def read_mirror_object(cache: Path, url: str) -> Callable[[str], bytes]:
-    """A reader of raw objects from the local mirror of `url` (GitPython's object database:
-    reading objects runs no hooks and consults no work tree)."""
-    from agentstack import gitsource
-
-    repo = gitsource.open_mirror(cache, url)
-
-    def read(sha: str) -> bytes:
-        stream = repo.odb.stream(bytes.fromhex(sha))
-        raw = git_object_bytes(stream.type.decode(), stream.read())
-        if sha1_hex(raw) != sha:
-            raise Refused(f"the local mirror of {url} holds a damaged object {sha}")
-        return raw
-
-    return read
-
-
-# ------------------------------------------------------------------------------ tar writing
-
-
-def _octal(value: int, width: int) -> bytes:
-    return f"{value:0{width - 1}o}".encode() + b"\0"
-
-
-def _split_name(name: bytes) -> tuple[bytes, bytes] | None:
-    if len(name) <= 100:
-        return b"", name
-    for index in range(len(name) - 1, 0, -1):
-        if name[index : index + 1] == b"/" and index <= 155 and len(name) - index - 1 <= 100:
-            return name[:index], name[index + 1 :]
-    return None
-
-
-def _header(name: bytes, prefix: bytes, size: int, mode: int, typeflag: bytes) -> bytes:
-    block = bytearray(_BLOCK)
-    block[0 : len(name)] = name
-    block[100:108] = _octal(mode, 8)
-    block[108:116] = _octal(0, 8)
-    block[116:124] = _octal(0, 8)
-    block[124:136] = _octal(size, 12)
-    block[136:148] = _octal(0, 12)
-    block[148:156] = b" " * 8
-    block[156:157] = typeflag
-    block[257:263] = b"ustar\0"
-    block[263:265] = b"00"
-    block[329:337] = _octal(0, 8)
-    block[337:345] = _octal(0, 8)
-    block[345 : 345 + len(prefix)] = prefix
-    block[148:156] = f"{sum(block):06o}".encode() + b"\0 "
-    return bytes(block)
-
-
-def _pad(size: int) -> bytes:
-    return b"\0" * (-size % _BLOCK)
-
-
-def _pax_record(key: str, value: bytes) -> bytes:
-    body = f" {key}=".encode() + value + b"\n"
-    length = len(body) + 1
-    while len(str(length).encode()) + len(body) != length:
-        length = len(str(length).encode()) + len(body)
-    return str(length).encode() + body
-
-
-def tar_member(path: str, data: bytes, executable: bool) -> bytes:
-    name = path.encode("utf-8")
-    mode = 0o755 if executable else 0o644
-    split = _split_name(name)
-    out = b""
-    if split is None:
-        pax = _pax_record("path", name)
-        out += _header(b"././@PaxHeader", b"", len(pax), 0o644, b"x") + pax + _pad(len(pax))
-        split = (b"", name[:100])
-    out += _header(split[1], split[0], len(data), mode, b"0") + data + _pad(len(data))
-    return out
-
-
-def write_archive(members: list[tuple[str, bytes, bool]]) -> bytes:
-    """A deterministic .tar.gz of (path, bytes, executable), in the order given."""
-    import gzip
-    import io
-
-    raw = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz:
-        for path, data, executable in members:
-            gz.write(tar_member(path, data, executable))
-        gz.write(b"\0" * (2 * _BLOCK))
-    return raw.getvalue()
-
-
-# ------------------------------------------------------------------------------ tar reading
-
-
-class Inflater:
-    """Reads exactly the bytes asked for from a gzip stream, never inflating more than that, and
-    refuses a stream that inflates beyond the caps (a decompression bomb) as soon as it does."""
-
-    def __init__(self, handle: IO[bytes], limit: int) -> None:
-        self.handle = handle
-        self.limit = limit
-        self.z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self.total_in = 0
-        self.total_out = 0
-        self.hasher = blake3.blake3()  # of the compressed file: the bundle digest
-
-    def _feed(self) -> bytes:
-        if self.z.unconsumed_tail:
-            return self.z.unconsumed_tail
-        chunk = self.handle.read(_CHUNK)
-        self.total_in += len(chunk)
-        self.hasher.update(chunk)
-        return chunk
-
-    def read(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            if self.z.eof:
-                raise reject("truncated", "the archive ends in the middle of a member")
-            data = self._feed()
-            if not data:
-                raise reject("truncated", "the file ends before the archive does (truncated)")
-            try:
-                chunk = self.z.decompress(data, n - len(out))
-            except zlib.error as exc:
-                raise reject("corrupt", f"the compressed data is damaged ({exc})") from None
-            self.total_out += len(chunk)
-            self._check()
-            out += chunk
-        return bytes(out)
-
-    def _check(self) -> None:
-        if self.total_out > self.limit:
-            raise reject("too-large", f"the archive inflates beyond {self.limit} bytes")
-        if self.total_out > RATIO_GRACE and self.total_out > MAX_RATIO * max(self.total_in, 1):
-            raise reject(
-                "compression-bomb",
-                f"the archive inflates more than {MAX_RATIO}x (a decompression bomb)",
-            )
-
-    def finish(self) -> None:
-        """After the end-of-archive blocks: only zero padding, then the gzip trailer, then EOF."""
-        while not self.z.eof:
-            data = self._feed()
-            if not data:
-                raise reject("truncated", "the file ends before the compressed stream does")
-            try:
-                chunk = self.z.decompress(data, _CHUNK)
-            except zlib.error as exc:
-                raise reject("corrupt", f"the compressed data is damaged ({exc})") from None
-            self.total_out += len(chunk)
-            self._check()
-            if chunk.strip(b"\0"):
-                raise reject("trailing-data", "there is data after the end-of-archive marker")
-        rest = self.z.unused_data + self.handle.read(1)
-        if rest:
-            raise reject("trailing-data", "there are bytes after the end of the compressed archive")
-
-
-@dataclass(frozen=True, slots=True)
-class TarMember:
-    path: str
-    size: int
-    executable: bool
-
-
-_TYPE_NAMES = {
-    b"1": ("hardlink", "a hard link"),
-    b"2": ("symlink", "a symbolic link"),
-    b"3": ("device", "a character device"),
-    b"4": ("device", "a block device"),
-    b"5": ("directory-member", "a directory entry"),
-    b"6": ("device", "a FIFO"),
-    b"7": ("device", "a contiguous file"),
-    b"L": ("gnu-longname", "a GNU long-name record"),
-    b"K": ("gnu-longname", "a GNU long-link record"),
-    b"g": ("pax-global", "a pax global header"),
-    b"S": ("sparse", "a sparse file"),
-}
-
-
-def _field(block: bytes, start: int, end: int) -> bytes:
-    return block[start:end].split(b"\0", 1)[0]
-
-
-def _number(block: bytes, start: int, end: int, what: str) -> int:
-    raw = block[start:end].rstrip(b"\0 ").lstrip(b" ")
-    if not raw or not all(48 <= c <= 55 for c in raw):
-        raise reject("bad-header", f"a member header has a malformed {what} field")
-    return int(raw, 8)
-
-
-class TarReader:
-    """Iterates the members of a strict ustar stream; the caller must read each member's bytes
-    (`read_data`) before asking for the next."""
-
-    def __init__(self, inflater: Inflater) -> None:
-        self.src = inflater
-        self._pending = 0
-
-    def next(self) -> TarMember | None:
-        if self._pending:
-            raise AssertionError("read the previous member first")
-        pax_path: str | None = None
-        while True:
-            block = self.src.read(_BLOCK)
-            if block == bytes(_BLOCK):
-                if self.src.read(_BLOCK) != bytes(_BLOCK):
-                    raise reject("bad-header", "a lone zero block inside the archive")
-                if pax_path is not None:
-                    raise reject("bad-header", "a pax header with no member after it")
-                return None
-            stored = _number(block, 148, 156, "checksum")
-            if stored != sum(block[:148]) + 256 + sum(block[156:]):
-                raise reject("bad-header", "a member header's checksum does not match (damaged)")
-            if block[257:263] != b"ustar\0" or block[263:265] != b"00":
-                raise reject("bad-header", "a member header is not POSIX ustar")
-            typeflag = block[156:157]
-            size = _number(block, 124, 136, "size")
-            if typeflag == b"x":
-                if pax_path is not None or size > MAX_PAX_BYTES:
-                    raise reject("bad-header", "a pax header is repeated or too large")
-                pax_path = self._pax(self.src.read(size + (-size % _BLOCK))[:size])
-                continue
-            if typeflag in _TYPE_NAMES:
-                code, what = _TYPE_NAMES[typeflag]
-                name = _field(block, 0, 100).decode("utf-8", "replace")
-                raise reject(
-                    code, f"member {name[:80]!r} is {what}; only regular files are allowed"
-                )
-            if typeflag not in (b"0", b"\0"):
-                raise reject("bad-header", f"member type {typeflag!r} is not allowed")
-            mode = _number(block, 100, 108, "mode")
-            if mode & 0o7000:
-                raise reject("bad-mode", "a member has setuid, setgid or sticky bits")
-            if pax_path is not None:
-                path = pax_path
-            else:
-                raw = _field(block, 0, 100)
-                prefix = _field(block, 345, 500)
-                joined = prefix + b"/" + raw if prefix else raw
-                try:
-                    path = joined.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise reject("unsafe-path", "a member name is not UTF-8") from None
-            self._pending = size
-            return TarMember(path=path, size=size, executable=bool(mode & 0o100))
-
-    @staticmethod
-    def _pax(data: bytes) -> str:
-        pos = 0
-        path: str | None = None
-        while pos < len(data):
-            space = data.find(b" ", pos)
-            if space < 0 or not data[pos:space].isdigit():
-                raise reject("bad-header", "a malformed pax record")
-            length = int(data[pos:space])
-            record = data[space + 1 : pos + length]
-            if length <= 0 or pos + length > len(data) or not record.endswith(b"\n"):
-                raise reject("bad-header", "a malformed pax record")
-            key, sep, value = record[:-1].partition(b"=")
-            if not sep or key != b"path" or path is not None:
-                raise reject(
-                    "bad-header",
-                    f"pax key {key[:40].decode('ascii', 'replace')!r} is not allowed "
-                    "(only a single 'path')",
-                )
-            try:
-                path = value.decode("utf-8")
-            except UnicodeDecodeError:
-                raise reject("unsafe-path", "a member name is not UTF-8") from None
-            pos += length
-        if path is None:
-            raise reject("bad-header", "an empty pax header")
-        return path
-
-    def read_data(self) -> Iterator[bytes]:
-        """The pending member's bytes in chunks (then its padding is skipped)."""
-        remaining = self._pending
-        while remaining:
-            chunk = self.src.read(min(_CHUNK, remaining))
-            remaining -= len(chunk)
-            yield chunk
-        self.src.read(-self._pending % _BLOCK)
-        self._pending = 0
-
-    def read_all(self) -> bytes:
-        return b"".join(self.read_data())
-
-
 # ------------------------------------------------------------------------------ sharing
 
 
@@ -823,7 +416,7 @@ def collect_members(root: Path, lock: dict[str, Any]) -> list[tuple[Member, byte
         reader = readers.get(source.url)
         if reader is None:
             reader = readers[source.url] = read_mirror_object(agentstack_cache(), source.url)
-        objects, _ = walk_git_source(source, reader)
+        objects, _ = walk_git_source(source, reader, limit=MAX_MEMBERS * (MAX_DEPTH + 1))
         for sha, raw in objects.items():
             add(f"git/{sha}", raw, False)
     return [found[p] for p in sorted(found, key=lambda p: p.encode("utf-8"))]
@@ -940,7 +533,7 @@ def open_bundle(
     from agentstack import sshsig
     from agentstack.keys import allowed_signers
 
-    inflater = Inflater(handle, MAX_TOTAL_BYTES + (MAX_MEMBERS + 4) * 2 * _BLOCK + (4 << 20))
+    inflater = Inflater(handle, MAX_TOTAL_BYTES + (MAX_MEMBERS + 4) * 2 * BLOCK + (4 << 20))
     reader = TarReader(inflater)
     try:
         first = reader.next()

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentstack import bundle
-from agentstack.bundle import Member, Statement, reject
+from agentstack import bundle, gitobjects
+from agentstack.archive import reject
+from agentstack.bundle import Member, Statement
 from agentstack.canonical import b3
 from agentstack.errors import AgentstackError, InvalidInput, Refused
 from agentstack.paths import agentstack_home, ensure_private_dir
@@ -357,7 +358,7 @@ def check_contents(qdir: Path, statement: Statement) -> Contents:
     local: dict[str, Member] = {}
     links: dict[str, dict[str, str]] = {}
     git_objects: dict[str, dict[str, str]] = {}
-    sources: dict[bundle.GitSource, list[bundle.PinnedFile]] = {}
+    sources: dict[gitobjects.GitSource, list[bundle.PinnedFile]] = {}
     for pinned in bundle.pinned_files(lock):
         if pinned.git is not None:
             sources.setdefault(pinned.git, []).append(pinned)
@@ -398,20 +399,20 @@ def check_contents(qdir: Path, statement: Statement) -> Contents:
                     "missing-git-object", f"git object {sha} of {url} is not in the bundle"
                 )
             raw = _read_member(qdir, path)
-            if bundle.sha1_hex(raw) != sha:
+            if gitobjects.sha1_hex(raw) != sha:
                 raise reject("bad-git-object", f"git object {sha} does not hash to its name")
             return raw
 
         # Directories count as entries too (at most MAX_DEPTH per file); the files must be
         # exactly the lock's, so a tree that repeats a subtree is refused before it explodes.
-        objects, files = bundle.walk_git_source(
-            source, read, limit=(len(pinned_list) + 1) * (bundle.MAX_DEPTH + 1)
+        objects, files = gitobjects.walk_git_source(
+            source, read, limit=(len(pinned_list) + 1) * (gitobjects.MAX_TREE_DEPTH + 1)
         )
         if set(files) != {p.rel for p in pinned_list}:
             raise reject("git-mismatch", f"the files of {source.url} differ from the lock")
         for pinned in pinned_list:
             mode, sha = files[pinned.rel]
-            _, body = bundle.split_object(read(sha), sha)
+            _, body = gitobjects.split_object(read(sha), sha)
             kind = "link" if mode == "120000" else "file"
             if (b3(body), len(body), mode == "100755", kind) != (
                 pinned.entry["digest"],

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentstack import bundle
+from agentstack import archive, bundle
 from agentstack.trustlog import TrustLog
 from tests.bundle_corpus import make_locked_project
 from tests.conftest import copy_example, run_cli
@@ -303,9 +303,9 @@ def test_share_is_deterministic_and_a_plain_tar_gz(tmp_path: Path, homes: Homes)
         assert result.returncode == 0, result.stderr
         outputs.append((tmp_path / name).read_bytes())
     assert outputs[0] == outputs[1]
-    with tarfile.open(tmp_path / "a.astack") as archive:
-        names = archive.getnames()
-        assert all(m.mtime == 0 and m.uid == 0 and m.isfile() for m in archive.getmembers())
+    with tarfile.open(tmp_path / "a.astack") as stdlib:
+        names = stdlib.getnames()
+        assert all(m.mtime == 0 and m.uid == 0 and m.isfile() for m in stdlib.getmembers())
     assert names[:2] == ["statement.json", "statement.sig"]
     assert "files/skills/helper/run.sh" in names and "files/agentstack.lock" in names
 
@@ -435,17 +435,17 @@ def test_archive_round_trips_through_the_strict_reader(
     entries: dict[str, tuple[bytes, bool]],
 ) -> None:
     members = [(p, d, x) for p, (d, x) in sorted(entries.items())]
-    data = bundle.write_archive(members)
-    assert bundle.write_archive(members) == data  # deterministic
-    reader = bundle.TarReader(bundle.Inflater(io.BytesIO(data), 1 << 30))
+    data = archive.write_archive(members)
+    assert archive.write_archive(members) == data  # deterministic
+    reader = archive.TarReader(archive.Inflater(io.BytesIO(data), 1 << 30))
     read = []
     while (item := reader.next()) is not None:
         read.append((item.path, reader.read_all(), item.executable))
     reader.src.finish()
     assert read == members
     # The standard library reads the same archive (long names through pax).
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        assert [(m.name, bool(m.mode & 0o100)) for m in archive.getmembers()] == [
+    with tarfile.open(fileobj=io.BytesIO(data)) as stdlib:
+        assert [(m.name, bool(m.mode & 0o100)) for m in stdlib.getmembers()] == [
             (p, x) for p, _, x in members
         ]
 
@@ -471,13 +471,13 @@ def test_statement_canonical_form_round_trips(
     )  # fmt: skip
     encoded = statement.encode()
     if len(keys) < len(paths) or _has_prefix(paths):
-        with pytest.raises(bundle.BundleRejected):
+        with pytest.raises(archive.BundleRejected):
             bundle.parse_statement(encoded)
         return
     assert bundle.parse_statement(encoded) == statement
     # Any other spelling of the same document is refused: only the signed bytes count.
     respelled = json.dumps(statement.to_json(), sort_keys=True, indent=1).encode()
-    with pytest.raises(bundle.BundleRejected):
+    with pytest.raises(archive.BundleRejected):
         bundle.parse_statement(respelled)
 
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentstack import bundle, quarantine
-from agentstack.bundle import BundleRejected
+from agentstack.archive import BundleRejected
 from agentstack.errors import Refused
 from agentstack.keys import allowed_signers
 from agentstack.trustlog import TrustLog
@@ -213,7 +213,7 @@ def _git_members(parts: Parts) -> list[int]:
 def test_git_objects_are_bundled_and_checked(
     git_parts: Parts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentstack.bundle import sha1_hex, split_object
+    from agentstack.gitobjects import sha1_hex, split_object
 
     kinds = sorted(
         split_object(data, path)[0]
@@ -233,7 +233,7 @@ def test_git_objects_are_bundled_and_checked(
 def test_git_content_that_is_not_the_pinned_tree_is_refused(
     how: str, git_parts: Parts, tmp_path: Path
 ) -> None:
-    from agentstack.bundle import git_object_bytes, sha1_hex, split_object
+    from agentstack.gitobjects import git_object_bytes, sha1_hex, split_object
 
     parts = git_parts
     blob = next(
@@ -271,9 +271,9 @@ def test_a_git_tree_bomb_is_refused_before_it_expands(git_parts: Parts, tmp_path
     few kilobytes; the walk stops at the lock's size."""
     import time
 
-    from agentstack.bundle import git_object_bytes, sha1_hex, split_object
     from agentstack.canonical import b3
     from agentstack.consent import consent_digest, consent_document
+    from agentstack.gitobjects import git_object_bytes, sha1_hex, split_object
     from agentstack.lockfile import dumps_lock, parse_lock
     from agentstack.manifest import parse_manifest
 
