@@ -150,6 +150,6 @@ def current_trusts(records: list[TrustRecord]) -> list[TrustRecord]:
     """The latest trusting record of every (project, digest) pair that is not revoked since."""
     latest: dict[tuple[str, str], TrustRecord] = {}
     for record in records:
-        if record.action in ("trust", "release", "revoke") and record.project:
+        if record.action in ("trust", "revoke") and record.project:
             latest[(record.project, record.digest)] = record
-    return [r for r in latest.values() if r.action in ("trust", "release")]
+    return [r for r in latest.values() if r.action == "trust"]

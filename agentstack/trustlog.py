@@ -40,8 +40,8 @@ from agentstack.canonical import DIGEST_PREFIX, CanonicalError, b3, canonical_by
 from agentstack.errors import Refused
 
 FORMAT_VERSION = 1
-ACTIONS = ("trust", "revoke", "release", "discard")
-Action = Literal["trust", "revoke", "release", "discard"]
+ACTIONS = ("trust", "revoke", "release", "discard", "receive")
+Action = Literal["trust", "revoke", "release", "discard", "receive"]
 TrustState = Literal["trusted", "revoked", "unknown"]
 GENESIS = b3(b"agentstack-trust-genesis")
 MAX_LINE_BYTES = 64 * 1024  # including the newline
@@ -54,9 +54,13 @@ TORN_NAME = "trust.jsonl.torn"
 _HEAD_TMP_PREFIX = ".trust.head."
 _HEAD_TMP_SUFFIX = ".tmp"
 
-# Actions that must name the project they bind; "discard" concerns a quarantined bundle, not a project.
+# Actions that must name the project they bind; "discard" and "receive" concern a bundle, not a
+# project. Only "trust" and "revoke" decide a (project, digest) pair: "release" records that a
+# bundle was copied into a project (with --trust, a "trust" record follows it); "receive" records
+# a bundle's (signer, name, version), the floor that refuses a rollback.
 _PROJECT_ACTIONS = frozenset({"trust", "revoke", "release"})
-_TRUSTING_ACTIONS = frozenset({"trust", "release"})
+_TRUSTING_ACTIONS = frozenset({"trust"})
+_STATE_ACTIONS = frozenset({"trust", "revoke"})
 _RECORD_KEYS = frozenset({"v", "seq", "time", "action", "project", "digest", "lock", "prev"})
 _TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _LOCK_RE = re.compile(r"[\x21-\x7e]{0,256}")
@@ -677,10 +681,10 @@ class TrustLog:
     # ----------------------------------------------------------------------------------- queries
 
     def _current(self, project: str) -> dict[str, TrustRecord]:
-        """digest -> the last trust/release/revoke record for (project, digest)."""
+        """digest -> the last trust/revoke record for (project, digest)."""
         latest: dict[str, TrustRecord] = {}
         for record in self.records():
-            if record.project == project and record.action != "discard":
+            if record.project == project and record.action in _STATE_ACTIONS:
                 latest[record.digest] = record
         return latest
 

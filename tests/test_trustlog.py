@@ -107,13 +107,19 @@ def test_retrust_after_revoke_and_order_of_trust(log: TrustLog) -> None:
     assert last is not None and (last.digest, last.seq) == (digest("a"), 3)
 
 
-def test_release_trusts_only_its_project_and_discard_changes_nothing(log: TrustLog) -> None:
+def test_release_receive_and_discard_trust_nothing(log: TrustLog) -> None:
+    # A release records a copy into a project; only an explicit "trust" record trusts it.
     log.append("release", PROJECT, digest(1), extra={"bundle": digest("bundle")})
     log.append("discard", "", digest(2))
+    log.append("receive", "", digest(3), extra={"name": "team", "version": "2"})
+    assert log.state_for(PROJECT, digest(1)) == "unknown"
+    assert log.state_for("", digest(2)) == "unknown"
+    assert log.state_for(PROJECT, digest(3)) == "unknown"
+    assert log.trusted_digests(PROJECT) == []
+    log.append("trust", PROJECT, digest(1))
+    log.append("release", PROJECT, digest(1))
     assert log.state_for(PROJECT, digest(1)) == "trusted"
     assert log.state_for(OTHER, digest(1)) == "unknown"
-    assert log.state_for("", digest(2)) == "unknown"
-    assert log.state_for(PROJECT, digest(2)) == "unknown"
     assert log.trusted_digests(PROJECT) == [digest(1)]
 
 
@@ -218,7 +224,7 @@ def test_state_matches_a_simple_model(ops: list[tuple[str, str, str]]) -> None:
         model: dict[tuple[str, str], tuple[str, int]] = {}
         for seq, (action, project, dig) in enumerate(ops):
             log.append(action, project, dig)  # type: ignore[arg-type]
-            if action in ("trust", "release"):
+            if action == "trust":
                 model[(project, dig)] = ("trusted", seq)
             elif action == "revoke":
                 model[(project, dig)] = ("revoked", seq)

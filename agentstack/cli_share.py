@@ -1,0 +1,507 @@
+"""`keys`, `share`, `inspect`, `receive` and `quarantine`: handing a setup to a teammate."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agentstack.cli import JsonOpt, _root_dir, app
+from agentstack.entry import echo, print_json
+from agentstack.errors import InvalidInput, Refused
+
+keys_app = typer.Typer(
+    help="Signing keys and the signers you accept bundles from.", no_args_is_help=True
+)
+app.add_typer(keys_app, name="keys")
+quarantine_app = typer.Typer(
+    help="Review received bundles and release them into a project.", no_args_is_help=True
+)
+app.add_typer(quarantine_app, name="quarantine")
+
+
+# ------------------------------------------------------------------------------ keys
+
+
+@keys_app.command("generate")
+def keys_generate(name: str, as_json: JsonOpt = False) -> None:
+    """Create an Ed25519 signing key (OpenSSH format, 0600) under $AGENTSTACK_HOME/keys."""
+    from agentstack import keys
+
+    info = keys.generate(name)
+    if as_json:
+        print_json(
+            {"name": info.name, "path": str(info.path), "fingerprint": info.public.fingerprint,
+             "public_key": info.public.openssh(info.name)}
+        )  # fmt: skip
+        return
+    echo(f"created {info.path} ({info.public.fingerprint})")
+    sys.stdout.write(info.public.openssh(info.name) + "\n")
+    echo(
+        "give the line above to your teammates; each runs "
+        f"'agentstack keys trust YOUR-NAME \"{info.public.openssh()}\"'"
+    )
+
+
+@keys_app.command("list")
+def keys_list(as_json: JsonOpt = False) -> None:
+    """Your signing keys and the signers you trust."""
+    from agentstack import keys
+
+    mine = [
+        {"name": k.name, "fingerprint": k.public.fingerprint, "path": str(k.path)}
+        for k in keys.list_keys()
+    ]
+    signers = [
+        {
+            "principals": line.principals,
+            "fingerprint": line.key.fingerprint,
+            "namespaces": list(line.namespaces) if line.namespaces is not None else None,
+        }
+        for line in keys.allowed_signers().lines()
+    ]
+    if as_json:
+        print_json(
+            {"keys": mine, "signers": signers, "allowed_signers": str(keys.allowed_signers().path)}
+        )
+        return
+    from agentstack.sanitize import sanitize
+
+    out = ["signing keys:"] + [f"  {k.name}  {k.public.fingerprint}" for k in keys.list_keys()]
+    if not mine:
+        out.append("  (none: 'agentstack keys generate NAME')")
+    out.append("trusted signers:")
+    out += [
+        f"  {sanitize(line.principals)}  {line.key.fingerprint}"
+        + ("" if line.namespaces is None else f"  ({','.join(line.namespaces)})")
+        for line in keys.allowed_signers().lines()
+    ] or ["  (none: 'agentstack keys trust PRINCIPAL PUBKEY')"]
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+@keys_app.command("export")
+def keys_export(name: str) -> None:
+    """Print a key's OpenSSH public key line."""
+    from agentstack import keys
+
+    key = keys.load(name)
+    sys.stdout.write(key.public.openssh(name) + "\n")
+
+
+@keys_app.command("trust")
+def keys_trust(
+    principal: Annotated[str, typer.Argument(help="A name for the signer, such as an email.")],
+    pubkey: Annotated[str, typer.Argument(help="An OpenSSH public key line, or a .pub file.")],
+) -> None:
+    """Accept bundles signed by PUBKEY, as PRINCIPAL (adds an allowed_signers line)."""
+    from agentstack import keys
+    from agentstack.sshsig import check_principal
+
+    check_principal(principal)
+    key = keys.read_public_key(pubkey)
+    signers = keys.allowed_signers()
+    if signers.add(principal, key):
+        echo(f"trusted {principal} ({key.fingerprint}) in {signers.path}")
+    else:
+        echo(f"{principal} ({key.fingerprint}) was already trusted")
+
+
+@keys_app.command("untrust")
+def keys_untrust(principal: str) -> None:
+    """Stop accepting bundles from PRINCIPAL."""
+    from agentstack import keys
+
+    signers = keys.allowed_signers()
+    if not signers.remove(principal):
+        raise Refused(f"{principal!r} is not in {signers.path}", hint="see 'agentstack keys list'")
+    echo(f"{principal} is no longer trusted ({signers.path})")
+
+
+# ------------------------------------------------------------------------------ share / inspect
+
+
+_DURATION = re.compile(r"([0-9]{1,5})([hdw])")
+
+
+def parse_expires(value: str, now: float) -> int:
+    """`90d`, `12h`, `2w`, or a UTC date/time (`2027-01-31`, `2027-01-31T12:00:00Z`) -> seconds."""
+    match = _DURATION.fullmatch(value.strip())
+    if match:
+        return int(match.group(1)) * {"h": 3600, "d": 86400, "w": 7 * 86400}[match.group(2)]
+    import calendar
+
+    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return int(calendar.timegm(time.strptime(value, fmt)) - now)
+        except ValueError:
+            continue
+    raise InvalidInput(
+        f"--expires {value!r} is not a duration or a date",
+        hint="for example 30d, 12h, 2w or 2027-01-31",
+    )
+
+
+def _signing_key(key: str | None, ssh_key: Path | None) -> Any:
+    from agentstack import keys
+    from agentstack.sshsig import load_private_key
+
+    if key is not None and ssh_key is not None:
+        raise InvalidInput("give --key NAME or --ssh-key PATH, not both")
+    if ssh_key is not None:
+        return load_private_key(ssh_key.expanduser())
+    if key is not None:
+        return keys.load(key)
+    return keys.default_key()
+
+
+@app.command()
+def share(
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="The .astack file (default: NAME-VERSION.astack)."),
+    ] = None,
+    key: Annotated[str | None, typer.Option("--key", help="A key from 'keys list'.")] = None,
+    ssh_key: Annotated[
+        Path | None, typer.Option("--ssh-key", help="An unencrypted OpenSSH ed25519 key file.")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Bundle name (default: the project's).")] = None,
+    version: Annotated[
+        str | None, typer.Option(help="Bundle version, e.g. 3 or 1.4.0 (default: from the time).")
+    ] = None,
+    expires: Annotated[
+        str, typer.Option(help="Lifetime (30d, 12h, 2w) or a UTC date (2027-01-31).")
+    ] = "90d",
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a signed bundle of the locked, trusted setup (deterministic: same inputs, same bytes)."""
+    import os
+
+    from agentstack import bundle
+    from agentstack.fsutil import write_atomic
+
+    root = _root_dir()
+    signing_key = _signing_key(key, ssh_key)
+    now = (
+        float(os.environ["SOURCE_DATE_EPOCH"])
+        if os.environ.get("SOURCE_DATE_EPOCH")
+        else time.time()
+    )
+    built = bundle.build(
+        root, signing_key, name=name, version=version, now=now,
+        lifetime_s=parse_expires(expires, now),
+    )  # fmt: skip
+    if output is None:
+        output = Path(f"{built.statement.name}-{built.statement.version}.astack")
+    write_atomic(output, built.data, 0o644)
+    summary = {
+        "bundle": built.digest,
+        "file": str(output),
+        "name": built.statement.name,
+        "version": built.statement.version,
+        "expires": built.statement.expires,
+        "consent": built.statement.consent,
+        "members": len(built.statement.members),
+        "signer": signing_key.public.fingerprint,
+    }
+    if as_json:
+        print_json(summary)
+    else:
+        echo(
+            f"wrote {output}: {built.statement.name} {built.statement.version}, "
+            f"{len(built.statement.members)} files, digest {built.statement.consent}, "
+            f"signed by {signing_key.public.fingerprint}, expires {built.statement.expires}"
+        )
+
+
+@app.command()
+def inspect(
+    bundle_path: Annotated[Path, typer.Argument(metavar="BUNDLE")],
+    statement: Annotated[
+        Path | None,
+        typer.Option(
+            "--statement", help="Write the signed statement to OUT and its signature to OUT.sig."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a bundle's signed statement without receiving it (its members are not read)."""
+    from agentstack import bundle
+    from agentstack.fsutil import write_atomic
+
+    try:
+        handle = open(bundle_path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise InvalidInput(f"{bundle_path}: cannot read it ({exc.strerror})") from None
+    with handle:
+        opened = bundle.open_bundle(handle, check_time=False)
+    st = opened.statement
+    now = time.time()
+    validity = (
+        "expired" if bundle.parse_utc(st.expires) <= now
+        else "not yet valid" if bundle.parse_utc(st.created) > now + bundle.CLOCK_SKEW_S
+        else "valid"
+    )  # fmt: skip
+    if statement is not None:
+        write_atomic(statement, opened.statement_bytes, 0o644)
+        write_atomic(Path(f"{statement}.sig"), opened.signature, 0o644)
+    report = {
+        **{k: v for k, v in st.to_json().items() if k != "members"},
+        "members": len(st.members),
+        "size": sum(m.size for m in st.members),
+        "validity": validity,
+        "fingerprint": opened.signer_key.fingerprint,
+        "signer": opened.principals,
+    }
+    if as_json:
+        print_json(report)
+        return
+    from agentstack.sanitize import sanitize
+
+    signer = ", ".join(opened.principals) or "UNKNOWN (not in allowed_signers)"
+    lines = [
+        f"bundle    {st.name} {st.version}",
+        f"signed by {sanitize(signer)} ({opened.signer_key.fingerprint}); signature verifies",
+        f"created   {st.created}; expires {st.expires} ({validity})",
+        f"consent   {st.consent}",
+        f"lock      {st.lock}",
+        f"members   {len(st.members)} files, {report['size']} bytes",
+    ]
+    sys.stdout.write("\n".join(lines) + "\n")
+    if statement is not None:
+        echo(
+            f"wrote {statement} and {statement}.sig; check them with: ssh-keygen -Y verify "
+            f"-n agentstack-bundle -f ALLOWED_SIGNERS -I PRINCIPAL -s {statement}.sig < {statement}"
+        )
+
+
+# ------------------------------------------------------------------------------ receive
+
+
+@app.command()
+def receive(
+    bundle_path: Annotated[Path, typer.Argument(metavar="FILE")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Verify a bundle, then hold it in quarantine (nothing in it runs); prints its id."""
+    from agentstack.quarantine import receive as do_receive
+
+    result = do_receive(bundle_path)
+    meta = result.held.meta
+    if as_json:
+        print_json({**meta, "new": result.new})
+        return
+    sys.stdout.write(result.held.id + "\n")
+    who = ", ".join(meta["signer"]) or f"an UNKNOWN signer ({meta['fingerprint']})"
+    echo(
+        ("received " if result.new else "already in quarantine: ")
+        + f"{meta['name']} {meta['version']} signed by {who}\n"
+        f"next: 'agentstack quarantine show {result.held.id[:12]}', then "
+        f"'agentstack quarantine release {result.held.id[:12]} --into DIR'"
+        + (" --allow-unknown-signer" if not meta["signer"] else "")
+    )
+
+
+# ------------------------------------------------------------------------------ quarantine
+
+
+@quarantine_app.command("list")
+def quarantine_list(as_json: JsonOpt = False) -> None:
+    """Bundles held in quarantine."""
+    from agentstack.quarantine import list_held
+
+    held = list_held()
+    rows: list[dict[str, Any]] = [
+        {
+            "id": h.id,
+            **{
+                k: h.meta.get(k)
+                for k in (
+                    "name",
+                    "version",
+                    "signer",
+                    "fingerprint",
+                    "received",
+                    "state",
+                    "expires",
+                )
+            },
+        }
+        for h in held
+    ]
+    if as_json:
+        print_json({"quarantine": rows})
+        return
+    if not rows:
+        echo("nothing in quarantine")
+        return
+    from agentstack.sanitize import sanitize
+
+    for row in rows:
+        who = ",".join(row["signer"] or []) or "unknown-signer"
+        sys.stdout.write(
+            sanitize(
+                f"{row['id'][:12]}  {row['name']} {row['version']}  {row['state']}  "
+                f"signer {who}  received {row['received']}"
+            )
+            + "\n"
+        )
+
+
+def _diff_against(dest: Path | None, document: dict[str, Any]) -> tuple[Any, Any]:
+    """The consent diff against what the user trusted at `dest`, when `dest` holds a project."""
+    from agentstack.diff import consent_diff
+    from agentstack.manifest import MANIFEST_NAME
+    from agentstack.trust import TrustStore
+
+    if dest is None or not (dest / MANIFEST_NAME).is_file():
+        return None, consent_diff(None, document)
+    store = TrustStore()
+    last = store.last_trusted(dest)
+    before = store.load_consent(last.digest) if last is not None else None
+    return last, consent_diff(before, document)
+
+
+def _review(held: Any, contents: Any, principals: list[str], dest: Path | None, out: Any) -> Any:
+    from agentstack.view import consent_renderable, diff_renderable
+
+    meta = held.meta
+    who = (
+        ", ".join(principals)
+        or f"UNKNOWN signer {meta.get('fingerprint')} (not in allowed_signers)"
+    )
+    from agentstack.sanitize import sanitize
+
+    out.print(
+        sanitize(
+            f"quarantine {held.id[:12]}: {meta.get('name')} {meta.get('version')} signed by "
+            f"{who}; received {meta.get('received')}, expires {meta.get('expires')}"
+        ),
+        markup=False, highlight=False,
+    )  # fmt: skip
+    last, result = _diff_against(dest, contents.document)
+    if last is None:
+        out.print(consent_renderable(contents.document, contents.digest))
+        out.print(diff_renderable(result).renderables[0])
+    else:
+        out.print(
+            sanitize(f"Changes against the digest you trusted in {dest} on {last.time}:"),
+            markup=False, highlight=False,
+        )  # fmt: skip
+        out.print(diff_renderable(result))
+    return result
+
+
+@quarantine_app.command("show")
+def quarantine_show(
+    ident: Annotated[str, typer.Argument(metavar="ID")],
+    into: Annotated[
+        Path | None, typer.Option("--into", help="Also diff against what you trusted in DIR.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The consent view of a quarantined bundle (and the diff against DIR's trusted setup)."""
+    from agentstack.quarantine import find, verify_held
+    from agentstack.view import console
+
+    held = find(ident)
+    _, contents, principals = verify_held(held)
+    if as_json:
+        _, result = _diff_against(into, contents.document)
+        print_json(
+            {"id": held.id, "meta": held.meta, "signer_now": principals, "digest": contents.digest,
+             "consent": contents.document, "diff": result.to_json()}
+        )  # fmt: skip
+        return
+    _review(held, contents, principals, into, console())
+
+
+@quarantine_app.command("release")
+def quarantine_release(
+    ident: Annotated[str, typer.Argument(metavar="ID")],
+    into: Annotated[
+        Path, typer.Option("--into", help="The project directory to copy the setup into.")
+    ],
+    trust: Annotated[bool, typer.Option("--trust", help="Also trust the digest for DIR.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace differing files (backed up first).")
+    ] = False,
+    allow_unknown_signer: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unknown-signer", help="Release a bundle from a signer you do not trust."
+        ),
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Release without asking (after review).")
+    ] = False,
+    accept_risk: Annotated[
+        bool,
+        typer.Option("--accept-risk", help="Accept new high-risk findings (with --yes --trust)."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Review, then copy a quarantined setup into DIR and record the decision in the trust log."""
+    from agentstack.quarantine import find, release, verify_held
+    from agentstack.view import console
+
+    held = find(ident)
+    statement, contents, principals = verify_held(held)
+    if not principals and not allow_unknown_signer:
+        raise Refused(
+            f"{held.id[:12]} is signed by a key you do not trust ({held.meta.get('fingerprint')})",
+            hint="review it with 'agentstack quarantine show ID'; release with "
+            "--allow-unknown-signer, or trust the signer first ('agentstack keys trust')",
+        )
+    dest = into.expanduser().resolve()
+    result = _review(held, contents, principals, dest, console(stderr=as_json))
+    last = _diff_against(dest, contents.document)[0]
+    high = result.high_risk if last is not None else []
+    if not yes:
+        if not sys.stdin.isatty():
+            raise Refused(
+                "not released: no terminal to ask on",
+                hint="review the output above, then re-run with --yes",
+            )
+        from agentstack.cli_trust import _ask
+
+        if _ask(f"Release {held.id[:12]} into {dest}? [y/N] ").lower() not in ("y", "yes"):
+            raise Refused("not released: declined")
+    elif trust and high and not accept_risk:
+        raise Refused(
+            f"not released: {len(high)} new high-risk finding(s) need explicit acceptance",
+            hint="review them above, then re-run with --yes --accept-risk",
+        )
+    done = release(
+        held, dest, contents=contents, statement=statement, principals=principals,
+        trust=trust, force=force, allow_unknown_signer=allow_unknown_signer,
+    )  # fmt: skip
+    if as_json:
+        print_json(
+            {"id": held.id, "into": str(done.dest), "digest": done.digest, "written": done.written,
+             "backup": str(done.backup) if done.backup else None, "trusted": done.trusted}
+        )  # fmt: skip
+        return
+    echo(
+        f"released {held.meta.get('name')} {held.meta.get('version')} into {done.dest} "
+        f"({len(done.written)} files written; digest {done.digest})"
+        + (f"; replaced files are in {done.backup}" if done.backup else "")
+        + (
+            "; trusted"
+            if done.trusted
+            else "; next: 'agentstack trust' there to review and trust it"
+        )
+    )
+
+
+@quarantine_app.command("discard")
+def quarantine_discard(ident: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Delete a quarantined bundle (recorded in the trust log)."""
+    from agentstack.quarantine import discard, find
+
+    held = find(ident)
+    discard(held)
+    echo(f"discarded {held.id[:12]}")

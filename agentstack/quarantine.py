@@ -1,0 +1,750 @@
+"""Receiving bundles into quarantine, and releasing them into a project.
+
+`receive` verifies the signature and the statement before it writes anything, then streams the
+members into a fresh 0700 staging directory inside `$AGENTSTACK_HOME/quarantine/` (each file
+created with O_EXCL|O_NOFOLLOW, 0600 — nothing in quarantine is executable), checks that the
+members are exactly the setup the lock describes, and only then renames the staging directory to
+`quarantine/<bundle digest>/`. Any refusal removes the staging directory: nothing is left behind,
+and nothing is ever written outside the quarantine. Nothing in quarantine runs: no git, no hooks,
+no rendering, no lock resolution — only parsing and hashing.
+
+`release` re-verifies the quarantined copy, copies it into a project (never through a symbolic
+link, never over a differing file without `force`, which keeps a backup), seeds the local git
+mirror from the bundled objects, proves the result with the same check as `lock --check`, and
+records the decision in the trust log. The trust log also keeps each received (signer, name,
+version): the floor that refuses a rollback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentstack import bundle, gitobjects
+from agentstack.archive import reject
+from agentstack.bundle import Member, Statement
+from agentstack.canonical import b3
+from agentstack.errors import AgentstackError, InvalidInput, Refused
+from agentstack.paths import agentstack_home, ensure_private_dir
+
+META_NAME = "meta.json"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def quarantine_root(home: Path | None = None) -> Path:
+    return (home or agentstack_home()) / "quarantine"
+
+
+# ------------------------------------------------------------------------------ safe writing
+
+
+def _open_dir(parent_fd: int, name: str, *, create: bool) -> int:
+    """A directory below `parent_fd`, never through a symbolic link."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(
+                f"{name!r} is a symbolic link or not a directory; refusing to write through it"
+            ) from None
+        raise
+
+
+@contextlib.contextmanager
+def _parent_fd(root: Path, rel: str, *, create: bool) -> Iterator[int]:
+    """An fd of the directory holding `root/rel`, each component opened with O_NOFOLLOW."""
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in rel.split("/")[:-1]:
+            inner = _open_dir(fd, part, create=create)
+            os.close(fd)
+            fd = inner
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _write_new(root: Path, rel: str, chunks: Iterator[bytes]) -> None:
+    with _parent_fd(root, rel, create=True) as parent:
+        fd = os.open(rel.rsplit("/", 1)[-1], _NEW_FILE, 0o600, dir_fd=parent)
+        try:
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+            # No fsync per file: a quarantined copy is re-hashed against the signed statement
+            # on every show and release, so a copy a crash damaged is caught, not trusted.
+        finally:
+            os.close(fd)
+
+
+def _read_member(qdir: Path, rel: str, limit: int = bundle.MAX_FILE_BYTES) -> bytes:
+    with _parent_fd(qdir, rel, create=False) as parent:
+        fd = os.open(
+            rel.rsplit("/", 1)[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent
+        )
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+                raise Refused(f"quarantine file {rel} is not a regular file of a sane size")
+            data = b""
+            while len(data) < st.st_size:
+                more = os.read(fd, st.st_size - len(data))
+                if not more:
+                    break
+                data += more
+            return data
+        finally:
+            os.close(fd)
+
+
+# ------------------------------------------------------------------------------ metadata
+
+
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """One quarantined bundle."""
+
+    id: str
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def state(self) -> str:
+        return str(self.meta.get("state", ""))
+
+
+def _write_meta(qdir: Path, meta: dict[str, Any]) -> None:
+    from agentstack.fsutil import write_atomic
+
+    write_atomic(
+        qdir / META_NAME, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(), 0o600
+    )
+
+
+def list_held(home: Path | None = None) -> list[Held]:
+    root = quarantine_root(home)
+    if not root.is_dir():
+        return []
+    out = []
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith(".") or not entry.is_dir():
+            continue
+        try:
+            meta = json.loads((entry / META_NAME).read_bytes())
+        except (OSError, ValueError):
+            meta = {"state": "damaged"}
+        out.append(Held(id=entry.name, path=entry, meta=meta))
+    return out
+
+
+def find(ident: str, home: Path | None = None) -> Held:
+    """A held bundle by its id or a unique prefix of it (at least 8 hex digits)."""
+    wanted = ident.removeprefix("b3:").lower()
+    if len(wanted) < 8 or not all(c in "0123456789abcdef" for c in wanted):
+        raise InvalidInput(
+            f"{ident!r} is not a quarantine id", hint="see 'agentstack quarantine list'"
+        )
+    matches = [h for h in list_held(home) if h.id.startswith(wanted)]
+    if not matches:
+        raise InvalidInput(
+            f"nothing in quarantine has id {ident}", hint="see 'agentstack quarantine list'"
+        )
+    if len(matches) > 1:
+        raise InvalidInput(f"{ident} matches several quarantined bundles; give more digits")
+    return matches[0]
+
+
+# ------------------------------------------------------------------------------ receiving
+
+
+@dataclass(frozen=True, kw_only=True)
+class Received:
+    held: Held
+    new: bool
+
+
+def _floor_problem(
+    statement: Statement, statement_digest: str, fingerprint: str, principals: list[str], home: Path
+) -> None:
+    from agentstack.trustlog import TrustLog
+
+    floor: tuple[tuple[int, ...], str, str] | None = None
+    for record in TrustLog(home).records():
+        extra = record.extra
+        if record.action != "receive" or extra.get("name") != statement.name:
+            continue
+        same_signer = extra.get("key") == fingerprint or bool(
+            set(principals) & set(filter(None, extra.get("signer", "").split(",")))
+        )
+        if not same_signer:
+            continue
+        try:
+            key = bundle.version_key(extra.get("version", "0"))
+        except ValueError:
+            continue
+        if floor is None or key > floor[0]:
+            floor = (key, extra.get("version", ""), record.digest)
+        if key == bundle.version_key(statement.version) and record.digest != statement_digest:
+            raise reject(
+                "version-reused",
+                f"version {statement.version} of {statement.name!r} was already received with "
+                "different content; a signer must give every change a new version",
+            )
+    if floor is not None and bundle.version_key(statement.version) < floor[0]:
+        raise reject(
+            "rollback",
+            f"version {statement.version} of {statement.name!r} is older than version "
+            f"{floor[1]}, already received from this signer (a rollback)",
+            hint="ask the sender for a bundle newer than the one you have",
+        )
+
+
+_STALE_S = 86400
+
+
+def _remove_stale(root: Path, now: float) -> None:
+    """Staging and discard directories a killed process left behind (a day old: no live receive
+    takes that long)."""
+    for entry in root.iterdir():
+        if entry.name.startswith((".incoming-", ".discard-")):
+            with contextlib.suppress(OSError):
+                if os.lstat(entry).st_mtime < now - _STALE_S:
+                    shutil.rmtree(entry)
+
+
+def receive(path: Path, *, now: float | None = None, home: Path | None = None) -> Received:
+    """Verify the bundle at `path` and hold it in quarantine (see the module docstring)."""
+    home = home or agentstack_home()
+    moment = time.time() if now is None else now
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise InvalidInput(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read it ({exc.strerror})") from None
+    with handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise InvalidInput(f"{path} is not a regular file")
+        opened = bundle.open_bundle(handle, now=moment, home=home)
+        statement = opened.statement
+        statement_digest = b3(opened.statement_bytes)
+        fingerprint = opened.signer_key.fingerprint
+        _floor_problem(statement, statement_digest, fingerprint, opened.principals, home)
+        root = ensure_private_dir(quarantine_root(home))
+        _remove_stale(root, time.time())
+        staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=root))
+        try:
+            os.chmod(staging, 0o700)
+
+            def sink(member: Member, chunks: Iterator[bytes]) -> None:
+                _write_new(staging, member.path, chunks)
+
+            bundle.stream_members(opened, sink)
+            bundle_digest = "b3:" + opened.inflater.hasher.hexdigest()
+            _write_new(staging, bundle.STATEMENT_NAME, iter([opened.statement_bytes]))
+            _write_new(staging, bundle.SIGNATURE_NAME, iter([opened.signature]))
+            check_contents(staging, statement)
+            ident = bundle_digest[3:]
+            final = root / ident
+            if final.exists():
+                return Received(held=find(ident, home), new=False)
+            meta = {
+                "id": ident,
+                "bundle": bundle_digest,
+                "source": os.path.basename(path),
+                "name": statement.name,
+                "version": statement.version,
+                "created": statement.created,
+                "expires": statement.expires,
+                "consent": statement.consent,
+                "lock": statement.lock,
+                "statement": statement_digest,
+                "signer": opened.principals,
+                "fingerprint": fingerprint,
+                "public_key": opened.signer_key.openssh(),
+                "received": bundle.utc(moment),
+                "state": "held" if opened.principals else "unknown-signer",
+                "releases": [],
+            }
+            _write_meta(staging, meta)
+            os.rename(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    from agentstack.trustlog import TrustLog
+
+    TrustLog(home).append(
+        "receive",
+        "",
+        statement_digest,
+        extra={
+            "bundle": bundle_digest,
+            "name": statement.name,
+            "version": statement.version,
+            "key": fingerprint,
+            "signer": ",".join(opened.principals),
+        },
+    )
+    return Received(held=Held(id=ident, path=final, meta=meta), new=True)
+
+
+# ------------------------------------------------------------------------------ content checks
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contents:
+    """A quarantined setup, parsed: what `show` displays and `release` copies."""
+
+    manifest: Any
+    lock: dict[str, Any]
+    document: dict[str, Any]
+    digest: str
+    local: dict[str, Member]  # project-relative path -> member
+    git_objects: dict[str, dict[str, str]]  # url -> {sha1: member path}
+
+
+def check_contents(qdir: Path, statement: Statement) -> Contents:
+    """Prove that the members are exactly the setup the bundled lock describes: manifest and lock
+    agree, the consent digest is the statement's, every pinned file is a member with the pinned
+    hash, every git-sourced file is reachable in the bundled git objects, and nothing else is
+    there. Parsing and hashing only."""
+    from agentstack.consent import consent_digest, consent_document
+    from agentstack.lockfile import manifest_digest, parse_lock
+    from agentstack.manifest import parse_manifest
+    from agentstack.treehash import check_links
+
+    members = {m.path: m for m in statement.members}
+    for required in (bundle.MANIFEST_MEMBER, bundle.LOCK_MEMBER):
+        if required not in members:
+            raise reject("incomplete", f"the bundle has no {required}")
+    lock_bytes = _read_member(qdir, bundle.LOCK_MEMBER)
+    if b3(lock_bytes) != statement.lock:
+        raise reject("lock-mismatch", "the bundled lock is not the one the statement names")
+    try:
+        manifest = parse_manifest(_read_member(qdir, bundle.MANIFEST_MEMBER), "agentstack.toml")
+        lock = parse_lock(lock_bytes)
+    except AgentstackError as exc:
+        raise reject(
+            "bad-setup", "the bundled manifest or lock does not validate: " + exc.message
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        raise reject("bad-setup", f"the bundled manifest or lock cannot be read ({exc})") from None
+    if lock["manifest"] != manifest_digest(manifest):
+        raise reject("stale-lock", "the bundled lock does not match the bundled manifest")
+    document = consent_document(manifest, lock)
+    digest = consent_digest(document)
+    if digest != statement.consent:
+        raise reject(
+            "consent-mismatch",
+            f"the setup's consent digest is {digest}, the statement says {statement.consent}",
+        )
+    used = {bundle.MANIFEST_MEMBER, bundle.LOCK_MEMBER}
+    local: dict[str, Member] = {}
+    links: dict[str, dict[str, str]] = {}
+    git_objects: dict[str, dict[str, str]] = {}
+    sources: dict[gitobjects.GitSource, list[bundle.PinnedFile]] = {}
+    for pinned in bundle.pinned_files(lock):
+        if pinned.git is not None:
+            sources.setdefault(pinned.git, []).append(pinned)
+            continue
+        entry = pinned.entry
+        rel = pinned.rel
+        path = f"files/{rel}"
+        member = members.get(path)
+        if rel.startswith("../") or rel in (".", "..") or os.path.isabs(rel):
+            raise reject("unsafe-path", f"the lock pins {rel!r}, outside the project")
+        if member is None or (member.blake3, member.size, member.executable, member.kind) != (
+            entry["digest"],
+            entry["size"],
+            entry["executable"],
+            entry["kind"],
+        ):
+            raise reject(
+                "lock-member-mismatch",
+                f"the lock pins {rel!r}, but the bundle's {path!r} is missing or different",
+            )
+        if member.kind == "link":
+            target = _read_member(qdir, path).decode("utf-8", "surrogateescape")
+            inner = os.path.relpath(rel, pinned.root) if pinned.root != "." else rel
+            links.setdefault(pinned.root, {})[inner] = target
+        used.add(path)
+        local[rel] = member
+    for root, tree_links in links.items():
+        try:
+            check_links(root, tree_links)
+        except AgentstackError as exc:
+            raise reject("unsafe-link", exc.message) from None
+    for source, pinned_list in sources.items():
+
+        def read(sha: str, url: str = source.url) -> bytes:
+            path = f"git/{sha}"
+            if path not in members:
+                raise reject(
+                    "missing-git-object", f"git object {sha} of {url} is not in the bundle"
+                )
+            raw = _read_member(qdir, path)
+            if gitobjects.sha1_hex(raw) != sha:
+                raise reject("bad-git-object", f"git object {sha} does not hash to its name")
+            return raw
+
+        # Directories count as entries too (at most MAX_DEPTH per file); the files must be
+        # exactly the lock's, so a tree that repeats a subtree is refused before it explodes.
+        objects, files = gitobjects.walk_git_source(
+            source, read, limit=(len(pinned_list) + 1) * (gitobjects.MAX_TREE_DEPTH + 1)
+        )
+        if set(files) != {p.rel for p in pinned_list}:
+            raise reject("git-mismatch", f"the files of {source.url} differ from the lock")
+        for pinned in pinned_list:
+            mode, sha = files[pinned.rel]
+            _, body = gitobjects.split_object(read(sha), sha)
+            kind = "link" if mode == "120000" else "file"
+            if (b3(body), len(body), mode == "100755", kind) != (
+                pinned.entry["digest"],
+                pinned.entry["size"],
+                pinned.entry["executable"],
+                pinned.entry["kind"],
+            ):
+                raise reject("git-mismatch", f"{source.url}: {pinned.rel} differs from the lock")
+        for sha in objects:
+            used.add(f"git/{sha}")
+            git_objects.setdefault(source.url, {})[sha] = f"git/{sha}"
+    extra = sorted(set(members) - used)
+    if extra:
+        raise reject(
+            "unreferenced-member",
+            f"member {extra[0][:80]!r} is not part of the locked setup",
+        )
+    return Contents(
+        manifest=manifest,
+        lock=lock,
+        document=document,
+        digest=digest,
+        local=local,
+        git_objects=git_objects,
+    )
+
+
+def verify_held(held: Held, *, home: Path | None = None) -> tuple[Statement, Contents, list[str]]:
+    """Re-check a quarantined copy (it may have been changed since `receive`): the signature over
+    the statement, every member's hash, the contents; and who the signer is *now*."""
+    from agentstack import sshsig
+    from agentstack.keys import allowed_signers
+
+    qdir = held.path
+    statement_bytes = _read_member(qdir, bundle.STATEMENT_NAME, bundle.MAX_STATEMENT_BYTES)
+    signature = _read_member(qdir, bundle.SIGNATURE_NAME, sshsig.MAX_SIGNATURE_BYTES)
+    try:
+        parsed = sshsig.verify(signature, statement_bytes)
+    except sshsig.SignatureError as exc:
+        raise Refused(
+            f"the quarantined copy {held.id[:12]} no longer verifies: {exc.message}"
+        ) from None
+    if b3(statement_bytes) != held.meta.get("statement"):
+        raise Refused(
+            f"the quarantined copy {held.id[:12]} holds another statement than it received"
+        )
+    statement = bundle.parse_statement(statement_bytes)
+    for member in statement.members:
+        data = _read_member(qdir, member.path)
+        if b3(data) != member.blake3:
+            raise Refused(
+                f"the quarantined copy {held.id[:12]} was changed: {member.path}",
+                hint="discard it and receive the bundle again",
+            )
+    contents = check_contents(qdir, statement)
+    principals = allowed_signers(home).principals_for(parsed.public_key)
+    return statement, contents, principals
+
+
+# ------------------------------------------------------------------------------ releasing
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What a release writes, leaves alone, and would overwrite."""
+
+    write: list[str]  # project-relative paths to create or replace
+    same: list[str]
+    conflicts: list[str]  # existing files that differ
+    extras: list[str]  # files inside a pinned tree that the bundle does not have
+
+
+def _existing(dest: Path, rel: str) -> tuple[str, bytes, bool] | None:
+    """(kind, bytes, executable) of dest/rel, without following a link anywhere on the way."""
+    try:
+        with _parent_fd(dest, rel, create=False) as parent:
+            name = rel.rsplit("/", 1)[-1]
+            try:
+                st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if stat.S_ISLNK(st.st_mode):
+                return "link", os.fsencode(os.readlink(name, dir_fd=parent)), False
+            if stat.S_ISDIR(st.st_mode):
+                return "dir", b"", False
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            with os.fdopen(fd, "rb") as handle:
+                return "file", handle.read(), bool(st.st_mode & stat.S_IXUSR)
+    except FileNotFoundError:
+        return None
+
+
+def plan_release(contents: Contents, qdir: Path, dest: Path) -> Plan:
+    from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
+
+    wanted: dict[str, tuple[str, bytes, bool]] = {}
+    wanted[MANIFEST_NAME] = ("file", _read_member(qdir, bundle.MANIFEST_MEMBER), False)
+    wanted[LOCK_NAME] = ("file", _read_member(qdir, bundle.LOCK_MEMBER), False)
+    for rel, member in contents.local.items():
+        wanted[rel] = (member.kind, _read_member(qdir, member.path), member.executable)
+    write, same, conflicts = [], [], []
+    for rel in sorted(wanted, key=lambda p: p.encode()):
+        have = _existing(dest, rel)
+        if have is None:
+            write.append(rel)
+        elif have == wanted[rel]:
+            same.append(rel)
+        else:
+            write.append(rel)
+            conflicts.append(rel)
+    extras: list[str] = []
+    for root in bundle.local_roots(contents.lock):
+        base = dest / root
+        if not base.is_dir() or base.is_symlink():
+            continue
+        for current, dirs, files in os.walk(base, followlinks=False):
+            for name in [*files, *(d for d in dirs if (Path(current) / d).is_symlink())]:
+                rel = os.path.relpath(Path(current) / name, dest)
+                if rel not in wanted:
+                    extras.append(rel)
+    return Plan(write=write, same=same, conflicts=conflicts, extras=sorted(extras))
+
+
+def _backup(dest: Path, rels: list[str], backup_root: Path) -> None:
+    for rel in rels:
+        source = dest / rel
+        target = backup_root / rel
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.rename(source, target)
+
+
+def _install(dest: Path, rel: str, kind: str, data: bytes, executable: bool) -> None:
+    """Create or replace dest/rel atomically, never through a symbolic link. (Not fsynced file by
+    file: the release ends by re-hashing everything against the lock, and the lock is what
+    every later command checks.)"""
+    name = rel.rsplit("/", 1)[-1]
+    with _parent_fd(dest, rel, create=True) as parent:
+        tmp = f".{name}.agentstack-{os.urandom(6).hex()}"
+        if kind == "link":
+            os.symlink(os.fsdecode(data), tmp, dir_fd=parent)
+        else:
+            fd = os.open(tmp, _NEW_FILE, 0o755 if executable else 0o644, dir_fd=parent)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, 0o755 if executable else 0o644)
+            finally:
+                os.close(fd)
+        try:
+            os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=parent)
+            raise
+
+
+def seed_mirror(url: str, objects: dict[str, bytes]) -> None:
+    """Put bundled git objects into the local mirror of `url` (created if missing, with `url` as
+    its origin so that a later `lock --update` fetches as usual). Each object was checked against
+    its sha1 already; existing objects are left as they are."""
+    from agentstack import gitsource
+    from agentstack.paths import agentstack_cache
+
+    mirror = gitsource.mirror_path(agentstack_cache(), url)
+    if not (mirror / "HEAD").exists():
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        tmp = mirror.with_name(mirror.name + f".seed{os.getpid()}")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_TERMINAL_PROMPT="0")
+        base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+        try:
+            subprocess.run(
+                [*base, "-c", "init.defaultBranch=main", "init", "--bare", "--quiet", str(tmp)],
+                check=True, env=env, capture_output=True, timeout=60,
+            )  # fmt: skip
+            for key, value in (
+                ("remote.origin.url", url),
+                ("remote.origin.fetch", "+refs/*:refs/*"),
+                ("remote.origin.mirror", "true"),
+            ):
+                subprocess.run(
+                    [*base, "--git-dir", str(tmp), "config", key, value],
+                    check=True, env=env, capture_output=True, timeout=60,
+                )  # fmt: skip
+            os.replace(tmp, mirror)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    for sha, raw in objects.items():
+        target = mirror / "objects" / sha[:2] / sha[2:]
+        if target.exists():
+            continue
+        target.parent.mkdir(exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix="tmp_obj_")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(zlib.compress(raw))
+            os.chmod(tmp_name, 0o444)
+            os.replace(tmp_name, target)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+
+
+@dataclass(frozen=True, kw_only=True)
+class Released:
+    dest: Path
+    digest: str
+    written: list[str]
+    backup: Path | None
+    trusted: bool
+
+
+def release(
+    held: Held,
+    dest: Path,
+    *,
+    contents: Contents,
+    statement: Statement,
+    principals: list[str],
+    trust: bool = False,
+    force: bool = False,
+    allow_unknown_signer: bool = False,
+    home: Path | None = None,
+    now: float | None = None,
+) -> Released:
+    """Copy a verified quarantined setup into `dest` and record the decision."""
+    home = home or agentstack_home()
+    if bundle.parse_utc(statement.expires) <= (time.time() if now is None else now):
+        raise Refused(
+            f"{held.id[:12]} expired at {statement.expires}; an expired bundle is not released",
+            hint="ask the sender for a fresh one, and discard this one",
+        )
+    if not principals and not allow_unknown_signer:
+        raise Refused(
+            f"{held.id[:12]} is signed by a key you do not trust ({held.meta.get('fingerprint')})",
+            hint="review it with 'agentstack quarantine show ID', then release with "
+            "--allow-unknown-signer, or trust the signer first ('agentstack keys trust')",
+        )
+    dest = dest.resolve()
+    plan = plan_release(contents, held.path, dest)
+    blocked = plan.conflicts + plan.extras
+    if blocked and not force:
+        raise Refused(
+            f"{len(blocked)} file(s) in {dest} differ from the bundle or are not part of it: "
+            + ", ".join(blocked[:5])
+            + (" …" if len(blocked) > 5 else ""),
+            hint="release into an empty directory, or pass --force (the files are moved to a "
+            "backup first)",
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    backup: Path | None = None
+    if blocked:
+        backup = ensure_private_dir(home / "backups") / (
+            time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + held.id[:12]
+        )
+        _backup(dest, blocked, backup)
+    for url, objects in contents.git_objects.items():
+        seed_mirror(url, {sha: _read_member(held.path, path) for sha, path in objects.items()})
+    from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
+
+    sources = {
+        MANIFEST_NAME: ("file", bundle.MANIFEST_MEMBER, False),
+        LOCK_NAME: ("file", bundle.LOCK_MEMBER, False),
+        **{rel: (m.kind, m.path, m.executable) for rel, m in contents.local.items()},
+    }
+    # Regular files first, so that a link is only made once what it points at exists.
+    ordered = sorted(plan.write, key=lambda rel: (sources[rel][0] == "link", rel.encode()))
+    for rel in ordered:
+        kind, member_path, executable = sources[rel]
+        _install(dest, rel, kind, _read_member(held.path, member_path), executable)
+    from agentstack.consent import consent_digest, consent_document
+    from agentstack.lockfile import fresh_lock
+    from agentstack.manifest import load_manifest
+
+    try:
+        manifest = load_manifest(dest)
+        lock = fresh_lock(dest, manifest, verify_git=True)
+        document = consent_document(manifest, lock)
+        digest = consent_digest(document)
+    except AgentstackError as exc:
+        raise Refused(
+            f"the released setup in {dest} does not hold: {exc.message}",
+            hint=f"backups are in {backup}" if backup else "",
+        ) from None
+    if digest != statement.consent:
+        raise Refused(
+            f"the released setup has digest {digest}, not the bundle's {statement.consent}"
+        )
+    from agentstack.trust import TrustStore
+
+    store = TrustStore(home)
+    lock_hash = b3((dest / LOCK_NAME).read_bytes())
+    store.log.append(
+        "release",
+        str(dest),
+        digest,
+        lock_hash,
+        extra={
+            "bundle": held.meta.get("bundle", ""),
+            "name": statement.name,
+            "version": statement.version,
+            "key": str(held.meta.get("fingerprint", "")),
+            "signer": ",".join(principals),
+        },
+    )
+    if trust:
+        store.trust(dest, digest, document, lock_hash)
+        from agentstack.snapshot import write_snapshot
+
+        write_snapshot(dest, document, digest)
+    meta = dict(held.meta)
+    meta["state"] = "released"
+    meta["releases"] = [
+        *meta.get("releases", []),
+        {"into": str(dest), "time": bundle.utc(time.time()), "trusted": trust},
+    ]
+    _write_meta(held.path, meta)
+    return Released(dest=dest, digest=digest, written=plan.write, backup=backup, trusted=trust)
+
+
+def discard(held: Held, *, home: Path | None = None) -> None:
+    from agentstack.trustlog import TrustLog
+
+    statement = str(held.meta.get("statement", ""))
+    from agentstack.canonical import is_digest
+
+    if is_digest(statement):
+        TrustLog(home or agentstack_home()).append(
+            "discard", "", statement, extra={"bundle": str(held.meta.get("bundle", ""))}
+        )
+    # Rename first, so that a half-deleted copy never looks like a held bundle.
+    trash = held.path.with_name(f".discard-{held.id}-{os.urandom(4).hex()}")
+    os.rename(held.path, trash)
+    shutil.rmtree(trash)
