@@ -105,7 +105,7 @@ def _full_example(tmp_path: Path, homes: Homes) -> tuple[Path, Path]:
         cwd=project,
     )
     homes.run("alice", "lock", cwd=project)
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     return project, repo
 
 
@@ -153,14 +153,14 @@ def test_round_trip_with_git_source_and_no_network(tmp_path: Path) -> None:
     actions = [r.action for r in TrustLog(homes.state("bob")).records()]
     assert actions == ["receive", "release"]
     # Bob's apply can render the git-sourced skill from the seeded mirror, still without the repo.
-    homes.run("bob", "trust", "--yes", cwd=dest)
+    homes.run("bob", "trust", "--yes", "--accept-risk", cwd=dest)
     homes.run("bob", "apply", "--write", cwd=dest)
     assert "Style guide" in (dest / ".claude/skills/style-guide/SKILL.md").read_text()
 
 
 def test_release_with_trust_and_into_an_existing_project(tmp_path: Path, homes: Homes) -> None:
     project = make_locked_project(tmp_path / "sender")
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
     homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
     first = tmp_path / "v1.astack"
@@ -177,7 +177,7 @@ def test_release_with_trust_and_into_an_existing_project(tmp_path: Path, homes: 
     # Version 2 changes an instruction; releasing over the trusted v1 shows the diff.
     (project / "AGENTS.md").write_text("Be careful. Run the tests.\n")
     homes.run("alice", "lock", cwd=project)
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     second = tmp_path / "v2.astack"
     homes.run("alice", "share", "-o", str(second), "--version", "2", cwd=project)
     ident2 = homes.run("bob", "receive", str(second), cwd=tmp_path).stdout.strip()
@@ -214,7 +214,7 @@ def test_release_with_trust_and_into_an_existing_project(tmp_path: Path, homes: 
 
 def test_extra_files_in_a_pinned_tree_block_release(tmp_path: Path, homes: Homes) -> None:
     project = make_locked_project(tmp_path / "sender")
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
     homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
     out = tmp_path / "b.astack"
@@ -235,7 +235,7 @@ def test_extra_files_in_a_pinned_tree_block_release(tmp_path: Path, homes: Homes
 
 def test_release_never_writes_through_a_symlink(tmp_path: Path, homes: Homes) -> None:
     project = make_locked_project(tmp_path / "sender")
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
     homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
     out = tmp_path / "b.astack"
@@ -264,7 +264,7 @@ def test_release_never_writes_through_a_symlink(tmp_path: Path, homes: Homes) ->
 
 def test_unknown_signer_needs_the_flag(tmp_path: Path, homes: Homes) -> None:
     project = make_locked_project(tmp_path / "sender")
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     homes.run("alice", "keys", "generate", "k", cwd=project)
     out = tmp_path / "b.astack"
     homes.run("alice", "share", "-o", str(out), cwd=project)
@@ -292,7 +292,7 @@ def test_unknown_signer_needs_the_flag(tmp_path: Path, homes: Homes) -> None:
 
 def test_share_is_deterministic_and_a_plain_tar_gz(tmp_path: Path, homes: Homes) -> None:
     project = make_locked_project(tmp_path / "sender")
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     homes.run("alice", "keys", "generate", "k", cwd=project)
     env = {**homes.env["alice"], "SOURCE_DATE_EPOCH": "1764460800"}
     outputs = []
@@ -316,7 +316,7 @@ def test_share_refuses_a_stale_lock_and_an_untrusted_digest(tmp_path: Path, home
     out = tmp_path / "b.astack"
     untrusted = homes.run("alice", "share", "-o", str(out), cwd=project, ok=False)
     assert untrusted.returncode == 1 and "not trusted" in untrusted.stderr
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     (project / "AGENTS.md").write_text("changed\n")
     stale = homes.run("alice", "share", "-o", str(out), cwd=project, ok=False)
     assert stale.returncode == 1 and "stale" in stale.stderr
@@ -326,7 +326,7 @@ def test_share_refuses_a_stale_lock_and_an_untrusted_digest(tmp_path: Path, home
 @pytest.mark.skipif(SSH_KEYGEN is None and os.environ.get("CI") != "true", reason="no ssh-keygen")
 def test_inspect_statement_verifies_with_ssh_keygen(tmp_path: Path, homes: Homes) -> None:
     project = make_locked_project(tmp_path / "sender")
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
     out = tmp_path / "b.astack"
     homes.run("alice", "share", "-o", str(out), "--expires", "7d", cwd=project)
@@ -355,7 +355,7 @@ def test_share_with_an_ssh_keygen_key(tmp_path: Path, homes: Homes) -> None:
     if SSH_KEYGEN is None:
         pytest.skip("no ssh-keygen")
     project = make_locked_project(tmp_path / "sender")
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     key = tmp_path / "id_ed25519"
     subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     out = tmp_path / "b.astack"
@@ -500,7 +500,7 @@ def test_an_in_tree_symlink_travels_as_a_link(tmp_path: Path, homes: Homes) -> N
     project = make_locked_project(tmp_path / "sender")
     (project / "skills/helper/alias.md").symlink_to("SKILL.md")
     homes.run("alice", "lock", cwd=project)
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
     homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
     out = tmp_path / "b.astack"
@@ -524,7 +524,7 @@ def test_release_asks_on_a_terminal_and_no_writes_nothing(tmp_path: Path, homes:
     from tests.conftest import REPO
 
     project = make_locked_project(tmp_path / "sender")
-    homes.run("alice", "trust", "--yes", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
     public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
     homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
     out = tmp_path / "b.astack"

@@ -254,7 +254,7 @@ def test_guard_denies_a_changed_code_root_file_until_re_review(tmp_path: Path, c
 
     body, target = CASES[case]
     root = project(tmp_path, body).resolve()
-    for args in (["lock"], ["trust", "--yes"], ["apply", "--write"]):
+    for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
         result = run_cli(*args, cwd=root)
         assert result.returncode == 0, result.stderr
     assert_allowed(guard("claude-code", event(root)))
