@@ -37,7 +37,7 @@ from agentstack._guard import _key_value
 from agentstack.canonical import b3, canonical_bytes
 from agentstack.errors import AgentstackError, InvalidInput, Refused, StaleLock
 from agentstack.fsutil import write_atomic
-from agentstack.paths import ensure_private_dir, project_state_dir
+from agentstack.paths import agentstack_home, ensure_private_dir, project_state_dir
 
 LEDGER_VERSION = 1
 BLOCK_BEGIN = "<!-- agentstack:begin (managed by agentstack; edit agentstack.toml instead) -->"
@@ -427,6 +427,7 @@ def _context(root: Path, consent: dict[str, Any], digest: str) -> RenderContext:
         consent=consent,
         digest=digest,
         guard_command=guard_command(),
+        state_home=agentstack_home(),
         user_home=Path.home(),
         env=dict(os.environ),
         read_skill_file=materializer.skill_file,
