@@ -461,7 +461,9 @@ def check_files(snapshot: dict[str, Any]) -> None:
 
 # Tools, exactly as each harness names them (case matters), and the arguments that name what they
 # touch. Kinds: "read"/"write" a path, "pattern" a path pattern read, "url", "server" (an MCP
-# server's name), "patch" (apply_patch's text). A trailing "?" marks an optional argument.
+# server's name), "patch" (apply_patch's text), "regex"/"opaque" (named, but nothing to judge).
+# A trailing "?" marks an optional argument. Any other argument that would name a path, URL or
+# server (NAMING_KEYS) is not the tool's: denied.
 # A tool with no entry in TOOLS and none in INERT is unknown: denied when it names anything.
 TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
     "claude-code": {
@@ -472,16 +474,16 @@ TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
         "MultiEdit": ("file_path:write",),
         "NotebookEdit": ("notebook_path:write",),
         "Glob": ("pattern:pattern", "path:read?"),
-        "Grep": ("path:read?", "glob:pattern?"),
+        "Grep": ("path:read?", "glob:pattern?", "pattern:regex?"),
         "LS": ("path:read",),
         "WebFetch": ("url:url",),
         "ListMcpResourcesTool": ("server:server",),
-        "ReadMcpResourceTool": ("server:server",),
+        "ReadMcpResourceTool": ("server:server", "uri:opaque?"),
     },
     "codex": {
         "apply_patch": ("*:patch",),
         "view_image": ("path:read",),
-        "read_mcp_resource": ("server:server",),
+        "read_mcp_resource": ("server:server", "uri:opaque?"),
         "list_mcp_resources": ("server:server",),
         "list_mcp_resource_templates": ("server:server",),
         "Bash": ("workdir:read?",),
@@ -518,8 +520,10 @@ TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
         "webfetch": ("url:url",),
     },
 }
-TOOLS["vscode"] = TOOLS["claude-code"]
-TOOLS["cursor"] = TOOLS["claude-code"]
+# Codex names its hook tools after Claude Code's where they are the same ("Bash"): the two share
+# one table, so a name either one uses is judged the same way by both.
+TOOLS["claude-code"] = TOOLS["codex"] = {**TOOLS["claude-code"], **TOOLS["codex"]}
+TOOLS["vscode"] = TOOLS["cursor"] = TOOLS["claude-code"]
 # Tools that name nothing the guard judges (shells run under the sandbox, not the guard; plans,
 # todos and questions touch nothing; a sub-agent's own calls come back through this hook).
 INERT = {
@@ -550,8 +554,8 @@ INERT = {
     "copilot": {"bash", "write_bash", "read_bash", "stop_bash", "report_intent"},
     "opencode": {"bash", "todowrite", "todoread", "task"},
 }
-INERT["vscode"] = INERT["claude-code"]
-INERT["cursor"] = INERT["claude-code"]
+INERT["claude-code"] = INERT["codex"] = INERT["claude-code"] | INERT["codex"]
+INERT["vscode"] = INERT["cursor"] = INERT["claude-code"]
 # Keys that, in the input of a tool the guard does not know, name something it would judge.
 NAMING_KEYS = frozenset(
     {
@@ -719,6 +723,9 @@ def check_call(
     spec = TOOLS.get(harness, {}).get(tool)
     if spec is None:
         if tool in INERT.get(harness, ()):
+            extra = sorted(k for k in arguments if k in NAMING_KEYS)
+            if extra:
+                raise Deny(f"tool {tool!r} was given {extra[0]!r}, which it has not; denied")
             return
         named = _names_something(arguments)
         if named:
@@ -726,12 +733,18 @@ def check_call(
                 f"tool {tool!r} is not one the guard knows, and its input names {named}; denied"
             )
         return
+    known = {item.split(":")[0] for item in spec}
+    extra = sorted(k for k in arguments if k in NAMING_KEYS and k not in known)
+    if extra and "*" not in known:
+        raise Deny(f"tool {tool!r} was given {extra[0]!r}, which it has not; denied")
     for item in spec:
         key, kind = item.split(":")
         optional = kind.endswith("?")
         kind = kind.rstrip("?")
         if kind == "patch":
             check_patch(policy, arguments, cwd)
+            continue
+        if kind in ("regex", "opaque"):  # a search pattern; a resource the locked server names
             continue
         if key not in arguments:
             if optional:
