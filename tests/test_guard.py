@@ -65,7 +65,7 @@ def guard(harness: str, payload: bytes | str, *, cwd: Path | None = None,
     if project is None and not user_level:
         try:
             project = Path(json.loads(data)["cwd"])
-        except Exception:  # noqa: BLE001 - any payload: fall back to where the hook runs
+        except Exception:
             project = cwd or REPO
     full_env = dict(os.environ)
     full_env.update(env or {})
