@@ -866,14 +866,12 @@ def check_pattern(policy: dict[str, Any], base: str, pattern: str, cwd: str) -> 
 
 def check_patch(policy: dict[str, Any], arguments: dict[str, Any], cwd: str) -> None:
     """apply_patch: every file the patch adds, updates, deletes or moves to is a write."""
-    texts = [
-        v
-        for key in ("input", "patch", "command")
-        for v in (
-            arguments.get(key) if isinstance(arguments.get(key), list) else [arguments.get(key)]
-        )
-        if isinstance(v, str) and "*** Begin Patch" in v
-    ]
+    texts = []
+    for key in ("input", "patch", "command"):
+        value = arguments.get(key)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and "*** Begin Patch" in item:
+                texts.append(item)
     if len(texts) != 1:
         raise Deny("apply_patch input holds no single patch the guard can read; denied")
     base = arguments.get("workdir", cwd)
