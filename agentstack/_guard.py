@@ -811,8 +811,23 @@ def _absolute(path: str, cwd: str) -> str:
     if path.startswith("~"):
         if path != "~" and not path.startswith("~/"):
             raise Deny(f"{path!r} names another user's home; denied")
-        path = os.path.expanduser("~") + path[1:]
+        path = _home() + path[1:]
     return os.path.normpath(os.path.join(cwd, path))
+
+
+def _home() -> str:
+    """The home `~` means. $HOME is what the harness expands `~` with, but the project's settings
+    can set it: when it is not this account's home, `~` could be read two ways, and is denied."""
+    import pwd
+
+    account = pwd.getpwuid(os.getuid()).pw_dir
+    env = os.environ.get("HOME") or account
+    if os.path.realpath(env) != os.path.realpath(account):
+        raise Deny(
+            "a path starts with '~', but $HOME is not this account's home directory, so it could "
+            "be read two ways; give the absolute path"
+        )
+    return account
 
 
 def _under(path: str, prefixes: list[str]) -> bool:
