@@ -707,6 +707,8 @@ def check_call(
     servers = [s for s in snapshot["servers"] if isinstance(s, str)]
     policy = snapshot["policy"]
     context = event.get("mcp_context")
+    if context is not None and harness != "gemini-cli":
+        raise Deny(f"hook input for {harness} carries an unexpected 'mcp_context'; denied")
     if context is not None:  # Gemini names the server itself
         name = context.get("server_name") if isinstance(context, dict) else None
         if not isinstance(name, str) or name not in servers:

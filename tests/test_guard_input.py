@@ -142,6 +142,8 @@ def test_locked_mcp_tools_pass(scene: Scene) -> None:
     {"tool_name": "Bash", "tool_input": {}, "cwd": "relative/dir"},
     {"tool_name": "Bash", "tool_input": {}, "cwd": 5},
     {"tool_name": "Bash", "tool_input": {}, "hook_event_name": "PostToolUse"},
+    {"tool_name": "Write", "tool_input": {"file_path": "/etc/x"},
+     "mcp_context": {"server_name": "notes"}},                     # Gemini's field elsewhere
 ])
 def test_malformed_shapes_deny(scene: Scene, harness: str, event: dict[str, Any]) -> None:
     assert not allowed(scene, event, harness)
@@ -516,3 +518,12 @@ def test_fuzz_untrusted_state_never_allows(scene: Scene, harness: str, tmp_path:
     finally:
         lock.write_bytes(saved)
 
+
+
+def test_tilde_is_denied_when_home_is_not_the_accounts(scene: Scene,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The project's settings can set HOME for the harness and its hooks: `~` could then be read
+    # two ways, so the guard refuses to guess.
+    monkeypatch.setenv("HOME", str(scene.root))
+    with pytest.raises(_guard.Deny, match="read two ways"):
+        scene.decide(call(scene, "Read", {"file_path": "~/src/app.py"}))
