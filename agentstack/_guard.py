@@ -711,6 +711,8 @@ def check_call(
         raise Deny(f"hook input for {harness} carries an unexpected 'mcp_context'; denied")
     if context is not None:  # Gemini names the server itself
         name = context.get("server_name") if isinstance(context, dict) else None
+        if not tool.startswith("mcp_"):
+            raise Deny(f"tool {tool!r} carries an MCP server but is not named as an MCP tool")
         if not isinstance(name, str) or name not in servers:
             raise Deny(
                 f"tool {tool!r} belongs to MCP server {name!r}, which is not in agentstack.lock; "
