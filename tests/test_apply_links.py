@@ -37,9 +37,12 @@ USER_LINKS = [".codex", ".codex/config.toml", ".claude.json"]
 
 
 def _tree(path: Path) -> dict[str, bytes | str]:
+    """Everything under `path` but agentstack's own state and cache (which `apply` may update)."""
     out: dict[str, bytes | str] = {}
     for item in sorted(path.rglob("*")):
         rel = str(item.relative_to(path))
+        if rel.startswith((".cache", ".config/agentstack")):
+            continue
         out[rel] = ("-> " + os.readlink(item)) if item.is_symlink() else (
             item.read_bytes() if item.is_file() else "dir")
     return out
