@@ -885,9 +885,10 @@ def check_pattern(policy: dict[str, Any], base: str, pattern: str, cwd: str) -> 
 
 def check_patch(policy: dict[str, Any], arguments: dict[str, Any], cwd: str) -> None:
     """apply_patch: every file the patch adds, updates, deletes or moves to is a write."""
+    # Wherever the harness puts the patch text (`input`, `patch`, `command` as a string or in an
+    # argv list, or any other key): it must be there exactly once.
     texts = []
-    for key in ("input", "patch", "command"):
-        value = arguments.get(key)
+    for value in arguments.values():
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and "*** Begin Patch" in item:
                 texts.append(item)
