@@ -507,16 +507,19 @@ def test_fuzz_untrusted_state_never_allows(scene: Scene, harness: str, tmp_path:
     lock = scene.root / "agentstack.lock"
     saved = lock.read_bytes()
     lock.write_bytes(saved + b"\n")
+    seen: list[int] = []
     try:
         @FUZZ
         @given(event=hook_event(harness, str(scene.root)), where=st.sampled_from([None, copy]))
         def run(event: dict[str, Any], where: Path | None) -> None:
+            seen.append(1)
             with pytest.raises(_guard.Deny):
                 scene.decide(event, harness, project=where)
 
         run()
     finally:
         lock.write_bytes(saved)
+    assert len(seen) >= 10_000  # every generated input was judged (and denied)
 
 
 
