@@ -27,6 +27,9 @@ class RenderContext:
     env: dict[str, str]  # environment variables the adapter may consult (CODEX_HOME …)
     read_skill_file: Callable[[str, dict[str, Any]], bytes]  # (skill name, file entry) -> bytes
     read_project_file: Callable[[str], bytes]  # a pinned project file (instructions)
+    # The state directory the rendered guard reads (fixed in its command, never taken from the
+    # environment the harness gives it). None: the guard command names none (tests of adapters).
+    state_home: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

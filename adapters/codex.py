@@ -16,6 +16,7 @@ from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
+    guard_groups,
     hook_groups,
     instructions_text,
     launched,
@@ -136,22 +137,21 @@ class CodexAdapter:
         user_config = codex_home(context) / "config.toml"
         ops.append(OwnedKeys(path=str(user_config), format="toml", keys=user, user_level=True))
         # The guard at user level too: `revoke` removes the project's trust, after which Codex
-        # silently stops loading the project's hooks — this one keeps a revoked project blocked
-        # (outside agentstack projects the guard allows).
-        guard_group = groups["PreToolUse"][0]
+        # silently stops loading the project's hooks — this one keeps a revoked project blocked,
+        # on every tool call and every prompt. It names no project: it finds the project that
+        # encloses the session, and allows only where there is none.
+        user_groups = guard_groups(context, NAME, user_level=True)
+        user_guard: dict[tuple[str, ...], Any] = {}
+        for event, event_groups in user_groups.items():
+            user_guard[("hooks", event)] = event_groups
+            user_guard[
+                ("hooks", "state", hook_state_key(user_config, event, 0, 0), "trusted_hash")
+            ] = hook_trusted_hash(event, event_groups[0])
         ops.append(
             OwnedKeys(
                 path=str(user_config),
                 format="toml",
-                keys={
-                    ("hooks", "PreToolUse"): [guard_group],
-                    (
-                        "hooks",
-                        "state",
-                        hook_state_key(user_config, "PreToolUse", 0, 0),
-                        "trusted_hash",
-                    ): hook_trusted_hash("PreToolUse", guard_group),
-                },
+                keys=user_guard,
                 user_level=True,
                 keep_on_revoke=True,
             )

@@ -64,23 +64,77 @@ def hook_command(context: RenderContext, hook: dict[str, Any]) -> str:
     return shlex.join(hook["command"])
 
 
-def guard_command(context: RenderContext, harness: str) -> str:
-    return shlex.join([*context.guard_command, "--harness", harness])
+PRE_TOOL = "PreToolUse"
+PRE_PROMPT = "UserPromptSubmit"
+
+
+def guard_command(
+    context: RenderContext, harness: str, *, user_level: bool = False, event: str = PRE_TOOL
+) -> str:
+    """The guard's command line. Everything it needs to find its state is an argument: the state
+    directory and the project it was rendered for (or `--user-level`), never the environment,
+    which the project's harness settings can set."""
+    argv = [*context.guard_command, "--harness", harness]
+    if context.state_home is not None:
+        argv += ["--state", str(context.state_home)]
+    argv += ["--user-level"] if user_level else ["--project", str(context.root)]
+    if event != PRE_TOOL:
+        argv += ["--event", event]
+    return shlex.join(argv)
+
+
+def guard_hook(
+    context: RenderContext,
+    harness: str,
+    *,
+    user_level: bool = False,
+    event: str = PRE_TOOL,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "type": "command",
+        "command": guard_command(context, harness, user_level=user_level, event=event),
+        "timeout": GUARD_TIMEOUT_S,
+        **(extra or {}),
+        "statusMessage": "agentstack guard",
+    }
+
+
+def guard_groups(
+    context: RenderContext,
+    harness: str,
+    *,
+    user_level: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """The guard on every tool call, and on every prompt before it is sent (where a harness can
+    block the request: a drifted project gets no model request at all)."""
+    return {
+        PRE_TOOL: [
+            {
+                "matcher": "*",
+                "hooks": [guard_hook(context, harness, user_level=user_level, extra=extra)],
+            }
+        ],
+        PRE_PROMPT: [
+            {
+                "hooks": [
+                    guard_hook(
+                        context, harness, user_level=user_level, event=PRE_PROMPT, extra=extra
+                    )
+                ]
+            }
+        ],
+    }
 
 
 def hook_groups(
     context: RenderContext, harness: str, *, guard_extra: dict[str, Any] | None = None
 ) -> dict[str, list[dict[str, Any]]]:
-    """Hook groups by event in the Claude Code / Codex shape: the guard first, on every tool
-    (`guard_extra`: harness-specific keys of the guard's entry), then the manifest's hooks."""
-    guard = {
-        "type": "command",
-        "command": guard_command(context, harness),
-        "timeout": GUARD_TIMEOUT_S,
-        **(guard_extra or {}),
-        "statusMessage": "agentstack guard",
-    }
-    groups: dict[str, list[dict[str, Any]]] = {"PreToolUse": [{"matcher": "*", "hooks": [guard]}]}
+    """Hook groups by event in the Claude Code / Codex shape: the guard first, on every tool and
+    every prompt (`guard_extra`: harness-specific keys of the guard's entry), then the manifest's
+    hooks."""
+    groups = guard_groups(context, harness, extra=guard_extra)
     for _, hook in sorted(context.consent["hooks"].items()):
         entry = {
             "type": "command",

@@ -1,19 +1,33 @@
-"""The pre-tool-use guard: `python -I -m agentstack._guard --harness H`, run on every tool call.
+"""The guard: `python -I -m agentstack._guard --harness H --state S (--project R | --user-level)
+[--event E]`, run by the harness before every tool call (E = PreToolUse) and before every prompt
+is sent (E = UserPromptSubmit).
 
 Every harness fails OPEN when a hook crashes, times out or prints garbage, so this module never
-does: any error, any doubt, becomes an explicit deny in the calling harness's protocol (JSON deny on
+does: any error, any doubt, becomes an explicit deny in the calling harness's protocol (JSON on
 stdout, the reason on stderr, exit 2 — the code every harness treats as blocking). It answers well
 inside the rendered timeout (an alarm denies at ALARM_S).
 
-What it checks, against the snapshot that `trust` / `apply --write` wrote under
-$AGENTSTACK_HOME/projects/<id>/guard.json (never inside the project):
+It takes nothing from the project. Its configuration is fixed in the rendered command: S is the
+state directory (AGENTSTACK_HOME when `apply` rendered it) and R the project it was rendered for.
+No environment variable is read to decide anything: harnesses hand the `env` of project settings
+to hooks, so every variable is the project's to set. (One exception, verified before use: under
+`agentstack run` the real state is closed to the harness, and `run` names a read-only copy in
+AGENTSTACK_RUN_RO; see `_run_copies`.)
+
+What it checks, against the snapshot that `trust` / `apply --write` wrote to
+S/projects/<id>/guard.json (never inside the project):
 1. trust still holds: the trust log head is unchanged since the snapshot, or the log (re-verified)
-   still trusts the digest, or CI passed the digest explicitly;
-2. nothing fingerprinted changed: the manifest (by meaning), the lock, and every rendered or pinned
-   file (stat first; bytes re-hashed only when the stat changed or is racily clean);
-3. the call itself: an MCP tool must belong to a locked server; file tools must respect the
-   sandbox paths; web tools its hosts.
-Outside any agentstack project it allows: it must not break the user's other projects.
+   still trusts the digest; CI trust (an explicit digest) was recorded at `apply` time, and a
+   revocation in the log wins over it;
+2. nothing fingerprinted changed: the manifest (by meaning), the lock, and every rendered, pinned
+   or watched file (stat first; bytes re-hashed only when the stat changed or is racily clean);
+3. on a tool call, the call itself, parsed exactly and totally (`check_call`): an MCP tool must
+   resolve to exactly one locked server; file tools respect the sandbox paths and never write the
+   harness's configuration or git's execution files; web tools go only to allowed hosts; a tool it
+   does not know that names a path, a URL or a server is denied; every malformed shape is denied.
+A hook rendered for a project denies when the project's snapshot is missing. Only the user-level
+guard (`--user-level`, kept by Codex so a revoked project stays blocked) allows, and only where no
+agentstack project encloses the directory.
 
 Standard library only on this path (an import-hygiene test enforces it): it starts in tens of ms.
 """
@@ -53,6 +67,9 @@ ALARM_S = 5
 RACY_SLACK_NS = 1_000_000_000
 BLOCK_BEGIN = "<!-- agentstack:begin (managed by agentstack; edit agentstack.toml instead) -->"
 BLOCK_END = "<!-- agentstack:end -->"
+PRE_TOOL = "PreToolUse"
+PRE_PROMPT = "UserPromptSubmit"
+EVENTS = (PRE_TOOL, PRE_PROMPT)
 HARNESSES = ("claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode")
 FIX_RENDERED = (
     "'agentstack apply' shows the difference and 'agentstack apply --write --force' restores "
@@ -64,33 +81,6 @@ FIX_DRIFT = (
     "'agentstack trust' and 'agentstack apply --write'"
 )
 
-READ_TOOLS = {
-    "Read": ("file_path",),
-    "Glob": ("path",),
-    "Grep": ("path",),
-    "LS": ("path",),
-    "read_file": ("absolute_path", "file_path", "path"),
-    "list_directory": ("path", "dir_path"),
-    "glob": ("path", "dir_path"),
-    "search_file_content": ("path", "dir_path"),
-    "view": ("path",),
-    "read": ("filePath", "path"),
-    "list": ("path",),
-    "grep": ("path",),
-}
-WRITE_TOOLS = {
-    "Write": ("file_path",),
-    "Edit": ("file_path",),
-    "MultiEdit": ("file_path",),
-    "NotebookEdit": ("notebook_path",),
-    "write_file": ("file_path", "absolute_path"),
-    "replace": ("file_path", "absolute_path"),
-    "create": ("path",),
-    "edit": ("path", "filePath"),
-    "write": ("filePath", "path"),
-}
-WEB_TOOLS = {"WebFetch": ("url",), "web_fetch": ("url",), "webfetch": ("url",), "fetch": ("url",)}
-
 
 class Deny(Exception):
     """A decision to block, with the reason shown to the model and the user."""
@@ -99,38 +89,45 @@ class Deny(Exception):
 # ------------------------------------------------------------------------------- protocol
 
 
-def emit_deny(harness: str, reason: str) -> NoReturn:
-    reason = "agentstack guard: " + reason
+def deny_body(harness: str, reason: str, event: str = PRE_TOOL) -> dict[str, Any]:
+    if event == PRE_PROMPT:
+        # The one shape that blocks a prompt everywhere it was measured (with exit 2 and the
+        # reason on stderr): Codex, Gemini and Copilot read the JSON, Claude Code the exit code.
+        return {"decision": "block", "reason": reason}
     if harness in ("claude-code", "codex", "vscode"):
-        body: dict[str, Any] = {
+        return {
             "hookSpecificOutput": {
                 "hookEventName": "PreToolUse",
                 "permissionDecision": "deny",
                 "permissionDecisionReason": reason,
             }
         }
-    elif harness in ("gemini-cli", "opencode"):
-        body = {"decision": "deny", "reason": reason}
-    elif harness == "copilot":
-        body = {"permissionDecision": "deny", "permissionDecisionReason": reason}
-    elif harness == "cursor":
-        body = {"permission": "deny", "user_message": reason, "agent_message": reason}
-    else:  # unknown harness: every known deny shape at once, and the blocking exit code
-        body = {
-            "hookSpecificOutput": {
-                "hookEventName": "PreToolUse",
-                "permissionDecision": "deny",
-                "permissionDecisionReason": reason,
-            },
-            "decision": "deny",
-            "reason": reason,
+    if harness in ("gemini-cli", "opencode"):
+        return {"decision": "deny", "reason": reason}
+    if harness == "copilot":
+        return {"permissionDecision": "deny", "permissionDecisionReason": reason}
+    if harness == "cursor":
+        return {"permission": "deny", "user_message": reason, "agent_message": reason}
+    # unknown harness: every known deny shape at once, and the blocking exit code
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
             "permissionDecisionReason": reason,
-            "permission": "deny",
-            "user_message": reason,
-            "agent_message": reason,
-        }
-    data = (json.dumps(body) + "\n").encode()
+        },
+        "decision": "deny",
+        "reason": reason,
+        "permissionDecision": "deny",
+        "permissionDecisionReason": reason,
+        "permission": "deny",
+        "user_message": reason,
+        "agent_message": reason,
+    }
+
+
+def emit_deny(harness: str, reason: str, event: str = PRE_TOOL) -> NoReturn:
+    reason = "agentstack guard: " + reason
+    data = (json.dumps(deny_body(harness, reason, event)) + "\n").encode()
     try:
         os.write(1, data)
         os.write(2, (reason + "\n").encode("utf-8", "replace"))
@@ -243,10 +240,12 @@ def drifted(path: str, entry: dict[str, Any]) -> bool:
         return True  # unreadable or unparseable now: not what was trusted
 
 
-# -------------------------------------------------------------------------------- checks
+# ------------------------------------------------------------------------------- where state is
 
 
 def home() -> str:
+    """The default state directory, for the CLI (never read by the guard on its decision path:
+    the rendered hook names its state directory as an argument)."""
     explicit = os.environ.get("AGENTSTACK_HOME")
     if explicit:
         return os.path.expanduser(explicit)
@@ -258,29 +257,48 @@ def project_id(root: str) -> str:
     return _sha(os.fsencode(os.path.realpath(root)))[:32]
 
 
-def find_project(cwd: str, state_home: str) -> tuple[str, str] | None:
-    """(project root, snapshot path) for the nearest ancestor that is an agentstack project."""
-    here = os.path.realpath(cwd)
+def snapshot_path(state_home: str, root: str) -> str:
+    return os.path.join(state_home, "projects", project_id(root), "guard.json")
+
+
+def enclosing_project(directory: str, state_home: str) -> str | None:
+    """The nearest ancestor of `directory` that is an agentstack project (it holds a manifest, or
+    this machine holds a snapshot for it), for the user-level guard."""
+    here = os.path.realpath(directory)
     while True:
-        snapshot = os.path.join(state_home, "projects", project_id(here), "guard.json")
-        if os.path.exists(snapshot) or os.path.isfile(os.path.join(here, "agentstack.toml")):
-            return here, snapshot
+        try:
+            if os.path.lexists(snapshot_path(state_home, here)) or os.path.lexists(
+                os.path.join(here, "agentstack.toml")
+            ):
+                return here
+        except (OSError, ValueError):
+            return here  # cannot tell: treat it as a project (its checks will deny)
         parent = os.path.dirname(here)
         if parent == here:
             return None
         here = parent
 
 
-def load_snapshot(path: str) -> dict[str, Any]:
+def _read_snapshot_bytes(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        with open(path, "rb") as handle:
-            snapshot = json.loads(handle.read(16 * 1024 * 1024))
-    except FileNotFoundError:
-        raise Deny(
-            "this project has not been trusted on this machine; run 'agentstack trust' "
-            "and 'agentstack apply --write'"
-        ) from None
-    except (OSError, ValueError) as exc:
+        chunks = []
+        size = 0
+        while size <= 16 * 1024 * 1024:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def parse_snapshot(data: bytes, path: str) -> dict[str, Any]:
+    try:
+        snapshot = json.loads(data)
+    except ValueError as exc:
         raise Deny(
             f"the guard snapshot {path} is unreadable ({exc}); run 'agentstack apply --write' "
             "to write it again"
@@ -293,23 +311,107 @@ def load_snapshot(path: str) -> dict[str, Any]:
     return snapshot
 
 
+NOT_TRUSTED = (
+    "this project has not been trusted on this machine; run 'agentstack trust' "
+    "and 'agentstack apply --write'"
+)
+
+
+def load_state(state_home: str, root: str) -> tuple[dict[str, Any], str]:
+    """(snapshot, the directory holding the trust log to check it against)."""
+    path = snapshot_path(state_home, root)
+    try:
+        return parse_snapshot(_read_snapshot_bytes(path), path), state_home
+    except FileNotFoundError:
+        raise Deny(NOT_TRUSTED) from None
+    except PermissionError:
+        # Closed to this process: under `agentstack run`, $AGENTSTACK_HOME is outside the sandbox.
+        copies = _run_copies()
+        path = os.path.join(copies, "guard.json")
+        try:
+            return parse_snapshot(_read_snapshot_bytes(path), path), copies
+        except OSError as exc:
+            raise Deny(f"the read-only copy of the guard snapshot is unreadable ({exc})") from None
+    except OSError as exc:
+        raise Deny(
+            f"the guard snapshot {path} is unreadable ({exc}); run 'agentstack apply --write' "
+            "to write it again"
+        ) from None
+
+
+def _run_copies() -> str:
+    """The read-only copies `agentstack run` made of the guard's state, proved to be run's own.
+
+    The variable that names them is only a pointer (the project could set it): the directory is
+    accepted only as `<sticky temp dir>/agentstack-run-*/ro`, with `agentstack-run-*` owned by this
+    user, mode 0700, and yet refusing to let this process create a file in it. Permission bits
+    allow that create; only the kernel sandbox `run` applied refuses it. Everything a process in
+    `run` can write is granted read-write (the create would succeed), a git checkout carries no
+    sticky bit, and nothing under `run` can create a directory beside its own run directory."""
+    pointer = os.environ.get("AGENTSTACK_RUN_RO", "")
+    refusal = (
+        "the guard's state directory is closed to this process, and no read-only copy made by "
+        "'agentstack run' was found"
+    )
+    if not pointer or not os.path.isabs(pointer) or "\0" in pointer:
+        raise Deny(refusal)
+    ro = os.path.normpath(pointer)
+    run_dir, leaf = os.path.split(ro)
+    temp_dir, run_name = os.path.split(run_dir)
+    if os.path.realpath(ro) != ro or leaf != "ro" or not run_name.startswith("agentstack-run-"):
+        raise Deny(refusal + f" ({pointer!r} is not one)")
+    import stat as _stat
+
+    try:
+        parent = os.lstat(temp_dir)
+        run = os.lstat(run_dir)
+        copies = os.lstat(ro)
+    except OSError:
+        raise Deny(refusal) from None
+    uid = os.geteuid()
+    if not (
+        _stat.S_ISDIR(parent.st_mode)
+        and parent.st_mode & _stat.S_ISVTX
+        and _stat.S_ISDIR(run.st_mode)
+        and run.st_uid == uid
+        and _stat.S_IMODE(run.st_mode) == 0o700
+        and _stat.S_ISDIR(copies.st_mode)
+        and copies.st_uid == uid
+    ):
+        raise Deny(refusal + f" ({pointer!r} is not one)")
+    probe = os.path.join(run_dir, f".agentstack-guard-probe-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except PermissionError:
+        return ro  # the kernel holds it: this is the directory `run` confined us around
+    except OSError:
+        raise Deny(refusal) from None
+    os.close(fd)
+    os.unlink(probe)
+    raise Deny(refusal + f" ({pointer!r} is writable here, so not one)")
+
+
+# ---------------------------------------------------------------------------------- trust
+
+
 def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
     digest = snapshot["digest"]
-    explicit = digest in os.environ.get("AGENTSTACK_TRUSTED_DIGESTS", "").split()
-    if (
-        not explicit
-        and snapshot.get("trust_source") == "log"
-        and _log_unchanged(snapshot, state_home)
-    ):
-        return  # the log trusted this digest and nothing was appended since (no revocation)
-    # The log moved on, or trust was explicit (CI): read the log itself, verified. A revocation
-    # recorded there wins even over an explicit digest. (blake3 is loaded only on this path.)
+    source = snapshot.get("trust_source")
+    if source not in ("log", "explicit") or not isinstance(digest, str):
+        raise Deny("the guard snapshot records no trust; run 'agentstack trust'")
+    if _log_unchanged(snapshot, state_home):
+        # The log trusted this digest (or, for CI trust recorded at apply time, held no revocation
+        # of it) and nothing was appended since.
+        return
+    # The log moved on: read it, verified. A revocation recorded there wins, even over CI trust
+    # recorded at apply time. (blake3 is loaded only on this path.)
     from pathlib import Path
 
     from agentstack.trustlog import TrustLog
 
     log = TrustLog(Path(state_home))
-    if explicit and not log.path.exists():
+    explicit = source == "explicit"
+    if explicit and not os.path.lexists(log.path):
         return
     try:
         state = log.state_for(snapshot["project"], digest)
@@ -325,7 +427,7 @@ def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
 
 
 def _log_unchanged(snapshot: dict[str, Any], state_home: str) -> bool:
-    """The head and the log's size are what they were when the digest was trusted. (The size
+    """The head and the log's size are what they were when the snapshot was written. (The size
     catches a record whose writer died before it could update the head.)"""
     try:
         with open(os.path.join(state_home, "trust.head"), "rb") as handle:
@@ -355,59 +457,405 @@ def check_files(snapshot: dict[str, Any]) -> None:
         )
 
 
+# ---------------------------------------------------------------------------- the call itself
+
+# Tools, exactly as each harness names them (case matters), and the arguments that name what they
+# touch. Kinds: "read"/"write" a path, "pattern" a path pattern read, "url", "server" (an MCP
+# server's name), "patch" (apply_patch's text), "regex"/"opaque" (named, but nothing to judge).
+# A trailing "?" marks an optional argument. Any other argument that would name a path, URL or
+# server (NAMING_KEYS) is not the tool's: denied.
+# A tool with no entry in TOOLS and none in INERT is unknown: denied when it names anything.
+TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
+    "claude-code": {
+        "Read": ("file_path:read",),
+        "NotebookRead": ("notebook_path:read",),
+        "Write": ("file_path:write",),
+        "Edit": ("file_path:write",),
+        "MultiEdit": ("file_path:write",),
+        "NotebookEdit": ("notebook_path:write",),
+        "Glob": ("pattern:pattern", "path:read?"),
+        "Grep": ("path:read?", "glob:pattern?", "pattern:regex?"),
+        "LS": ("path:read",),
+        "WebFetch": ("url:url",),
+        "ListMcpResourcesTool": ("server:server",),
+        "ReadMcpResourceTool": ("server:server", "uri:opaque?"),
+    },
+    "codex": {
+        "apply_patch": ("*:patch",),
+        "view_image": ("path:read",),
+        "read_mcp_resource": ("server:server", "uri:opaque?"),
+        "list_mcp_resources": ("server:server",),
+        "list_mcp_resource_templates": ("server:server",),
+        "Bash": ("workdir:read?",),
+        "shell": ("workdir:read?",),
+        "exec_command": ("workdir:read?",),
+        "shell_command": ("workdir:read?",),
+        "local_shell": ("workdir:read?",),
+    },
+    "gemini-cli": {
+        "read_file": ("absolute_path:read?", "file_path:read?", "path:read?"),
+        "read_many_files": ("paths:read?",),
+        "list_directory": ("path:read?", "dir_path:read?"),
+        "glob": ("pattern:pattern", "path:read?", "dir_path:read?"),
+        "search_file_content": ("path:read?", "dir_path:read?", "include:pattern?"),
+        "write_file": ("file_path:write?", "absolute_path:write?"),
+        "replace": ("file_path:write?", "absolute_path:write?"),
+        "web_fetch": ("prompt:urls",),
+    },
+    "copilot": {
+        "view": ("path:read",),
+        "create": ("path:write",),
+        "edit": ("path:write",),
+        "str_replace": ("path:write",),
+        "web_fetch": ("url:url",),
+    },
+    "opencode": {
+        "read": ("filePath:read",),
+        "list": ("path:read?",),
+        "glob": ("pattern:pattern", "path:read?"),
+        "grep": ("path:read?", "include:pattern?"),
+        "write": ("filePath:write",),
+        "edit": ("filePath:write",),
+        "patch": ("*:patch",),
+        "webfetch": ("url:url",),
+    },
+}
+# Codex names its hook tools after Claude Code's where they are the same ("Bash"): the two share
+# one table, so a name either one uses is judged the same way by both.
+TOOLS["claude-code"] = TOOLS["codex"] = {**TOOLS["claude-code"], **TOOLS["codex"]}
+TOOLS["vscode"] = TOOLS["cursor"] = TOOLS["claude-code"]
+# Tools that name nothing the guard judges (shells run under the sandbox, not the guard; plans,
+# todos and questions touch nothing; a sub-agent's own calls come back through this hook).
+INERT = {
+    "claude-code": {
+        "Bash",
+        "BashOutput",
+        "KillShell",
+        "KillBash",
+        "Task",
+        "Agent",
+        "TodoWrite",
+        "TodoRead",
+        "ExitPlanMode",
+        "EnterPlanMode",
+        "AskUserQuestion",
+        "SlashCommand",
+        "Skill",
+        "TaskOutput",
+        "TaskStop",
+        "TaskCreate",
+        "TaskGet",
+        "TaskList",
+        "TaskUpdate",
+        "WebSearch",
+    },
+    "codex": {"update_plan", "write_stdin", "web_search", "request_user_input"},
+    "gemini-cli": {"run_shell_command", "google_web_search", "save_memory", "write_todos"},
+    "copilot": {"bash", "write_bash", "read_bash", "stop_bash", "report_intent"},
+    "opencode": {"bash", "todowrite", "todoread", "task"},
+}
+INERT["claude-code"] = INERT["codex"] = INERT["claude-code"] | INERT["codex"]
+INERT["vscode"] = INERT["cursor"] = INERT["claude-code"]
+# Keys that, in the input of a tool the guard does not know, name something it would judge.
+NAMING_KEYS = frozenset(
+    {
+        "path",
+        "paths",
+        "file",
+        "files",
+        "file_path",
+        "filePath",
+        "filepath",
+        "filename",
+        "notebook_path",
+        "absolute_path",
+        "dir",
+        "dir_path",
+        "directory",
+        "cwd",
+        "workdir",
+        "root",
+        "target",
+        "destination",
+        "dest",
+        "source",
+        "src",
+        "pattern",
+        "glob",
+        "include",
+        "url",
+        "urls",
+        "uri",
+        "href",
+        "link",
+        "host",
+        "hostname",
+        "endpoint",
+        "location",
+        "server",
+        "server_name",
+        "serverName",
+        "mcp_server",
+        "namespace",
+    }
+)
+# Where a file tool must never write, wherever it is: what a harness loads as configuration (its
+# hooks and servers run code) and what git executes.
+SURFACE_DIRS = frozenset(
+    {
+        ".git",
+        ".claude",
+        ".codex",
+        ".agents",
+        ".gemini",
+        ".cursor",
+        ".opencode",
+        ".copilot",
+        ".vscode",
+        ".windsurf",
+        ".kiro",
+        ".roo",
+        ".qwen",
+    }
+)
+SURFACE_FILES = frozenset(
+    {
+        ".mcp.json",
+        ".claude.json",
+        "opencode.json",
+        "opencode.jsonc",
+        ".envrc",
+        ".gitmodules",
+        "agentstack.toml",
+        "agentstack.lock",
+    }
+)
+SURFACE_PAIRS = frozenset({(".github", "hooks"), (".github", "copilot"), (".config", "opencode")})
+GLOB_CHARS = frozenset("*?[{")
+_CONTROL = re.compile(r"[\x00-\x20\x7f]")
+_HOST_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?")
+_IPV4 = re.compile(
+    r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"
+)
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*|www\.[^\s\"'<>]+")
+
+
+def _normalise_server(name: str) -> str:
+    """The server part of an MCP tool name, as Claude Code and Codex form it."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
+def resolve_server(tool: str, servers: list[str]) -> str:
+    """The one locked server an `mcp__<server>__<tool>` name belongs to, or Deny.
+
+    Both harnesses name an MCP tool `mcp__` + the server's name with every character outside
+    [A-Za-z0-9_-] replaced by `_` + `__` + the tool's name. A name is accepted only when it can be
+    read one way: the server part is a locked server's name, unchanged by that replacement (else a
+    server named with `_` where the locked one has `.` would read the same), and no other split
+    point exists (no `__` or leading `_` after it, none inside the server's name), so no server
+    outside the lock could have produced the same name."""
+    rest = tool[5:]
+    candidates = [s for s in servers if rest.startswith(_normalise_server(s) + "__")]
+    if not candidates:
+        server = rest.split("__", 1)[0]
+        raise Deny(
+            f"tool {tool!r} belongs to MCP server {server!r}, which is not in agentstack.lock; "
+            "add it to agentstack.toml, lock and trust it"
+        )
+    if len(candidates) > 1:
+        raise Deny(f"tool {tool!r} could belong to more than one locked server; denied")
+    (server,) = candidates
+    name = _normalise_server(server)
+    tool_part = rest[len(name) + 2 :]
+    if (
+        name != server
+        or "__" in name
+        or name.endswith("_")
+        or not tool_part
+        or "__" in tool_part
+        or tool_part.startswith("_")
+        or sum(1 for s in servers if _normalise_server(s) == name) != 1
+    ):
+        raise Deny(
+            f"tool {tool!r} cannot be tied to exactly one locked server (a server outside the "
+            "lock could have the same tool name); name servers with [a-z0-9-] only"
+        )
+    return server
+
+
+def _tool_of(harness: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    if harness == "copilot" and "toolName" in event:
+        tool, arguments = event.get("toolName"), event.get("toolArgs")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                raise Deny("the tool's arguments are not JSON") from None
+    else:
+        tool, arguments = event.get("tool_name"), event.get("tool_input")
+    if not isinstance(tool, str) or not tool:
+        raise Deny("the hook input names no tool")
+    if not isinstance(arguments, dict):
+        raise Deny(f"the input of tool {tool!r} is not a JSON object")
+    return tool, arguments
+
+
+def check_call(
+    snapshot: dict[str, Any], event: dict[str, Any], cwd: str, harness: str = "claude-code"
+) -> None:
+    tool, arguments = _tool_of(harness, event)
+    servers = [s for s in snapshot["servers"] if isinstance(s, str)]
+    policy = snapshot["policy"]
+    context = event.get("mcp_context")
+    if context is not None and harness != "gemini-cli":
+        raise Deny(f"hook input for {harness} carries an unexpected 'mcp_context'; denied")
+    if context is not None:  # Gemini names the server itself
+        name = context.get("server_name") if isinstance(context, dict) else None
+        if not tool.startswith("mcp_"):
+            raise Deny(f"tool {tool!r} carries an MCP server but is not named as an MCP tool")
+        if not isinstance(name, str) or name not in servers:
+            raise Deny(
+                f"tool {tool!r} belongs to MCP server {name!r}, which is not in agentstack.lock; "
+                "add it to agentstack.toml, lock and trust it"
+            )
+        return
+    if tool[:3].lower() == "mcp":
+        if not tool.startswith("mcp__"):
+            raise Deny(f"tool {tool!r} looks like an MCP tool but is not named as one; denied")
+        resolve_server(tool, servers)
+        return
+    spec = TOOLS.get(harness, {}).get(tool)
+    if spec is None:
+        if tool in INERT.get(harness, ()):
+            extra = sorted(k for k in arguments if k in NAMING_KEYS)
+            if extra:
+                raise Deny(f"tool {tool!r} was given {extra[0]!r}, which it has not; denied")
+            return
+        named = _names_something(arguments)
+        if named:
+            raise Deny(
+                f"tool {tool!r} is not one the guard knows, and its input names {named}; denied"
+            )
+        return
+    known = {item.split(":")[0] for item in spec}
+    extra = sorted(k for k in arguments if k in NAMING_KEYS and k not in known)
+    if extra and "*" not in known:
+        raise Deny(f"tool {tool!r} was given {extra[0]!r}, which it has not; denied")
+    for item in spec:
+        key, kind = item.split(":")
+        optional = kind.endswith("?")
+        kind = kind.rstrip("?")
+        if kind == "patch":
+            check_patch(policy, arguments, cwd)
+            continue
+        if kind in ("regex", "opaque"):  # a search pattern; a resource the locked server names
+            continue
+        if key not in arguments:
+            if optional:
+                continue
+            if kind == "server":
+                raise Deny(f"tool {tool!r} must name the MCP server it reaches; denied")
+            raise Deny(f"tool {tool!r} has no {key!r}; denied")
+        value = arguments[key]
+        if kind == "server":
+            if not isinstance(value, str) or value not in servers:
+                raise Deny(
+                    f"tool {tool!r} reaches MCP server {value!r}, which is not in "
+                    "agentstack.lock; add it to agentstack.toml, lock and trust it"
+                )
+        elif kind == "url":
+            check_url(policy, value)
+        elif kind == "urls":
+            if not isinstance(value, str):
+                raise Deny(f"tool {tool!r}: {key!r} is not a string; denied")
+            for url in _URL_IN_TEXT.findall(value):
+                check_url(policy, url if "://" in url else "https://" + url)
+        elif kind == "pattern":
+            base = arguments.get("path", arguments.get("dir_path", cwd))
+            check_pattern(policy, _path_text(base, "path"), _path_text(value, key), cwd)
+        else:
+            values = value if key == "paths" and isinstance(value, list) else [value]
+            for one in values:
+                check_path(policy, _absolute(_path_text(one, key), cwd), kind)
+
+
+def _names_something(value: Any, depth: int = 0) -> str:
+    """What an unknown tool's input names: a path, a URL or a server; "" when nothing."""
+    if depth > 32:
+        return "too deep a structure"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in NAMING_KEYS:
+                return f"{key!r}"
+            found = _names_something(item, depth + 1)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for item in value:
+            found = _names_something(item, depth + 1)
+            if found:
+                return found
+    elif isinstance(value, str):
+        if value.startswith(("/", "~", "./", "../", "\\", "file:")) or "://" in value:
+            return f"{value[:80]!r}"
+        if len(value) > 2 and value[1] == ":" and value[0].isalpha():
+            return f"{value[:80]!r}"
+    return ""
+
+
+def _path_text(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise Deny(f"{key!r} is not a path (a non-empty string); denied")
+    return value
+
+
+def _absolute(path: str, cwd: str) -> str:
+    """A tool's path as the harness reads it: `~` and `~/` are the home directory (any other `~`
+    form is ambiguous), a relative path is relative to the session's directory."""
+    if path.startswith("~"):
+        if path != "~" and not path.startswith("~/"):
+            raise Deny(f"{path!r} names another user's home; denied")
+        path = _home() + path[1:]
+    return os.path.normpath(os.path.join(cwd, path))
+
+
+def _home() -> str:
+    """The home `~` means. $HOME is what the harness expands `~` with, but the project's settings
+    can set it: when it is not this account's home, `~` could be read two ways, and is denied."""
+    import pwd
+
+    account = pwd.getpwuid(os.getuid()).pw_dir
+    env = os.environ.get("HOME") or account
+    if os.path.realpath(env) != os.path.realpath(account):
+        raise Deny(
+            "a path starts with '~', but $HOME is not this account's home directory, so it could "
+            "be read two ways; give the absolute path"
+        )
+    return account
+
+
 def _under(path: str, prefixes: list[str]) -> bool:
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
 
 
-def _normalise_server(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
-
-
-def check_call(snapshot: dict[str, Any], event: dict[str, Any], cwd: str) -> None:
-    tool = event.get("tool_name") or event.get("toolName") or event.get("tool") or ""
-    if not isinstance(tool, str):
-        raise Deny("the hook input names no tool")
-    arguments = event.get("tool_input")
-    if arguments is None:
-        arguments = event.get("toolArgs", event.get("args", {}))
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            arguments = {}
-    if not isinstance(arguments, dict):
-        arguments = {}
-    servers = {_normalise_server(s) for s in snapshot["servers"]}
-    server = None
-    if tool.startswith("mcp__"):
-        server = tool.split("__")[1] if tool.count("__") >= 2 else ""
-    elif isinstance(event.get("mcp_context"), dict):
-        server = str(event["mcp_context"].get("server_name", ""))
-    if server is not None:
-        if _normalise_server(server) not in servers:
-            raise Deny(
-                f"tool {tool!r} belongs to MCP server {server!r}, which is not in "
-                "agentstack.lock; add it to agentstack.toml, lock and trust it"
-            )
-        return
-    policy = snapshot["policy"]
-    for table, op in ((WRITE_TOOLS, "write"), (READ_TOOLS, "read")):
-        if tool in table:
-            for key in table[tool]:
-                value = arguments.get(key)
-                if isinstance(value, str) and value:
-                    check_path(policy, os.path.join(cwd, os.path.expanduser(value)), op)
-            return
-    if tool in WEB_TOOLS:
-        url = arguments.get("url")
-        if isinstance(url, str):
-            check_host(policy, url)
+def _surface(path: str) -> bool:
+    parts = path.split("/")
+    if any(p in SURFACE_DIRS for p in parts[:-1]) or parts[-1] in SURFACE_DIRS:
+        return True
+    if parts[-1] in SURFACE_FILES:
+        return True
+    return any((a, b) in SURFACE_PAIRS for a, b in zip(parts, parts[1:], strict=False))  # noqa: RUF007
 
 
 def check_path(policy: dict[str, Any], path: str, op: str) -> None:
     real = os.path.realpath(path)
     if _under(real, policy["deny"]) or _under(os.path.abspath(path), policy["deny"]):
         raise Deny(f"{op} of {path} is denied by the sandbox policy (a protected location)")
+    if op == "write" and (_surface(os.path.abspath(path)) or _surface(real)):
+        raise Deny(
+            f"write of {path} is denied: it is harness configuration or a file git executes "
+            "(declare hooks, servers and settings in agentstack.toml instead)"
+        )
     allowed = policy["write"] if op == "write" else policy["read"] + policy["write"]
     if not _under(real, allowed):
         raise Deny(
@@ -416,10 +864,91 @@ def check_path(policy: dict[str, Any], path: str, op: str) -> None:
         )
 
 
-def check_host(policy: dict[str, Any], url: str) -> None:
-    from urllib.parse import urlsplit
+def check_pattern(policy: dict[str, Any], base: str, pattern: str, cwd: str) -> None:
+    """A glob pattern is read where its fixed part points: the components before the first one
+    with a wildcard, joined to the tool's base directory, checked like a path. A `..` after a
+    wildcard could climb anywhere: denied."""
+    if pattern.startswith("~"):
+        full = _absolute(pattern, cwd)
+    else:
+        full = os.path.join(_absolute(base, cwd), pattern)
+    fixed: list[str] = []
+    parts = full.split("/")
+    for index, part in enumerate(parts):
+        if any(c in GLOB_CHARS for c in part) or "\\" in part:
+            if ".." in parts[index:]:
+                raise Deny(f"pattern {pattern!r} climbs with '..' after a wildcard; denied")
+            break
+        fixed.append(part)
+    check_path(policy, os.path.normpath("/".join(fixed) or "/"), "read")
 
-    host = (urlsplit(url).hostname or "").lower()
+
+def check_patch(policy: dict[str, Any], arguments: dict[str, Any], cwd: str) -> None:
+    """apply_patch: every file the patch adds, updates, deletes or moves to is a write."""
+    # Wherever the harness puts the patch text (`input`, `patch`, `command` as a string or in an
+    # argv list, or any other key): it must be there exactly once.
+    texts = []
+    for value in arguments.values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and "*** Begin Patch" in item:
+                texts.append(item)
+    if len(texts) != 1:
+        raise Deny("apply_patch input holds no single patch the guard can read; denied")
+    base = arguments.get("workdir", cwd)
+    base = _absolute(_path_text(base, "workdir"), cwd)
+    targets = []
+    for line in texts[0].splitlines():
+        stripped = line.strip()
+        if not stripped.startswith("***"):
+            continue
+        if stripped in ("*** Begin Patch", "*** End Patch", "*** End of File"):
+            continue
+        match = re.fullmatch(
+            r"\*\*\*\s*(Add File|Update File|Delete File|Move to):\s*(.+)", stripped
+        )
+        if match is None:
+            raise Deny(f"apply_patch header {stripped[:80]!r} is not one the guard knows; denied")
+        targets.append(match.group(2).strip())
+    if not targets:
+        raise Deny("apply_patch names no file; denied")
+    for target in targets:
+        check_path(policy, _absolute(_path_text(target, "patch file"), base), "write")
+
+
+def check_url(policy: dict[str, Any], url: Any) -> None:
+    """A URL read the way a WHATWG parser (Node's) reads it, or denied when it could be read more
+    than one way: only http(s) with `//`, no whitespace, control characters or backslashes
+    (WHATWG strips or rewrites them), no user info, no percent-encoded or non-ASCII host (decoded
+    and IDNA-mapped), no IPv4 shorthand (`0x7f.1`, `2130706433`), no trailing dot."""
+    if not isinstance(url, str) or not url or len(url) > 8192:
+        raise Deny("the URL is not a string; denied")
+    shown = url[:120]
+    if _CONTROL.search(url) or "\\" in url or not url.isascii():
+        raise Deny(
+            f"URL {shown!r} holds whitespace, control characters, a backslash or non-ASCII; denied"
+        )
+    match = re.fullmatch(r"([A-Za-z][A-Za-z0-9+.-]*):(//)?([^/?#]*)([/?#].*)?", url)
+    if match is None or match.group(1).lower() not in ("http", "https") or not match.group(2):
+        raise Deny(f"URL {shown!r} is not an http(s) URL with a host; denied")
+    authority = match.group(3)
+    if "@" in authority or "%" in authority:
+        raise Deny(f"URL {shown!r} carries user info or an encoded host; denied")
+    if authority.startswith("["):
+        literal = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::([0-9]{0,5}))?", authority)
+        if literal is None:
+            raise Deny(f"URL {shown!r} has a malformed IPv6 host; denied")
+        host = "[" + literal.group(1).lower() + "]"
+    else:
+        parts = authority.rsplit(":", 1) if ":" in authority else [authority]
+        if len(parts) == 2 and not re.fullmatch(r"[0-9]{0,5}", parts[1]):
+            raise Deny(f"URL {shown!r} has a malformed port; denied")
+        host = parts[0].lower()
+        labels = host.split(".")
+        if not host or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+            raise Deny(f"URL {shown!r} has a host that is not a plain name; denied")
+        numeric = labels[-1].isdigit() or labels[-1].startswith("0x")
+        if numeric and not _IPV4.fullmatch(host):
+            raise Deny(f"URL {shown!r} has an IPv4 address in a shorthand form; denied")
     if not policy["network_block"]:
         return
     for allowed in policy["hosts"]:
@@ -427,18 +956,38 @@ def check_host(policy: dict[str, Any], url: str) -> None:
         if host == allowed or (allowed.startswith("*.") and host.endswith(allowed[1:])):
             return
     raise Deny(
-        f"{host or url!r} is not an allowed host of the sandbox policy; add it to "
+        f"{host!r} is not an allowed host of the sandbox policy; add it to "
         "[sandbox.network] allow_domains in agentstack.toml if it is needed"
     )
+
+
+def check_host(policy: dict[str, Any], url: str) -> None:  # the earlier name, kept for callers
+    check_url(policy, url)
 
 
 # ---------------------------------------------------------------------------------- main
 
 
-def decide(harness: str, raw: bytes) -> None:
-    """Raise Deny, or return to allow."""
+def decide(
+    harness: str,
+    raw: bytes,
+    *,
+    state: str | None = None,
+    project: str | None = None,
+    event_name: str = PRE_TOOL,
+) -> None:
+    """Raise Deny, or return to allow. `project` None: the user-level guard."""
     if harness not in HARNESSES:
         raise Deny(f"unknown harness {harness!r}")
+    if event_name not in EVENTS:
+        raise Deny(f"unknown hook event {event_name!r}")
+    if not state or not os.path.isabs(state):
+        raise Deny(
+            "this hook does not name its state directory (rendered by an older agentstack?); "
+            "run 'agentstack apply --write'"
+        )
+    if project is not None and not os.path.isabs(project):
+        raise Deny(f"the rendered project {project!r} is not an absolute path")
     if len(raw) > MAX_INPUT:
         raise Deny("hook input is too large")
     try:
@@ -447,50 +996,63 @@ def decide(harness: str, raw: bytes) -> None:
         raise Deny("hook input is not JSON") from None
     if not isinstance(event, dict):
         raise Deny("hook input is not a JSON object")
+    said = event.get("hook_event_name")
+    if harness in ("claude-code", "codex") and said is not None and said != event_name:
+        raise Deny(f"hook input is for {said!r}, but this hook was rendered for {event_name!r}")
     cwd = event.get("cwd")
-    if not isinstance(cwd, str) or not os.path.isabs(cwd):
-        cwd = os.getcwd()
-    state_home = home()
-    # Which project is this session in? The harness starts hooks in the project (and says so in
-    # its project-dir variable); the event's cwd follows the agent's `cd`, so it alone is not
-    # enough: an agent that cd's to /tmp is still in the project's session.
-    found = None
-    candidates = (
-        os.environ.get("CLAUDE_PROJECT_DIR"),
-        os.environ.get("GEMINI_PROJECT_DIR"),
-        os.getcwd(),
-        cwd,
-    )
-    for index, candidate in enumerate(candidates):
-        # Each distinct directory is walked up once (usually they are all the same one).
-        if candidate and os.path.isabs(candidate) and candidate not in candidates[:index]:
-            found = find_project(candidate, state_home)
+    if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd):
+        raise Deny("hook input has a cwd that is not an absolute path")
+    here = os.getcwd()
+    cwd = cwd or here
+    if project is None:
+        # The user-level guard: allow only where no agentstack project encloses the session.
+        for directory in dict.fromkeys((here, cwd)):
+            found = enclosing_project(directory, state)
             if found is not None:
+                project = found
                 break
-    if found is None:
-        return  # not an agentstack project: not ours to judge
-    root, snapshot_path = found
-    confined = os.environ.get("AGENTSTACK_RUN_RO")
-    if confined and os.path.isabs(confined):
-        # Under `agentstack run`, $AGENTSTACK_HOME is closed to the harness (and so to this hook):
-        # `run` hands over read-only copies of the snapshot and the trust log instead.
-        state_home = confined
-        snapshot_path = os.path.join(confined, "guard.json")
-    snapshot = load_snapshot(snapshot_path)
+        if project is None:
+            return
+    root = os.path.realpath(project)
+    snapshot, trust_home = load_state(state, root)
     if snapshot.get("project") != root:
         raise Deny(f"the guard snapshot is for {snapshot.get('project')}, not {root}")
-    check_trust(snapshot, state_home)
+    check_trust(snapshot, trust_home)
     check_files(snapshot)
-    check_call(snapshot, event, cwd)
+    if event_name == PRE_TOOL:
+        check_call(snapshot, event, cwd, harness)
 
 
-def _parse_harness(argv: list[str]) -> str:
-    for index, arg in enumerate(argv):
-        if arg == "--harness" and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith("--harness="):
-            return arg.split("=", 1)[1]
-    return ""
+def parse_args(argv: list[str]) -> dict[str, str]:
+    """--harness, --state, --project, --event (each at most once) and --user-level."""
+    out: dict[str, str] = {}
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--user-level":
+            key, value = "user-level", "1"
+        elif "=" in arg and arg.split("=", 1)[0] in (
+            "--harness",
+            "--state",
+            "--project",
+            "--event",
+        ):
+            key, value = arg[2:].split("=", 1)
+        elif arg in ("--harness", "--state", "--project", "--event") and index + 1 < len(argv):
+            key, value = arg[2:], argv[index + 1]
+            index += 1
+        else:
+            raise Deny(f"unexpected argument {arg!r}")
+        if key in out:
+            raise Deny(f"--{key} given twice")
+        out[key] = value
+        index += 1
+    if ("project" in out) == ("user-level" in out):
+        raise Deny(
+            "the hook names neither a project nor --user-level (rendered by an older agentstack?); "
+            "run 'agentstack apply --write'"
+        )
+    return out
 
 
 def _read_stdin() -> bytes:
@@ -506,21 +1068,42 @@ def _read_stdin() -> bytes:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
+    args = sys.argv[1:] if argv is None else argv
     harness = ""
+    event_name = PRE_TOOL
+    for index, arg in enumerate(args):  # for the deny shape, before anything else can fail
+        if arg == "--harness" and index + 1 < len(args):
+            harness = args[index + 1]
+        elif arg.startswith("--harness="):
+            harness = arg.split("=", 1)[1]
+        elif arg == "--event=" + PRE_PROMPT or (
+            arg == "--event" and args[index + 1 : index + 2] == [PRE_PROMPT]
+        ):
+            event_name = PRE_PROMPT
     try:
-        harness = _parse_harness(sys.argv[1:] if argv is None else argv)
 
         def on_alarm(signum: int, frame: object) -> None:
             raise Deny(f"the guard did not decide within {ALARM_S} s")
 
         signal.signal(signal.SIGALRM, on_alarm)
         signal.alarm(ALARM_S)
-        decide(harness, _read_stdin())
+        options = parse_args(args)
+        decide(
+            options.get("harness", ""),
+            _read_stdin(),
+            state=options.get("state"),
+            project=options.get("project"),
+            event_name=options.get("event", PRE_TOOL),
+        )
         signal.alarm(0)
     except Deny as deny:
-        emit_deny(harness, str(deny))
+        emit_deny(harness, str(deny), event_name)
     except BaseException as exc:  # noqa: BLE001 - fail closed on anything, even a bug
-        emit_deny(harness, f"internal error ({type(exc).__name__}: {exc}); denying to stay safe")
+        emit_deny(
+            harness,
+            f"internal error ({type(exc).__name__}: {exc}); denying to stay safe",
+            event_name,
+        )
     emit_allow()
 
 

@@ -36,8 +36,15 @@ from agentstack_adapters import (
 from agentstack._guard import _key_value
 from agentstack.canonical import b3, canonical_bytes
 from agentstack.errors import AgentstackError, InvalidInput, Refused, StaleLock
-from agentstack.fsutil import write_atomic
-from agentstack.paths import ensure_private_dir, project_state_dir
+from agentstack.fsutil import (
+    LinkInPath,
+    check_no_links,
+    link_atomic,
+    read_nofollow,
+    write_atomic,
+)
+from agentstack.fsutil import unlink as fs_unlink
+from agentstack.paths import agentstack_home, ensure_private_dir, project_state_dir
 
 LEDGER_VERSION = 1
 BLOCK_BEGIN = "<!-- agentstack:begin (managed by agentstack; edit agentstack.toml instead) -->"
@@ -229,14 +236,21 @@ class Planner:
             except ValueError:
                 return str(path)
 
-    @staticmethod
-    def _read(path: Path) -> tuple[bytes | None, str | None]:
+    def base(self, path: Path) -> Path:
+        return write_base(path, self.root, self.home)
+
+    def _read(self, path: Path, *, link_ok: bool = False) -> tuple[bytes | None, str | None]:
+        """The current bytes (or link target, where agentstack renders links) of `path`, reached
+        without following a link: a link on the way is a refusal naming it."""
         try:
+            check_no_links(path, self.base(path), final_may_be_link=link_ok)
             if path.is_symlink():
                 return None, os.readlink(path)
-            return path.read_bytes(), None
+            return read_nofollow(path, self.base(path)), None
         except FileNotFoundError:
             return None, None
+        except LinkInPath as exc:
+            raise link_refusal(exc) from None
         except IsADirectoryError:
             raise Refused(
                 f"{path} is a directory where agentstack renders a file",
@@ -244,7 +258,7 @@ class Planner:
             ) from None
 
     def whole(self, path: Path, op: WholeFile) -> FileChange:
-        old, old_link = self._read(path)
+        old, old_link = self._read(path, link_ok=True)
         change = FileChange(
             path=path,
             display=self.display(path),
@@ -404,7 +418,7 @@ class Planner:
             )
         if kind == "block":
             return self.block(path, None)
-        old, old_link = self._read(path)
+        old, old_link = self._read(path, link_ok=True)
         change = FileChange(
             path=path, display=self.display(path), old=old, new=None, old_link=old_link
         )
@@ -427,6 +441,7 @@ def _context(root: Path, consent: dict[str, Any], digest: str) -> RenderContext:
         consent=consent,
         digest=digest,
         guard_command=guard_command(),
+        state_home=agentstack_home(),
         user_home=Path.home(),
         env=dict(os.environ),
         read_skill_file=materializer.skill_file,
@@ -524,16 +539,36 @@ def _file_mode(path: Path, executable: bool, root: Path) -> int:
         return 0o644 if root in path.parents else 0o600
 
 
-def _write_atomic(path: Path, data: bytes, executable: bool, mode: int | None = None) -> None:
-    write_atomic(path, data, mode if mode is not None else (0o755 if executable else 0o644))
+def _write_atomic(
+    path: Path,
+    data: bytes,
+    executable: bool,
+    mode: int | None = None,
+    *,
+    base: Path | None = None,
+) -> None:
+    write_atomic(
+        path, data, mode if mode is not None else (0o755 if executable else 0o644), base=base
+    )
 
 
-def _link_atomic(path: Path, target: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.agentstack-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    os.symlink(target, tmp)
-    os.replace(tmp, path)
+def write_base(path: Path, root: Path, home: Path) -> Path:
+    """The directory a rendered path is trusted from: the project root for project files, the
+    user's home for user-level files (~/.claude.json, ~/.codex/config.toml); every component below
+    it is opened without following a link."""
+    for base in (root, home):
+        for candidate in (base, Path(os.path.realpath(base))):
+            if candidate in path.parents:
+                return candidate
+    return Path(os.path.realpath(path.parent))  # e.g. $CODEX_HOME elsewhere: the user's choice
+
+
+def link_refusal(exc: LinkInPath) -> Refused:
+    return Refused(
+        f"{exc.link} is a symbolic link on the way to {exc.target}; agentstack never writes "
+        "through a link (a committed link could send a write anywhere, .git/hooks included)",
+        hint="remove the link (or replace it with a real directory), then re-run apply",
+    )
 
 
 def _backup(plan: Plan, change: FileChange) -> Path | None:
@@ -560,21 +595,38 @@ def write(
             hint="keep your edit by moving it into agentstack.toml, or re-run with --force to "
             "overwrite (the current files are backed up first)",
         )
+    home = Path.home()
+    # Every path is checked before anything is written: a link on the way to any of them is a
+    # refusal with nothing changed. (The writes themselves never follow one either.)
+    try:
+        for change in plan.changes:
+            if change.changed:
+                check_no_links(
+                    change.path,
+                    write_base(change.path, plan.root, home),
+                    final_may_be_link=change.link_target is not None or change.old_link is not None,
+                )
+    except LinkInPath as exc:
+        raise link_refusal(exc) from None
     ensure_private_dir(plan.ledger_path.parent)
     backups = [b for c in plan.conflicts if (b := _backup(plan, c)) is not None] if force else []
     ledger = load_ledger(plan.root)
     files: dict[str, Any] = ledger.get("files", {})
     for change in plan.changes:
-        if change.changed:
-            if change.new is None and change.link_target is None:
-                change.path.unlink(missing_ok=True)
-                _prune_empty_dirs(change.path.parent, plan.root)
-            elif change.link_target is not None:
-                _link_atomic(change.path, change.link_target)
-            else:
-                assert change.new is not None
-                mode = _file_mode(change.path, change.executable, plan.root)
-                _write_atomic(change.path, change.new, change.executable, mode)
+        base = write_base(change.path, plan.root, home)
+        try:
+            if change.changed:
+                if change.new is None and change.link_target is None:
+                    fs_unlink(change.path, base=base)
+                    _prune_empty_dirs(change.path.parent, plan.root)
+                elif change.link_target is not None:
+                    link_atomic(change.path, change.link_target, base=base)
+                else:
+                    assert change.new is not None
+                    mode = _file_mode(change.path, change.executable, plan.root)
+                    _write_atomic(change.path, change.new, change.executable, mode, base=base)
+        except LinkInPath as exc:
+            raise link_refusal(exc) from None
         if change.ledger is None:
             files.pop(str(change.path), None)
         else:
@@ -605,14 +657,14 @@ def update_git_exclude(root: Path, rendered: list[Path]) -> None:
     """List rendered project files in .git/info/exclude (never committed: they are per machine).
     Written directly: running git in the project would be needless risk."""
     git_dir = root / ".git"
-    if not git_dir.is_dir():
+    if git_dir.is_symlink() or not git_dir.is_dir():
         return
     entries = sorted({"/" + str(p.relative_to(root)) for p in rendered if root in p.parents})
     exclude = git_dir / "info" / "exclude"
     try:
-        text = exclude.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
+        text = (read_nofollow(exclude, root) or b"").decode("utf-8")
+    except LinkInPath as exc:
+        raise link_refusal(exc) from None
     pattern = re.compile(
         re.escape(EXCLUDE_BEGIN) + r"\n.*?" + re.escape(EXCLUDE_END) + r"\n?", re.S
     )
@@ -621,8 +673,10 @@ def update_git_exclude(root: Path, rendered: list[Path]) -> None:
         if text and not text.endswith("\n"):
             text += "\n"
         text += EXCLUDE_BEGIN + "\n" + "".join(f"{e}\n" for e in entries) + EXCLUDE_END + "\n"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(exclude, text.encode("utf-8"), False)
+    try:
+        _write_atomic(exclude, text.encode("utf-8"), False, base=root)
+    except LinkInPath as exc:
+        raise link_refusal(exc) from None
 
 
 def _kept_keys(path: Path, recorded: dict[str, Any]) -> dict[KeyPath, Any]:
@@ -631,7 +685,8 @@ def _kept_keys(path: Path, recorded: dict[str, Any]) -> dict[KeyPath, Any]:
     if not keep:
         return {}
     try:
-        doc = Planner._parse_static(path, path.read_bytes(), recorded.get("format", "json"))
+        data = read_nofollow(path, write_base(path, Path.home(), Path.home()))
+        doc = Planner._parse_static(path, data, recorded.get("format", "json"))
     except (OSError, AgentstackError):
         return {}
     kept: dict[KeyPath, Any] = {}

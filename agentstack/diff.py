@@ -280,8 +280,10 @@ class _Differ:
         if self.new.get("settings", {}).get("passthrough") != self.old.get("settings", {}).get(
             "passthrough"
         ) and self.new.get("settings", {}).get("passthrough"):
+            # At least medium: passthrough reaches the harness's own settings unreviewed by kind
+            # (keys that execute, read files or name hosts are refused at lock).
             self.add(
-                "low",
+                "medium",
                 "passthrough",
                 "settings.passthrough",
                 "harness settings passed through verbatim changed",

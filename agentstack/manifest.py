@@ -321,6 +321,7 @@ class Settings(Model):
     def _plain_values(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for harness, table in value.items():
             _check_plain(table, f"passthrough.{harness}")
+            _check_passthrough_keys(table, f"passthrough.{harness}")
         return value
 
     @field_validator("passthrough")
@@ -344,6 +345,40 @@ def _check_no_expansion(value: Any, path: str) -> None:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _check_no_expansion(item, f"{path}[{index}]")
+
+
+# Passthrough never reaches a key agentstack owns or guards, nor one that runs a command, sets the
+# environment, grants a permission, names a file, directory or host, or switches a harness feature
+# on: a key whose name (at any depth, case ignored) holds one of these is refused. What such keys
+# do is declared through the manifest's own fields (servers, hooks, permissions, sandbox), where it
+# is reviewed for what it is.
+# fmt: off
+PASSTHROUGH_FORBIDDEN = (
+    "agent", "approval", "auth", "command", "cmd", "credential", "dir", "env", "exec", "feature",
+    "file", "helper", "home", "hook", "host", "instruction", "login", "marketplace", "mcp",
+    "network", "notify", "otel", "path", "permission", "plan", "plugin", "profile", "project",
+    "provider", "proxy", "repl", "sandbox", "script", "secret", "security", "server", "shell",
+    "skill", "status", "token", "trust", "url", "experimental", "prompt", "import", "include",
+)
+# fmt: on
+
+
+def _check_passthrough_keys(value: Any, path: str) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            lowered = key.lower()
+            hit = next((word for word in PASSTHROUGH_FORBIDDEN if word in lowered), None)
+            if hit is not None:
+                raise ValueError(
+                    f"{path}.{key}: passthrough cannot set a key that runs a command, sets the "
+                    "environment, grants a permission, names a file or a host, or that "
+                    f"agentstack owns ({hit!r}); declare it through agentstack.toml's own "
+                    "fields (servers, hooks, settings.permissions, sandbox)"
+                )
+            _check_passthrough_keys(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_passthrough_keys(item, f"{path}[{index}]")
 
 
 def _check_plain(value: Any, path: str) -> None:

@@ -392,7 +392,6 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
             f" every call ({absent} absent, compared as empty; the rest by lstat alone)"
         )
 
-    guard_argv = [py, "-I", "-m", "agentstack._guard", "--harness", "claude-code"]
     commands: list[Command] = []
     for case in CASES:
         event = tmp / case / "event.json"
@@ -407,6 +406,9 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
             ),
             encoding="utf-8",
         )
+        # As rendered: the state directory and the project are arguments.
+        guard_argv = [py, "-I", "-m", "agentstack._guard", "--harness", "claude-code",
+                      "--state", envs[case]["AGENTSTACK_HOME"], "--project", str(projects[case])]
         commands.append(Command(f"guard {case}", guard_argv, projects[case], envs[case], event))
     steady = commands[1]
     baselines = [

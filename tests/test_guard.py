@@ -47,12 +47,29 @@ DENY_SHAPES = {
 }
 
 
+def guard_argv(harness: str, project: Path | None, *, event: str | None = None) -> list[str]:
+    """The guard as `apply` renders it: state directory and project fixed as arguments."""
+    argv = [sys.executable, "-I", "-m", "agentstack._guard", "--harness", harness,
+            "--state", os.environ["AGENTSTACK_HOME"]]
+    argv += ["--project", str(project)] if project is not None else ["--user-level"]
+    return argv + (["--event", event] if event else [])
+
+
 def guard(harness: str, payload: bytes | str, *, cwd: Path | None = None,
-          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+          env: dict[str, str] | None = None, project: Path | None = None,
+          user_level: bool = False, hook_event: str | None = None,
+          ) -> subprocess.CompletedProcess[bytes]:
+    """Run the rendered guard. The project it was rendered for: `project`, else the payload's
+    cwd (tests build the payload for the project), else the hook's cwd; `user_level`: none."""
     data = payload.encode() if isinstance(payload, str) else payload
+    if project is None and not user_level:
+        try:
+            project = Path(json.loads(data)["cwd"])
+        except Exception:
+            project = cwd or REPO
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-I", "-m", "agentstack._guard", "--harness", harness],
+    return subprocess.run(guard_argv(harness, None if user_level else project, event=hook_event),
                           input=data, capture_output=True, cwd=cwd or REPO, env=full_env,
                           timeout=30)
 
@@ -176,21 +193,24 @@ def test_other_trust_records_keep_trust(project: Path, tmp_path: Path) -> None:
     assert_allowed(guard("claude-code", event(project)))
 
 
-def test_ci_digest_env_trusts_without_the_log(project: Path, isolated_home: Path) -> None:
+def test_trusted_digests_env_is_ignored(project: Path, isolated_home: Path) -> None:
+    # The project's harness settings can set any variable: the guard reads none of them.
     digest = run_cli("digest", cwd=project).stdout.strip()
     state = isolated_home / ".config" / "agentstack"
     (state / "trust.jsonl").unlink()
     (state / "trust.head").unlink()
     assert_denied(guard("claude-code", event(project)), reason="not trusted")
-    assert_allowed(guard("claude-code", event(project),
-                         env={"AGENTSTACK_TRUSTED_DIGESTS": digest}))
-    assert_denied(guard("claude-code", event(project), env={"CI": "true"}))
+    assert_denied(guard("claude-code", event(project),
+                        env={"AGENTSTACK_TRUSTED_DIGESTS": digest}), reason="not trusted")
 
 
-def test_outside_any_project_allows(tmp_path: Path) -> None:
+def test_outside_any_project_only_the_user_level_guard_allows(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    assert_allowed(guard("claude-code", event(elsewhere)))
+    assert_allowed(guard("claude-code", event(elsewhere), cwd=elsewhere, user_level=True))
+    # A hook rendered for a project never concludes "not a project".
+    assert_denied(guard("claude-code", event(elsewhere), project=elsewhere),
+                  reason="has not been trusted")
 
 
 def test_untrusted_project_denies(tmp_path: Path) -> None:
@@ -282,8 +302,8 @@ def test_huge_and_truncated_input(project: Path) -> None:
 
 def test_guard_path_imports_only_the_standard_library(project: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-I", "-X", "importtime", "-m", "agentstack._guard", "--harness",
-         "claude-code"], input=event(project).encode(), capture_output=True, timeout=30)
+        [sys.executable, "-I", "-X", "importtime", *guard_argv("claude-code", project)[2:]],
+        input=event(project).encode(), capture_output=True, timeout=30)
     assert result.returncode == 0, result.stderr
     imported = {line.split("|")[-1].strip().split(".")[0]
                 for line in result.stderr.decode().splitlines() if line.startswith("import time:")}
@@ -333,15 +353,17 @@ def test_hand_added_server_is_kept_but_never_blessed(project: Path) -> None:
     assert_allowed(guard("claude-code", event(project)))
 
 
-def test_explicit_ci_trust_is_needed_on_every_call(tmp_path: Path) -> None:
+def test_explicit_ci_trust_is_recorded_at_apply_time(tmp_path: Path) -> None:
     root = make_project(tmp_path / "ci", MANIFEST, FILES)
     run_cli("lock", cwd=root)
     digest = run_cli("digest", cwd=root).stdout.strip()
     applied = run_cli("--trust-digest", digest, "apply", "--write", cwd=root)
     assert applied.returncode == 0, applied.stderr
     root = root.resolve()
-    assert_denied(guard("claude-code", event(root)), reason="not trusted")
-    assert_allowed(guard("claude-code", event(root), env={"AGENTSTACK_TRUSTED_DIGESTS": digest}))
+    assert_allowed(guard("claude-code", event(root)))  # no variable needed on each call
+    (root / "agentstack.lock").write_text((root / "agentstack.lock").read_text() + "\n")
+    assert_denied(guard("claude-code", event(root), env={"AGENTSTACK_TRUSTED_DIGESTS": digest}),
+                  reason="agentstack.lock")
 
 
 def test_revocation_wins_over_an_explicit_digest(project: Path) -> None:
@@ -373,10 +395,13 @@ def test_agent_that_cds_away_is_still_guarded(project: Path, isolated_home: Path
     # The harness runs the hook in the project; the event's cwd is where the agent cd'ed to.
     read = json.dumps({"cwd": str(elsewhere), "tool_name": "Read",
                        "tool_input": {"file_path": str(ssh / "id_ed25519")}})
-    assert_denied(guard("claude-code", read, cwd=project), reason="protected location")
+    assert_denied(guard("claude-code", read, cwd=project, project=project),
+                  reason="protected location")
     mcp = json.dumps({"cwd": str(elsewhere), "tool_name": "mcp__evil__x", "tool_input": {}})
-    assert_denied(guard("claude-code", mcp, cwd=project), reason="not in agentstack.lock")
-    assert_denied(guard("claude-code", mcp, env={"CLAUDE_PROJECT_DIR": str(project)}),
+    assert_denied(guard("claude-code", mcp, cwd=project, project=project),
+                  reason="not in agentstack.lock")
+    # The user-level guard finds the project from where the harness runs it.
+    assert_denied(guard("claude-code", mcp, cwd=project, user_level=True),
                   reason="not in agentstack.lock")
 
 

@@ -5,9 +5,9 @@ server connected and `codex mcp list` lists every one enabled; before trust noth
 neither lists anything from agentstack.
 
 The guard: a mock model API on 127.0.0.1 makes the harness issue a real tool call that hits the
-real guard: trusted and unchanged → it runs; a rendered file edited behind agentstack's back → it is
-blocked and the reason names the file; a tool of a server not in the lock → blocked; after
-`revoke` → blocked.
+real guard: trusted and unchanged → it runs; a rendered file edited behind agentstack's back → the
+prompt is blocked before any model request (Claude Code shows the reason, naming the file); a tool
+of a server not in the lock → blocked; after `revoke` → blocked.
 
 These tests skip locally when the harness CLIs are missing (scripts/install-harnesses) and fail in
 CI (CI=true).
@@ -145,6 +145,9 @@ def _claude(project: Path, home: Path, call: ToolCall) -> tuple[bool, str]:
     with MockModel([call]) as model:
         run = run_claude(project, home, model, "do it")
     assert run.proc.returncode == 0, run.output
+    if not model.tool_results:  # the guard blocked the prompt itself: no model request at all
+        assert not [r for r in model.requests if r.method == "POST" and r.api], run.output
+        return False, run.proc.stdout
     (result,) = model.tool_results
     ran = (project / "marker.txt").exists() if call is TOUCH else "added note" in result.text
     return ran and result.is_error is not True, result.text
@@ -191,7 +194,9 @@ def _codex(project: Path, home: Path, call: ToolCall) -> tuple[bool, str]:
         run = run_codex(project, home, "do it")
     assert run.proc.returncode == 0, run.output
     texts = [r.text for r in model.tool_results]
-    assert texts, run.output
+    if not texts:  # the guard blocked the prompt itself: no model request at all
+        assert not [r for r in model.requests if r.method == "POST" and r.api], run.output
+        return False, run.output
     ran = (project / "marker.txt").exists() if call is TOUCH else "added note" in texts[0]
     return ran, texts[0]
 
@@ -218,7 +223,8 @@ def test_codex_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     config = project / ".codex" / "config.toml"
     config.write_text(config.read_text().replace('"-I"', '"-I", "-v"'))
     ran, text = _codex(project, isolated_home, TOUCH)
-    assert not ran and ".codex/config.toml" in text and "agentstack guard" in text, text
+    # Blocked before the first model request (Codex exec does not print the hook's reason).
+    assert not ran and "UserPromptSubmit Blocked" in text, text
     _ok("apply", "--write", "--force", cwd=project)
 
     user_config = isolated_home / ".codex" / "config.toml"
