@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agentstack.canonical import b3, is_digest
+from agentstack.diff import root_files
 from agentstack.fsutil import write_atomic
 from agentstack.paths import agentstack_cache, ensure_private_dir
 
@@ -43,6 +44,8 @@ def document_files(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     for section in ("servers", "hooks", "skills"):
         for name, item in sorted(doc.get(section, {}).items()):
             for entry in item.get("files", []):
+                yield f"{section}.{name}", entry
+            for entry in root_files(item.get("roots", [])):
                 yield f"{section}.{name}", entry
 
 

@@ -315,6 +315,14 @@ def _leaf_changes(old: Any, new: Any, path: str, out: list[Change]) -> None:
             else:
                 _leaf_changes(old[key], new[key], sub, out)
         return
+    if path.endswith(".roots") and _is_root_list(old) and _is_root_list(new):
+        # A code root is shown file by file (`servers.x.roots[servers/mod.py]`, a content diff
+        # each); what the roots are and what they leave out, as one summary line.
+        if _root_shape(old) != _root_shape(new):
+            out.append(Change(path=path, kind="changed", old=_root_shape(old),
+                              new=_root_shape(new)))
+        _leaf_changes(root_files(old), root_files(new), path, out)
+        return
     if (_is_file_list(old) or old == []) and (_is_file_list(new) or new == []):
         # Keyed by file path, shown as `skills.x.files[scripts/run.sh]` (paths contain dots).
         before = {f["path"]: f for f in old}
@@ -330,6 +338,25 @@ def _leaf_changes(old: Any, new: Any, path: str, out: list[Change]) -> None:
                 out.append(Change(path=sub, kind="changed", old=before[key], new=after[key]))
         return
     out.append(Change(path=path, kind="changed", old=old, new=new))
+
+
+def _is_root_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(v, dict) and "path" in v and isinstance(v.get("files"), list) for v in value
+    )
+
+
+def _root_shape(roots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"path": r["path"], "excluded": list(r.get("excluded", []))} for r in roots]
+
+
+def root_files(roots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every file of a list of code roots, with its project-relative path."""
+    out: list[dict[str, Any]] = []
+    for root in roots:
+        prefix = "" if root["path"] in ("", ".") else root["path"].rstrip("/") + "/"
+        out.extend({**f, "path": prefix + f["path"]} for f in root["files"])
+    return out
 
 
 def _is_file_list(value: Any) -> bool:
@@ -357,10 +384,13 @@ _INTERNAL_KEYS = frozenset({"lock", "consent"})
 def file_entry(change: Change) -> tuple[str, str] | None:
     """(item, file path) when `change` is one pinned file (`servers.x.files[run.py]`,
     `instructions[AGENTS.md]`, `skills.y.files[SKILL.md]`), else None."""
-    match = re.match(r"^(instructions|(?:servers|hooks|skills)\.[^\[]+?\.files)\[(.*)\]$", change.path)
+    match = re.match(
+        r"^(instructions|(?:servers|hooks|skills)\.[^\[]+?\.(?:files|roots))\[(.*)\]$",
+        change.path,
+    )
     if match is None:
         return None
-    item = match.group(1).removesuffix(".files")
+    item = match.group(1).removesuffix(".files").removesuffix(".roots")
     return item, match.group(2)
 
 

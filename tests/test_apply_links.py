@@ -51,7 +51,7 @@ def _tree(path: Path) -> dict[str, bytes | str]:
 @pytest.fixture
 def trusted(tmp_path: Path) -> Path:
     root = make_project(tmp_path / "proj", MANIFEST, FILES).resolve()
-    for args in (["lock"], ["trust", "--yes"]):
+    for args in (["lock"], ["trust", "--yes", "--accept-risk"]):
         assert run_cli(*args, cwd=root).returncode == 0
     return root
 

@@ -54,7 +54,7 @@ class Scene:
         self.env = {"HOME": str(self.home), "AGENTSTACK_HOME": str(self.state),
                     "XDG_CONFIG_HOME": str(self.home / ".config")}
         self.root = make_project(base / "proj", MANIFEST, FILES).resolve()
-        for args in (["lock"], ["trust", "--yes"], ["apply", "--write"]):
+        for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
             result = run_cli(*args, cwd=self.root, env=self.env)
             assert result.returncode == 0, result.stderr
         # Snapshot again once every file is older than the guard's racy window, so the guard

@@ -23,11 +23,17 @@ from tests.harness.drive import NOTES_SERVER
 SECRET = "s3cret-value with spaces"
 
 
+VAULT_SCRIPT = (
+    # The server serves only with NOTES_TOKEN set, and records what it received. (A script file:
+    # `$VAR` written into a rendered argument is refused, since some harnesses expand it.)
+    'test -n "$NOTES_TOKEN" || { echo "no token" >&2; exit 7; }\n'
+    'printf %s "$NOTES_TOKEN" > "$1"\n'
+    'exec "$2" -I "$3"\n'
+)
+
+
 def _manifest(notes_file: Path, seen: Path) -> str:
-    # The server serves only with NOTES_TOKEN set, and records what it received.
-    check = ('test -n "$NOTES_TOKEN" || { echo "no token" >&2; exit 7; }; '
-             'printf %s "$NOTES_TOKEN" > "$1"; exec "$2" -I "$3"')
-    args = ["-c", check, "sh", str(seen), sys.executable, str(NOTES_SERVER)]
+    args = ["servers/vault.sh", str(seen), sys.executable, str(NOTES_SERVER)]
     return f"""\
 [project]
 name = "secret-e2e"
@@ -88,7 +94,8 @@ def test_real_claude_starts_a_server_that_needs_a_secret(tmp_path: Path,
                                                         isolated_home: Path) -> None:
     claude = harness_bin("claude")
     seen = tmp_path / "seen-token"
-    root = make_project(tmp_path / "proj", _manifest(tmp_path / "notes.txt", seen)).resolve()
+    root = make_project(tmp_path / "proj", _manifest(tmp_path / "notes.txt", seen),
+                        {"servers/vault.sh": VAULT_SCRIPT}).resolve()
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     assert run_cli("lock", cwd=root).returncode == 0
     trusted = run_cli("trust", "--yes", "--accept-risk", cwd=root)
