@@ -328,8 +328,11 @@ def test_seccomp_blocklist_covers_the_escape_primitives() -> None:
                      "io_uring_enter", "io_uring_register", "userfaultfd", "keyctl", "add_key",
                      "request_key", "unshare", "clone", "clone3", "execveat", "memfd_create",
                      "process_vm_readv", "process_vm_writev", "perf_event_open", "kexec_load",
-                     "init_module", "setns", "pivot_root", "socket", "ioctl"):
+                     "init_module", "setns", "pivot_root", "socket", "ioctl", "sendto",
+                     "sendmsg", "sendmmsg", "setsockopt"):
         assert required in names, required
+    fastopen = {r.syscall for r in seccomp.rules(allow_udp=True) if "MSG_FASTOPEN" in r.condition}
+    assert fastopen == {"sendto", "sendmsg", "sendmmsg"}  # with the network open too
     program = seccomp.build_program()
     assert program and len(program) % 8 == 0
     assert seccomp.build_program(allow_udp=True) != program

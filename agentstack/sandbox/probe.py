@@ -105,6 +105,82 @@ def op_connect(host: str, port: str) -> str:
         return f"connected to {host}:{port}"
 
 
+MSG_FASTOPEN = 0x20000000
+TCP_FASTOPEN_CONNECT = 30
+IPPROTO_MPTCP = 262
+IPPROTO_SCTP = 132
+
+
+def _tcp_target(host: str, port: str) -> tuple[socket.socket, tuple[str, int]]:
+    """A TCP socket and address: `::ffff:127.0.0.1` (v4-mapped) gets an AF_INET6 socket."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)  # blocking: Fast Open completes the SYN
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 5, 0))
+    return sock, (host, int(port))
+
+
+def _fastopen_result(sock: socket.socket, address: tuple[str, int]) -> str:
+    return f"Fast Open sent data to {address[0]}:{address[1]} without connect()"
+
+
+def op_fastopen(host: str, port: str, how: str = "sendto") -> str:
+    """A TCP connection without connect(): sendto/sendmsg/sendmmsg with MSG_FASTOPEN, or
+    setsockopt(TCP_FASTOPEN_CONNECT) followed by connect() and a write."""
+    sock, address = _tcp_target(host, port)
+    with sock:
+        if how == "sendto":
+            sock.sendto(b"probe", MSG_FASTOPEN, address)
+        elif how == "sendmsg":
+            sock.sendmsg([b"probe"], [], MSG_FASTOPEN, address)
+        elif how == "sendmmsg":
+            _sendmmsg_fastopen(sock, address)
+        elif how == "connect-option":
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)
+            sock.connect(address)
+            sock.send(b"probe")
+        else:
+            raise ValueError(how)
+        return _fastopen_result(sock, address)
+
+
+def _sendmmsg_fastopen(sock: socket.socket, address: tuple[str, int]) -> None:
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    class MsgHdr(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                    ("iov", ctypes.POINTER(IoVec)), ("iovlen", ctypes.c_size_t),
+                    ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                    ("flags", ctypes.c_int)]
+
+    class MMsgHdr(ctypes.Structure):
+        _fields_ = [("hdr", MsgHdr), ("len", ctypes.c_uint)]
+
+    if sock.family == socket.AF_INET6:
+        raw = struct.pack("!HHI16sI", socket.AF_INET6, address[1], 0,
+                          socket.inet_pton(socket.AF_INET6, address[0]), 0)
+        raw = struct.pack("=H", socket.AF_INET6) + raw[2:]
+    else:
+        raw = struct.pack("=H", socket.AF_INET) + struct.pack(
+            "!H4s8x", address[1], socket.inet_aton(address[0]))
+    name = ctypes.create_string_buffer(raw, len(raw))
+    data = ctypes.create_string_buffer(b"probe", 5)
+    iov = IoVec(ctypes.addressof(data), 5)
+    msg = MMsgHdr(MsgHdr(ctypes.addressof(name), len(raw), ctypes.pointer(iov), 1, None, 0, 0), 0)
+    _libc.sendmmsg.restype = ctypes.c_int
+    _check(_libc.sendmmsg(sock.fileno(), ctypes.byref(msg), 1, MSG_FASTOPEN))
+
+
+def op_stream_proto(proto: str, host: str, port: str) -> str:
+    """connect() over a SOCK_STREAM protocol other than TCP (MPTCP, SCTP): Landlock's TCP rules
+    name TCP only."""
+    number = {"mptcp": IPPROTO_MPTCP, "sctp": IPPROTO_SCTP}[proto]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM, number) as sock:
+        sock.settimeout(5)
+        sock.connect((host, int(port)))
+    return f"connected to {host}:{port} over {proto}"
+
+
 def op_unix(address: str) -> str:
     target = "\0" + address[1:] if address.startswith("@") else address
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -272,7 +348,8 @@ OPS: dict[str, Callable[..., str]] = {
     "unshare_user": op_unshare_user, "clone_user": op_clone_user, "environ": op_environ,
     "memfd": op_memfd, "execveat": op_execveat, "keyctl": op_keyctl,
     "userfaultfd": op_userfaultfd, "perf": op_perf, "vm_read": op_vm_read, "setns": op_setns,
-    "tiocsti": op_tiocsti, "http": op_http,
+    "tiocsti": op_tiocsti, "http": op_http, "fastopen": op_fastopen,
+    "stream_proto": op_stream_proto,
 }
 
 

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,26 @@ ROWS: tuple[Row, ...] = (
         ("/proc/sys/kernel/hostname",)),
     Row("tcp-port", "connect to a non-allowed TCP port on 127.0.0.1 (a real listener)",
         "connect", ("127.0.0.1", "{denied_port}")),
+    # TCP without connect(): the Fast Open path skips the LSM connect hook Landlock filters;
+    # seccomp refuses MSG_FASTOPEN and TCP_FASTOPEN_CONNECT (listener on the denied port).
+    Row("tfo-sendto", "TCP Fast Open sendto(MSG_FASTOPEN) to a non-allowed port", "fastopen",
+        ("127.0.0.1", "{denied_port}", "sendto")),
+    Row("tfo-sendmsg", "TCP Fast Open sendmsg(MSG_FASTOPEN) to a non-allowed port", "fastopen",
+        ("127.0.0.1", "{denied_port}", "sendmsg")),
+    Row("tfo-sendmmsg", "TCP Fast Open sendmmsg(MSG_FASTOPEN) to a non-allowed port", "fastopen",
+        ("127.0.0.1", "{denied_port}", "sendmmsg")),
+    Row("tfo-sendto-v6", "TCP Fast Open over IPv6 to ::ffff:127.0.0.1 (v4-mapped)", "fastopen",
+        ("::ffff:127.0.0.1", "{denied_port}", "sendto")),
+    Row("tfo-sendmsg-v6", "TCP Fast Open sendmsg over IPv6 (v4-mapped)", "fastopen",
+        ("::ffff:127.0.0.1", "{denied_port}", "sendmsg")),
+    Row("tfo-sendmmsg-v6", "TCP Fast Open sendmmsg over IPv6 (v4-mapped)", "fastopen",
+        ("::ffff:127.0.0.1", "{denied_port}", "sendmmsg")),
+    Row("tfo-connect-opt", "setsockopt(TCP_FASTOPEN_CONNECT) then connect and write", "fastopen",
+        ("127.0.0.1", "{denied_port}", "connect-option")),
+    Row("mptcp", "connect over MPTCP (not TCP to Landlock) to a non-allowed port",
+        "stream_proto", ("mptcp", "127.0.0.1", "{denied_port}")),
+    Row("sctp", "connect over SCTP (not TCP to Landlock) to a non-allowed port",
+        "stream_proto", ("sctp", "127.0.0.1", "{denied_port}")),
     Row("abstract-unix", "connect to an abstract unix socket outside (a real listener)",
         "unix", ("{abstract}",)),
     Row("udp", "send UDP to 127.0.0.1 (a real listener)", "udp", ("127.0.0.1", "{udp_port}")),
@@ -140,7 +161,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 def _listener(kind: int = socket.SOCK_STREAM, *, family: int = socket.AF_INET,
-              address: str | tuple[str, int] = ("127.0.0.1", 0)) -> socket.socket:
+              address: str | tuple[str, int] = ("127.0.0.1", 0),
+              accepted: list[str] | None = None) -> socket.socket:
+    """A real listener (so ECONNREFUSED cannot pass for a denial); `accepted` collects one entry
+    per connection it accepted, so a denial row can also show nothing arrived."""
     sock = socket.socket(family, kind)
     sock.bind(address)
     if kind == socket.SOCK_STREAM:
@@ -149,9 +173,11 @@ def _listener(kind: int = socket.SOCK_STREAM, *, family: int = socket.AF_INET,
         def accept() -> None:
             while True:
                 try:
-                    conn, _ = sock.accept()
+                    conn, peer = sock.accept()
                 except OSError:
                     return
+                if accepted is not None:
+                    accepted.append(str(peer))
                 conn.close()
 
         threading.Thread(target=accept, daemon=True).start()
@@ -192,6 +218,7 @@ class Scenario:
     decoy: subprocess.Popen[bytes]
     python: str
     sockets: list[socket.socket] = field(default_factory=list)
+    denied_accepts: list[str] = field(default_factory=list)
 
     def argv(self, row: Row, mode: str) -> list[str]:
         args = [a.format(**self.values) for a in row.args]
@@ -226,7 +253,8 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         SecretStore(state).set(SECRET_NAME, real_secret)
         shutil.copyfile(Path(__file__).with_name("probe.py"), workdir / PROBE_NAME)
 
-        allowed, denied = _listener(), _listener()
+        denied_accepts: list[str] = []
+        allowed, denied = _listener(), _listener(accepted=denied_accepts)
         udp = _listener(socket.SOCK_DGRAM)
         abstract = f"@agentstack-verify-{os.getpid()}-{secrets.token_hex(4)}"
         unix = _listener(socket.SOCK_STREAM, family=socket.AF_UNIX, address="\0" + abstract[1:])
@@ -268,7 +296,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         yield Scenario(
             base=base, home=home, agentstack_home=state, workdir=workdir, policy=policy,
             values=values, real_secret=real_secret, upstream=upstream, decoy=decoy,
-            python=python, sockets=sockets,
+            python=python, sockets=sockets, denied_accepts=denied_accepts,
         )
     finally:
         if decoy is not None:
@@ -289,6 +317,7 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
         return RowResult(row.name, mode, row.what, True, None, "", "no block device backs /",
                          skipped=True)
     before = len(sc.upstream.received)
+    accepts_before = len(sc.denied_accepts)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb"}
     with confined(sc.workdir, sc.policy, sc.argv(row, mode), env, interactive=False,
                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -307,6 +336,10 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
         detail = "" if passed else "expected a non-zero exit with EACCES or EPERM"
         if row.name == "kill" and sc.decoy.poll() is not None:
             passed, detail = False, "the decoy process outside was killed"
+        if passed and "{denied_port}" in row.args:
+            time.sleep(0.02)  # the listener's accept thread
+            if len(sc.denied_accepts) != accepts_before:
+                passed, detail = False, "the listener on the denied port accepted a connection"
         return RowResult(row.name, mode, row.what, passed, code, text, detail)
     passed = code == 0 and text.startswith("ALLOWED")
     detail = "" if passed else "expected the operation to succeed"
