@@ -484,3 +484,185 @@ def test_readonly_files_for_the_guard(scene: verify.Scenario) -> None:
         out, _ = child.process.communicate(timeout=30)
     lines = out.decode().split("\n")
     assert lines[:3] == ['{"snapshot": 1}', "DENIED 13", "DENIED 13"], out
+
+
+# ------------------------------------------------------------------ nothing outlives `run`
+
+CHAIN = """\
+n=$1
+if [ "$n" -gt 0 ]; then sh ./chain.sh $((n - 1)) & fi
+echo $$ >> pids.txt
+exec sleep 300
+"""
+# A double-forked, setsid-detached daemon that keeps respawning children, and one that tries to
+# join the group of `run` (the shell's group, when `run` is interactive).
+DAEMONS = """\
+import os, sys, time
+def daemon(body):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            body()
+        os._exit(0)
+    os.wait()
+def respawn():
+    with open("pids.txt", "a") as out:
+        out.write(f"{os.getpid()}\\n")
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            with open("pids.txt", "a") as out:
+                out.write(f"{os.getpid()}\\n")
+            time.sleep(300)
+            os._exit(0)
+        time.sleep(0.01)
+def joiner():
+    with open("pids.txt", "a") as out:
+        out.write(f"{os.getpid()}\\n")
+    try:
+        os.setpgid(0, int(sys.argv[1]))
+        print("JOINED", flush=True)
+    except OSError as exc:
+        print("JOIN", exc.errno, flush=True)
+    time.sleep(300)
+daemon(respawn)
+daemon(joiner)
+time.sleep(0.3)
+"""
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(pid)
+    return out
+
+
+@pytest.mark.parametrize("containment", ["cgroup", "process-tree"])
+def test_nothing_outlives_run(scene: verify.Scenario, containment: str,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 100-deep chain, a double-forked setsid daemon that keeps forking and a process that tries
+    to join run's process group: none survives once `run_confined` returns, with the cgroup
+    (cgroup.kill) and without it (the whole-tree kill loop, no round cap)."""
+    from agentstack.sandbox import runner
+
+    if containment == "process-tree":
+        monkeypatch.setattr(runner.Cgroup, "create", classmethod(lambda cls: None))
+    else:
+        probe = runner.Cgroup.create()
+        if probe is None:
+            pytest.skip("this process cannot create a cgroup v2 here")
+        probe.remove()
+    work = scene.workdir
+    (work / "chain.sh").write_text(CHAIN)
+    (work / "daemons.py").write_text(DAEMONS)
+    pids_file = work / "pids.txt"
+    pids_file.unlink(missing_ok=True)
+    script = ("sh ./chain.sh 100 & "
+              "while [ \"$(wc -l < pids.txt 2>/dev/null || echo 0)\" -lt 101 ]; do sleep 0.05; done; "
+              f"{PYTHON or 'python3'} -I daemons.py {os.getpgid(0)}; exit 0")
+    log = scene.base / "outside" / "run.log"
+    with log.open("wb") as out, runner.confined(
+        work, scene.policy, ["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"},
+        interactive=False, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+    ) as child:  # a file, not a pipe: the survivors would hold a pipe open
+        assert child.process.wait(timeout=60) == 0, log.read_text()
+        pids = [int(p) for p in pids_file.read_text().split()]
+        assert len(pids) >= 104, len(pids)  # 101 in the chain, 2 daemons, >= 1 respawned child
+        assert len(_alive(pids)) >= 100  # the command exited; its tree is still running
+        if containment == "cgroup":
+            assert child.cgroup is not None and set(_alive(pids)) <= child.cgroup.pids()
+        else:
+            assert child.cgroup is None
+    assert _alive(pids) == [], "processes of the run survived it"
+    output = log.read_text()
+    assert "JOINED" not in output and "JOIN 1" in output, output  # EPERM: another session
+    pids_file.unlink()
+
+
+THIEF = """\
+import os, sys, time
+def daemon(body):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            body()
+        os._exit(0)
+    os.wait()
+def thief():
+    with open("pids.txt", "a") as out:
+        out.write(f"{os.getpid()}\\n")
+    try:
+        os.setpgid(0, int(sys.argv[1]))  # the shell's process group
+    except OSError:
+        pass
+    for path in ("/dev/tty", os.ttyname(0)):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        with open("stolen.txt", "ab") as out:
+            while True:
+                try:
+                    data = os.read(fd, 100)
+                except OSError:
+                    break
+                out.write(data)
+                out.flush()
+    time.sleep(300)
+daemon(thief)
+time.sleep(0.3)
+print("SESSION", os.isatty(0), os.ttyname(0) != sys.argv[2], flush=True)
+"""
+
+
+def test_interactive_run_owns_the_terminal_and_leaves_nothing(
+    shared: tuple[Path, dict[str, str]], var_home: Path
+) -> None:
+    """On a real terminal: the confined session gets a pseudo-terminal that `run` owns and relays,
+    not the user's; a detached descendant that tries to join the shell's group and read the
+    terminal is gone when `run` returns, and the next line typed reaches the shell."""
+    project, env = shared
+    (project / "thief.py").write_text(THIEF)
+    for name in ("pids.txt", "stolen.txt"):
+        (project / name).unlink(missing_ok=True)
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ.update(env, PYTHONPATH=str(REPO))
+        os.chdir(project)
+        shell = (f'"{sys.executable}" -m agentstack run -- "{PYTHON or "python3"}" -I thief.py '
+                 '$$ "$(tty)"; echo "RUN-DONE $?"; read line; echo "GOT:$line"')
+        os.execv("/bin/sh", ["/bin/sh", "-c", shell])
+    output = b""
+    sent = False
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and b"GOT:" not in output:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        if not sent and b"RUN-DONE" in output:
+            os.write(fd, b"hello\n")
+            sent = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    text = output.decode("utf-8", "replace")
+    assert "SESSION True True" in text, text  # a terminal, and not the user's
+    assert "RUN-DONE 0" in text, text
+    assert "GOT:hello" in text, text
+    pids = [int(p) for p in (project / "pids.txt").read_text().split()]
+    assert pids and _alive(pids) == []
+    stolen = project / "stolen.txt"
+    assert not stolen.exists() or b"hello" not in stolen.read_bytes()
+    assert os.waitstatus_to_exitcode(status) == 0

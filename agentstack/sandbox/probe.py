@@ -328,6 +328,20 @@ def op_tiocsti() -> str:
     return "injected a keystroke"
 
 
+def op_join_group(pid: str) -> str:
+    """Move into the process group of a process outside (the user's shell's, `run`'s)."""
+    target = os.getpgid(int(pid))
+    os.setpgid(0, target)
+    return f"joined process group {target}"
+
+
+def op_terminal(path: str) -> str:
+    """Open a terminal other than the session's own, to read what is typed there."""
+    fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
+    os.close(fd)
+    return f"opened {path}"
+
+
 def op_http(base_env: str, key_env: str, header: str) -> str:
     import urllib.request
 
@@ -349,7 +363,7 @@ OPS: dict[str, Callable[..., str]] = {
     "memfd": op_memfd, "execveat": op_execveat, "keyctl": op_keyctl,
     "userfaultfd": op_userfaultfd, "perf": op_perf, "vm_read": op_vm_read, "setns": op_setns,
     "tiocsti": op_tiocsti, "http": op_http, "fastopen": op_fastopen,
-    "stream_proto": op_stream_proto,
+    "stream_proto": op_stream_proto, "join_group": op_join_group, "terminal": op_terminal,
 }
 
 

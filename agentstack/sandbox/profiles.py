@@ -71,7 +71,9 @@ SYSTEM_READ_FILES = (
     "/dev/urandom",
 )
 SYSTEM_WRITE_FILES = ("/dev/null", "/dev/full", "/dev/tty", "/dev/ptmx")
-SYSTEM_WRITE_DIRS = ("/dev/pts",)  # the terminal a harness may reopen (as nono's system_write)
+# Not /dev/pts: the user's own terminals live there. An interactive run grants only the
+# pseudo-terminal it allocated and relays (see runner.run_confined).
+SYSTEM_WRITE_DIRS: tuple[str, ...] = ()
 BASE_ENV = ("HOME", "PATH", "TERM", "LANG")
 # Never passed into the sandbox, whatever the manifest says.
 FORBIDDEN_ENV = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "AGENTSTACK_HOME",

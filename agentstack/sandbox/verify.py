@@ -96,6 +96,10 @@ ROWS: tuple[Row, ...] = (
     Row("raw-socket", "open a raw ICMP socket", "socket", ("raw",)),
     Row("packet-socket", "open an AF_PACKET socket", "socket", ("packet",)),
     Row("netlink-audit", "open a NETLINK_AUDIT socket", "socket", ("netlink-audit",)),
+    Row("join-group", "join the process group of a process outside (run's, the shell's)",
+        "join_group", ("{parent}",)),
+    Row("other-terminal", "open a terminal outside the session (a pseudo-terminal's slave)",
+        "terminal", ("{terminal}",)),
     Row("ptrace", "ptrace a process outside", "ptrace", ("{decoy}",)),
     Row("kill", "kill a process outside", "kill", ("{decoy}",)),
     Row("vm-read", "process_vm_readv the parent", "vm_read", ("{parent}",)),
@@ -239,6 +243,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
     sockets: list[socket.socket] = []
     upstream: _Upstream | None = None
     decoy: subprocess.Popen[bytes] | None = None
+    terminals: tuple[int, ...] = ()
     try:
         home, workdir = base / "home", base / "work"
         state = home / ".config" / "agentstack"
@@ -263,6 +268,8 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         upstream.received = []
         threading.Thread(target=upstream.serve_forever, daemon=True).start()
         decoy = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        terminal_master, terminal_slave = os.openpty()
+        terminals = (terminal_master, terminal_slave)
 
         sandbox = Sandbox.model_validate(
             {
@@ -285,7 +292,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             "denied_port": str(denied.getsockname()[1]), "udp_port": str(udp.getsockname()[1]),
             "decoy": str(decoy.pid), "parent": str(os.getpid()),
             "disk": _root_block_device() or "", "base_url_env": BASE_URL_ENV,
-            "abstract": abstract,
+            "abstract": abstract, "terminal": os.ttyname(terminal_slave),
             "phantom_env": PHANTOM_ENV,
         }
         for name in ("ssh-key", "aws-credentials", "sibling", "trust-log", "secret-store"):
@@ -299,6 +306,8 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             python=python, sockets=sockets, denied_accepts=denied_accepts,
         )
     finally:
+        for fd in terminals:
+            os.close(fd)
         if decoy is not None:
             decoy.kill()
             decoy.wait()
