@@ -85,7 +85,7 @@ def run(
     from agentstack.sandbox.runner import run_confined
 
     root = _root_dir()
-    manifest, _, _, digest = _current(root)
+    manifest, _, document, digest = _current(root)
     state = _store().state(root, digest)
     if not state.trusted:
         raise Refused(
@@ -118,6 +118,7 @@ def run(
         # The same lookup as doctor: PATH, then the checkout's .tools (install-harnesses).
         argv[0] = profiles.find_binary(argv[0], os.environ.get("PATH")) or argv[0]
     policy = _policy(manifest, root, chosen, argv[0])
+    _seed_private_state(policy, root, document, digest)
     if interactive is None:
         interactive = sys.stdin.isatty()
     before = _git_execution_state(root)
@@ -141,6 +142,26 @@ def run(
         os.kill(os.getpid(), -code)
         raise typer.Exit(128 - code)
     raise typer.Exit(code)
+
+
+def _seed_private_state(
+    policy: SandboxPolicy, root: Path, document: dict[str, Any], digest: str
+) -> None:
+    """Rewrite the harness's private user-level state before the session (see private_state)."""
+    if policy.harness_state is None:
+        return
+    from agentstack.sandbox.private_state import Layout, rendered_user_keys, seed
+
+    layout = Layout(policy.harness_state)
+    try:
+        keys = rendered_user_keys(root, document, digest, layout)
+        seed(layout, workdir=policy.workdir, home=policy.home, user_keys=keys)
+    except OSError as exc:
+        raise Refused(
+            f"cannot prepare the harness's private state in {layout.root}: {exc}",
+            hint="check that directory (it is agentstack's; deleting it resets the harness's "
+            "state for this project)",
+        ) from None
 
 
 def _guard_state(root: Path) -> dict[str, bytes]:
@@ -297,6 +318,10 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
     lines.append(
         "env       " + ", ".join([*policy.env_pass, "TMPDIR", *(k for k, _ in policy.env_set)])
     )
+    if policy.harness_state is not None:
+        from agentstack.sandbox.private_state import Layout, describe
+
+        lines.extend(describe(Layout(policy.harness_state)))
     echo("\n".join(lines))
 
 

@@ -32,6 +32,9 @@ DENY_REASONS = {
     "nono:deny_browser_data_linux": "browser data (nono group deny_browser_data_linux)",
     "nono:deny_shell_history": "shell history (nono group deny_shell_history)",
     "nono:deny_shell_configs": "shell start-up files (nono group deny_shell_configs)",
+    "credentials": "a credential file of a harness or a common tool (agentstack's deny list)",
+    "harness-home": "the harness's real user-level configuration and state (what runs in every "
+    "later session); inside run the harness uses its private per-project copy",
 }
 
 
@@ -65,11 +68,21 @@ class Grant:
 
 @dataclass(frozen=True, kw_only=True)
 class Deny:
+    """A path no grant may reach. `except_paths`: directories below it that agentstack itself
+    grants (the harness's private state under $AGENTSTACK_HOME); Landlock denies by default, so
+    granting a directory below an ungranted one opens nothing else."""
+
     path: str
     source: str
+    except_paths: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return DENY_REASONS.get(self.source, self.source)
+
+    def covers(self, path: str) -> bool:
+        return is_within(path, self.path) and not any(
+            is_within(path, inner) for inner in self.except_paths
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +148,8 @@ class SandboxPolicy:
     tmpdir: str | None = None
     proxy_port: int | None = None
     seccomp: bool = True
+    # The harness's private user-level state (config dir, XDG dirs) for this project, if any.
+    harness_state: str | None = None
     format: int = field(default=POLICY_FORMAT)
 
     # ------------------------------------------------------------------ derived
@@ -172,6 +187,8 @@ class SandboxPolicy:
         out: list[str] = []
         for deny in self.denies:
             for grant in self.grants:
+                if any(is_within(grant.path, inner) for inner in deny.except_paths):
+                    continue
                 if grant.file:
                     if grant.path == deny.path or is_within(grant.path, deny.path):
                         out.append(
@@ -217,7 +234,7 @@ class SandboxPolicy:
         literal = os.path.normpath(os.path.join(self.workdir, os.path.expanduser(path)))
         via = "" if target == literal else f" ({path} -> {target})"
         for deny in self.denies:
-            if is_within(target, deny.path):
+            if deny.covers(target):
                 return Decision(
                     allowed=False,
                     reason=f"denied: {target} is under {deny.path}, {deny.describe()}; no grant "
@@ -346,7 +363,9 @@ class SandboxPolicy:
                 for g in data["grants"]
             ),
             denies=tuple(
-                Deny(path=str(d["path"]), source=str(d["source"])) for d in data["denies"]
+                Deny(path=str(d["path"]), source=str(d["source"]),
+                     except_paths=tuple(str(p) for p in d.get("except_paths", ())))
+                for d in data["denies"]
             ),
             network_block=bool(data["network_block"]),
             localhost_ports=tuple(int(p) for p in data["localhost_ports"]),
@@ -357,6 +376,7 @@ class SandboxPolicy:
             tmpdir=data.get("tmpdir"),
             proxy_port=data.get("proxy_port"),
             seccomp=bool(data.get("seccomp", True)),
+            harness_state=data.get("harness_state"),
         )
 
     @classmethod

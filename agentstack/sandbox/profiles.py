@@ -91,19 +91,20 @@ class HarnessProfile:
     env_set: tuple[tuple[str, str], ...] = ()
     # A file created empty with this content when missing (Landlock can only grant what exists).
     file_seed: dict[str, str] = field(default_factory=dict)
+    # Its user-level state is a private per-project copy (agentstack.sandbox.private_state), not
+    # the user's real one.
+    private_state: bool = False
 
 
 PROFILES: dict[str, HarnessProfile] = {
     "claude-code": HarnessProfile(
         name="claude-code",
         binary="claude",
-        write_dirs=("~/.claude", "~/.cache/claude-cli-nodejs"),
-        write_files=("~/.claude.json",),
         read_dirs=("~/.local/share/claude",),
         env_set=(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),),
-        file_seed={"~/.claude.json": "{}\n"},
+        private_state=True,
     ),
-    "codex": HarnessProfile(name="codex", binary="codex", write_dirs=("~/.codex",)),
+    "codex": HarnessProfile(name="codex", binary="codex", private_state=True),
     "gemini-cli": HarnessProfile(name="gemini-cli", binary="gemini", write_dirs=("~/.gemini",)),
     "opencode": HarnessProfile(
         name="opencode",

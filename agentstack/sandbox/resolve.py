@@ -128,6 +128,7 @@ def resolve_policy(
     grants.append(Grant(path=workdir, access="rw", source="workdir"))
 
     env_set: tuple[tuple[str, str], ...] = ()
+    harness_state: str | None = None
     if harness is not None:
         profile = profiles.PROFILES.get(harness)
         if profile is None:
@@ -158,6 +159,14 @@ def resolve_policy(
                               source=f"{source} install")
                     )
         env_set = profile.env_set
+        if profile.private_state:
+            from agentstack.sandbox.private_state import layout_for
+
+            layout = layout_for(state_dir, workdir)
+            harness_state = layout.root
+            grants.append(Grant(path=layout.root, access="rw",
+                                source=f"{source} private state"))
+            env_set = (*env_set, *layout.env())
         # The guard hook runs inside the sandbox too: its interpreter and agentstack's own code
         # must be readable (read-only), or every tool call is denied (fail closed, but useless).
         for path in guard_runtime_dirs():
@@ -179,7 +188,8 @@ def resolve_policy(
                       source=f"sandbox.{key}[{index}]")
             )
 
-    denies = [Deny(path=state_dir, source="agentstack-home")]
+    carve = (harness_state,) if harness_state is not None else ()
+    denies = [Deny(path=state_dir, source="agentstack-home", except_paths=carve)]
     literal_state = os.path.abspath(
         str(agentstack_home if agentstack_home is not None else default_agentstack_home())
     )
@@ -189,6 +199,15 @@ def resolve_policy(
         denies.append(Deny(path=os.path.abspath(path), source=source))
         real = os.path.realpath(path)
         if real != os.path.abspath(path):
+            denies.append(Deny(path=real, source=source))
+    from agentstack.sandbox.credentials import CREDENTIAL_PATHS, HARNESS_HOMES
+
+    for relative, source in [*((p, "credentials") for p in CREDENTIAL_PATHS),
+                             *((p, "harness-home") for p in HARNESS_HOMES)]:
+        path = os.path.join(home_dir, relative)
+        denies.append(Deny(path=path, source=source))
+        real = os.path.realpath(path)
+        if real != path:
             denies.append(Deny(path=real, source=source))
 
     policy = SandboxPolicy(
@@ -214,6 +233,7 @@ def resolve_policy(
         ),
         env_pass=_env_names(sandbox),
         env_set=env_set,
+        harness_state=harness_state,
     )
     problems = policy.problems()
     if problems:

@@ -52,6 +52,7 @@ class Row:
     args: tuple[str, ...] = ()
     expect: Literal["deny", "allow"] = "deny"
     modes: tuple[str, ...] = MODES
+    harness: str | None = None  # run under that harness's profile (private state, install dir)
 
 
 ROWS: tuple[Row, ...] = (
@@ -116,6 +117,24 @@ ROWS: tuple[Row, ...] = (
     Row("userfaultfd", "userfaultfd", "userfaultfd"),
     Row("perf", "perf_event_open", "perf"),
     Row("tiocsti", "TIOCSTI: push keystrokes into a terminal", "tiocsti"),
+    # The harness's real user-level state and the credential files (issue: a confined harness
+    # cannot change what runs after it), under the harness's own profile.
+    Row("claude-settings", "write ~/.claude/settings.json (a user-level hook runs later)",
+        "append", ("{home}/.claude/settings.json",), harness="claude-code"),
+    Row("claude-json", "write ~/.claude.json", "append", ("{home}/.claude.json",),
+        harness="claude-code"),
+    Row("claude-credentials", "read ~/.claude/.credentials.json", "read",
+        ("{home}/.claude/.credentials.json",), harness="claude-code"),
+    Row("codex-config", "write ~/.codex/config.toml (the user-level guard lives there)",
+        "append", ("{home}/.codex/config.toml",), harness="codex"),
+    Row("codex-hooks", "write ~/.codex/hooks.json", "append", ("{home}/.codex/hooks.json",),
+        harness="codex"),
+    Row("codex-auth", "read ~/.codex/auth.json", "read", ("{home}/.codex/auth.json",),
+        harness="codex"),
+    Row("gh-hosts", "read ~/.config/gh/hosts.yml", "read", ("{home}/.config/gh/hosts.yml",),
+        harness="claude-code"),
+    Row("private-state", "the harness's private state is writable", "create",
+        ("{claude_state}",), expect="allow", modes=("direct",), harness="claude-code"),
     Row("workdir", "the workdir and TMPDIR are readable and writable", "workdir",
         expect="allow", modes=("direct",)),
     Row("allowed-port", "connect to the allowed localhost port", "connect",
@@ -124,6 +143,19 @@ ROWS: tuple[Row, ...] = (
         "http", ("{base_url_env}", "{phantom_env}", "Authorization"), expect="allow",
         modes=("direct",)),
 )
+
+
+# Decoys of the harnesses' real user-level state and of credential files (they exist: a denial
+# must be the kernel's, never ENOENT).
+HARNESS_DECOYS = {
+    ".claude/settings.json": '{"decoy": "real user-level settings"}\n',
+    ".claude/.credentials.json": '{"claudeAiOauth": "DECOY-TOKEN"}\n',
+    ".claude.json": '{"decoy": true}\n',
+    ".codex/config.toml": "# decoy: the real Codex config (user-level guard)\n",
+    ".codex/hooks.json": '{"decoy": true}\n',
+    ".codex/auth.json": '{"OPENAI_API_KEY": "DECOY"}\n',
+    ".config/gh/hosts.yml": "github.com:\n  oauth_token: DECOY\n",
+}
 
 
 @dataclass
@@ -217,12 +249,16 @@ class Scenario:
     workdir: Path
     policy: SandboxPolicy
     values: dict[str, str]
+    harness_policies: dict[str, SandboxPolicy]
     real_secret: str
     upstream: _Upstream
     decoy: subprocess.Popen[bytes]
     python: str
     sockets: list[socket.socket] = field(default_factory=list)
     denied_accepts: list[str] = field(default_factory=list)
+
+    def policy_for(self, row: Row) -> SandboxPolicy:
+        return self.policy if row.harness is None else self.harness_policies[row.harness]
 
     def argv(self, row: Row, mode: str) -> list[str]:
         args = [a.format(**self.values) for a in row.args]
@@ -251,6 +287,9 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
                           base / "sibling", base / "outside"):
             directory.mkdir(parents=True, exist_ok=True)
         (home / ".ssh" / "id_ed25519").write_text("DECOY-SSH-PRIVATE-KEY\n")
+        for relative, text in HARNESS_DECOYS.items():
+            (home / relative).parent.mkdir(parents=True, exist_ok=True)
+            (home / relative).write_text(text)
         (home / ".aws" / "credentials").write_text("[default]\naws_secret_access_key=DECOY\n")
         (state / "trust.jsonl").write_text('{"decoy": true}\n')
         (base / "sibling" / "notes.txt").write_text("DECOY-SIBLING\n")
@@ -285,6 +324,16 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             }
         )
         policy = resolve_policy(sandbox, workdir, home=home, agentstack_home=state)
+        harness_policies = {
+            name: resolve_policy(sandbox, workdir, home=home, agentstack_home=state,
+                                 harness=name)
+            for name in ("claude-code", "codex")
+        }
+        for harness_policy in harness_policies.values():
+            from agentstack.sandbox.private_state import Layout, seed
+
+            assert harness_policy.harness_state is not None
+            seed(Layout(harness_policy.harness_state), workdir=str(workdir), home=str(home))
         values = {
             "home": str(home), "agentstack_home": str(state), "workdir": str(workdir),
             "sibling": str(base / "sibling"), "outside": str(base / "outside"),
@@ -293,16 +342,19 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             "decoy": str(decoy.pid), "parent": str(os.getpid()),
             "disk": _root_block_device() or "", "base_url_env": BASE_URL_ENV,
             "abstract": abstract, "terminal": os.ttyname(terminal_slave),
+            "claude_state": str(harness_policies["claude-code"].harness_state) + "/claude",
             "phantom_env": PHANTOM_ENV,
         }
-        for name in ("ssh-key", "aws-credentials", "sibling", "trust-log", "secret-store"):
-            row = next(r for r in ROWS if r.name == name)
+        for row in ROWS:
+            if row.op not in ("read", "append") or not row.args[0].startswith("{home}"):
+                continue
             target = row.args[0].format(**values)
-            if not os.path.exists(target) or policy.decide_path(target, "read").allowed:
+            row_policy = policy if row.harness is None else harness_policies[row.harness]
+            if not os.path.exists(target) or row_policy.decide_path(target, "read").allowed:
                 raise RuntimeError(f"decoy {target} is missing or granted; the suite is invalid")
         yield Scenario(
             base=base, home=home, agentstack_home=state, workdir=workdir, policy=policy,
-            values=values, real_secret=real_secret, upstream=upstream, decoy=decoy,
+            values=values, harness_policies=harness_policies, real_secret=real_secret, upstream=upstream, decoy=decoy,
             python=python, sockets=sockets, denied_accepts=denied_accepts,
         )
     finally:
@@ -328,7 +380,7 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
     before = len(sc.upstream.received)
     accepts_before = len(sc.denied_accepts)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb"}
-    with confined(sc.workdir, sc.policy, sc.argv(row, mode), env, interactive=False,
+    with confined(sc.workdir, sc.policy_for(row), sc.argv(row, mode), env, interactive=False,
                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                   stderr=subprocess.STDOUT) as child:
         try:
