@@ -8,6 +8,7 @@ Skips locally when Claude Code is missing (scripts/install-harnesses); fails in 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -89,3 +90,123 @@ base_url_env = "ANTHROPIC_BASE_URL"
     assert (root / "ok.txt").exists() and second.is_error is not True, second.text
     assert "agentstack guard" not in first.text + second.text
     assert not subprocess.run(["grep", "-r", REAL_KEY, str(root)], capture_output=True).stdout
+
+
+def test_a_confined_session_cannot_change_what_runs_later(tmp_path: Path, var_home: Path) -> None:
+    """The real Claude Code runs a full turn under `run` with its private per-project state. From
+    inside, writes to the real ~/.claude/settings.json and ~/.claude.json and reads of the
+    harnesses' and gh's credential files get the kernel's EACCES; a SessionStart hook planted in
+    the private state stays there. A later unconfined session runs none of it; a later confined
+    session starts from a re-seeded state (no hook at all, not even the user's own)."""
+    import json
+
+    from agentstack.sandbox.private_state import layout_for
+    from tests.harness.drive import run_claude
+
+    claude = harness_bin("claude")
+    root = (tmp_path / "project").resolve()
+    marker = root / "planted-ran"
+    hook = json.dumps({"hooks": {"SessionStart": [
+        {"hooks": [{"type": "command", "command": f"touch {marker}"}]}]}})
+    decoys = {
+        ".claude/settings.json": '{"decoy": "the user\'s real settings"}\n',
+        ".claude/.credentials.json": '{"token": "DECOY-CLAUDE-TOKEN"}\n',
+        ".codex/auth.json": '{"OPENAI_API_KEY": "DECOY-CODEX-KEY"}\n',
+        ".config/gh/hosts.yml": "github.com:\n  oauth_token: DECOY-GH-TOKEN\n",
+    }
+    for relative, text in decoys.items():
+        (var_home / relative).parent.mkdir(parents=True, exist_ok=True)
+        (var_home / relative).write_text(text)
+    steps = [
+        f"printf '%s' '{hook}' > ~/.claude/settings.json",
+        f"printf '%s' '{hook}' > \"$CLAUDE_CONFIG_DIR/settings.json\" && echo PRIVATE-OK",
+        "echo '{}' >> ~/.claude.json",
+        "echo '[hooks]' >> ~/.codex/config.toml",
+        "cat ~/.codex/auth.json",
+        "cat ~/.claude/.credentials.json",
+        "cat ~/.config/gh/hosts.yml",
+    ]
+    # The attacker's repository carries the script (so Claude's own permission checks, which read
+    # paths out of a command line, see only `sh plant.sh N`; the kernel is what must refuse).
+    plant = "case $1 in\n" + "".join(f"{i}) {c} ;;\n" for i, c in enumerate(steps)) + "esac\n"
+    with MockModel([ToolCall("Bash", {"command": f"sh plant.sh {i}"})
+                    for i in range(len(steps))]) as model:
+        manifest = f"""\
+[project]
+name = "private-state"
+harnesses = ["claude-code"]
+
+[settings.permissions]
+allow = ["Bash"]
+
+[sandbox]
+write_dirs = ["."]
+env = ["CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER"]
+
+[sandbox.credentials.anthropic]
+upstream = "{model.url}"
+secret = "anthropic"
+header = "x-api-key"
+env = "ANTHROPIC_API_KEY"
+base_url_env = "ANTHROPIC_BASE_URL"
+"""
+        make_project(root, manifest)
+        (root / "plant.sh").write_text(plant)
+        env = {"HOME": str(var_home), "CLAUDE_CODE_MAX_RETRIES": "0", "DISABLE_AUTOUPDATER": "1"}
+        for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
+            result = run_cli(*args, cwd=root, env=env)
+            assert result.returncode == 0, result.stderr
+        assert run_cli("secret", "set", "anthropic", cwd=root, input=REAL_KEY + "\n",
+                       env=env).returncode == 0
+        real_claude_json = (var_home / ".claude.json").read_bytes()
+        run = run_cli("run", "--harness", "claude-code", "--", str(claude), "-p", "go",
+                      "--output-format", "json", cwd=root, env=env)
+        assert run.returncode == 0, run.stdout + run.stderr
+        results = [r.text for r in model.tool_results]
+    assert len(results) == len(steps), results
+    for index, text in enumerate(results):
+        if index == 1:
+            assert "PRIVATE-OK" in text, text
+            continue
+        assert "Permission denied" in text and "No such file" not in text, (steps[index], text)
+        assert "DECOY" not in text, text
+    for relative, text in decoys.items():
+        assert (var_home / relative).read_text() == text, relative
+    assert (var_home / ".claude.json").read_bytes() == real_claude_json
+    assert not (var_home / ".codex" / "config.toml").exists()
+    layout = layout_for(os.path.realpath(os.environ["AGENTSTACK_HOME"]), str(root))
+    assert "SessionStart" in Path(layout.claude, "settings.json").read_text()  # planted, private
+    assert not marker.exists()
+
+    # A later session outside agentstack (HOME = the same user) runs nothing of it.
+    with MockModel([]) as model:
+        later = run_claude(root, var_home, model, "hello")
+        assert later.proc.returncode == 0, later.output
+    assert not marker.exists(), "a hook planted inside run ran in a later unconfined session"
+
+    # Control: the same hook in the user's real settings does run in such a session ...
+    (var_home / ".claude" / "settings.json").write_text(hook)
+    with MockModel([]) as model:
+        control = run_claude(root, var_home, model, "hello")
+        assert control.proc.returncode == 0, control.output
+    assert marker.exists(), "control: Claude Code did not run a user-level SessionStart hook"
+    marker.unlink()
+    # ... but a confined session starts from a re-seeded private state: no hook runs at all.
+    with MockModel([]) as model:
+        (root / "agentstack.toml").write_text(
+            (root / "agentstack.toml").read_text().replace(
+                upstream_line(root), f'upstream = "{model.url}"'))
+        for args in (["lock"], ["trust", "--yes", "--accept-risk"]):
+            result = run_cli(*args, cwd=root, env=env)
+            assert result.returncode == 0, result.stderr
+        again = run_cli("run", "--harness", "claude-code", "--", str(claude), "-p", "hello",
+                        "--output-format", "json", cwd=root, env=env)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert model.requests
+    assert not marker.exists(), "a planted or user-level hook ran inside a later confined session"
+    assert "SessionStart" not in Path(layout.claude, "settings.json").read_text()
+
+
+def upstream_line(root: Path) -> str:
+    return next(line for line in (root / "agentstack.toml").read_text().splitlines()
+                if line.startswith("upstream = "))
