@@ -53,7 +53,8 @@ def test_row(scene: verify.Scenario, row: verify.Row, mode: str) -> None:
     )
     if row.expect == "deny":
         assert result.exit_code not in (0, None)
-        assert verify.DENIED_LINE.search(result.output)
+        pattern = verify.PROXY_DENIED_LINE if row.op == "proxy" else verify.DENIED_LINE
+        assert pattern.search(result.output)
         assert "ENOENT" not in result.output
     else:
         assert result.exit_code == 0
@@ -67,7 +68,8 @@ ROOT_ONLY = {"etc-shadow", "raw-disk", "raw-socket", "packet-socket", "netlink-a
 
 @pytest.mark.parametrize(
     "row",
-    [r for r in verify.ROWS if r.expect == "deny" and r.name not in DESTRUCTIVE],
+    [r for r in verify.ROWS
+     if r.expect == "deny" and r.name not in DESTRUCTIVE and r.op != "proxy"],
     ids=lambda r: r.name,
 )
 def test_probe_observes_success_unconfined(scene: verify.Scenario, row: verify.Row) -> None:
@@ -666,3 +668,34 @@ def test_interactive_run_owns_the_terminal_and_leaves_nothing(
     stolen = project / "stolen.txt"
     assert not stolen.exists() or b"hello" not in stolen.read_bytes()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_nono_alone_would_tunnel_and_the_gate_refuses(scene: verify.Scenario) -> None:
+    """Control for the proxy rows: nono's own port tunnels to a non-allowed localhost port (the
+    measured hole); the port the confined process gets is agentstack's gate, which refuses it,
+    and nono's port is not among the ports Landlock opens."""
+    import base64
+    import socket
+
+    from agentstack.sandbox.runner import confined
+
+    target = f"127.0.0.1:{scene.values['denied_port']}"
+    with confined(scene.workdir, scene.policy, ["/bin/sleep", "30"], {"PATH": "/usr/bin:/bin"},
+                  interactive=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL) as child:
+        proxy = child.proxy
+        assert proxy is not None
+        assert proxy.port != proxy.nono_port
+        assert proxy.port in child.policy.tcp_ports
+        assert proxy.nono_port not in child.policy.tcp_ports
+        token = base64.b64encode(f"nono:{proxy.token}".encode()).decode()
+        request = (f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+                   f"Proxy-Authorization: Basic {token}\r\n\r\n").encode()
+        replies = {}
+        for name, port in (("nono", proxy.nono_port), ("gate", proxy.port)):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(request)
+                replies[name] = sock.recv(4096).split(b"\r\n", 1)[0]
+        child.process.kill()
+    assert b" 200 " in replies["nono"], replies
+    assert b" 403 " in replies["gate"], replies

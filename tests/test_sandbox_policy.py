@@ -277,7 +277,7 @@ def test_network_decisions(root: Path) -> None:
     assert policy.tcp_ports == (8080, 40123)
     assert policy.decide_net("127.0.0.1", 8080).allowed
     assert policy.decide_net("localhost", 40123).allowed
-    assert "credential proxy" in policy.decide_net("::1", 40123).reason
+    assert "agentstack's proxy" in policy.decide_net("::1", 40123).reason
     denied = policy.decide_net("127.0.0.1", 22)
     assert not denied.allowed and "8080, 40123" in denied.reason
     assert policy.decide_net("files.pypi.org").allowed
@@ -285,6 +285,11 @@ def test_network_decisions(root: Path) -> None:
     assert "proxy" in policy.decide_net("GitHub.com.", 443).reason
     route = policy.decide_net("api.anthropic.com", 443)
     assert route.allowed and "$ANTHROPIC_BASE_URL" in route.reason and "phantom" in route.reason
+    assert "no tunnel" in route.reason
+    other_port = policy.decide_net("api.anthropic.com", 8443)
+    assert not other_port.allowed and "no tunnel" in other_port.reason
+    assert not policy.decide_net("github.com", 22).allowed  # tunnels to 443 only
+    assert policy.decide_net("github.com", 80).allowed
     metadata = policy.decide_net("169.254.169.254", 80)
     assert not metadata.allowed and "link-local" in metadata.reason
     assert not policy.decide_net("evil.example", 443).allowed
@@ -605,3 +610,14 @@ def test_private_state_reset_replaces_planted_links_and_surfaces(root: Path, hom
     seed(layout, workdir=str(root), home=str(home))
     assert sorted(p.name for p in real.iterdir()) == ["settings.json"]
     assert not Path(layout.root).is_symlink()
+
+
+def test_a_loopback_route_opens_no_other_localhost_port(root: Path) -> None:
+    """A credential route to a local model gateway: `why` (like the proxy) allows that route
+    only, never another localhost port."""
+    cred = {"upstream": "http://127.0.0.1:11434", "secret": "local", "env": "LOCAL_KEY"}
+    policy = _policy(root, credentials={"local": cred}).with_runtime(proxy_port=40123)
+    assert policy.decide_net("127.0.0.1", 11434).allowed
+    for port in (22, 5432, 8080):
+        decision = policy.decide_net("127.0.0.1", port)
+        assert not decision.allowed and "no tunnel" in decision.reason, decision.reason

@@ -342,6 +342,66 @@ def op_terminal(path: str) -> str:
     return f"opened {path}"
 
 
+class ProxyRefused(Exception):
+    pass
+
+
+def _proxy() -> tuple[int, str]:
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ["HTTPS_PROXY"])
+    return int(url.port or 0), url.password or ""
+
+
+def _proxy_exchange(request: bytes) -> bytes:
+    port, _ = _proxy()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            data += chunk
+            if b"Connection Established" in data:
+                break
+    return data
+
+
+def op_proxy(kind: str, target: str) -> str:
+    """Ask the credential proxy for a tunnel or a forward: `connect` (with the token),
+    `connect-no-token`, `absolute` (GET http://target/ with the token) or `smuggle` (a route
+    request followed, in the same connection, by a CONNECT)."""
+    import base64
+
+    _, token = _proxy()
+    auth = "Proxy-Authorization: Basic " + base64.b64encode(f"nono:{token}".encode()).decode()
+    if kind == "connect":
+        request = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n\r\n"
+    elif kind == "connect-no-token":
+        request = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
+    elif kind == "absolute":
+        request = f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n\r\n"
+    elif kind == "smuggle":
+        base = os.environ["MOCK_BASE_URL"].split("/", 3)[3]
+        key = os.environ["MOCK_API_KEY"]
+        request = (f"GET /{base}/v1/echo HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   f"Authorization: Bearer {key}\r\nContent-Length: 0\r\n\r\n"
+                   f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n\r\n")
+    else:
+        raise ValueError(kind)
+    reply = _proxy_exchange(request.encode())
+    status = reply.split(b"\r\n", 1)[0].decode("latin-1")
+    if b"Connection Established" in reply or (kind == "absolute" and " 200 " in status):
+        return f"the proxy opened {target}: {status}"
+    if kind == "smuggle":
+        raise ProxyRefused("dropped")
+    raise ProxyRefused(status.split(" ")[1] if " " in status else "closed")
+
+
 def op_http(base_env: str, key_env: str, header: str) -> str:
     import urllib.request
 
@@ -364,6 +424,7 @@ OPS: dict[str, Callable[..., str]] = {
     "userfaultfd": op_userfaultfd, "perf": op_perf, "vm_read": op_vm_read, "setns": op_setns,
     "tiocsti": op_tiocsti, "http": op_http, "fastopen": op_fastopen,
     "stream_proto": op_stream_proto, "join_group": op_join_group, "terminal": op_terminal,
+    "proxy": op_proxy,
 }
 
 
@@ -372,6 +433,8 @@ def attempt(op: str, args: list[str]) -> tuple[int, str]:
         detail = OPS[op](*args)
     except Denied as exc:
         return 1, f"DENIED {errno.errorcode.get(exc.err, str(exc.err))} {os.strerror(exc.err)}"
+    except ProxyRefused as exc:
+        return 1, f"DENIED PROXY {exc}"
     except OSError as exc:
         err = exc.errno or 0
         return 1, f"DENIED {errno.errorcode.get(err, str(err))} {os.strerror(err)}"

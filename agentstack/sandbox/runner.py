@@ -208,12 +208,25 @@ class Proxy:
                 "the credential proxy reported: "
                 + "; ".join(f"{d.get('route_prefix')}: {d.get('message')}" for d in problems)
             )
-        self.port = int(self.handle.port)
+        self.nono_port = int(self.handle.port)
         self.token = str(self.handle.env_vars()["NONO_PROXY_TOKEN"])
         self.policy = policy
+        from agentstack.sandbox.gate import Gate
+
+        try:
+            # The only port the confined process may reach: agentstack's gate, never nono's.
+            self.gate = Gate(self.nono_port, self.token,
+                             routes=tuple(c.name for c in policy.credentials),
+                             allow_domains=tuple(policy.allow_domains))
+        except OSError as exc:
+            self.handle.shutdown()
+            raise ConfinementError(f"the proxy gate did not start: {exc}") from None
+        self.port = self.gate.port
 
     def child_env(self) -> dict[str, str]:
-        env = {k: v for k, v in self.handle.env_vars().items()}
+        nono = f"127.0.0.1:{self.nono_port}"
+        gate = f"127.0.0.1:{self.port}"
+        env = {k: v.replace(nono, gate) for k, v in self.handle.env_vars().items()}
         env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
         env["NONO_NO_PROXY"] = NO_PROXY
         credential_env = self.handle.credential_env_vars()
@@ -232,6 +245,8 @@ class Proxy:
         return list(self.handle.drain_audit_events())
 
     def shutdown(self) -> None:
+        with contextlib.suppress(Exception):
+            self.gate.close()
         with contextlib.suppress(Exception):
             self.handle.shutdown()
 

@@ -35,6 +35,9 @@ from agentstack.sandbox.policy import SandboxPolicy
 MODES = ("direct", "grandchild", "detached")
 DENIED_LINE = re.compile(r"^DENIED (EACCES Permission denied|EPERM Operation not permitted)$",
                          re.MULTILINE)
+# The credential proxy's refusal (an HTTP status from agentstack's gate, or a smuggled request
+# dropped); such a row also needs the listener behind the denied port to have accepted nothing.
+PROXY_DENIED_LINE = re.compile(r"^DENIED PROXY (403|407|404|dropped)$", re.MULTILINE)
 PROBE_NAME = ".agentstack-probe.py"
 SECRET_NAME = "VERIFY_KEY"  # noqa: S105 - the name of a decoy secret, not a secret
 PHANTOM_ENV = "MOCK_API_KEY"
@@ -91,6 +94,18 @@ ROWS: tuple[Row, ...] = (
         "stream_proto", ("mptcp", "127.0.0.1", "{denied_port}")),
     Row("sctp", "connect over SCTP (not TCP to Landlock) to a non-allowed port",
         "stream_proto", ("sctp", "127.0.0.1", "{denied_port}")),
+    # Through the proxy: a denied port stays denied (nono alone tunnelled to any port of a
+    # route's host; agentstack's gate refuses). Refused by the gate, proved by the listener.
+    Row("proxy-tunnel", "CONNECT through the proxy (with its token) to a non-allowed port",
+        "proxy", ("connect", "127.0.0.1:{denied_port}")),
+    Row("proxy-route-host", "CONNECT through the proxy to the credential route's own upstream",
+        "proxy", ("connect", "127.0.0.1:{upstream_port}")),
+    Row("proxy-no-token", "CONNECT through the proxy without its token", "proxy",
+        ("connect-no-token", "127.0.0.1:{denied_port}")),
+    Row("proxy-absolute", "GET http://127.0.0.1:<denied port>/ through the proxy", "proxy",
+        ("absolute", "127.0.0.1:{denied_port}")),
+    Row("proxy-smuggle", "a CONNECT hidden after a route request in one connection", "proxy",
+        ("smuggle", "127.0.0.1:{denied_port}")),
     Row("abstract-unix", "connect to an abstract unix socket outside (a real listener)",
         "unix", ("{abstract}",)),
     Row("udp", "send UDP to 127.0.0.1 (a real listener)", "udp", ("127.0.0.1", "{udp_port}")),
@@ -342,6 +357,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             "decoy": str(decoy.pid), "parent": str(os.getpid()),
             "disk": _root_block_device() or "", "base_url_env": BASE_URL_ENV,
             "abstract": abstract, "terminal": os.ttyname(terminal_slave),
+            "upstream_port": str(upstream.server_address[1]),
             "claude_state": str(harness_policies["claude-code"].harness_state) + "/claude",
             "phantom_env": PHANTOM_ENV,
         }
@@ -393,11 +409,14 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
         code = child.process.returncode
     text = out.decode("utf-8", "replace").strip()
     if row.expect == "deny":
-        passed = code != 0 and bool(DENIED_LINE.search(text)) and "ENOENT" not in text
-        detail = "" if passed else "expected a non-zero exit with EACCES or EPERM"
+        pattern = PROXY_DENIED_LINE if row.op == "proxy" else DENIED_LINE
+        passed = code != 0 and bool(pattern.search(text)) and "ENOENT" not in text
+        detail = "" if passed else (
+            "expected the proxy to refuse" if row.op == "proxy"
+            else "expected a non-zero exit with EACCES or EPERM")
         if row.name == "kill" and sc.decoy.poll() is not None:
             passed, detail = False, "the decoy process outside was killed"
-        if passed and "{denied_port}" in row.args:
+        if passed and any("{denied_port}" in a for a in row.args):
             time.sleep(0.02)  # the listener's accept thread
             if len(sc.denied_accepts) != accepts_before:
                 passed, detail = False, "the listener on the denied port accepted a connection"
