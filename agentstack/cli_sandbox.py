@@ -121,19 +121,16 @@ def run(
     _seed_private_state(policy, root, document, digest)
     if interactive is None:
         interactive = sys.stdin.isatty()
-    before = _git_execution_state(root)
+    from agentstack.sandbox import watch
+
+    before = watch.snapshot(root)
     try:
         code = run_confined(
             root, policy, argv, os.environ, interactive, readonly_files=_guard_state(root)
         )
     finally:
-        changed = _changed(before, _git_execution_state(root))
-        if changed:
-            echo(
-                "agentstack: WARNING: the sandboxed process changed files git executes outside "
-                "the sandbox: " + ", ".join(changed) + "\nreview them before running any git "
-                "command here (git config, hooks and fsmonitor run with your full privileges)"
-            )
+        # Only now: every process of the session is gone (run_confined kills the whole tree).
+        _report_changes(watch.compare(before, watch.snapshot(root)))
     if code < 0:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -182,31 +179,22 @@ def _guard_state(root: Path) -> dict[str, bytes]:
     return copies
 
 
-def _git_execution_state(root: Path) -> dict[str, str]:
-    """Digests of the workdir's files that make git run code (.git/config, .git/hooks/*): the
-    workdir is writable, and Landlock cannot carve them out, so `run` reports any change."""
-    from agentstack.canonical import b3
+def _report_changes(changes: list[Any]) -> None:
+    from agentstack.sandbox import watch
 
-    git = root / ".git"
-    out: dict[str, str] = {}
-    if not git.is_dir() or git.is_symlink():
-        return out
-    candidates = [git / "config", git / "info" / "attributes"]
-    hooks = git / "hooks"
-    if hooks.is_dir() and not hooks.is_symlink():
-        candidates.extend(sorted(hooks.iterdir()))
-    for path in candidates:
-        try:
-            out[str(path.relative_to(root))] = (
-                "link:" + os.readlink(path) if path.is_symlink() else b3(path.read_bytes())
-            )
-        except OSError:
+    for line in watch.report(changes):
+        if line.startswith(watch.MESSAGES["git-state"]):
+            echo(f"agentstack: note: the sandboxed process {line}")
             continue
-    return out
-
-
-def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        echo(f"agentstack: WARNING: the sandboxed process {line}")
+    if any(c.category == "git-exec" for c in changes):
+        echo(
+            "review them before running any git command here (git config, hooks, fsmonitor and "
+            "submodules run with your full privileges)"
+        )
+    if any(c.category in ("on-open", "harness") for c in changes):
+        echo("review them before opening this directory with those tools or the harness "
+             "outside agentstack run")
 
 
 # ------------------------------------------------------------------ why

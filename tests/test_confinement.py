@@ -699,3 +699,67 @@ def test_nono_alone_would_tunnel_and_the_gate_refuses(scene: verify.Scenario) ->
         child.process.kill()
     assert b" 200 " in replies["nono"], replies
     assert b" 403 " in replies["gate"], replies
+
+
+# ------------------------------------------------------------------ what runs after `run`
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+PLANTS = [
+    ("printf '[core]\\n\\tfsmonitor = ./evil\\n' >> .git/config", "WARNING", ".git/config (changed)"),
+    ("echo ../../elsewhere > .git/commondir", "WARNING", ".git/commondir (added)"),
+    ("mkdir -p vendor/lib/.git && printf '[core]\\n' > vendor/lib/.git/config", "WARNING",
+     "vendor/lib/.git/config (added)"),
+    ("mkdir -p wt && echo 'gitdir: ../.git/worktrees/x' > wt/.git", "WARNING", "wt/.git (added)"),
+    ("mkdir -p .git/modules/m/hooks && echo x > .git/modules/m/hooks/post-checkout", "WARNING",
+     ".git/modules/m/hooks/post-checkout (added)"),
+    ("mkdir -p .git/worktrees/w && echo /x > .git/worktrees/w/commondir", "WARNING",
+     ".git/worktrees/w/commondir (added)"),
+    (f"git update-index --add --cacheinfo 160000,{SHA},sub", "WARNING", "gitlink sub (added)"),
+    ("printf '[submodule \"s\"]\\n\\tpath = s\\n' > .gitmodules", "WARNING", ".gitmodules (added)"),
+    ("rm -rf .git/hooks && ln -s /nonexistent .git/hooks", "WARNING", ".git/hooks (changed)"),
+    ("echo 'export X=1' > .envrc", "WARNING", ".envrc (added)"),
+    ("mkdir -p .vscode && echo '{}' > .vscode/tasks.json", "WARNING", ".vscode/tasks.json (added)"),
+    ("mkdir -p .claude && echo '{}' > .claude/settings.json", "WARNING",
+     ".claude/settings.json (added)"),
+    ("git add probe.py", "note", ".git/index (added)"),
+]
+
+
+def test_everything_git_or_an_editor_runs_later_is_reported(tmp_path: Path,
+                                                              var_home: Path) -> None:
+    """Each way the confined process can make git (or direnv, an editor, the harness) run code
+    later, outside the sandbox, is reported after the session. Measured before: commondir,
+    gitlinks, nested and worktree git directories and on-open files went unreported."""
+    from tests.conftest import git
+
+    root = make_project(tmp_path / "demo", MANIFEST)
+    shutil.copyfile(PROBE, root / "probe.py")
+    git("init", "-q", cwd=root)  # the test's own repository
+    env = _explicit(root, {"HOME": str(var_home)})
+    pristine = tmp_path / "pristine"
+    shutil.copytree(root, pristine, symlinks=True)
+    for command, level, expected in PLANTS:
+        done = run_cli("run", "--", "/bin/sh", "-c", command, cwd=root, env=env)
+        assert done.returncode == 0, (command, done.stderr)
+        assert expected in done.stderr, (command, done.stderr)
+        assert f"agentstack: {level}" in done.stderr, (command, done.stderr)
+        if level == "note":
+            assert "WARNING" not in done.stderr, (command, done.stderr)
+        shutil.rmtree(root)
+        shutil.copytree(pristine, root, symlinks=True)
+
+
+def test_checks_run_once_the_tree_is_gone(shared: tuple[Path, dict[str, str]]) -> None:
+    """A detached descendant that would write .git/config after the command exits is killed
+    before `run` takes its second look (it used to write after the check, unreported)."""
+    project, env = shared
+    (project / ".git").mkdir(exist_ok=True)
+    config = project / ".git" / "config"
+    config.write_text("[core]\n")
+    late = "(setsid sh -c 'sleep 1; echo late >> .git/config' > /dev/null 2>&1 &); exit 0"
+    done = run_cli("run", "--", "/bin/sh", "-c", late, cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    time.sleep(2)
+    assert config.read_text() == "[core]\n"
+    assert "WARNING" not in done.stderr
+    shutil.rmtree(project / ".git")

@@ -621,3 +621,58 @@ def test_a_loopback_route_opens_no_other_localhost_port(root: Path) -> None:
     for port in (22, 5432, 8080):
         decision = policy.decide_net("127.0.0.1", port)
         assert not decision.allowed and "no tunnel" in decision.reason, decision.reason
+
+
+# ------------------------------------------------------------------ the post-session watch
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_gitlinks_are_read_from_the_index(tmp_path: Path, version: str) -> None:
+    from agentstack.sandbox.watch import gitlinks
+    from tests.conftest import git
+
+    git("init", "-q", cwd=tmp_path)
+    (tmp_path / "a.txt").write_text("a")
+    git("add", "a.txt", cwd=tmp_path)
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    for path in ("sub", "deep/er/sub2"):
+        git("update-index", "--add", "--cacheinfo", f"160000,{sha},{path}", cwd=tmp_path)
+    git("update-index", "--index-version", version, cwd=tmp_path)
+    if version == "3":  # an extended-flag entry (intent-to-add) makes git write version 3
+        (tmp_path / "b.txt").write_text("b")
+        git("add", "--intent-to-add", "b.txt", cwd=tmp_path)
+    assert gitlinks(str(tmp_path / ".git" / "index")) == ["deep/er/sub2", "sub"]
+    (tmp_path / "bad").write_bytes(b"DIRC\0\0\0\2\0\0\0\5garbage")
+    assert gitlinks(str(tmp_path / "bad")) in ([], ["<unparsable index>"])
+
+
+def test_the_watch_never_follows_links_and_skips_object_stores(tmp_path: Path) -> None:
+    from agentstack.sandbox import watch
+
+    outside = tmp_path / "outside"
+    (outside / "tasks").mkdir(parents=True)
+    (outside / "tasks" / "tasks.json").write_text("{}")
+    root = tmp_path / "project"
+    (root / ".git" / "objects" / "ab").mkdir(parents=True)
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / ".git" / "objects" / "ab" / "cdef").write_bytes(b"blob")
+    (root / "src").mkdir()
+    (root / "src" / "main.py").write_text("print()")
+    (root / ".vscode").symlink_to(outside / "tasks")
+    snap = watch.snapshot(root)
+    assert snap[".vscode"].kind == "link" and ".vscode/tasks.json" not in snap
+    assert not any("objects" in path for path in snap)
+    assert "src/main.py" not in snap  # ordinary project files are the digest's business
+    (root / ".git" / "objects" / "ab" / "0000").write_bytes(b"new object")
+    (root / "src" / "main.py").write_text("changed")
+    assert watch.compare(snap, watch.snapshot(root)) == []
+    (root / ".git" / "hooks").mkdir()
+    (root / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    changes = watch.compare(snap, watch.snapshot(root))
+    assert [c.describe() for c in changes if c.category == "git-exec"] == [
+        ".git/hooks (added)", ".git/hooks/pre-commit (added)"]
+    os.chmod(root / ".git" / "hooks" / "pre-commit", 0o755)  # the executable bit counts
+    again = watch.snapshot(root)
+    (root / ".git" / "hooks" / "pre-commit").chmod(0o644)
+    assert [c.path for c in watch.compare(again, watch.snapshot(root))] == [
+        ".git/hooks/pre-commit"]
