@@ -418,7 +418,7 @@ def test_doctor_verify(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert done.returncode == 0, done.stderr + json.dumps(report["verify"], indent=1)
     names = {c["name"] for c in report["checks"]}
-    assert {"kernel", "landlock", "nono", "seccomp", "project"} <= names
+    assert {"kernel", "landlock", "nono", "seccomp", "containment", "project"} <= names
     assert any(n.startswith("harness ") for n in names)
     assert report["verify"]["failed"] == 0
     assert report["verify"]["passed"] >= len(CASES) - 3
