@@ -8,6 +8,7 @@ Skips locally when Claude Code is missing (scripts/install-harnesses); fails in 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -210,3 +211,125 @@ base_url_env = "ANTHROPIC_BASE_URL"
 def upstream_line(root: Path) -> str:
     return next(line for line in (root / "agentstack.toml").read_text().splitlines()
                 if line.startswith("upstream = "))
+
+
+def _session_processes(root: Path) -> list[int]:
+    """Processes whose working directory is inside `root` (a confined harness, its tools)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if cwd == str(root) or cwd.startswith(str(root) + "/"):
+            out.append(int(entry))
+    return out
+
+
+def test_claude_code_interactive_on_a_terminal_leaves_nothing(tmp_path: Path,
+                                                              var_home: Path) -> None:
+    """`agentstack run` of the real, interactive Claude Code on a pseudo-terminal: a turn runs a
+    tool that leaves a detached daemon; after /exit no process of the session remains and the next
+    line typed reaches the shell."""
+    import json
+    import pty
+    import re
+    import select
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    harness_bin("claude")
+    root = (tmp_path / "tty").resolve()
+    (var_home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True,
+                                                       "theme": "dark"}))
+    plant = ("setsid sh -c 'echo $$ > daemon.pid; exec sleep 300' > /dev/null 2>&1 < /dev/null &\n"
+             "touch ok.txt\n")
+    with MockModel([ToolCall("Bash", {"command": "sh plant.sh"})]) as model:
+        make_project(root, f"""\
+[project]
+name = "tty"
+harnesses = ["claude-code"]
+
+[settings.permissions]
+allow = ["Bash(sh plant.sh)"]
+
+[sandbox]
+write_dirs = ["."]
+
+[sandbox.credentials.anthropic]
+upstream = "{model.url}"
+secret = "anthropic"
+header = "Authorization"
+env = "ANTHROPIC_AUTH_TOKEN"
+base_url_env = "ANTHROPIC_BASE_URL"
+""", files={"plant.sh": plant})
+        env = {"HOME": str(var_home)}
+        for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
+            result = run_cli(*args, cwd=root, env=env)
+            assert result.returncode == 0, result.stderr
+        assert run_cli("secret", "set", "anthropic", cwd=root, input=REAL_KEY + "\n",
+                       env=env).returncode == 0
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.environ.update(env, PYTHONPATH=str(REPO), TERM="xterm-256color")
+            os.chdir(root)
+            shell = (f'"{sys.executable}" -m agentstack run --harness claude-code; '
+                     'echo "RUN-DONE $?"; read line; echo "GOT:$line"')
+            os.execv("/bin/sh", ["/bin/sh", "-c", shell])
+        import fcntl
+        import struct
+        import termios
+
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        screen = b""
+
+        def wait_for(pattern: str, timeout: float = 60) -> bool:
+            nonlocal screen
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                plain = re.sub(rb"\x1b\[[0-9;?<>]*[a-zA-Z~]|\x1b\][^\x07]*\x07|\x1b.", b"", screen)
+                if pattern.encode() in plain:
+                    return True
+                ready, _, _ = select.select([fd], [], [], 0.2)
+                if ready:
+                    try:
+                        chunk = os.read(fd, 65536)
+                    except OSError:
+                        return False
+                    if not chunk:
+                        return False
+                    screen += chunk
+            return False
+
+        try:
+            assert wait_for("auto mode"), screen[-2000:]
+            os.write(fd, b"go\r")
+            deadline = time.monotonic() + 60
+            while not model.tool_results and time.monotonic() < deadline:
+                wait_for("\0", 0.5)
+            assert model.tool_results, screen[-2000:]
+            while len(model.main_requests()) < 2 and time.monotonic() < deadline:
+                wait_for("\0", 0.5)  # the final answer after the tool result
+            wait_for("\0", 2)
+            during = _session_processes(root)
+            os.write(fd, b"/exit\r")
+            assert wait_for("RUN-DONE 0"), screen[-2000:]
+            # only the shell that started `run` (it waits for the next line) is left in there
+            assert set(_session_processes(root)) <= {pid}, _session_processes(root)
+            os.write(fd, b"hello\n")
+            assert wait_for("GOT:hello", 20), screen[-2000:]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            os.close(fd)
+    assert (root / "ok.txt").exists()
+    daemon = int((root / "daemon.pid").read_text())
+    assert daemon in during, (daemon, during)  # it was running during the session ...
+    assert not os.path.exists(f"/proc/{daemon}")  # ... and is gone
+    assert _session_processes(root) == []
+
