@@ -319,7 +319,7 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
 @app.command()
 def doctor(
     verify: Annotated[
-        bool, typer.Option("--verify", help="Also run the confinement suite (~15 s).")
+        bool, typer.Option("--verify", help="Also run the confinement suite (about a minute).")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -350,7 +350,8 @@ def doctor(
                     )
 
             if not as_json:
-                echo("confinement suite (a row passes only on the kernel's EACCES/EPERM):")
+                echo("confinement suite (a row passes only on the kernel's EACCES/EPERM, or "
+                     "for proxy rows the gate's refusal with nothing reaching the listener):")
             rows = run_suite(progress=progress)
             passed, bad, skipped = summary(rows)
             report["verify"] = {

@@ -763,3 +763,33 @@ def test_checks_run_once_the_tree_is_gone(shared: tuple[Path, dict[str, str]]) -
     assert config.read_text() == "[core]\n"
     assert "WARNING" not in done.stderr
     shutil.rmtree(project / ".git")
+
+
+def test_run_seeds_the_private_state_with_the_rendered_guard(tmp_path: Path,
+                                                             var_home: Path) -> None:
+    """`run --harness codex` points the harness at its private state, which holds the user-level
+    guard and project trust `apply` renders, and nothing of the user's own hooks or servers."""
+    import tomllib
+
+    root = make_project(tmp_path / "demo", MANIFEST)
+    (var_home / ".codex").mkdir(exist_ok=True)
+    real = var_home / ".codex" / "config.toml"
+    real.write_text('model = "gpt-5"\nnotify = ["touch", "/x"]\n[mcp_servers.mine]\ncommand = "x"\n')
+    env = _explicit(root, {"HOME": str(var_home)})
+    done = run_cli("run", "--harness", "codex", "--", "/bin/sh", "-c",
+                   'echo "$CODEX_HOME"; cat "$CODEX_HOME/config.toml"; echo "$CLAUDE_CONFIG_DIR"; '
+                   'echo "$XDG_CONFIG_HOME"', cwd=root, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    state = Path(os.environ["AGENTSTACK_HOME"]).resolve() / "projects"
+    codex_home = Path(lines[0])
+    assert codex_home.parent.parent.parent == state and codex_home.name == "codex"
+    assert lines[-2] == str(codex_home.parent / "claude")
+    assert lines[-1] == str(codex_home.parent / "xdg" / "config")
+    config = tomllib.loads("\n".join(lines[1:-2]))
+    assert config["model"] == "gpt-5"
+    assert "notify" not in config and "mcp_servers" not in config
+    assert config["projects"][str(root.resolve())]["trust_level"] == "trusted"
+    guard = json.dumps(config["hooks"]["PreToolUse"])
+    assert "guard" in guard and "--harness" in guard
+    assert real.read_text().startswith('model = "gpt-5"\nnotify')  # the real file: untouched

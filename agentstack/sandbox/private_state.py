@@ -272,6 +272,9 @@ def rendered_user_keys(
         _context(Path(root), consent, digest),
         user_home=fake_home,
         env={"CODEX_HOME": layout.codex},
+        # user-level keys never depend on file contents: read nothing (no cache, no fetch)
+        read_skill_file=lambda _name, _entry: b"",
+        read_project_file=lambda _path: b"",
     )
     out: dict[str, dict[tuple[str, ...], Any]] = {"claude.json": {}, "codex.toml": {}}
     for harness in targets:
