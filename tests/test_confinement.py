@@ -697,8 +697,10 @@ def test_nono_alone_would_tunnel_and_the_gate_refuses(scene: verify.Scenario) ->
                 sock.sendall(request)
                 replies[name] = sock.recv(4096).split(b"\r\n", 1)[0]
         child.process.kill()
+        refused = [e for e in proxy.audit() if e.get("source") == "agentstack-gate"]
     assert b" 200 " in replies["nono"], replies
     assert b" 403 " in replies["gate"], replies
+    assert refused and refused[-1]["target"] == target
 
 
 # ------------------------------------------------------------------ what runs after `run`

@@ -225,3 +225,16 @@ def test_no_address_literal_outside_the_public_internet_passes(address: object) 
     plain = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and \
         address.ipv4_mapped else address
     assert forbidden_address(str(address)) == (not plain.is_global)  # type: ignore[union-attr]
+
+
+def test_a_route_request_sent_through_the_proxy_setting_is_a_route_request(
+    gate: tuple[Gate, FakeUpstream]
+) -> None:
+    g, upstream = gate
+    reply = _exchange(g.port, f"GET http://127.0.0.1:{g.port}/mock/v1/x HTTP/1.1\r\n"
+                              "Host: 127.0.0.1\r\n\r\n".encode())
+    assert _status(reply) == 200
+    (seen,) = _settle(upstream, 1)
+    assert seen.startswith(b"GET /mock/v1/x HTTP/1.1\r\n")
+    other = _exchange(g.port, f"GET http://127.0.0.1:{g.port}/other HTTP/1.1\r\n\r\n".encode())
+    assert _status(other) == 404

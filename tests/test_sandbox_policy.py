@@ -484,6 +484,10 @@ def test_why_cli(tmp_path: Path) -> None:
     assert wrong.returncode == 1 and "does not target codex" in wrong.stderr
     policy = run_cli("why", "--json", cwd=root)
     assert json.loads(policy.stdout)["policy"]["localhost_ports"] == [8080]
+    sees = run_cli("why", "--harness", "claude-code", cwd=root)
+    assert sees.returncode == 0, sees.stderr
+    assert "private harness state" in sees.stderr and "CLAUDE_CONFIG_DIR=" in sees.stderr
+    assert "never granted" in sees.stderr
     bad = run_cli("why", "--path", "x", "--op", "exec", cwd=root)
     assert bad.returncode == 2
 

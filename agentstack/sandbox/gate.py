@@ -55,6 +55,11 @@ class GateLog:
         with self.lock:
             self.refused.append((target, reason))
 
+    def drain(self) -> list[tuple[str, str]]:
+        with self.lock:
+            out, self.refused = self.refused, []
+        return out
+
 
 def host_matches(host: str, pattern: str) -> bool:
     pattern = pattern.lower().rstrip(".")
@@ -204,12 +209,16 @@ class Gate:
                     upstream.sendall(rest)
                 _pipe(client, upstream)
                 return
+            if not target.startswith("/"):
+                host, port = _absolute_target(target)
+                if host in ("127.0.0.1", "localhost") and port == self.port:
+                    # a client that sends route requests through its HTTP proxy setting
+                    target = "/" + target[7:].split("/", 1)[1] if "/" in target[7:] else "/"
             if target.startswith("/"):
                 prefix = target[1:].split("/", 1)[0].split("?", 1)[0]
                 if prefix not in self.routes:
                     raise Refusal(404, "no credential route here")
             else:
-                host, port = _absolute_target(target)
                 self._check_token(headers)
                 if port != 80:
                     raise Refusal(403, f"port {port}: plain HTTP through the proxy to port 80 only")

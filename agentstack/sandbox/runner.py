@@ -242,7 +242,11 @@ class Proxy:
         return env
 
     def audit(self) -> list[dict[str, Any]]:
-        return list(self.handle.drain_audit_events())
+        """nono's audit events, then what agentstack's gate refused."""
+        events = list(self.handle.drain_audit_events())
+        events += [{"source": "agentstack-gate", "decision": "refused", "target": target,
+                    "reason": reason} for target, reason in self.gate.log.drain()]
+        return events
 
     def shutdown(self) -> None:
         with contextlib.suppress(Exception):
