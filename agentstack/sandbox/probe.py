@@ -402,6 +402,54 @@ def op_proxy(kind: str, target: str) -> str:
     raise ProxyRefused(status.split(" ")[1] if " " in status else "closed")
 
 
+def op_outlive(pids_file: str, depth: str = "100") -> str:
+    """Leave processes behind: a chain `depth` deep, a double-forked setsid() daemon that keeps
+    forking, and one that moves into the process group of its parent's parent. Writes their pids
+    to `pids_file` and returns at once (the row then checks none is alive after `run`)."""
+    import time
+
+    read_end, write_end = os.pipe()
+
+    def quiet() -> None:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(read_end)
+
+    if os.fork() == 0:  # the chain: each level forks the next, then stays
+        quiet()
+        for _ in range(int(depth)):
+            if os.fork() != 0:
+                break
+        os.write(write_end, f"{os.getpid()}\n".encode())
+        time.sleep(300)
+        os._exit(0)
+    if os.fork() == 0:  # a detached daemon that keeps forking
+        quiet()
+        os.setsid()
+        if os.fork() == 0:
+            while True:
+                if os.fork() == 0:
+                    os.write(write_end, f"{os.getpid()}\n".encode())
+                    time.sleep(300)
+                    os._exit(0)
+                time.sleep(0.02)
+        os._exit(0)
+    os.close(write_end)
+    pids: list[str] = []
+    buffer = b""
+    while len(pids) < int(depth) + 3:
+        chunk = os.read(read_end, 4096)
+        if not chunk:
+            break
+        buffer += chunk
+        *done, buffer = buffer.split(b"\n")
+        pids.extend(p.decode() for p in done if p)
+    with open(pids_file, "w", encoding="ascii") as handle:
+        handle.write("\n".join(pids) + "\n")
+    return f"left {len(pids)} processes running"
+
+
 def op_http(base_env: str, key_env: str, header: str) -> str:
     import urllib.request
 
@@ -424,7 +472,7 @@ OPS: dict[str, Callable[..., str]] = {
     "userfaultfd": op_userfaultfd, "perf": op_perf, "vm_read": op_vm_read, "setns": op_setns,
     "tiocsti": op_tiocsti, "http": op_http, "fastopen": op_fastopen,
     "stream_proto": op_stream_proto, "join_group": op_join_group, "terminal": op_terminal,
-    "proxy": op_proxy,
+    "proxy": op_proxy, "outlive": op_outlive,
 }
 
 

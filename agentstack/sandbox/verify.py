@@ -53,7 +53,7 @@ class Row:
     what: str
     op: str
     args: tuple[str, ...] = ()
-    expect: Literal["deny", "allow"] = "deny"
+    expect: Literal["deny", "allow", "gone"] = "deny"
     modes: tuple[str, ...] = MODES
     harness: str | None = None  # run under that harness's profile (private state, install dir)
 
@@ -150,6 +150,8 @@ ROWS: tuple[Row, ...] = (
         harness="claude-code"),
     Row("private-state", "the harness's private state is writable", "create",
         ("{claude_state}",), expect="allow", modes=("direct",), harness="claude-code"),
+    Row("outlive", "nothing outlives run: a 100-deep chain and a forking setsid() daemon",
+        "outlive", ("{workdir}/.outlive-pids",), expect="gone", modes=("direct",)),
     Row("workdir", "the workdir and TMPDIR are readable and writable", "workdir",
         expect="allow", modes=("direct",)),
     Row("allowed-port", "connect to the allowed localhost port", "connect",
@@ -408,6 +410,8 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
                              out.decode("utf-8", "replace"), "timed out")
         code = child.process.returncode
     text = out.decode("utf-8", "replace").strip()
+    if row.expect == "gone":
+        return _check_gone(row, mode, code, text, Path(row.args[0].format(**sc.values)))
     if row.expect == "deny":
         pattern = PROXY_DENIED_LINE if row.op == "proxy" else DENIED_LINE
         passed = code != 0 and bool(pattern.search(text)) and "ENOENT" not in text
@@ -426,6 +430,29 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
     if passed and row.name == "proxy":
         passed, detail = _check_proxy(sc, text, sc.upstream.received[before:])
     return RowResult(row.name, mode, row.what, passed, code, _redact(text, sc), detail)
+
+
+def _check_gone(row: Row, mode: str, code: int | None, text: str, pids_file: Path) -> RowResult:
+    """The row's processes were running when the command exited; none is alive (or a zombie
+    left unreaped) now that `confined` has returned."""
+    try:
+        pids = [int(p) for p in pids_file.read_text().split()]
+        pids_file.unlink()
+    except (OSError, ValueError):
+        pids = []
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        alive.append(f"{pid}:{state}")
+    passed = code == 0 and text.startswith("ALLOWED") and len(pids) >= 100 and not alive
+    detail = "" if passed else (
+        f"still alive after run: {', '.join(alive[:10])}" if alive
+        else "the probe did not leave its processes behind")
+    return RowResult(row.name, mode, row.what, passed, code,
+                     f"{text}; alive after run: {len(alive)}", detail)
 
 
 def _check_proxy(sc: Scenario, text: str, received: list[dict[str, str]]) -> tuple[bool, str]:
