@@ -238,3 +238,19 @@ def test_a_route_request_sent_through_the_proxy_setting_is_a_route_request(
     assert seen.startswith(b"GET /mock/v1/x HTTP/1.1\r\n")
     other = _exchange(g.port, f"GET http://127.0.0.1:{g.port}/other HTTP/1.1\r\n\r\n".encode())
     assert _status(other) == 404
+
+
+def test_expect_continue_and_oversized_bodies(gate: tuple[Gate, FakeUpstream]) -> None:
+    g, upstream = gate
+    with socket.create_connection(("127.0.0.1", g.port), timeout=5) as sock:
+        sock.sendall(b"POST /mock/x HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(b"hello")
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    assert reply.endswith(b"ok")
+    (seen,) = _settle(upstream, 1)
+    assert b"hello" in seen and b"expect" not in seen.lower()
+    big = _exchange(g.port, b"POST /mock/x HTTP/1.1\r\nContent-Length: 999999999999\r\n\r\n")
+    assert _status(big) == 413

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_HEAD = 64 * 1024
+MAX_BODY = 64 * 1024 * 1024
 IDLE_TIMEOUT = 120.0
 HEAD_TIMEOUT = 30.0
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -226,6 +227,9 @@ class Gate:
                     host_matches(host, p) for p in self.allow_domains
                 ):
                     raise Refusal(403, f"{host} is not in sandbox.network.allow_domains")
+            if any(k == "expect" and v.lower() == "100-continue" for k, v in headers):
+                client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")  # the body is read here
+                headers = [(k, v) for k, v in headers if k != "expect"]
             body = _body_reader(headers, rest, client)
             upstream = self._upstream()
             upstream.sendall(_rewrite_head(method, target, version, headers))
@@ -256,7 +260,8 @@ class Gate:
         return sock
 
 
-_REASONS = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 407:
+_REASONS = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 413: "Content Too Large",
+            407:
             "Proxy Authentication Required", 411: "Length Required", 431:
             "Request Header Fields Too Large"}
 
@@ -334,6 +339,8 @@ def _body_reader(headers: list[tuple[str, str]], rest: bytes, sock: socket.socke
     if not lengths[0].isdigit():
         raise Refusal(400, "malformed Content-Length")
     size = int(lengths[0])
+    if size > MAX_BODY:
+        raise Refusal(413, "request body too large")
     data = rest
     while len(data) < size:
         chunk = sock.recv(min(1 << 20, size - len(data)))
@@ -373,6 +380,8 @@ def _read_chunked(rest: bytes, sock: socket.socket) -> bytes:
         if not size_text or any(c not in b"0123456789abcdefABCDEF" for c in size_text):
             raise Refusal(400, "malformed chunk size")
         size = int(size_text, 16)
+        if len(out) + size > MAX_BODY:
+            raise Refusal(413, "request body too large")
         out += size_line + b"\r\n"
         if size == 0:
             while True:  # trailers, then the empty line

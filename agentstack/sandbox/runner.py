@@ -810,6 +810,8 @@ class _Relay:
                     data = b""
                 if not data:
                     reading = False
+                    if not os.isatty(self.in_fd):
+                        _write_all(self.master, b"\x04")  # end of input for the session
                 else:
                     _write_all(self.master, data)
         return process.wait()
