@@ -680,3 +680,16 @@ def test_the_watch_never_follows_links_and_skips_object_stores(tmp_path: Path) -
     (root / ".git" / "hooks" / "pre-commit").chmod(0o644)
     assert [c.path for c in watch.compare(again, watch.snapshot(root))] == [
         ".git/hooks/pre-commit"]
+
+
+@pytest.mark.parametrize("harness", ["gemini-cli", "opencode", "copilot", "cursor", "vscode"])
+def test_profiles_without_private_state_still_resolve(root: Path, home: Path,
+                                                      harness: str) -> None:
+    """Their real state directory is granted (a documented hole), their own login file with it;
+    every other credential stays denied."""
+    policy = resolve_policy(Sandbox(), root, harness=harness, search_path="/nonexistent")
+    assert policy.harness_state is None
+    assert not policy.decide_path(str(home / ".config" / "gh" / "hosts.yml"), "read").allowed
+    assert not policy.decide_path(str(home / ".claude" / "settings.json"), "write").allowed
+    granted = [g.path for g in policy.grants if g.source == f"harness:{harness}"]
+    assert granted and all(p.startswith(str(home) + "/") for p in granted)

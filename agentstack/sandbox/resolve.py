@@ -137,13 +137,13 @@ def resolve_policy(
             )
         source = f"harness:{harness}"
         for item in profile.write_dirs:
-            grants.append(Grant(path=normalise(item, home_dir), access="rw", source=source))
+            grants.append(Grant(path=_in_home(item, home_dir), access="rw", source=source))
         for item in profile.write_files:
             grants.append(
-                Grant(path=normalise(item, home_dir), access="rw", file=True, source=source)
+                Grant(path=_in_home(item, home_dir), access="rw", file=True, source=source)
             )
         for item in profile.read_dirs:
-            path = normalise(item, home_dir)
+            path = _in_home(item, home_dir)
             if os.path.isdir(path):
                 grants.append(Grant(path=path, access="ro", source=source))
         binary: str | None = None
@@ -202,9 +202,17 @@ def resolve_policy(
             denies.append(Deny(path=real, source=source))
     from agentstack.sandbox.credentials import CREDENTIAL_PATHS, HARNESS_HOMES
 
+    # A profile without private state (gemini-cli, opencode, copilot, cursor, vscode) grants the
+    # harness's real state directory, and its login file with it: Landlock cannot deny a file
+    # under a granted directory, so that file is not listed (docs/sandbox.md, measured holes).
+    profile_dirs = [g.path for g in grants
+                    if g.source.startswith("harness:") and g.access == "rw" and not g.file
+                    and g.path != harness_state]
     for relative, source in [*((p, "credentials") for p in CREDENTIAL_PATHS),
                              *((p, "harness-home") for p in HARNESS_HOMES)]:
         path = os.path.join(home_dir, relative)
+        if any(is_within(path, d) or is_within(os.path.realpath(path), d) for d in profile_dirs):
+            continue
         denies.append(Deny(path=path, source=source))
         real = os.path.realpath(path)
         if real != path:
@@ -243,6 +251,13 @@ def resolve_policy(
             hint="fix [sandbox] in agentstack.toml (then lock and trust again)",
         )
     return policy
+
+
+def _in_home(item: str, home_dir: str) -> str:
+    """A profile path (`~/...`) under `home_dir`, resolved."""
+    if item == "~" or item.startswith("~/"):
+        return os.path.realpath(os.path.join(home_dir, item[2:]))
+    return normalise(item, home_dir)
 
 
 def _access(value: str) -> Access:
