@@ -49,7 +49,8 @@ CLAUDE_GLOBAL_KEYS = ("hasCompletedOnboarding", "lastOnboardingVersion", "theme"
 CLAUDE_PROJECT_KEYS = ("hasTrustDialogAccepted", "hasCompletedProjectOnboarding")
 CODEX_CONFIG_KEYS = ("model", "model_provider", "model_providers", "model_reasoning_effort",
                      "model_reasoning_summary", "model_verbosity", "model_context_window",
-                     "model_max_output_tokens", "hide_agent_reasoning")
+                     "model_max_output_tokens", "hide_agent_reasoning", "approval_policy",
+                     "sandbox_mode", "features", "analytics")
 # Removed at every start: they configure what the harness runs or is told.
 CLAUDE_RESET = ("settings.json", "settings.local.json", ".claude.json", "CLAUDE.md", "hooks",
                 "plugins", "skills", "agents", "commands", "output-styles", "rules")
