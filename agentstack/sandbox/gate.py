@@ -198,6 +198,15 @@ class Gate:
             client.settimeout(HEAD_TIMEOUT)
             head, rest = _read_head(client)
             method, target, version, headers = _parse_head(head)
+            if method == "CONNECT" and self._is_self(*split_authority(target)):
+                # A client that tunnels even to a proxy on 127.0.0.1 (Codex does): the tunnel
+                # ends here, and the request inside it passes the same rules as any other.
+                self._check_token(headers)
+                client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                head, rest = _read_head(client, rest)
+                method, target, version, headers = _parse_head(head)
+                if method == "CONNECT":
+                    raise Refusal(400, "a CONNECT inside a tunnel to the proxy")
             if method == "CONNECT":
                 host, port = split_authority(target)
                 self._check_token(headers)
@@ -212,7 +221,7 @@ class Gate:
                 return
             if not target.startswith("/"):
                 host, port = _absolute_target(target)
-                if host in ("127.0.0.1", "localhost") and port == self.port:
+                if self._is_self(host, port):
                     # a client that sends route requests through its HTTP proxy setting
                     target = "/" + target[7:].split("/", 1)[1] if "/" in target[7:] else "/"
             if target.startswith("/"):
@@ -254,6 +263,9 @@ class Gate:
                 upstream.close()
             self._forget(client)
 
+    def _is_self(self, host: str, port: int) -> bool:
+        return host in ("127.0.0.1", "localhost") and port == self.port
+
     def _upstream(self) -> socket.socket:
         sock = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=HEAD_TIMEOUT)
         sock.settimeout(IDLE_TIMEOUT)
@@ -266,8 +278,7 @@ _REASONS = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 413: "Conten
             "Request Header Fields Too Large"}
 
 
-def _read_head(sock: socket.socket) -> tuple[bytes, bytes]:
-    data = b""
+def _read_head(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
     while b"\r\n\r\n" not in data:
         if len(data) > MAX_HEAD:
             raise Refusal(431, "request head too large")
