@@ -118,7 +118,6 @@ def run(
         # The same lookup as doctor: PATH, then the checkout's .tools (install-harnesses).
         argv[0] = profiles.find_binary(argv[0], os.environ.get("PATH")) or argv[0]
     policy = _policy(manifest, root, chosen, argv[0])
-    _seed_private_state(policy, root, document, digest)
     if interactive is None:
         interactive = sys.stdin.isatty()
     from agentstack.sandbox import watch
@@ -126,7 +125,9 @@ def run(
     before = watch.snapshot(root)
     try:
         code = run_confined(
-            root, policy, argv, os.environ, interactive, readonly_files=_guard_state(root)
+            root, policy, argv, os.environ, interactive, readonly_files=_guard_state(root),
+            before_start=lambda runtime, routes: _seed_private_state(
+                runtime, root, document, digest, routes),
         )
     finally:
         # Only now: every process of the session is gone (run_confined kills the whole tree).
@@ -142,7 +143,8 @@ def run(
 
 
 def _seed_private_state(
-    policy: SandboxPolicy, root: Path, document: dict[str, Any], digest: str
+    policy: SandboxPolicy, root: Path, document: dict[str, Any], digest: str,
+    routes: dict[str, str],
 ) -> None:
     """Rewrite the harness's private user-level state before the session (see private_state)."""
     if policy.harness_state is None:
@@ -152,7 +154,7 @@ def _seed_private_state(
     layout = Layout(policy.harness_state)
     try:
         keys = rendered_user_keys(root, document, digest, layout)
-        seed(layout, workdir=policy.workdir, home=policy.home, user_keys=keys)
+        seed(layout, workdir=policy.workdir, home=policy.home, user_keys=keys, route_urls=routes)
     except OSError as exc:
         raise Refused(
             f"cannot prepare the harness's private state in {layout.root}: {exc}",

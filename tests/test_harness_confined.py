@@ -333,3 +333,66 @@ base_url_env = "ANTHROPIC_BASE_URL"
     assert not os.path.exists(f"/proc/{daemon}")  # ... and is gone
     assert _session_processes(root) == []
 
+
+
+def test_codex_confined_with_private_state(tmp_path: Path, var_home: Path) -> None:
+    """The real Codex runs a turn under `run --harness codex`: its provider's base URL is pointed
+    at the credential route (the real key reaches the mock, Codex holds the phantom), the real
+    ~/.codex is neither writable nor its auth.json readable, and removing the user-level guard
+    from the private state lasts only until the next start."""
+    import tomllib
+
+    from agentstack.sandbox.private_state import layout_for
+    from tests.harness.drive import CODEX_MODEL, CODEX_OFFLINE_TOML
+
+    codex = harness_bin("codex")
+    root = (tmp_path / "codex-project").resolve()
+    (var_home / ".codex").mkdir(exist_ok=True)
+    (var_home / ".codex" / "auth.json").write_text('{"OPENAI_API_KEY": "DECOY-CODEX-KEY"}\n')
+    steps = ["echo '[hooks]' >> ~/.codex/config.toml", "cat ~/.codex/auth.json",
+             ': > "$CODEX_HOME/config.toml" && echo GUARD-REMOVED']
+    plant = "case $1 in\n" + "".join(f"{i}) {c} ;;\n" for i, c in enumerate(steps)) + "esac\n"
+    with MockModel([ToolCall("Bash", {"command": f"sh plant.sh {i}"})
+                    for i in range(len(steps))]) as model:
+        real_config = (
+            f'model = "{CODEX_MODEL}"\nmodel_provider = "mock"\napproval_policy = "never"\n'
+            'sandbox_mode = "danger-full-access"\n[model_providers.mock]\nname = "mock"\n'
+            f'base_url = "{model.openai_base_url}"\nwire_api = "responses"\n'
+            'env_key = "OPENAI_API_KEY"\n' + CODEX_OFFLINE_TOML)
+        (var_home / ".codex" / "config.toml").write_text(real_config)
+        make_project(root, f"""\
+[project]
+name = "codex-private"
+harnesses = ["codex"]
+
+[sandbox]
+write_dirs = ["."]
+
+[sandbox.credentials.openai]
+upstream = "{model.url}"
+secret = "openai"
+env = "OPENAI_API_KEY"
+""", files={"plant.sh": plant})
+        env = {"HOME": str(var_home)}
+        for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
+            result = run_cli(*args, cwd=root, env=env)
+            assert result.returncode == 0, result.stderr
+        assert run_cli("secret", "set", "openai", cwd=root, input=REAL_KEY + "\n",
+                       env=env).returncode == 0
+        after_apply = (var_home / ".codex" / "config.toml").read_bytes()
+        run = run_cli("run", "--harness", "codex", "--", str(codex), "exec",
+                      "--skip-git-repo-check", "go", cwd=root, env=env)
+        assert run.returncode == 0, run.stdout + run.stderr
+        keys = {r.header("authorization") for r in model.requests if r.api == "openai"}
+        results = [r.text for r in model.tool_results]
+    assert keys == {f"Bearer {REAL_KEY}"}, keys
+    assert len(results) == 3, results
+    assert "Permission denied" in results[0] and "Permission denied" in results[1], results
+    assert "DECOY" not in results[1] and "GUARD-REMOVED" in results[2], results
+    assert (var_home / ".codex" / "config.toml").read_bytes() == after_apply
+    layout = layout_for(os.path.realpath(os.environ["AGENTSTACK_HOME"]), str(root))
+    assert Path(layout.codex, "config.toml").read_text() == ""  # removed inside ...
+    again = run_cli("run", "--harness", "codex", "--", "/bin/true", cwd=root, env=env)
+    assert again.returncode == 0, again.stderr
+    seeded = tomllib.loads(Path(layout.codex, "config.toml").read_text())  # ... back at start
+    assert "agentstack._guard" in str(seeded["hooks"]["PreToolUse"])

@@ -203,10 +203,14 @@ def seed(
     workdir: str,
     home: str,
     user_keys: Mapping[str, Mapping[tuple[str, ...], Any]] | None = None,
+    route_urls: Mapping[str, str] | None = None,
 ) -> None:
     """Rewrite the private state's behaviour-deciding files before a session (see the module).
 
-    `user_keys`: the user-level keys `apply` renders, by file ("claude.json", "codex.toml")."""
+    `user_keys`: the user-level keys `apply` renders, by file ("claude.json", "codex.toml").
+    `route_urls`: credential route upstream -> the proxy's URL for it; a Codex provider whose
+    `base_url` lies under a route's upstream is pointed at the route (Codex reads its base URL
+    from the config only)."""
     import tomlkit
 
     keys = user_keys or {}
@@ -223,6 +227,16 @@ def seed(
     codex = _pick(_read_toml(os.path.join(home, ".codex", "config.toml")), CODEX_CONFIG_KEYS)
     for path, value in keys.get("codex.toml", {}).items():
         _set(codex, path, value)
+    providers = codex.get("model_providers")
+    if isinstance(providers, dict):
+        for provider in providers.values():
+            url = provider.get("base_url") if isinstance(provider, dict) else None
+            if not isinstance(url, str):
+                continue
+            for upstream, proxied in (route_urls or {}).items():
+                if url.rstrip("/") == upstream or url.startswith(upstream + "/"):
+                    provider["base_url"] = proxied + url.rstrip("/")[len(upstream):]
+                    break
 
     with _state_root(layout) as root_fd:
         claude_fd = _open_dir(root_fd, "claude")

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
@@ -44,6 +44,9 @@ PR_GET_CHILD_SUBREAPER = 37
 NO_PROXY = "localhost,127.0.0.1,::1"
 RUN_RO_ENV = "AGENTSTACK_RUN_RO"
 FileArg = int | IO[Any] | None
+# Called once the proxy runs, before anything is launched: (runtime policy, {route upstream: the
+# URL the confined process reaches it at}).
+BeforeStart = Callable[["SandboxPolicy", dict[str, str]], None]
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,11 @@ class Proxy:
             if cred.base_url_env:
                 env[cred.base_url_env] = f"http://127.0.0.1:{self.port}/{cred.name}"
         return env
+
+    def route_urls(self) -> dict[str, str]:
+        """Each credential route's upstream -> the gate's URL for it."""
+        return {c.upstream.rstrip("/"): f"http://127.0.0.1:{self.port}/{c.name}"
+                for c in self.policy.credentials}
 
     def audit(self) -> list[dict[str, Any]]:
         """nono's audit events, then what agentstack's gate refused."""
@@ -514,6 +522,7 @@ def confined(
     stdout: FileArg = None,
     stderr: FileArg = None,
     readonly_files: Mapping[str, bytes] | None = None,
+    before_start: BeforeStart | None = None,
 ) -> Iterator[Confined]:
     """Start `argv` confined; yields once the sandbox is applied and the command exec'd.
 
@@ -528,7 +537,8 @@ def confined(
         raise ConfinementError("another confined run is active in this process")
     try:
         with _confined(root, policy, argv, env, interactive=interactive, stdin=stdin,
-                       stdout=stdout, stderr=stderr, readonly_files=readonly_files) as child:
+                       stdout=stdout, stderr=stderr, readonly_files=readonly_files,
+                       before_start=before_start) as child:
             yield child
     finally:
         _ACTIVE.release()
@@ -549,6 +559,7 @@ def _confined(
     stdout: FileArg,
     stderr: FileArg,
     readonly_files: Mapping[str, bytes] | None,
+    before_start: BeforeStart | None = None,
 ) -> Iterator[Confined]:
     if not argv:
         raise ConfinementError("nothing to run: give a command after --, or --harness")
@@ -583,6 +594,8 @@ def _confined(
                                        source="run: the session's own pseudo-terminal")
             ))
         prepare_state(runtime)
+        if before_start is not None:
+            before_start(runtime, proxy.route_urls() if proxy is not None else {})
         child_env = build_env(runtime, env, extra_env)
         launch = _launch_spec(runtime, argv, child_env, enforcement.seccomp_program)
         launch["controlling_terminal"] = terminal is not None
@@ -698,6 +711,7 @@ def run_confined(
     stdout: FileArg = None,
     stderr: FileArg = None,
     readonly_files: Mapping[str, bytes] | None = None,
+    before_start: BeforeStart | None = None,
 ) -> int:
     """Run `argv` in `root` under `policy`; return its exit status (negative: killed by signal N).
 
@@ -714,7 +728,7 @@ def run_confined(
         with (
             confined(
                 root, policy, argv, env, interactive=False, stdin=stdin, stdout=stdout,
-                stderr=stderr, readonly_files=readonly_files,
+                stderr=stderr, readonly_files=readonly_files, before_start=before_start,
             ) as child,
             _forwarding(child.process),
         ):
@@ -726,6 +740,7 @@ def run_confined(
             confined(
                 root, policy, argv, env, interactive=True, stdin=relay.slave,
                 stdout=relay.slave, stderr=relay.slave, readonly_files=readonly_files,
+                before_start=before_start,
             ) as child,
             _forwarding(child.process, on_winch=relay.resize),
         ):
