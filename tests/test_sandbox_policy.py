@@ -693,3 +693,23 @@ def test_profiles_without_private_state_still_resolve(root: Path, home: Path,
     assert not policy.decide_path(str(home / ".claude" / "settings.json"), "write").allowed
     granted = [g.path for g in policy.grants if g.source == f"harness:{harness}"]
     assert granted and all(p.startswith(str(home) + "/") for p in granted)
+
+
+def test_codex_providers_under_a_route_are_pointed_at_the_proxy(root: Path, home: Path) -> None:
+    import tomllib
+
+    from agentstack.sandbox.private_state import Layout, seed
+
+    (home / ".codex").mkdir(parents=True, exist_ok=True)
+    (home / ".codex" / "config.toml").write_text(
+        '[model_providers.a]\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[model_providers.b]\nbase_url = "http://127.0.0.1:99/v1"\n'
+        '[model_providers.c]\nbase_url = "http://127.0.0.1:9"\n')
+    layout = Layout(str(Path(os.environ["AGENTSTACK_HOME"]).resolve() / "projects" / "r" /
+                        "harness-state"))
+    seed(layout, workdir=str(root), home=str(home),
+         route_urls={"http://127.0.0.1:9": "http://127.0.0.1:5/openai"})
+    providers = tomllib.loads(Path(layout.codex, "config.toml").read_text())["model_providers"]
+    assert providers["a"]["base_url"] == "http://127.0.0.1:5/openai/v1"
+    assert providers["b"]["base_url"] == "http://127.0.0.1:99/v1"  # another port: untouched
+    assert providers["c"]["base_url"] == "http://127.0.0.1:5/openai"
