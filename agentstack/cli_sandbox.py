@@ -85,7 +85,7 @@ def run(
     from agentstack.sandbox.runner import run_confined
 
     root = _root_dir()
-    manifest, _, _, digest = _current(root)
+    manifest, _, document, digest = _current(root)
     state = _store().state(root, digest)
     if not state.trusted:
         raise Refused(
@@ -120,19 +120,18 @@ def run(
     policy = _policy(manifest, root, chosen, argv[0])
     if interactive is None:
         interactive = sys.stdin.isatty()
-    before = _git_execution_state(root)
+    from agentstack.sandbox import watch
+
+    before = watch.snapshot(root)
     try:
         code = run_confined(
-            root, policy, argv, os.environ, interactive, readonly_files=_guard_state(root)
+            root, policy, argv, os.environ, interactive, readonly_files=_guard_state(root),
+            before_start=lambda runtime, routes: _seed_private_state(
+                runtime, root, document, digest, routes),
         )
     finally:
-        changed = _changed(before, _git_execution_state(root))
-        if changed:
-            echo(
-                "agentstack: WARNING: the sandboxed process changed files git executes outside "
-                "the sandbox: " + ", ".join(changed) + "\nreview them before running any git "
-                "command here (git config, hooks and fsmonitor run with your full privileges)"
-            )
+        # Only now: every process of the session is gone (run_confined kills the whole tree).
+        _report_changes(watch.compare(before, watch.snapshot(root)))
     if code < 0:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -141,6 +140,27 @@ def run(
         os.kill(os.getpid(), -code)
         raise typer.Exit(128 - code)
     raise typer.Exit(code)
+
+
+def _seed_private_state(
+    policy: SandboxPolicy, root: Path, document: dict[str, Any], digest: str,
+    routes: dict[str, str],
+) -> None:
+    """Rewrite the harness's private user-level state before the session (see private_state)."""
+    if policy.harness_state is None:
+        return
+    from agentstack.sandbox.private_state import Layout, rendered_user_keys, seed
+
+    layout = Layout(policy.harness_state)
+    try:
+        keys = rendered_user_keys(root, document, digest, layout)
+        seed(layout, workdir=policy.workdir, home=policy.home, user_keys=keys, route_urls=routes)
+    except OSError as exc:
+        raise Refused(
+            f"cannot prepare the harness's private state in {layout.root}: {exc}",
+            hint="check that directory (it is agentstack's; deleting it resets the harness's "
+            "state for this project)",
+        ) from None
 
 
 def _guard_state(root: Path) -> dict[str, bytes]:
@@ -161,31 +181,22 @@ def _guard_state(root: Path) -> dict[str, bytes]:
     return copies
 
 
-def _git_execution_state(root: Path) -> dict[str, str]:
-    """Digests of the workdir's files that make git run code (.git/config, .git/hooks/*): the
-    workdir is writable, and Landlock cannot carve them out, so `run` reports any change."""
-    from agentstack.canonical import b3
+def _report_changes(changes: list[Any]) -> None:
+    from agentstack.sandbox import watch
 
-    git = root / ".git"
-    out: dict[str, str] = {}
-    if not git.is_dir() or git.is_symlink():
-        return out
-    candidates = [git / "config", git / "info" / "attributes"]
-    hooks = git / "hooks"
-    if hooks.is_dir() and not hooks.is_symlink():
-        candidates.extend(sorted(hooks.iterdir()))
-    for path in candidates:
-        try:
-            out[str(path.relative_to(root))] = (
-                "link:" + os.readlink(path) if path.is_symlink() else b3(path.read_bytes())
-            )
-        except OSError:
+    for line in watch.report(changes):
+        if line.startswith(watch.MESSAGES["git-state"]):
+            echo(f"agentstack: note: the sandboxed process {line}")
             continue
-    return out
-
-
-def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        echo(f"agentstack: WARNING: the sandboxed process {line}")
+    if any(c.category == "git-exec" for c in changes):
+        echo(
+            "review them before running any git command here (git config, hooks, fsmonitor and "
+            "submodules run with your full privileges)"
+        )
+    if any(c.category in ("on-open", "harness") for c in changes):
+        echo("review them before opening this directory with those tools or the harness "
+             "outside agentstack run")
 
 
 # ------------------------------------------------------------------ why
@@ -299,6 +310,10 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
     lines.append(
         "env       " + ", ".join([*policy.env_pass, "TMPDIR", *(k for k, _ in policy.env_set)])
     )
+    if policy.harness_state is not None:
+        from agentstack.sandbox.private_state import Layout, describe
+
+        lines.extend(describe(Layout(policy.harness_state)))
     echo("\n".join(lines))
 
 
@@ -308,7 +323,7 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
 @app.command()
 def doctor(
     verify: Annotated[
-        bool, typer.Option("--verify", help="Also run the confinement suite (~15 s).")
+        bool, typer.Option("--verify", help="Also run the confinement suite (about a minute).")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -342,7 +357,8 @@ def doctor(
                     )
 
             if not as_json:
-                echo("confinement suite (a row passes only on the kernel's EACCES/EPERM):")
+                echo("confinement suite (a row passes only on the kernel's EACCES/EPERM, or "
+                     "for proxy rows the gate's refusal with nothing reaching the listener):")
             rows = run_suite(progress=progress)
             passed, bad, skipped = summary(rows)
             report["verify"] = {

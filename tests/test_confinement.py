@@ -53,7 +53,8 @@ def test_row(scene: verify.Scenario, row: verify.Row, mode: str) -> None:
     )
     if row.expect == "deny":
         assert result.exit_code not in (0, None)
-        assert verify.DENIED_LINE.search(result.output)
+        pattern = verify.PROXY_DENIED_LINE if row.op == "proxy" else verify.DENIED_LINE
+        assert pattern.search(result.output)
         assert "ENOENT" not in result.output
     else:
         assert result.exit_code == 0
@@ -67,7 +68,8 @@ ROOT_ONLY = {"etc-shadow", "raw-disk", "raw-socket", "packet-socket", "netlink-a
 
 @pytest.mark.parametrize(
     "row",
-    [r for r in verify.ROWS if r.expect == "deny" and r.name not in DESTRUCTIVE],
+    [r for r in verify.ROWS
+     if r.expect == "deny" and r.name not in DESTRUCTIVE and r.op != "proxy"],
     ids=lambda r: r.name,
 )
 def test_probe_observes_success_unconfined(scene: verify.Scenario, row: verify.Row) -> None:
@@ -86,6 +88,8 @@ def test_probe_observes_success_unconfined(scene: verify.Scenario, row: verify.R
         # A device cgroup (this machine's own container) refuses it before Landlock would;
         # confined, the denial is Landlock's EACCES (see the raw-disk rows).
         pytest.skip("the block device is closed to every process here (device cgroup)")
+    if row.name == "sctp" and "EPROTONOSUPPORT" in output:
+        pytest.skip("no SCTP in this kernel (confined, seccomp refuses the socket first)")
     if row.name == "io-uring" and "EPERM" in output:
         sysctl = Path("/proc/sys/kernel/io_uring_disabled")
         if sysctl.exists() and sysctl.read_text().strip() != "0":
@@ -414,7 +418,7 @@ def test_doctor_verify(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert done.returncode == 0, done.stderr + json.dumps(report["verify"], indent=1)
     names = {c["name"] for c in report["checks"]}
-    assert {"kernel", "landlock", "nono", "seccomp", "project"} <= names
+    assert {"kernel", "landlock", "nono", "seccomp", "containment", "project"} <= names
     assert any(n.startswith("harness ") for n in names)
     assert report["verify"]["failed"] == 0
     assert report["verify"]["passed"] >= len(CASES) - 3
@@ -482,3 +486,312 @@ def test_readonly_files_for_the_guard(scene: verify.Scenario) -> None:
         out, _ = child.process.communicate(timeout=30)
     lines = out.decode().split("\n")
     assert lines[:3] == ['{"snapshot": 1}', "DENIED 13", "DENIED 13"], out
+
+
+# ------------------------------------------------------------------ nothing outlives `run`
+
+CHAIN = """\
+n=$1
+if [ "$n" -gt 0 ]; then sh ./chain.sh $((n - 1)) & fi
+echo $$ >> pids.txt
+exec sleep 300
+"""
+# A double-forked, setsid-detached daemon that keeps respawning children, and one that tries to
+# join the group of `run` (the shell's group, when `run` is interactive).
+DAEMONS = """\
+import os, sys, time
+def daemon(body):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            body()
+        os._exit(0)
+    os.wait()
+def respawn():
+    with open("pids.txt", "a") as out:
+        out.write(f"{os.getpid()}\\n")
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            with open("pids.txt", "a") as out:
+                out.write(f"{os.getpid()}\\n")
+            time.sleep(300)
+            os._exit(0)
+        time.sleep(0.01)
+def joiner():
+    with open("pids.txt", "a") as out:
+        out.write(f"{os.getpid()}\\n")
+    try:
+        os.setpgid(0, int(sys.argv[1]))
+        print("JOINED", flush=True)
+    except OSError as exc:
+        print("JOIN", exc.errno, flush=True)
+    time.sleep(300)
+daemon(respawn)
+daemon(joiner)
+time.sleep(0.3)
+"""
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(pid)
+    return out
+
+
+@pytest.mark.parametrize("containment", ["cgroup", "process-tree"])
+def test_nothing_outlives_run(scene: verify.Scenario, containment: str,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 100-deep chain, a double-forked setsid daemon that keeps forking and a process that tries
+    to join run's process group: none survives once `run_confined` returns, with the cgroup
+    (cgroup.kill) and without it (the whole-tree kill loop, no round cap)."""
+    from agentstack.sandbox import runner
+
+    if containment == "process-tree":
+        monkeypatch.setattr(runner.Cgroup, "create", classmethod(lambda cls: None))
+    else:
+        probe = runner.Cgroup.create()
+        if probe is None:
+            pytest.skip("this process cannot create a cgroup v2 here")
+        probe.remove()
+    work = scene.workdir
+    (work / "chain.sh").write_text(CHAIN)
+    (work / "daemons.py").write_text(DAEMONS)
+    pids_file = work / "pids.txt"
+    pids_file.unlink(missing_ok=True)
+    script = ("sh ./chain.sh 100 & "
+              "while [ \"$(wc -l < pids.txt 2>/dev/null || echo 0)\" -lt 101 ]; do sleep 0.05; done; "
+              f"{PYTHON or 'python3'} -I daemons.py {os.getpgid(0)}; exit 0")
+    log = scene.base / "outside" / "run.log"
+    with log.open("wb") as out, runner.confined(
+        work, scene.policy, ["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"},
+        interactive=False, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+    ) as child:  # a file, not a pipe: the survivors would hold a pipe open
+        assert child.process.wait(timeout=60) == 0, log.read_text()
+        pids = [int(p) for p in pids_file.read_text().split()]
+        assert len(pids) >= 104, len(pids)  # 101 in the chain, 2 daemons, >= 1 respawned child
+        assert len(_alive(pids)) >= 100  # the command exited; its tree is still running
+        if containment == "cgroup":
+            assert child.cgroup is not None and set(_alive(pids)) <= child.cgroup.pids()
+        else:
+            assert child.cgroup is None
+    assert _alive(pids) == [], "processes of the run survived it"
+    output = log.read_text()
+    assert "JOINED" not in output and "JOIN 1" in output, output  # EPERM: another session
+    pids_file.unlink()
+
+
+THIEF = """\
+import os, sys, time
+def daemon(body):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            body()
+        os._exit(0)
+    os.wait()
+def thief():
+    with open("pids.txt", "a") as out:
+        out.write(f"{os.getpid()}\\n")
+    try:
+        os.setpgid(0, int(sys.argv[1]))  # the shell's process group
+    except OSError:
+        pass
+    for path in ("/dev/tty", os.ttyname(0)):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        with open("stolen.txt", "ab") as out:
+            while True:
+                try:
+                    data = os.read(fd, 100)
+                except OSError:
+                    break
+                out.write(data)
+                out.flush()
+    time.sleep(300)
+daemon(thief)
+time.sleep(0.3)
+print("SESSION", os.isatty(0), os.ttyname(0) != sys.argv[2], flush=True)
+"""
+
+
+def test_interactive_run_owns_the_terminal_and_leaves_nothing(
+    shared: tuple[Path, dict[str, str]], var_home: Path
+) -> None:
+    """On a real terminal: the confined session gets a pseudo-terminal that `run` owns and relays,
+    not the user's; a detached descendant that tries to join the shell's group and read the
+    terminal is gone when `run` returns, and the next line typed reaches the shell."""
+    project, env = shared
+    (project / "thief.py").write_text(THIEF)
+    for name in ("pids.txt", "stolen.txt"):
+        (project / name).unlink(missing_ok=True)
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ.update(env, PYTHONPATH=str(REPO))
+        os.chdir(project)
+        shell = (f'"{sys.executable}" -m agentstack run -- "{PYTHON or "python3"}" -I thief.py '
+                 '$$ "$(tty)"; echo "RUN-DONE $?"; read line; echo "GOT:$line"')
+        os.execv("/bin/sh", ["/bin/sh", "-c", shell])
+    output = b""
+    sent = False
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and b"GOT:" not in output:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        if not sent and b"RUN-DONE" in output:
+            os.write(fd, b"hello\n")
+            sent = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    text = output.decode("utf-8", "replace")
+    assert "SESSION True True" in text, text  # a terminal, and not the user's
+    assert "RUN-DONE 0" in text, text
+    assert "GOT:hello" in text, text
+    pids = [int(p) for p in (project / "pids.txt").read_text().split()]
+    assert pids and _alive(pids) == []
+    stolen = project / "stolen.txt"
+    assert not stolen.exists() or b"hello" not in stolen.read_bytes()
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_nono_alone_would_tunnel_and_the_gate_refuses(scene: verify.Scenario) -> None:
+    """Control for the proxy rows: nono's own port tunnels to a non-allowed localhost port (the
+    measured hole); the port the confined process gets is agentstack's gate, which refuses it,
+    and nono's port is not among the ports Landlock opens."""
+    import base64
+    import socket
+
+    from agentstack.sandbox.runner import confined
+
+    target = f"127.0.0.1:{scene.values['denied_port']}"
+    with confined(scene.workdir, scene.policy, ["/bin/sleep", "30"], {"PATH": "/usr/bin:/bin"},
+                  interactive=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL) as child:
+        proxy = child.proxy
+        assert proxy is not None
+        assert proxy.port != proxy.nono_port
+        assert proxy.port in child.policy.tcp_ports
+        assert proxy.nono_port not in child.policy.tcp_ports
+        token = base64.b64encode(f"nono:{proxy.token}".encode()).decode()
+        request = (f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+                   f"Proxy-Authorization: Basic {token}\r\n\r\n").encode()
+        replies = {}
+        for name, port in (("nono", proxy.nono_port), ("gate", proxy.port)):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(request)
+                replies[name] = sock.recv(4096).split(b"\r\n", 1)[0]
+        child.process.kill()
+        refused = [e for e in proxy.audit() if e.get("source") == "agentstack-gate"]
+    assert b" 200 " in replies["nono"], replies
+    assert b" 403 " in replies["gate"], replies
+    assert refused and refused[-1]["target"] == target
+
+
+# ------------------------------------------------------------------ what runs after `run`
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+PLANTS = [
+    ("printf '[core]\\n\\tfsmonitor = ./evil\\n' >> .git/config", "WARNING", ".git/config (changed)"),
+    ("echo ../../elsewhere > .git/commondir", "WARNING", ".git/commondir (added)"),
+    ("mkdir -p vendor/lib/.git && printf '[core]\\n' > vendor/lib/.git/config", "WARNING",
+     "vendor/lib/.git/config (added)"),
+    ("mkdir -p wt && echo 'gitdir: ../.git/worktrees/x' > wt/.git", "WARNING", "wt/.git (added)"),
+    ("mkdir -p .git/modules/m/hooks && echo x > .git/modules/m/hooks/post-checkout", "WARNING",
+     ".git/modules/m/hooks/post-checkout (added)"),
+    ("mkdir -p .git/worktrees/w && echo /x > .git/worktrees/w/commondir", "WARNING",
+     ".git/worktrees/w/commondir (added)"),
+    (f"git update-index --add --cacheinfo 160000,{SHA},sub", "WARNING", "gitlink sub (added)"),
+    ("printf '[submodule \"s\"]\\n\\tpath = s\\n' > .gitmodules", "WARNING", ".gitmodules (added)"),
+    ("rm -rf .git/hooks && ln -s /nonexistent .git/hooks", "WARNING", ".git/hooks (changed)"),
+    ("echo 'export X=1' > .envrc", "WARNING", ".envrc (added)"),
+    ("mkdir -p .vscode && echo '{}' > .vscode/tasks.json", "WARNING", ".vscode/tasks.json (added)"),
+    ("mkdir -p .claude && echo '{}' > .claude/settings.json", "WARNING",
+     ".claude/settings.json (added)"),
+    ("git add probe.py", "note", ".git/index (added)"),
+]
+
+
+def test_everything_git_or_an_editor_runs_later_is_reported(tmp_path: Path,
+                                                              var_home: Path) -> None:
+    """Each way the confined process can make git (or direnv, an editor, the harness) run code
+    later, outside the sandbox, is reported after the session. Measured before: commondir,
+    gitlinks, nested and worktree git directories and on-open files went unreported."""
+    from tests.conftest import git
+
+    root = make_project(tmp_path / "demo", MANIFEST)
+    shutil.copyfile(PROBE, root / "probe.py")
+    git("init", "-q", cwd=root)  # the test's own repository
+    env = _explicit(root, {"HOME": str(var_home)})
+    pristine = tmp_path / "pristine"
+    shutil.copytree(root, pristine, symlinks=True)
+    for command, level, expected in PLANTS:
+        done = run_cli("run", "--", "/bin/sh", "-c", command, cwd=root, env=env)
+        assert done.returncode == 0, (command, done.stderr)
+        assert expected in done.stderr, (command, done.stderr)
+        assert f"agentstack: {level}" in done.stderr, (command, done.stderr)
+        if level == "note":
+            assert "WARNING" not in done.stderr, (command, done.stderr)
+        shutil.rmtree(root)
+        shutil.copytree(pristine, root, symlinks=True)
+
+
+def test_checks_run_once_the_tree_is_gone(shared: tuple[Path, dict[str, str]]) -> None:
+    """A detached descendant that would write .git/config after the command exits is killed
+    before `run` takes its second look (it used to write after the check, unreported)."""
+    project, env = shared
+    (project / ".git").mkdir(exist_ok=True)
+    config = project / ".git" / "config"
+    config.write_text("[core]\n")
+    late = "(setsid sh -c 'sleep 1; echo late >> .git/config' > /dev/null 2>&1 &); exit 0"
+    done = run_cli("run", "--", "/bin/sh", "-c", late, cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    time.sleep(2)
+    assert config.read_text() == "[core]\n"
+    assert "WARNING" not in done.stderr
+    shutil.rmtree(project / ".git")
+
+
+def test_run_seeds_the_private_state_with_the_rendered_guard(tmp_path: Path,
+                                                             var_home: Path) -> None:
+    """`run --harness codex` points the harness at its private state, which holds the user-level
+    guard and project trust `apply` renders, and nothing of the user's own hooks or servers."""
+    import tomllib
+
+    root = make_project(tmp_path / "demo", MANIFEST)
+    (var_home / ".codex").mkdir(exist_ok=True)
+    real = var_home / ".codex" / "config.toml"
+    real.write_text('model = "gpt-5"\nnotify = ["touch", "/x"]\n[mcp_servers.mine]\ncommand = "x"\n')
+    env = _explicit(root, {"HOME": str(var_home)})
+    done = run_cli("run", "--harness", "codex", "--", "/bin/sh", "-c",
+                   'echo "$CODEX_HOME"; cat "$CODEX_HOME/config.toml"; echo "$CLAUDE_CONFIG_DIR"; '
+                   'echo "$XDG_CONFIG_HOME"', cwd=root, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    state = Path(os.environ["AGENTSTACK_HOME"]).resolve() / "projects"
+    codex_home = Path(lines[0])
+    assert codex_home.parent.parent.parent == state and codex_home.name == "codex"
+    assert lines[-2] == str(codex_home.parent / "claude")
+    assert lines[-1] == str(codex_home.parent / "xdg" / "config")
+    config = tomllib.loads("\n".join(lines[1:-2]))
+    assert config["model"] == "gpt-5"
+    assert "notify" not in config and "mcp_servers" not in config
+    assert config["projects"][str(root.resolve())]["trust_level"] == "trusted"
+    guard = json.dumps(config["hooks"]["PreToolUse"])
+    assert "guard" in guard and "--harness" in guard
+    assert real.read_text().startswith('model = "gpt-5"\nnotify')  # the real file: untouched

@@ -84,6 +84,25 @@ def seccomp_check() -> Check:
     return Check("seccomp", "ok", f"libseccomp {version}; {detail}", data)
 
 
+def containment_check() -> Check:
+    """How `run` makes sure no process of a session outlives it."""
+    from agentstack.sandbox.runner import Cgroup, _own_cgroup_dir
+
+    group = Cgroup.create()
+    if group is not None:
+        base = os.path.dirname(group.path)
+        group.remove()
+        return Check("containment", "ok", f"a cgroup v2 per run under {base} (cgroup.kill)",
+                     {"method": "cgroup", "base": base})
+    return Check(
+        "containment", "ok",
+        "this process cannot create a cgroup v2 here"
+        + (f" (in {_own_cgroup_dir()})" if _own_cgroup_dir() else "")
+        + "; run kills the session's whole process tree as its child subreaper instead",
+        {"method": "process-tree"},
+    )
+
+
 def _version(path: str) -> str | None:
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": os.environ.get("HOME", "/"),
            "TERM": "dumb", "NO_COLOR": "1"}
@@ -122,7 +141,8 @@ def harness_checks() -> list[Check]:
 
 
 def system_checks() -> list[Check]:
-    checks = [kernel_check(), landlock_check(), nono_check(), seccomp_check()]
+    checks = [kernel_check(), landlock_check(), nono_check(), seccomp_check(),
+              containment_check()]
     return checks + harness_checks()
 
 

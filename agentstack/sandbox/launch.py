@@ -38,6 +38,7 @@ from typing import Any
 # directory may no longer be readable. (marshal, not json: json pulls in `re`, ~15 ms of start-up.)
 
 PR_SET_PDEATHSIG = 1
+TIOCSCTTY = 0x540E
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
 PR_SET_NO_NEW_PRIVS = 38
@@ -226,6 +227,11 @@ def confine_and_exec(spec: dict[str, Any], status_fd: int) -> None:
     _prctl(libc, PR_SET_PDEATHSIG, 9)
     if os.getppid() != spec["parent_pid"]:
         raise LaunchError("launch", "agentstack run exited before the sandbox started")
+    # stdin is then the pseudo-terminal `run` allocated and relays; this new session takes it as
+    # its controlling terminal (the user's own terminal is never reachable).
+    if spec.get("controlling_terminal") and libc.ioctl(0, TIOCSCTTY, 0) != 0:
+        err = ctypes.get_errno()
+        raise LaunchError("terminal", f"cannot take the session's terminal: {os.strerror(err)}")
     os.chdir(spec["cwd"])
     apply_landlock(spec)
     if spec["drop_capabilities"]:

@@ -32,6 +32,9 @@ DENY_REASONS = {
     "nono:deny_browser_data_linux": "browser data (nono group deny_browser_data_linux)",
     "nono:deny_shell_history": "shell history (nono group deny_shell_history)",
     "nono:deny_shell_configs": "shell start-up files (nono group deny_shell_configs)",
+    "credentials": "a credential file of a harness or a common tool (agentstack's deny list)",
+    "harness-home": "the harness's real user-level configuration and state (what runs in every "
+    "later session); inside run the harness uses its private per-project copy",
 }
 
 
@@ -65,11 +68,21 @@ class Grant:
 
 @dataclass(frozen=True, kw_only=True)
 class Deny:
+    """A path no grant may reach. `except_paths`: directories below it that agentstack itself
+    grants (the harness's private state under $AGENTSTACK_HOME); Landlock denies by default, so
+    granting a directory below an ungranted one opens nothing else."""
+
     path: str
     source: str
+    except_paths: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return DENY_REASONS.get(self.source, self.source)
+
+    def covers(self, path: str) -> bool:
+        return is_within(path, self.path) and not any(
+            is_within(path, inner) for inner in self.except_paths
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +101,13 @@ class CredentialRoute:
         from urllib.parse import urlsplit
 
         return (urlsplit(self.upstream).hostname or "").lower()
+
+    @property
+    def port(self) -> int:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.upstream)
+        return parts.port or (443 if parts.scheme == "https" else 80)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +155,8 @@ class SandboxPolicy:
     tmpdir: str | None = None
     proxy_port: int | None = None
     seccomp: bool = True
+    # The harness's private user-level state (config dir, XDG dirs) for this project, if any.
+    harness_state: str | None = None
     format: int = field(default=POLICY_FORMAT)
 
     # ------------------------------------------------------------------ derived
@@ -172,6 +194,8 @@ class SandboxPolicy:
         out: list[str] = []
         for deny in self.denies:
             for grant in self.grants:
+                if any(is_within(grant.path, inner) for inner in deny.except_paths):
+                    continue
                 if grant.file:
                     if grant.path == deny.path or is_within(grant.path, deny.path):
                         out.append(
@@ -217,7 +241,7 @@ class SandboxPolicy:
         literal = os.path.normpath(os.path.join(self.workdir, os.path.expanduser(path)))
         via = "" if target == literal else f" ({path} -> {target})"
         for deny in self.denies:
-            if is_within(target, deny.path):
+            if deny.covers(target):
                 return Decision(
                     allowed=False,
                     reason=f"denied: {target} is under {deny.path}, {deny.describe()}; no grant "
@@ -261,7 +285,8 @@ class SandboxPolicy:
         port_text = ", ".join(str(p) for p in ports) or "none"
         if port is not None and port in ports:
             what = (
-                "agentstack's credential proxy"
+                "agentstack's proxy (it forwards only credential-route requests and tunnels "
+                "only to allow_domains on port 443, with its token)"
                 if port == self.proxy_port
                 else "a localhost port in sandbox.network.localhost_ports"
             )
@@ -283,30 +308,48 @@ class SandboxPolicy:
                 "could reach it, and no allowed host or route names it",
             )
         for route in self.credentials:
-            if route.host == name:
-                where = f"${route.base_url_env}" if route.base_url_env else "the proxy's route"
+            if route.host != name:
+                continue
+            where = f"${route.base_url_env}" if route.base_url_env else f"/{route.name}/ on the proxy"
+            if port is not None and port != route.port:
                 return Decision(
-                    allowed=True,
-                    reason=f"allowed through agentstack's credential proxy only: call {where} "
-                    f"(route {route.name}); the proxy injects secret:{route.secret} into the "
-                    f"{route.header} header, the process holds a phantom token in ${route.env}",
-                    rule=f"sandbox.credentials.{route.name}",
+                    allowed=False,
+                    reason=f"denied: {name} is the upstream of credential route {route.name}, "
+                    f"which reaches port {route.port} only, by requests the proxy forwards "
+                    f"itself; the proxy opens no tunnel to {name}:{port}",
                 )
+            return Decision(
+                allowed=True,
+                reason=f"allowed through agentstack's credential proxy only: HTTP requests to "
+                f"{where} (route {route.name}) are forwarded to {route.upstream} with "
+                f"secret:{route.secret} in the {route.header} header, when they carry the "
+                f"phantom token of ${route.env}; no tunnel (CONNECT) to {name}, no direct TCP",
+                rule=f"sandbox.credentials.{route.name}",
+            )
         for pattern in self.allow_domains:
-            if _host_matches(name, pattern):
+            if not _host_matches(name, pattern) or address is not None or loopback:
+                continue
+            if port is not None and port not in (443, 80):
                 return Decision(
-                    allowed=True,
-                    reason=f"allowed through agentstack's proxy only (HTTPS_PROXY): {name} "
-                    f"matches {pattern!r} in sandbox.network.allow_domains; direct TCP is "
-                    "still blocked",
-                    rule=pattern,
+                    allowed=False,
+                    reason=f"denied: {name} matches {pattern!r} in sandbox.network.allow_domains, "
+                    f"but the proxy tunnels to port 443 (CONNECT) and forwards plain HTTP to port "
+                    f"80 only, not {port}",
                 )
+            return Decision(
+                allowed=True,
+                reason=f"allowed through agentstack's proxy only (HTTPS_PROXY, with its token): "
+                f"{name} matches {pattern!r} in sandbox.network.allow_domains; CONNECT to port "
+                "443, plain HTTP to port 80; direct TCP is still blocked",
+                rule=pattern,
+            )
         if loopback:
             return Decision(
                 allowed=False,
                 reason=f"denied: TCP to localhost is allowed only on ports {port_text}"
                 + (f", not {port}" if port is not None else "")
-                + "; add the port to sandbox.network.localhost_ports",
+                + "; the proxy never tunnels to localhost; add the port to "
+                "sandbox.network.localhost_ports",
             )
         if name in METADATA_NAMES:
             return Decision(allowed=False, reason=f"denied: {name} is a cloud metadata host")
@@ -346,7 +389,9 @@ class SandboxPolicy:
                 for g in data["grants"]
             ),
             denies=tuple(
-                Deny(path=str(d["path"]), source=str(d["source"])) for d in data["denies"]
+                Deny(path=str(d["path"]), source=str(d["source"]),
+                     except_paths=tuple(str(p) for p in d.get("except_paths", ())))
+                for d in data["denies"]
             ),
             network_block=bool(data["network_block"]),
             localhost_ports=tuple(int(p) for p in data["localhost_ports"]),
@@ -357,6 +402,7 @@ class SandboxPolicy:
             tmpdir=data.get("tmpdir"),
             proxy_port=data.get("proxy_port"),
             seccomp=bool(data.get("seccomp", True)),
+            harness_state=data.get("harness_state"),
         )
 
     @classmethod
@@ -374,5 +420,5 @@ def _ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 def _host_matches(host: str, pattern: str) -> bool:
     pattern = pattern.lower().rstrip(".")
     if pattern.startswith("*."):
-        return host.endswith(pattern[1:])
+        return host.endswith(pattern[1:]) and host != pattern[2:]
     return host == pattern

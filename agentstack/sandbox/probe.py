@@ -105,6 +105,82 @@ def op_connect(host: str, port: str) -> str:
         return f"connected to {host}:{port}"
 
 
+MSG_FASTOPEN = 0x20000000
+TCP_FASTOPEN_CONNECT = 30
+IPPROTO_MPTCP = 262
+IPPROTO_SCTP = 132
+
+
+def _tcp_target(host: str, port: str) -> tuple[socket.socket, tuple[str, int]]:
+    """A TCP socket and address: `::ffff:127.0.0.1` (v4-mapped) gets an AF_INET6 socket."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)  # blocking: Fast Open completes the SYN
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 5, 0))
+    return sock, (host, int(port))
+
+
+def _fastopen_result(sock: socket.socket, address: tuple[str, int]) -> str:
+    return f"Fast Open sent data to {address[0]}:{address[1]} without connect()"
+
+
+def op_fastopen(host: str, port: str, how: str = "sendto") -> str:
+    """A TCP connection without connect(): sendto/sendmsg/sendmmsg with MSG_FASTOPEN, or
+    setsockopt(TCP_FASTOPEN_CONNECT) followed by connect() and a write."""
+    sock, address = _tcp_target(host, port)
+    with sock:
+        if how == "sendto":
+            sock.sendto(b"probe", MSG_FASTOPEN, address)
+        elif how == "sendmsg":
+            sock.sendmsg([b"probe"], [], MSG_FASTOPEN, address)
+        elif how == "sendmmsg":
+            _sendmmsg_fastopen(sock, address)
+        elif how == "connect-option":
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)
+            sock.connect(address)
+            sock.send(b"probe")
+        else:
+            raise ValueError(how)
+        return _fastopen_result(sock, address)
+
+
+def _sendmmsg_fastopen(sock: socket.socket, address: tuple[str, int]) -> None:
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    class MsgHdr(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                    ("iov", ctypes.POINTER(IoVec)), ("iovlen", ctypes.c_size_t),
+                    ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                    ("flags", ctypes.c_int)]
+
+    class MMsgHdr(ctypes.Structure):
+        _fields_ = [("hdr", MsgHdr), ("len", ctypes.c_uint)]
+
+    if sock.family == socket.AF_INET6:
+        raw = struct.pack("!HHI16sI", socket.AF_INET6, address[1], 0,
+                          socket.inet_pton(socket.AF_INET6, address[0]), 0)
+        raw = struct.pack("=H", socket.AF_INET6) + raw[2:]
+    else:
+        raw = struct.pack("=H", socket.AF_INET) + struct.pack(
+            "!H4s8x", address[1], socket.inet_aton(address[0]))
+    name = ctypes.create_string_buffer(raw, len(raw))
+    data = ctypes.create_string_buffer(b"probe", 5)
+    iov = IoVec(ctypes.addressof(data), 5)
+    msg = MMsgHdr(MsgHdr(ctypes.addressof(name), len(raw), ctypes.pointer(iov), 1, None, 0, 0), 0)
+    _libc.sendmmsg.restype = ctypes.c_int
+    _check(_libc.sendmmsg(sock.fileno(), ctypes.byref(msg), 1, MSG_FASTOPEN))
+
+
+def op_stream_proto(proto: str, host: str, port: str) -> str:
+    """connect() over a SOCK_STREAM protocol other than TCP (MPTCP, SCTP): Landlock's TCP rules
+    name TCP only."""
+    number = {"mptcp": IPPROTO_MPTCP, "sctp": IPPROTO_SCTP}[proto]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM, number) as sock:
+        sock.settimeout(5)
+        sock.connect((host, int(port)))
+    return f"connected to {host}:{port} over {proto}"
+
+
 def op_unix(address: str) -> str:
     target = "\0" + address[1:] if address.startswith("@") else address
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -252,6 +328,128 @@ def op_tiocsti() -> str:
     return "injected a keystroke"
 
 
+def op_join_group(pid: str) -> str:
+    """Move into the process group of a process outside (the user's shell's, `run`'s)."""
+    target = os.getpgid(int(pid))
+    os.setpgid(0, target)
+    return f"joined process group {target}"
+
+
+def op_terminal(path: str) -> str:
+    """Open a terminal other than the session's own, to read what is typed there."""
+    fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
+    os.close(fd)
+    return f"opened {path}"
+
+
+class ProxyRefused(Exception):
+    pass
+
+
+def _proxy() -> tuple[int, str]:
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ["HTTPS_PROXY"])
+    return int(url.port or 0), url.password or ""
+
+
+def _proxy_exchange(request: bytes) -> bytes:
+    port, _ = _proxy()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            data += chunk
+            if b"Connection Established" in data:
+                break
+    return data
+
+
+def op_proxy(kind: str, target: str) -> str:
+    """Ask the credential proxy for a tunnel or a forward: `connect` (with the token),
+    `connect-no-token`, `absolute` (GET http://target/ with the token) or `smuggle` (a route
+    request followed, in the same connection, by a CONNECT)."""
+    import base64
+
+    _, token = _proxy()
+    auth = "Proxy-Authorization: Basic " + base64.b64encode(f"nono:{token}".encode()).decode()
+    if kind == "connect":
+        request = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n\r\n"
+    elif kind == "connect-no-token":
+        request = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
+    elif kind == "absolute":
+        request = f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n\r\n"
+    elif kind == "smuggle":
+        base = os.environ["MOCK_BASE_URL"].split("/", 3)[3]
+        key = os.environ["MOCK_API_KEY"]
+        request = (f"GET /{base}/v1/echo HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   f"Authorization: Bearer {key}\r\nContent-Length: 0\r\n\r\n"
+                   f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n\r\n")
+    else:
+        raise ValueError(kind)
+    reply = _proxy_exchange(request.encode())
+    status = reply.split(b"\r\n", 1)[0].decode("latin-1")
+    if b"Connection Established" in reply or (kind == "absolute" and " 200 " in status):
+        return f"the proxy opened {target}: {status}"
+    if kind == "smuggle":
+        raise ProxyRefused("dropped")
+    raise ProxyRefused(status.split(" ")[1] if " " in status else "closed")
+
+
+def op_outlive(pids_file: str, depth: str = "100") -> str:
+    """Leave processes behind: a chain `depth` deep, a double-forked setsid() daemon that keeps
+    forking, and one that moves into the process group of its parent's parent. Writes their pids
+    to `pids_file` and returns at once (the row then checks none is alive after `run`)."""
+    import time
+
+    read_end, write_end = os.pipe()
+
+    def quiet() -> None:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(read_end)
+
+    if os.fork() == 0:  # the chain: each level forks the next, then stays
+        quiet()
+        for _ in range(int(depth)):
+            if os.fork() != 0:
+                break
+        os.write(write_end, f"{os.getpid()}\n".encode())
+        time.sleep(300)
+        os._exit(0)
+    if os.fork() == 0:  # a detached daemon that keeps forking
+        quiet()
+        os.setsid()
+        if os.fork() == 0:
+            while True:
+                if os.fork() == 0:
+                    os.write(write_end, f"{os.getpid()}\n".encode())
+                    time.sleep(300)
+                    os._exit(0)
+                time.sleep(0.02)
+        os._exit(0)
+    os.close(write_end)
+    pids: list[str] = []
+    buffer = b""
+    while len(pids) < int(depth) + 3:
+        chunk = os.read(read_end, 4096)
+        if not chunk:
+            break
+        buffer += chunk
+        *done, buffer = buffer.split(b"\n")
+        pids.extend(p.decode() for p in done if p)
+    with open(pids_file, "w", encoding="ascii") as handle:
+        handle.write("\n".join(pids) + "\n")
+    return f"left {len(pids)} processes running"
+
+
 def op_http(base_env: str, key_env: str, header: str) -> str:
     import urllib.request
 
@@ -272,7 +470,9 @@ OPS: dict[str, Callable[..., str]] = {
     "unshare_user": op_unshare_user, "clone_user": op_clone_user, "environ": op_environ,
     "memfd": op_memfd, "execveat": op_execveat, "keyctl": op_keyctl,
     "userfaultfd": op_userfaultfd, "perf": op_perf, "vm_read": op_vm_read, "setns": op_setns,
-    "tiocsti": op_tiocsti, "http": op_http,
+    "tiocsti": op_tiocsti, "http": op_http, "fastopen": op_fastopen,
+    "stream_proto": op_stream_proto, "join_group": op_join_group, "terminal": op_terminal,
+    "proxy": op_proxy, "outlive": op_outlive,
 }
 
 
@@ -281,6 +481,8 @@ def attempt(op: str, args: list[str]) -> tuple[int, str]:
         detail = OPS[op](*args)
     except Denied as exc:
         return 1, f"DENIED {errno.errorcode.get(exc.err, str(exc.err))} {os.strerror(exc.err)}"
+    except ProxyRefused as exc:
+        return 1, f"DENIED PROXY {exc}"
     except OSError as exc:
         err = exc.errno or 0
         return 1, f"DENIED {errno.errorcode.get(err, str(err))} {os.strerror(err)}"

@@ -71,7 +71,9 @@ SYSTEM_READ_FILES = (
     "/dev/urandom",
 )
 SYSTEM_WRITE_FILES = ("/dev/null", "/dev/full", "/dev/tty", "/dev/ptmx")
-SYSTEM_WRITE_DIRS = ("/dev/pts",)  # the terminal a harness may reopen (as nono's system_write)
+# Not /dev/pts: the user's own terminals live there. An interactive run grants only the
+# pseudo-terminal it allocated and relays (see runner.run_confined).
+SYSTEM_WRITE_DIRS: tuple[str, ...] = ()
 BASE_ENV = ("HOME", "PATH", "TERM", "LANG")
 # Never passed into the sandbox, whatever the manifest says.
 FORBIDDEN_ENV = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "AGENTSTACK_HOME",
@@ -89,19 +91,20 @@ class HarnessProfile:
     env_set: tuple[tuple[str, str], ...] = ()
     # A file created empty with this content when missing (Landlock can only grant what exists).
     file_seed: dict[str, str] = field(default_factory=dict)
+    # Its user-level state is a private per-project copy (agentstack.sandbox.private_state), not
+    # the user's real one.
+    private_state: bool = False
 
 
 PROFILES: dict[str, HarnessProfile] = {
     "claude-code": HarnessProfile(
         name="claude-code",
         binary="claude",
-        write_dirs=("~/.claude", "~/.cache/claude-cli-nodejs"),
-        write_files=("~/.claude.json",),
         read_dirs=("~/.local/share/claude",),
         env_set=(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),),
-        file_seed={"~/.claude.json": "{}\n"},
+        private_state=True,
     ),
-    "codex": HarnessProfile(name="codex", binary="codex", write_dirs=("~/.codex",)),
+    "codex": HarnessProfile(name="codex", binary="codex", private_state=True),
     "gemini-cli": HarnessProfile(name="gemini-cli", binary="gemini", write_dirs=("~/.gemini",)),
     "opencode": HarnessProfile(
         name="opencode",

@@ -128,6 +128,7 @@ def resolve_policy(
     grants.append(Grant(path=workdir, access="rw", source="workdir"))
 
     env_set: tuple[tuple[str, str], ...] = ()
+    harness_state: str | None = None
     if harness is not None:
         profile = profiles.PROFILES.get(harness)
         if profile is None:
@@ -136,13 +137,13 @@ def resolve_policy(
             )
         source = f"harness:{harness}"
         for item in profile.write_dirs:
-            grants.append(Grant(path=normalise(item, home_dir), access="rw", source=source))
+            grants.append(Grant(path=_in_home(item, home_dir), access="rw", source=source))
         for item in profile.write_files:
             grants.append(
-                Grant(path=normalise(item, home_dir), access="rw", file=True, source=source)
+                Grant(path=_in_home(item, home_dir), access="rw", file=True, source=source)
             )
         for item in profile.read_dirs:
-            path = normalise(item, home_dir)
+            path = _in_home(item, home_dir)
             if os.path.isdir(path):
                 grants.append(Grant(path=path, access="ro", source=source))
         binary: str | None = None
@@ -158,6 +159,14 @@ def resolve_policy(
                               source=f"{source} install")
                     )
         env_set = profile.env_set
+        if profile.private_state:
+            from agentstack.sandbox.private_state import layout_for
+
+            layout = layout_for(state_dir, workdir)
+            harness_state = layout.root
+            grants.append(Grant(path=layout.root, access="rw",
+                                source=f"{source} private state"))
+            env_set = (*env_set, *layout.env())
         # The guard hook runs inside the sandbox too: its interpreter and agentstack's own code
         # must be readable (read-only), or every tool call is denied (fail closed, but useless).
         for path in guard_runtime_dirs():
@@ -179,7 +188,8 @@ def resolve_policy(
                       source=f"sandbox.{key}[{index}]")
             )
 
-    denies = [Deny(path=state_dir, source="agentstack-home")]
+    carve = (harness_state,) if harness_state is not None else ()
+    denies = [Deny(path=state_dir, source="agentstack-home", except_paths=carve)]
     literal_state = os.path.abspath(
         str(agentstack_home if agentstack_home is not None else default_agentstack_home())
     )
@@ -189,6 +199,23 @@ def resolve_policy(
         denies.append(Deny(path=os.path.abspath(path), source=source))
         real = os.path.realpath(path)
         if real != os.path.abspath(path):
+            denies.append(Deny(path=real, source=source))
+    from agentstack.sandbox.credentials import CREDENTIAL_PATHS, HARNESS_HOMES
+
+    # A profile without private state (gemini-cli, opencode, copilot, cursor, vscode) grants the
+    # harness's real state directory, and its login file with it: Landlock cannot deny a file
+    # under a granted directory, so that file is not listed (docs/sandbox.md, measured holes).
+    profile_dirs = [g.path for g in grants
+                    if g.source.startswith("harness:") and g.access == "rw" and not g.file
+                    and g.path != harness_state]
+    for relative, source in [*((p, "credentials") for p in CREDENTIAL_PATHS),
+                             *((p, "harness-home") for p in HARNESS_HOMES)]:
+        path = os.path.join(home_dir, relative)
+        if any(is_within(path, d) or is_within(os.path.realpath(path), d) for d in profile_dirs):
+            continue
+        denies.append(Deny(path=path, source=source))
+        real = os.path.realpath(path)
+        if real != path:
             denies.append(Deny(path=real, source=source))
 
     policy = SandboxPolicy(
@@ -214,6 +241,7 @@ def resolve_policy(
         ),
         env_pass=_env_names(sandbox),
         env_set=env_set,
+        harness_state=harness_state,
     )
     problems = policy.problems()
     if problems:
@@ -223,6 +251,13 @@ def resolve_policy(
             hint="fix [sandbox] in agentstack.toml (then lock and trust again)",
         )
     return policy
+
+
+def _in_home(item: str, home_dir: str) -> str:
+    """A profile path (`~/...`) under `home_dir`, resolved."""
+    if item == "~" or item.startswith("~/"):
+        return os.path.realpath(os.path.join(home_dir, item[2:]))
+    return normalise(item, home_dir)
 
 
 def _access(value: str) -> Access:

@@ -22,7 +22,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
@@ -37,11 +38,15 @@ REQUIRED_ABI_FEATURES = {
     "has_network": "TCP connect/bind rules (Landlock ABI 4, Linux 6.7)",
     "has_scoping": "signal and abstract unix socket scoping (Landlock ABI 6, Linux 6.12)",
 }
+KILL_TIMEOUT = 10.0
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 NO_PROXY = "localhost,127.0.0.1,::1"
 RUN_RO_ENV = "AGENTSTACK_RUN_RO"
 FileArg = int | IO[Any] | None
+# Called once the proxy runs, before anything is launched: (runtime policy, {route upstream: the
+# URL the confined process reaches it at}).
+BeforeStart = Callable[["SandboxPolicy", dict[str, str]], None]
 
 
 @dataclass(frozen=True)
@@ -206,12 +211,25 @@ class Proxy:
                 "the credential proxy reported: "
                 + "; ".join(f"{d.get('route_prefix')}: {d.get('message')}" for d in problems)
             )
-        self.port = int(self.handle.port)
+        self.nono_port = int(self.handle.port)
         self.token = str(self.handle.env_vars()["NONO_PROXY_TOKEN"])
         self.policy = policy
+        from agentstack.sandbox.gate import Gate
+
+        try:
+            # The only port the confined process may reach: agentstack's gate, never nono's.
+            self.gate = Gate(self.nono_port, self.token,
+                             routes=tuple(c.name for c in policy.credentials),
+                             allow_domains=tuple(policy.allow_domains))
+        except OSError as exc:
+            self.handle.shutdown()
+            raise ConfinementError(f"the proxy gate did not start: {exc}") from None
+        self.port = self.gate.port
 
     def child_env(self) -> dict[str, str]:
-        env = {k: v for k, v in self.handle.env_vars().items()}
+        nono = f"127.0.0.1:{self.nono_port}"
+        gate = f"127.0.0.1:{self.port}"
+        env = {k: v.replace(nono, gate) for k, v in self.handle.env_vars().items()}
         env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
         env["NONO_NO_PROXY"] = NO_PROXY
         credential_env = self.handle.credential_env_vars()
@@ -226,10 +244,21 @@ class Proxy:
                 env[cred.base_url_env] = f"http://127.0.0.1:{self.port}/{cred.name}"
         return env
 
+    def route_urls(self) -> dict[str, str]:
+        """Each credential route's upstream -> the gate's URL for it."""
+        return {c.upstream.rstrip("/"): f"http://127.0.0.1:{self.port}/{c.name}"
+                for c in self.policy.credentials}
+
     def audit(self) -> list[dict[str, Any]]:
-        return list(self.handle.drain_audit_events())
+        """nono's audit events, then what agentstack's gate refused."""
+        events = list(self.handle.drain_audit_events())
+        events += [{"source": "agentstack-gate", "decision": "refused", "target": target,
+                    "reason": reason} for target, reason in self.gate.log.drain()]
+        return events
 
     def shutdown(self) -> None:
+        with contextlib.suppress(Exception):
+            self.gate.close()
         with contextlib.suppress(Exception):
             self.handle.shutdown()
 
@@ -271,6 +300,7 @@ class Confined:
     policy: SandboxPolicy
     proxy: Proxy | None
     enforcement: Enforcement
+    cgroup: Cgroup | None = None
 
     @property
     def pid(self) -> int:
@@ -296,15 +326,19 @@ def _launch_spec(
     }
 
 
-def _children() -> set[int]:
-    """This process's children: /proc/self/task/*/children, else a scan of /proc/*/stat."""
-    me = str(os.getpid())
+def _children(pid: int | None = None) -> set[int]:
+    """A process's children (this process by default): /proc/PID/task/*/children, else a scan of
+    /proc/*/stat."""
+    me = str(os.getpid() if pid is None else pid)
     out: set[int] = set()
     try:
         for task in os.listdir(f"/proc/{me}/task"):
             with open(f"/proc/{me}/task/{task}/children", encoding="ascii") as handle:
                 out.update(int(p) for p in handle.read().split())
         return out
+    except FileNotFoundError:
+        if pid is not None:
+            return out  # the process is gone
     except OSError:
         pass
     for entry in os.listdir("/proc"):
@@ -329,21 +363,151 @@ def _set_subreaper(on: bool) -> bool:
     return bool(previous.value)
 
 
-def _reap_descendants(before: set[int]) -> int:
-    """SIGKILL the confined command's leftovers (reparented to us as subreaper); how many."""
+def _descendants(before: set[int]) -> set[int]:
+    """Every process below this one, except the children it had before the run (and theirs)."""
+    found: set[int] = set()
+    frontier = list(_children() - before)
+    while frontier:
+        pid = frontier.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        frontier.extend(_children(pid) - found)
+    return found
+
+
+class SurvivorsError(ConfinementError):
+    """Processes of the confined run could not be killed (never expected; reported loudly)."""
+
+
+def _reap_descendants(before: set[int], *, timeout: float = KILL_TIMEOUT) -> int:
+    """SIGKILL every process of the run's tree until none is left; how many signals were sent.
+
+    Every round walks the whole tree (not one generation), kills all of it and reaps what became
+    our child (we are the subreaper, so orphans come to us, never to init). A process with a
+    fatal signal pending cannot fork, so each round only sees what was alive in the previous one;
+    there is no round cap, only a time limit after which the survivors are an error."""
     killed = 0
-    for _ in range(64):
-        strays = _children() - before
+    deadline = time.monotonic() + timeout
+    while True:
+        strays = _descendants(before)
         if not strays:
-            break
+            return killed
         for pid in strays:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
-        for pid in strays:
+        for pid in _children() - before:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-    return killed
+                os.waitpid(pid, os.WNOHANG)
+        if time.monotonic() > deadline:
+            raise SurvivorsError(
+                f"{len(strays)} process(es) of the confined run survived SIGKILL for "
+                f"{timeout:.0f} s: {', '.join(map(str, sorted(strays)))}",
+                hint="they are still confined; kill them (kill -9) before running git here",
+            )
+        time.sleep(0.001)
+
+
+class Cgroup:
+    """A cgroup v2 of its own for one run: every process of the run is in it (a confined process
+    cannot leave: /sys/fs/cgroup is read-only to it), and `kill()` ends all of them at once with
+    `cgroup.kill` (Linux 5.14). Used where this process may create a child of its own cgroup."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls) -> Cgroup | None:
+        base = _own_cgroup_dir()
+        if base is None:
+            return None
+        _remove_stale_cgroups(base)
+        path = os.path.join(base, f"{CGROUP_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")
+        try:
+            os.mkdir(path, 0o755)
+        except OSError:
+            return None
+        if not os.path.exists(os.path.join(path, "cgroup.kill")):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            return None
+        return cls(path)
+
+    def add(self, pid: int) -> None:
+        with open(os.path.join(self.path, "cgroup.procs"), "w", encoding="ascii") as handle:
+            handle.write(str(pid))
+
+    def pids(self) -> set[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs"), encoding="ascii") as handle:
+                return {int(p) for p in handle.read().split()}
+        except OSError:
+            return set()
+
+    def kill(self) -> None:
+        with (
+            contextlib.suppress(OSError),
+            open(os.path.join(self.path, "cgroup.kill"), "w", encoding="ascii") as handle,
+        ):
+            handle.write("1")
+
+    def remove(self, *, timeout: float = KILL_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    return  # still busy: the next run removes it (stale cgroups are killed)
+                self.kill()
+                time.sleep(0.002)
+
+
+CGROUP_PREFIX = "agentstack-run-"
+
+
+def _own_cgroup_dir() -> str | None:
+    """The directory of this process's cgroup v2, if the unified hierarchy is mounted."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as handle:
+            line = next((x for x in handle.read().splitlines() if x.startswith("0::")), None)
+        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+            mounts = handle.read().splitlines()
+    except OSError:
+        return None
+    if line is None:
+        return None
+    relative = line[3:]
+    for entry in mounts:
+        left, _, right = entry.partition(" - ")
+        if right.split(" ", 1)[0] != "cgroup2":
+            continue
+        fields = left.split()
+        root, mount_point = fields[3], fields[4]
+        if root != "/" and not relative.startswith(root):
+            continue
+        inner = relative[len(root):] if root != "/" else relative
+        path = os.path.normpath(mount_point + "/" + inner.lstrip("/"))
+        if os.path.isdir(path):
+            return path
+    return None
+
+
+def _remove_stale_cgroups(base: str) -> None:
+    """Kill and remove the cgroups of runs whose `agentstack run` died (SIGKILL, power loss)."""
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(CGROUP_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        owner = name[len(CGROUP_PREFIX):].split("-", 1)[0]
+        if not owner.isdigit() or os.path.exists(f"/proc/{owner}"):
+            continue
+        Cgroup(os.path.join(base, name)).remove(timeout=1.0)
 
 
 @contextlib.contextmanager
@@ -358,6 +522,7 @@ def confined(
     stdout: FileArg = None,
     stderr: FileArg = None,
     readonly_files: Mapping[str, bytes] | None = None,
+    before_start: BeforeStart | None = None,
 ) -> Iterator[Confined]:
     """Start `argv` confined; yields once the sandbox is applied and the command exec'd.
 
@@ -372,7 +537,8 @@ def confined(
         raise ConfinementError("another confined run is active in this process")
     try:
         with _confined(root, policy, argv, env, interactive=interactive, stdin=stdin,
-                       stdout=stdout, stderr=stderr, readonly_files=readonly_files) as child:
+                       stdout=stdout, stderr=stderr, readonly_files=readonly_files,
+                       before_start=before_start) as child:
             yield child
     finally:
         _ACTIVE.release()
@@ -393,6 +559,7 @@ def _confined(
     stdout: FileArg,
     stderr: FileArg,
     readonly_files: Mapping[str, bytes] | None,
+    before_start: BeforeStart | None = None,
 ) -> Iterator[Confined]:
     if not argv:
         raise ConfinementError("nothing to run: give a command after --, or --harness")
@@ -406,6 +573,7 @@ def _confined(
     tmpdir = os.path.join(run_dir, "tmp")
     os.mkdir(tmpdir, 0o700)
     proxy: Proxy | None = None
+    group: Cgroup | None = None
     subreaper_was = None
     process: subprocess.Popen[bytes] | None = None
     try:
@@ -419,13 +587,24 @@ def _confined(
                 *runtime.grants, Grant(path=ro_dir, access="ro", source="run: read-only files")
             ))
             extra_env[RUN_RO_ENV] = ro_dir
+        terminal = _terminal_path(stdin) if interactive else None
+        if terminal is not None:
+            runtime = replace(runtime, grants=(
+                *runtime.grants, Grant(path=terminal, access="rw", file=True,
+                                       source="run: the session's own pseudo-terminal")
+            ))
         prepare_state(runtime)
+        if before_start is not None:
+            before_start(runtime, proxy.route_urls() if proxy is not None else {})
         child_env = build_env(runtime, env, extra_env)
-        spec = marshal.dumps(_launch_spec(runtime, argv, child_env, enforcement.seccomp_program))
+        launch = _launch_spec(runtime, argv, child_env, enforcement.seccomp_program)
+        launch["controlling_terminal"] = terminal is not None
+        spec = marshal.dumps(launch)
         spec_r, spec_w = os.pipe()
         status_r, status_w = os.pipe()
         before = _children()
         subreaper_was = _set_subreaper(True)
+        group = Cgroup.create()
         try:
             process = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(LAUNCHER), str(spec_r), str(status_w)],
@@ -435,12 +614,18 @@ def _confined(
                 stderr=stderr,
                 cwd=runtime.workdir,
                 env={"PATH": os.defpath},
-                start_new_session=not interactive,
+                start_new_session=True,  # never the user's session or process group
                 close_fds=True,
             )
         finally:
             os.close(spec_r)
             os.close(status_w)
+        if group is not None:
+            try:  # before the spec is sent: the launcher has not forked or confined anything yet
+                group.add(process.pid)
+            except OSError:
+                group.remove()
+                group = None
         try:
             with os.fdopen(spec_w, "wb") as handle:
                 handle.write(spec)
@@ -449,19 +634,34 @@ def _confined(
         with os.fdopen(status_r, "rb") as handle:
             status = handle.read()
         _check_status(status, process)
-        yield Confined(process=process, policy=runtime, proxy=proxy, enforcement=enforcement)
+        yield Confined(process=process, policy=runtime, proxy=proxy, enforcement=enforcement,
+                       cgroup=group)
     finally:
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             process.wait()
-        if subreaper_was is not None:
-            _reap_descendants(before)
-            if not subreaper_was:
+        try:
+            if group is not None:
+                group.kill()
+            if subreaper_was is not None:
+                _reap_descendants(before)
+        finally:
+            if group is not None:
+                group.remove()
+            if subreaper_was is not None and not subreaper_was:
                 _set_subreaper(False)
         if proxy is not None:
             proxy.shutdown()
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _terminal_path(stdin: FileArg) -> str | None:
+    """The path of the pseudo-terminal `run` allocated (the only terminal granted), or None."""
+    fd = stdin if isinstance(stdin, int) else None
+    if fd is None or not os.isatty(fd):
+        return None
+    return os.path.realpath(os.ttyname(fd))
 
 
 def _write_readonly(run_dir: str, files: Mapping[str, bytes]) -> str:
@@ -511,51 +711,180 @@ def run_confined(
     stdout: FileArg = None,
     stderr: FileArg = None,
     readonly_files: Mapping[str, bytes] | None = None,
+    before_start: BeforeStart | None = None,
 ) -> int:
     """Run `argv` in `root` under `policy`; return its exit status (negative: killed by signal N).
 
     `env` is the environment the allowlist draws values from (normally os.environ); nothing else
-    of it reaches the command. `interactive=True` keeps the command in this process group with the
-    inherited terminal (Ctrl-C reaches it from the terminal; this process ignores SIGINT/SIGQUIT
-    meanwhile); `interactive=False` starts it in a new session with no controlling terminal and
-    forwards SIGINT, SIGQUIT, SIGTERM and SIGHUP to its process group. `readonly_files`: see
-    `confined`. Raises ConfinementError (exit 1) when the sandbox cannot be enforced: nothing is
-    run unconfined."""
-    with (
-        confined(
-            root, policy, argv, env, interactive=interactive, stdin=stdin, stdout=stdout,
-            stderr=stderr, readonly_files=readonly_files,
-        ) as child,
-        _forwarding(child.process, interactive=interactive),
-    ):
-        return child.process.wait()
+    of it reaches the command. The command always runs in a session of its own. With
+    `interactive=True` it gets a pseudo-terminal that this process allocates and relays to its
+    own stdin/stdout (the user's terminal in raw mode meanwhile, its size followed): the command
+    never holds the user's terminal, so nothing of it can read what is typed after `run`
+    returns. With `interactive=False` it has no controlling terminal. SIGINT, SIGQUIT, SIGTERM and
+    SIGHUP sent to this process are forwarded to the command's process group. Every process of
+    the run is killed before this returns. `readonly_files`: see `confined`. Raises
+    ConfinementError (exit 1) when the sandbox cannot be enforced: nothing is run unconfined."""
+    if not interactive:
+        with (
+            confined(
+                root, policy, argv, env, interactive=False, stdin=stdin, stdout=stdout,
+                stderr=stderr, readonly_files=readonly_files, before_start=before_start,
+            ) as child,
+            _forwarding(child.process),
+        ):
+            return child.process.wait()
+    in_fd = stdin if isinstance(stdin, int) else sys.stdin.fileno()
+    out_fd = stdout if isinstance(stdout, int) else sys.stdout.fileno()
+    with _Relay(in_fd, out_fd) as relay:
+        with (
+            confined(
+                root, policy, argv, env, interactive=True, stdin=relay.slave,
+                stdout=relay.slave, stderr=relay.slave, readonly_files=readonly_files,
+                before_start=before_start,
+            ) as child,
+            _forwarding(child.process, on_winch=relay.resize),
+        ):
+            relay.close_slave()
+            code = relay.pump(child.process)
+        relay.drain()  # what the tree wrote before it was killed
+    return code
+
+
+class _Relay:
+    """A pseudo-terminal owned by `run`: the confined session's terminal, relayed to ours."""
+
+    def __init__(self, in_fd: int, out_fd: int) -> None:
+        self.in_fd, self.out_fd = in_fd, out_fd
+        self.master, self.slave = os.openpty()
+        self._slave_open = True
+        self._saved: list[Any] | None = None
+
+    def __enter__(self) -> _Relay:
+        import termios
+        import tty
+
+        os.set_inheritable(self.master, False)
+        if os.isatty(self.in_fd):
+            try:
+                self._saved = termios.tcgetattr(self.in_fd)
+                # the session's terminal starts with the user's modes (echo, erase, ...)
+                termios.tcsetattr(self.slave, termios.TCSANOW, self._saved)
+                tty.setraw(self.in_fd, termios.TCSANOW)
+            except termios.error:
+                self._saved = None
+        self.resize()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import termios
+
+        if self._saved is not None:
+            with contextlib.suppress(termios.error, OSError):
+                termios.tcsetattr(self.in_fd, termios.TCSAFLUSH, self._saved)
+        self.close_slave()
+        with contextlib.suppress(OSError):
+            os.close(self.master)
+
+    def close_slave(self) -> None:
+        if self._slave_open:
+            self._slave_open = False
+            with contextlib.suppress(OSError):
+                os.close(self.slave)
+
+    def resize(self) -> None:
+        import fcntl
+        import termios
+
+        for fd in (self.in_fd, self.out_fd):
+            try:
+                size = fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(8))
+            except OSError:
+                continue
+            with contextlib.suppress(OSError):
+                fcntl.ioctl(self.master, termios.TIOCSWINSZ, size)
+            return
+
+    def pump(self, process: subprocess.Popen[bytes]) -> int:
+        """Relay until the command exits; input is no longer read once it has exited, so what
+        is typed afterwards stays for whoever reads the terminal next."""
+        import select
+
+        reading = True
+        while process.poll() is None:
+            fds = [self.master] + ([self.in_fd] if reading else [])
+            try:
+                ready, _, _ = select.select(fds, [], [], 0.05)
+            except InterruptedError:
+                continue
+            if self.master in ready and not self._copy_out():
+                break  # every holder of the terminal closed it
+            if reading and self.in_fd in ready:
+                try:
+                    data = os.read(self.in_fd, 65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    reading = False
+                    if not os.isatty(self.in_fd):
+                        _write_all(self.master, b"\x04")  # end of input for the session
+                else:
+                    _write_all(self.master, data)
+        return process.wait()
+
+    def _copy_out(self) -> bool:
+        try:
+            data = os.read(self.master, 65536)
+        except OSError:  # EIO: no process holds the terminal any more
+            return False
+        if not data:
+            return False
+        _write_all(self.out_fd, data)
+        return True
+
+    def drain(self) -> None:
+        import select
+
+        while True:
+            ready, _, _ = select.select([self.master], [], [], 0)
+            if not ready or not self._copy_out():
+                return
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        view = view[written:]
 
 
 @contextlib.contextmanager
-def _forwarding(process: subprocess.Popen[bytes], *, interactive: bool) -> Iterator[None]:
+def _forwarding(
+    process: subprocess.Popen[bytes], *, on_winch: Any = None
+) -> Iterator[None]:
+    """Forward SIGINT, SIGQUIT, SIGTERM and SIGHUP to the command's process group (it leads a
+    session of its own); SIGWINCH resizes the relayed terminal."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    forwarded = [signal.SIGTERM, signal.SIGHUP]
-    ignored: list[signal.Signals] = []
-    if interactive:
-        ignored = [signal.SIGINT, signal.SIGQUIT]
-    else:
-        forwarded += [signal.SIGINT, signal.SIGQUIT]
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            if interactive:
-                os.kill(process.pid, signum)
-            else:
-                os.killpg(process.pid, signum)
+            os.killpg(process.pid, signum)
 
+    handlers: dict[signal.Signals, Any] = {
+        sig: forward for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
+    }
+    if on_winch is not None:
+        handlers[signal.SIGWINCH] = lambda _s, _f: on_winch()
     previous: dict[signal.Signals, Any] = {}
     try:
-        for sig in forwarded:
-            previous[sig] = signal.signal(sig, forward)
-        for sig in ignored:
-            previous[sig] = signal.signal(sig, signal.SIG_IGN)
+        for sig, handler in handlers.items():
+            previous[sig] = signal.signal(sig, handler)
         yield
     finally:
         for sig, handler in previous.items():

@@ -89,6 +89,14 @@ AF_MAX_CHECKED = 16
 SOCK_STREAM, SOCK_DGRAM = 1, 2
 NETLINK_ROUTE = 0
 LOW32 = 0xFFFFFFFF
+IPPROTO_TCP = 6
+MSG_FASTOPEN = 0x20000000
+TCP_FASTOPEN_CONNECT = 30
+TCP_REPAIR = 19
+# Where each send call carries its flags (sendto(fd, buf, len, FLAGS, ...), sendmsg(fd, msg,
+# FLAGS), sendmmsg(fd, vec, n, FLAGS)): MSG_FASTOPEN there makes a TCP connection without
+# connect(), and the kernel's Fast Open path never calls the LSM connect hook Landlock filters.
+FASTOPEN_FLAG_ARG = {"sendto": 3, "sendmsg": 2, "sendmmsg": 3}
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,15 @@ def rules(*, allow_udp: bool) -> list[Rule]:
                     "packet, Bluetooth, vsock, AF_ALG and other families"))
     out.append(Rule("socket", "AF_NETLINK with protocol != NETLINK_ROUTE", "EPERM",
                     "kernel interfaces other than routing information"))
+    for name in FASTOPEN_FLAG_ARG:
+        out.append(Rule(name, "flags & MSG_FASTOPEN", "EPERM",
+                        "TCP Fast Open connects without connect(), past Landlock's TCP rules"))
+    out.append(Rule("setsockopt", "IPPROTO_TCP, TCP_FASTOPEN_CONNECT", "EPERM",
+                    "deferred Fast Open connect"))
+    out.append(Rule("setsockopt", "IPPROTO_TCP, TCP_REPAIR", "EPERM",
+                    "build a TCP connection's state by hand"))
+    out.append(Rule("socket", "AF_INET/AF_INET6 SOCK_STREAM with a protocol other than TCP",
+                    "EPERM", "MPTCP and SCTP are not TCP to Landlock's port rules"))
     kinds = "any type but SOCK_STREAM" if not allow_udp else "any type but SOCK_STREAM/DGRAM"
     out.append(Rule("socket", f"AF_INET/AF_INET6 with {kinds}", "EPERM",
                     "UDP and raw sockets" if not allow_udp else "raw sockets"))
@@ -161,6 +178,18 @@ def build_program(*, allow_udp: bool = False) -> bytes:
         flt.add_rule(eperm, "socket", arg(0, masked, LOW32, family))
     flt.add_rule(eperm, "socket", arg(0, gt, AF_MAX_CHECKED))
     flt.add_rule(eperm, "socket", arg(0, masked, LOW32, AF_NETLINK), arg(2, ne, NETLINK_ROUTE))
+    for name, index in FASTOPEN_FLAG_ARG.items():
+        flt.add_rule(eperm, name, arg(index, masked, MSG_FASTOPEN, MSG_FASTOPEN))
+    for option in (TCP_FASTOPEN_CONNECT, TCP_REPAIR):
+        flt.add_rule(eperm, "setsockopt", arg(1, masked, LOW32, IPPROTO_TCP),
+                     arg(2, masked, LOW32, option))
+    # SOCK_STREAM over inet must be TCP (protocol 0 or IPPROTO_TCP; 1-5 the kernel refuses
+    # itself): Landlock's connect/bind rules apply to TCP sockets only, so MPTCP (262) or SCTP
+    # (132) would reach any port. Any value with bits above IPPROTO_TCP (a negative int
+    # included) is refused.
+    for family in (AF_INET, AF_INET6):
+        flt.add_rule(eperm, "socket", arg(0, masked, LOW32, family),
+                     arg(1, masked, 0xF, SOCK_STREAM), arg(2, gt, IPPROTO_TCP))
     allowed_types = {SOCK_STREAM, SOCK_DGRAM} if allow_udp else {SOCK_STREAM}
     for family in (AF_INET, AF_INET6):
         for kind in range(16):

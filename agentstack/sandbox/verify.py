@@ -24,6 +24,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,9 @@ from agentstack.sandbox.policy import SandboxPolicy
 MODES = ("direct", "grandchild", "detached")
 DENIED_LINE = re.compile(r"^DENIED (EACCES Permission denied|EPERM Operation not permitted)$",
                          re.MULTILINE)
+# The credential proxy's refusal (an HTTP status from agentstack's gate, or a smuggled request
+# dropped); such a row also needs the listener behind the denied port to have accepted nothing.
+PROXY_DENIED_LINE = re.compile(r"^DENIED PROXY (403|407|404|dropped)$", re.MULTILINE)
 PROBE_NAME = ".agentstack-probe.py"
 SECRET_NAME = "VERIFY_KEY"  # noqa: S105 - the name of a decoy secret, not a secret
 PHANTOM_ENV = "MOCK_API_KEY"
@@ -49,8 +53,9 @@ class Row:
     what: str
     op: str
     args: tuple[str, ...] = ()
-    expect: Literal["deny", "allow"] = "deny"
+    expect: Literal["deny", "allow", "gone"] = "deny"
     modes: tuple[str, ...] = MODES
+    harness: str | None = None  # run under that harness's profile (private state, install dir)
 
 
 ROWS: tuple[Row, ...] = (
@@ -69,12 +74,48 @@ ROWS: tuple[Row, ...] = (
         ("/proc/sys/kernel/hostname",)),
     Row("tcp-port", "connect to a non-allowed TCP port on 127.0.0.1 (a real listener)",
         "connect", ("127.0.0.1", "{denied_port}")),
+    # TCP without connect(): the Fast Open path skips the LSM connect hook Landlock filters;
+    # seccomp refuses MSG_FASTOPEN and TCP_FASTOPEN_CONNECT (listener on the denied port).
+    Row("tfo-sendto", "TCP Fast Open sendto(MSG_FASTOPEN) to a non-allowed port", "fastopen",
+        ("127.0.0.1", "{denied_port}", "sendto")),
+    Row("tfo-sendmsg", "TCP Fast Open sendmsg(MSG_FASTOPEN) to a non-allowed port", "fastopen",
+        ("127.0.0.1", "{denied_port}", "sendmsg")),
+    Row("tfo-sendmmsg", "TCP Fast Open sendmmsg(MSG_FASTOPEN) to a non-allowed port", "fastopen",
+        ("127.0.0.1", "{denied_port}", "sendmmsg")),
+    Row("tfo-sendto-v6", "TCP Fast Open over IPv6 to ::ffff:127.0.0.1 (v4-mapped)", "fastopen",
+        ("::ffff:127.0.0.1", "{denied_port}", "sendto")),
+    Row("tfo-sendmsg-v6", "TCP Fast Open sendmsg over IPv6 (v4-mapped)", "fastopen",
+        ("::ffff:127.0.0.1", "{denied_port}", "sendmsg")),
+    Row("tfo-sendmmsg-v6", "TCP Fast Open sendmmsg over IPv6 (v4-mapped)", "fastopen",
+        ("::ffff:127.0.0.1", "{denied_port}", "sendmmsg")),
+    Row("tfo-connect-opt", "setsockopt(TCP_FASTOPEN_CONNECT) then connect and write", "fastopen",
+        ("127.0.0.1", "{denied_port}", "connect-option")),
+    Row("mptcp", "connect over MPTCP (not TCP to Landlock) to a non-allowed port",
+        "stream_proto", ("mptcp", "127.0.0.1", "{denied_port}")),
+    Row("sctp", "connect over SCTP (not TCP to Landlock) to a non-allowed port",
+        "stream_proto", ("sctp", "127.0.0.1", "{denied_port}")),
+    # Through the proxy: a denied port stays denied (nono alone tunnelled to any port of a
+    # route's host; agentstack's gate refuses). Refused by the gate, proved by the listener.
+    Row("proxy-tunnel", "CONNECT through the proxy (with its token) to a non-allowed port",
+        "proxy", ("connect", "127.0.0.1:{denied_port}")),
+    Row("proxy-route-host", "CONNECT through the proxy to the credential route's own upstream",
+        "proxy", ("connect", "127.0.0.1:{upstream_port}")),
+    Row("proxy-no-token", "CONNECT through the proxy without its token", "proxy",
+        ("connect-no-token", "127.0.0.1:{denied_port}")),
+    Row("proxy-absolute", "GET http://127.0.0.1:<denied port>/ through the proxy", "proxy",
+        ("absolute", "127.0.0.1:{denied_port}")),
+    Row("proxy-smuggle", "a CONNECT hidden after a route request in one connection", "proxy",
+        ("smuggle", "127.0.0.1:{denied_port}")),
     Row("abstract-unix", "connect to an abstract unix socket outside (a real listener)",
         "unix", ("{abstract}",)),
     Row("udp", "send UDP to 127.0.0.1 (a real listener)", "udp", ("127.0.0.1", "{udp_port}")),
     Row("raw-socket", "open a raw ICMP socket", "socket", ("raw",)),
     Row("packet-socket", "open an AF_PACKET socket", "socket", ("packet",)),
     Row("netlink-audit", "open a NETLINK_AUDIT socket", "socket", ("netlink-audit",)),
+    Row("join-group", "join the process group of a process outside (run's, the shell's)",
+        "join_group", ("{parent}",)),
+    Row("other-terminal", "open a terminal outside the session (a pseudo-terminal's slave)",
+        "terminal", ("{terminal}",)),
     Row("ptrace", "ptrace a process outside", "ptrace", ("{decoy}",)),
     Row("kill", "kill a process outside", "kill", ("{decoy}",)),
     Row("vm-read", "process_vm_readv the parent", "vm_read", ("{parent}",)),
@@ -91,6 +132,26 @@ ROWS: tuple[Row, ...] = (
     Row("userfaultfd", "userfaultfd", "userfaultfd"),
     Row("perf", "perf_event_open", "perf"),
     Row("tiocsti", "TIOCSTI: push keystrokes into a terminal", "tiocsti"),
+    # The harness's real user-level state and the credential files (issue: a confined harness
+    # cannot change what runs after it), under the harness's own profile.
+    Row("claude-settings", "write ~/.claude/settings.json (a user-level hook runs later)",
+        "append", ("{home}/.claude/settings.json",), harness="claude-code"),
+    Row("claude-json", "write ~/.claude.json", "append", ("{home}/.claude.json",),
+        harness="claude-code"),
+    Row("claude-credentials", "read ~/.claude/.credentials.json", "read",
+        ("{home}/.claude/.credentials.json",), harness="claude-code"),
+    Row("codex-config", "write ~/.codex/config.toml (the user-level guard lives there)",
+        "append", ("{home}/.codex/config.toml",), harness="codex"),
+    Row("codex-hooks", "write ~/.codex/hooks.json", "append", ("{home}/.codex/hooks.json",),
+        harness="codex"),
+    Row("codex-auth", "read ~/.codex/auth.json", "read", ("{home}/.codex/auth.json",),
+        harness="codex"),
+    Row("gh-hosts", "read ~/.config/gh/hosts.yml", "read", ("{home}/.config/gh/hosts.yml",),
+        harness="claude-code"),
+    Row("private-state", "the harness's private state is writable", "create",
+        ("{claude_state}",), expect="allow", modes=("direct",), harness="claude-code"),
+    Row("outlive", "nothing outlives run: a 100-deep chain and a forking setsid() daemon",
+        "outlive", ("{workdir}/.outlive-pids",), expect="gone", modes=("direct",)),
     Row("workdir", "the workdir and TMPDIR are readable and writable", "workdir",
         expect="allow", modes=("direct",)),
     Row("allowed-port", "connect to the allowed localhost port", "connect",
@@ -99,6 +160,19 @@ ROWS: tuple[Row, ...] = (
         "http", ("{base_url_env}", "{phantom_env}", "Authorization"), expect="allow",
         modes=("direct",)),
 )
+
+
+# Decoys of the harnesses' real user-level state and of credential files (they exist: a denial
+# must be the kernel's, never ENOENT).
+HARNESS_DECOYS = {
+    ".claude/settings.json": '{"decoy": "real user-level settings"}\n',
+    ".claude/.credentials.json": '{"claudeAiOauth": "DECOY-TOKEN"}\n',
+    ".claude.json": '{"decoy": true}\n',
+    ".codex/config.toml": "# decoy: the real Codex config (user-level guard)\n",
+    ".codex/hooks.json": '{"decoy": true}\n',
+    ".codex/auth.json": '{"OPENAI_API_KEY": "DECOY"}\n',
+    ".config/gh/hosts.yml": "github.com:\n  oauth_token: DECOY\n",
+}
 
 
 @dataclass
@@ -140,7 +214,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 def _listener(kind: int = socket.SOCK_STREAM, *, family: int = socket.AF_INET,
-              address: str | tuple[str, int] = ("127.0.0.1", 0)) -> socket.socket:
+              address: str | tuple[str, int] = ("127.0.0.1", 0),
+              accepted: list[str] | None = None) -> socket.socket:
+    """A real listener (so ECONNREFUSED cannot pass for a denial); `accepted` collects one entry
+    per connection it accepted, so a denial row can also show nothing arrived."""
     sock = socket.socket(family, kind)
     sock.bind(address)
     if kind == socket.SOCK_STREAM:
@@ -149,9 +226,11 @@ def _listener(kind: int = socket.SOCK_STREAM, *, family: int = socket.AF_INET,
         def accept() -> None:
             while True:
                 try:
-                    conn, _ = sock.accept()
+                    conn, peer = sock.accept()
                 except OSError:
                     return
+                if accepted is not None:
+                    accepted.append(str(peer))
                 conn.close()
 
         threading.Thread(target=accept, daemon=True).start()
@@ -187,11 +266,16 @@ class Scenario:
     workdir: Path
     policy: SandboxPolicy
     values: dict[str, str]
+    harness_policies: dict[str, SandboxPolicy]
     real_secret: str
     upstream: _Upstream
     decoy: subprocess.Popen[bytes]
     python: str
     sockets: list[socket.socket] = field(default_factory=list)
+    denied_accepts: list[str] = field(default_factory=list)
+
+    def policy_for(self, row: Row) -> SandboxPolicy:
+        return self.policy if row.harness is None else self.harness_policies[row.harness]
 
     def argv(self, row: Row, mode: str) -> list[str]:
         args = [a.format(**self.values) for a in row.args]
@@ -212,6 +296,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
     sockets: list[socket.socket] = []
     upstream: _Upstream | None = None
     decoy: subprocess.Popen[bytes] | None = None
+    terminals: tuple[int, ...] = ()
     try:
         home, workdir = base / "home", base / "work"
         state = home / ".config" / "agentstack"
@@ -219,6 +304,9 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
                           base / "sibling", base / "outside"):
             directory.mkdir(parents=True, exist_ok=True)
         (home / ".ssh" / "id_ed25519").write_text("DECOY-SSH-PRIVATE-KEY\n")
+        for relative, text in HARNESS_DECOYS.items():
+            (home / relative).parent.mkdir(parents=True, exist_ok=True)
+            (home / relative).write_text(text)
         (home / ".aws" / "credentials").write_text("[default]\naws_secret_access_key=DECOY\n")
         (state / "trust.jsonl").write_text('{"decoy": true}\n')
         (base / "sibling" / "notes.txt").write_text("DECOY-SIBLING\n")
@@ -226,7 +314,8 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         SecretStore(state).set(SECRET_NAME, real_secret)
         shutil.copyfile(Path(__file__).with_name("probe.py"), workdir / PROBE_NAME)
 
-        allowed, denied = _listener(), _listener()
+        denied_accepts: list[str] = []
+        allowed, denied = _listener(), _listener(accepted=denied_accepts)
         udp = _listener(socket.SOCK_DGRAM)
         abstract = f"@agentstack-verify-{os.getpid()}-{secrets.token_hex(4)}"
         unix = _listener(socket.SOCK_STREAM, family=socket.AF_UNIX, address="\0" + abstract[1:])
@@ -235,6 +324,8 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         upstream.received = []
         threading.Thread(target=upstream.serve_forever, daemon=True).start()
         decoy = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        terminal_master, terminal_slave = os.openpty()
+        terminals = (terminal_master, terminal_slave)
 
         sandbox = Sandbox.model_validate(
             {
@@ -250,6 +341,16 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             }
         )
         policy = resolve_policy(sandbox, workdir, home=home, agentstack_home=state)
+        harness_policies = {
+            name: resolve_policy(sandbox, workdir, home=home, agentstack_home=state,
+                                 harness=name)
+            for name in ("claude-code", "codex")
+        }
+        for harness_policy in harness_policies.values():
+            from agentstack.sandbox.private_state import Layout, seed
+
+            assert harness_policy.harness_state is not None
+            seed(Layout(harness_policy.harness_state), workdir=str(workdir), home=str(home))
         values = {
             "home": str(home), "agentstack_home": str(state), "workdir": str(workdir),
             "sibling": str(base / "sibling"), "outside": str(base / "outside"),
@@ -257,20 +358,26 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             "denied_port": str(denied.getsockname()[1]), "udp_port": str(udp.getsockname()[1]),
             "decoy": str(decoy.pid), "parent": str(os.getpid()),
             "disk": _root_block_device() or "", "base_url_env": BASE_URL_ENV,
-            "abstract": abstract,
+            "abstract": abstract, "terminal": os.ttyname(terminal_slave),
+            "upstream_port": str(upstream.server_address[1]),
+            "claude_state": str(harness_policies["claude-code"].harness_state) + "/claude",
             "phantom_env": PHANTOM_ENV,
         }
-        for name in ("ssh-key", "aws-credentials", "sibling", "trust-log", "secret-store"):
-            row = next(r for r in ROWS if r.name == name)
+        for row in ROWS:
+            if row.op not in ("read", "append") or not row.args[0].startswith("{home}"):
+                continue
             target = row.args[0].format(**values)
-            if not os.path.exists(target) or policy.decide_path(target, "read").allowed:
+            row_policy = policy if row.harness is None else harness_policies[row.harness]
+            if not os.path.exists(target) or row_policy.decide_path(target, "read").allowed:
                 raise RuntimeError(f"decoy {target} is missing or granted; the suite is invalid")
         yield Scenario(
             base=base, home=home, agentstack_home=state, workdir=workdir, policy=policy,
-            values=values, real_secret=real_secret, upstream=upstream, decoy=decoy,
-            python=python, sockets=sockets,
+            values=values, harness_policies=harness_policies, real_secret=real_secret, upstream=upstream, decoy=decoy,
+            python=python, sockets=sockets, denied_accepts=denied_accepts,
         )
     finally:
+        for fd in terminals:
+            os.close(fd)
         if decoy is not None:
             decoy.kill()
             decoy.wait()
@@ -289,8 +396,9 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
         return RowResult(row.name, mode, row.what, True, None, "", "no block device backs /",
                          skipped=True)
     before = len(sc.upstream.received)
+    accepts_before = len(sc.denied_accepts)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb"}
-    with confined(sc.workdir, sc.policy, sc.argv(row, mode), env, interactive=False,
+    with confined(sc.workdir, sc.policy_for(row), sc.argv(row, mode), env, interactive=False,
                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                   stderr=subprocess.STDOUT) as child:
         try:
@@ -302,17 +410,49 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
                              out.decode("utf-8", "replace"), "timed out")
         code = child.process.returncode
     text = out.decode("utf-8", "replace").strip()
+    if row.expect == "gone":
+        return _check_gone(row, mode, code, text, Path(row.args[0].format(**sc.values)))
     if row.expect == "deny":
-        passed = code != 0 and bool(DENIED_LINE.search(text)) and "ENOENT" not in text
-        detail = "" if passed else "expected a non-zero exit with EACCES or EPERM"
+        pattern = PROXY_DENIED_LINE if row.op == "proxy" else DENIED_LINE
+        passed = code != 0 and bool(pattern.search(text)) and "ENOENT" not in text
+        detail = "" if passed else (
+            "expected the proxy to refuse" if row.op == "proxy"
+            else "expected a non-zero exit with EACCES or EPERM")
         if row.name == "kill" and sc.decoy.poll() is not None:
             passed, detail = False, "the decoy process outside was killed"
+        if passed and any("{denied_port}" in a for a in row.args):
+            time.sleep(0.02)  # the listener's accept thread
+            if len(sc.denied_accepts) != accepts_before:
+                passed, detail = False, "the listener on the denied port accepted a connection"
         return RowResult(row.name, mode, row.what, passed, code, text, detail)
     passed = code == 0 and text.startswith("ALLOWED")
     detail = "" if passed else "expected the operation to succeed"
     if passed and row.name == "proxy":
         passed, detail = _check_proxy(sc, text, sc.upstream.received[before:])
     return RowResult(row.name, mode, row.what, passed, code, _redact(text, sc), detail)
+
+
+def _check_gone(row: Row, mode: str, code: int | None, text: str, pids_file: Path) -> RowResult:
+    """The row's processes were running when the command exited; none is alive (or a zombie
+    left unreaped) now that `confined` has returned."""
+    try:
+        pids = [int(p) for p in pids_file.read_text().split()]
+        pids_file.unlink()
+    except (OSError, ValueError):
+        pids = []
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        alive.append(f"{pid}:{state}")
+    passed = code == 0 and text.startswith("ALLOWED") and len(pids) >= 100 and not alive
+    detail = "" if passed else (
+        f"still alive after run: {', '.join(alive[:10])}" if alive
+        else "the probe did not leave its processes behind")
+    return RowResult(row.name, mode, row.what, passed, code,
+                     f"{text}; alive after run: {len(alive)}", detail)
 
 
 def _check_proxy(sc: Scenario, text: str, received: list[dict[str, str]]) -> tuple[bool, str]:
