@@ -115,6 +115,9 @@ def trust(
     # A re-review (something was trusted before) needs --accept-risk for high-risk findings, even
     # when the earlier consent document is gone and everything shows as new.
     high = result.high_risk if previous is not None else []
+    # What the harnesses load from the project without being declared is never accepted silently,
+    # not even on a first review (agentstack.surface).
+    high += [f for f in result.high_risk if f.code.startswith("surface-") and f not in high]
     from agentstack.cli_apply import user_level_changes
 
     outside = user_level_changes(root, document, current)

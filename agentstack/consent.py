@@ -69,7 +69,7 @@ def _sandbox(manifest: Manifest) -> dict[str, Any]:
 
 def consent_document(manifest: Manifest, lock: dict[str, Any]) -> dict[str, Any]:
     """The consent view as a plain JSON document (the thing a user trusts)."""
-    return {
+    document = {
         "consent": CONSENT_FORMAT,
         "project": {"name": manifest.project.name, "harnesses": list(manifest.project.harnesses)},
         "servers": {n: _server(manifest, n, lock["servers"][n]) for n in manifest.servers},
@@ -80,6 +80,10 @@ def consent_document(manifest: Manifest, lock: dict[str, Any]) -> dict[str, Any]
         "sandbox": _sandbox(manifest),
         "lock": lock["manifest"],
     }
+    if lock.get("surface"):
+        # Also loaded by the harnesses from the project, not declared (agentstack.surface).
+        document["surface"] = lock["surface"]
+    return document
 
 
 def consent_digest(document: dict[str, Any]) -> str:

@@ -163,7 +163,41 @@ def consent_renderable(doc: dict[str, Any], digest: str) -> Group:
         ),
     )
     parts.append(table)
+    parts += surface_tables(doc)
     return Group(*parts)
+
+
+def surface_tables(doc: dict[str, Any]) -> list[Table]:
+    """One table per harness: what it also loads from the repository, not declared in
+    agentstack.toml (agentstack.surface), with what the harness would do with each entry."""
+    from agentstack.harnesses import BY_NAME
+
+    surface = doc.get("surface") or {}
+    tables = []
+    for harness in sorted({h for entry in surface.values() for h in entry["harnesses"]}):
+        display = BY_NAME[harness].display if harness in BY_NAME else identifier(harness)
+        table = _table(
+            f"Also loaded by {display} from this repository, not declared in agentstack.toml",
+            "path",
+            "what",
+            "what the harness does with it",
+        )
+        for rel, entry in sorted(surface.items()):
+            if harness not in entry["harnesses"]:
+                continue
+            what = Text(f"{entry['role']} ({entry['kind']}) {entry['digest'][3:15]}")
+            if entry.get("executable"):
+                what.append(" executable", style="red")
+            facts = Text()
+            for fact in entry.get("facts", []):
+                code = fact.partition(":")[0]
+                if facts:
+                    facts.append("\n")
+                style = "cyan" if code in ("model-reads", "setting") else "bold red"
+                facts.append(sanitize(fact), style=style)
+            table.add_row(t(rel), what, facts)
+        tables.append(table)
+    return tables
 
 
 def diff_renderable(diff: ConsentDiff) -> Group:
