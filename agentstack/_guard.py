@@ -170,6 +170,8 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
     try:
         if os.path.islink(path):
             return _sha(b"link:" + os.fsencode(os.readlink(path)))
+        if kind == "listing":  # a surface directory: a new entry in it is drift
+            return _sha(_canonical(sorted(os.listdir(path))))
         with open(path, "rb") as handle:
             data = handle.read()
     except FileNotFoundError:

@@ -29,7 +29,7 @@ from typing import Any
 
 from agentstack import harnesses as H
 from agentstack._guard import BLOCK_BEGIN, BLOCK_END
-from agentstack.canonical import b3, canonical_bytes
+from agentstack.canonical import b3
 
 MAX_DETAIL = 160
 MAX_IMPORT_DEPTH = 5
@@ -232,13 +232,8 @@ def _pin(
 
 def _owned_whole(context: _Context, rel: str, data: bytes, executable: bool) -> bool:
     recorded = context.ledger.get(str(context.root / rel))
-    if (
-        recorded is not None
-        and recorded.get("kind") == "whole"
-        and recorded.get("digest") == b3(data)
-        and bool(recorded.get("executable")) == executable
-    ):
-        return True
+    if recorded is not None and recorded.get("kind") == "whole":
+        return True  # rendered: an edit is drift of a rendered file (guard, status, run)
     for skill_base in SKILL_BASES:
         prefix = skill_base + "/"
         if rel.startswith(prefix):
@@ -289,23 +284,15 @@ def _delete(doc: dict[str, Any], key: list[str]) -> None:
             del parent[part]
 
 
-def _value_hash(value: Any) -> str | None:
-    try:
-        return b3(canonical_bytes(value))
-    except ValueError:
-        return None
-
-
 def foreign_settings(context_root: Path, rel: str, doc: dict[str, Any], ledger: dict[str, Any]) -> dict[str, Any]:
     """`doc` without the keys agentstack rendered into it (and that still hold what it wrote)."""
     recorded = ledger.get(str(context_root / rel))
     if not recorded or recorded.get("kind") != "keys":
         return doc
-    for key_id, wanted in recorded.get("keys", {}).items():
-        key = json.loads(key_id)
-        value = _lookup(doc, key)
-        if value is not None and _value_hash(value) == wanted:
-            _delete(doc, key)
+    # A rendered key edited by hand stays agentstack's: the guard, `status` and `run` see it as
+    # drift of a rendered file, and `apply --write --force` restores it.
+    for key_id in recorded.get("keys", {}):
+        _delete(doc, json.loads(key_id))
     return doc
 
 
@@ -435,7 +422,7 @@ def _pin_text(
     recorded = context.ledger.get(str(context.root / rel))
     owned = body is not None and (
         body in context.expected_blocks
-        or (recorded is not None and recorded.get("digest") == b3(body.encode()))
+        or (recorded is not None and recorded.get("kind") == "block")
     )
     foreign = (outside if owned else text).strip("\n")
     facts: list[str] = []
@@ -462,9 +449,7 @@ def _check_generated(context: _Context) -> list[str]:
     except OSError:
         return []
     recorded = context.ledger.get(str(path))
-    if data == context.expected_instructions_file or (
-        recorded is not None and recorded.get("digest") == b3(data)
-    ):
+    if data == context.expected_instructions_file or recorded is not None:
         return []
     return [f"model-reads:{INSTRUCTIONS_FILE} differs from what agentstack renders ({b3(data)[3:15]})"]
 
@@ -579,3 +564,114 @@ def findings(
     for rel in sorted(set(before) - set(new.get("surface") or {})):
         out.append(("low", "surface-removed", f"surface[{rel}]", "no longer on the surface"))
     return out
+
+
+# ------------------------------------------------------------------------- the guard's watch
+
+
+def _fixed_paths(targets: list[str]) -> tuple[list[str], list[str]]:
+    """(files, directories) at the project root that a target harness loads when present."""
+    files: set[str] = set()
+    dirs: set[str] = set()
+    for rule in _rules(targets):
+        pattern = rule.entry.pattern.removeprefix("**/")
+        tree = pattern.endswith("/**")
+        pattern = pattern.removesuffix("/**")
+        if any(c in pattern for c in "*?["):
+            continue
+        (dirs if tree else files).add(pattern)
+    return sorted(files), sorted(dirs)
+
+
+def snapshot_entries(
+    root: Path, document: dict[str, Any], existing: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Guard snapshot entries (role "surface") so that the guard's drift check covers the surface:
+    every pinned surface file by bytes and executable bit, every root-level surface file even when
+    absent (its creation is drift), and the listing of every surface directory (a new skill, agent
+    or command is drift). Instruction files that hold agentstack's block are watched whole: the
+    text around the block reaches the model as well. Settings files agentstack renders keys into
+    keep their key-level entry."""
+    root = root.resolve()
+    targets = list(document["project"]["harnesses"])
+    files, dirs = _fixed_paths(targets)
+    out: dict[str, dict[str, Any]] = {}
+
+    def watch(path: Path, entry: dict[str, Any]) -> None:
+        key = str(path)
+        current = existing.get(key)
+        if current is not None and current.get("kind") == "keys" and current.get("role") == "rendered":
+            return
+        role = "rendered" if current is not None and current.get("role") == "rendered" else "surface"
+        out[key] = {**entry, "role": role}
+
+    for rel in [*files, *(document.get("surface") or {})]:
+        path = root / rel
+        if path.is_dir() and not path.is_symlink():
+            continue
+        watch(path, {"kind": "raw"})
+    for rel in dirs:
+        top = root / rel
+        if top.is_symlink() or (top.exists() and not top.is_dir()):
+            watch(top, {"kind": "raw"})
+            continue
+        watch(top, {"kind": "listing"})
+        for directory, subdirs, _ in os.walk(top):
+            subdirs[:] = sorted(subdirs)
+            for name in subdirs:
+                child = Path(directory) / name
+                watch(child, {"kind": "raw" if child.is_symlink() else "listing"})
+    return out
+
+
+# ------------------------------------------------------------------ checks before a harness
+
+
+def drift(root: Path) -> list[str] | None:
+    """Files of the guard snapshot that changed since trust/apply (the guard's own check), or
+    None when there is no snapshot."""
+    from agentstack._guard import drifted
+    from agentstack.paths import project_state_dir
+
+    root = root.resolve()
+    try:
+        snapshot = json.loads((project_state_dir(root) / "guard.json").read_bytes())
+        files = snapshot["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    prefix = str(root) + os.sep
+    return [
+        path.removeprefix(prefix)
+        for path, entry in sorted(files.items())
+        if drifted(path, entry)
+    ]
+
+
+def check_before_start(root: Path) -> None:
+    """Refuse (exit 1) unless the project's surface is what the trusted digest covers. The caller
+    has already checked that the current digest (over a fresh lock, which re-scans the surface) is
+    trusted; this adds the rendered files and the guard's watch list."""
+    from agentstack.errors import Refused
+
+    changed = drift(root)
+    if changed:
+        withdraw_harness_trust(root)
+        raise Refused(
+            "the harness surface changed since it was trusted: " + ", ".join(changed[:8])
+            + (f" and {len(changed) - 8} more" if len(changed) > 8 else ""),
+            hint="run 'agentstack status' to see what changed, then 'agentstack lock', "
+            "'agentstack trust' and 'agentstack apply --write'",
+        )
+
+
+def withdraw_harness_trust(root: Path) -> list[Path]:
+    """Remove the harness-side trust entries agentstack wrote for this project (Claude's
+    workspace trust, Codex's trust_level and hook hashes): the harness then shows its own trust
+    prompt, or skips the project's config, instead of loading a surface nobody reviewed."""
+    from agentstack.apply import remove_user_level
+    from agentstack.errors import AgentstackError
+
+    try:
+        return remove_user_level(root)
+    except AgentstackError:
+        return []
