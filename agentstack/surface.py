@@ -569,58 +569,71 @@ def findings(
 # ------------------------------------------------------------------------- the guard's watch
 
 
-def _fixed_paths(targets: list[str]) -> tuple[list[str], list[str]]:
-    """(files, directories) at the project root that a target harness loads when present."""
-    files: set[str] = set()
-    dirs: set[str] = set()
-    for rule in _rules(targets):
-        pattern = rule.entry.pattern.removeprefix("**/")
-        tree = pattern.endswith("/**")
-        pattern = pattern.removesuffix("/**")
-        if any(c in pattern for c in "*?["):
-            continue
-        (dirs if tree else files).add(pattern)
-    return sorted(files), sorted(dirs)
+MAX_WATCHED_DIRS = 10_000
 
 
 def snapshot_entries(
     root: Path, document: dict[str, Any], existing: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
     """Guard snapshot entries (role "surface") so that the guard's drift check covers the surface:
-    every pinned surface file by bytes and executable bit, every root-level surface file even when
-    absent (its creation is drift), and the listing of every surface directory (a new skill, agent
-    or command is drift). Instruction files that hold agentstack's block are watched whole: the
-    text around the block reaches the model as well. Settings files agentstack renders keys into
-    keep their key-level entry."""
+    every pinned surface file by bytes and executable bit; every surface file a harness would load
+    from an existing directory, even when absent (its creation is drift: each directory's listing
+    of the surface names); and the full listing of every directory inside a surface tree (a new
+    skill, agent or command is drift). Files agentstack renders into are watched whole as well:
+    what is foreign in them was reviewed with the digest, and any change to them is drift. (A
+    reviewed foreign server's tools stay denied: the guard allows only locked servers' tools.)
+    A directory created after the snapshot is not watched by the guard; `status`, `run` and every
+    digest see what it holds."""
     root = root.resolve()
-    targets = list(document["project"]["harnesses"])
-    files, dirs = _fixed_paths(targets)
+    rules = _rules(list(document["project"]["harnesses"]))
     out: dict[str, dict[str, Any]] = {}
 
     def watch(path: Path, entry: dict[str, Any]) -> None:
         key = str(path)
         current = existing.get(key)
-        if current is not None and current.get("kind") == "keys" and current.get("role") == "rendered":
-            return
         role = "rendered" if current is not None and current.get("role") == "rendered" else "surface"
         out[key] = {**entry, "role": role}
 
-    for rel in [*files, *(document.get("surface") or {})]:
-        path = root / rel
-        if path.is_dir() and not path.is_symlink():
+    for rel in document.get("surface") or {}:
+        watch(root / rel, {"kind": "raw"})
+    # Names a harness loads from a directory (the first literal segment after "**/").
+    anywhere = sorted(
+        {r.parts[1] for r in rules if r.parts[0] == "**" and len(r.parts) > 1}
+        | {r.parts[0] for r in rules if r.parts[0] != "**"}
+    )
+    trees = [r.parts[:-1] + ["**"] for r in rules if r.entry.format == "tree"]
+    files = [r.parts for r in rules if r.entry.format != "tree"]
+    count = 0
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if d != ".git")
+        rel_dir = os.path.relpath(directory, root)
+        parts = [] if rel_dir == "." else rel_dir.split(os.sep)
+        count += 1
+        in_tree = any(_match(t, parts) for t in trees)
+        if in_tree:
+            watch(Path(directory), {"kind": "listing"})
+        elif count <= MAX_WATCHED_DIRS:
+            watch(Path(directory), {"kind": "listing", "names": anywhere})
+        for name in [*names, *subdirs]:
+            child = [*parts, name]
+            path = Path(directory) / name
+            if name in subdirs and not path.is_symlink():
+                continue
+            if any(_match(f, child) for f in files) and str(path) not in out:
+                watch(path, {"kind": "raw"})
+    # Surface files and trees at the root, even while absent (or a link in a tree's place).
+    for rule in rules:
+        parts = rule.parts[:-1] if rule.parts[-1] == "**" else rule.parts
+        literal = [p for p in parts if p != "**"]
+        if not literal or any(c in p for p in literal for c in "*?["):
             continue
-        watch(path, {"kind": "raw"})
-    for rel in dirs:
-        top = root / rel
-        if top.is_symlink() or (top.exists() and not top.is_dir()):
-            watch(top, {"kind": "raw"})
+        path = root.joinpath(*literal)
+        if str(path) in out:
             continue
-        watch(top, {"kind": "listing"})
-        for directory, subdirs, _ in os.walk(top):
-            subdirs[:] = sorted(subdirs)
-            for name in subdirs:
-                child = Path(directory) / name
-                watch(child, {"kind": "raw" if child.is_symlink() else "listing"})
+        if path.is_symlink() or (path.is_file() and rule.entry.format == "tree"):
+            watch(path, {"kind": "raw"})
+        elif not path.exists():
+            watch(path, {"kind": "listing" if rule.entry.format == "tree" else "raw"})
     return out
 
 

@@ -328,13 +328,15 @@ def test_hand_added_server_is_kept_but_never_blessed(project: Path) -> None:
     assert run_cli("trust", "--yes", "--accept-risk", cwd=project).returncode == 0
     result = run_cli("apply", "--write", cwd=project)
     assert result.returncode == 0, result.stderr
-    assert "kept" in result.stderr and "mcpServers.mine" in result.stderr
     assert json.loads(mcp.read_text())["mcpServers"]["mine"] == {"command": "my-own-server"}
-    # Re-applying does not make the foreign server acceptable to the guard.
-    assert_denied(guard("claude-code", event(project)), reason=".mcp.json")
+    # Reviewed, it is part of the trusted digest, but its tools are never allowed: only locked
+    # servers' tools are.
+    assert_allowed(guard("claude-code", event(project)))
+    tool = json.dumps({"cwd": str(project), "tool_name": "mcp__mine__x", "tool_input": {}})
+    assert_denied(guard("claude-code", tool, cwd=project), reason="not in agentstack.lock")
     data["mcpServers"].pop("mine")
     mcp.write_text(json.dumps(data))
-    assert_allowed(guard("claude-code", event(project)))
+    assert_denied(guard("claude-code", event(project)), reason=".mcp.json")
 
 
 def test_explicit_ci_trust_is_needed_on_every_call(tmp_path: Path) -> None:
