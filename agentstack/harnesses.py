@@ -49,7 +49,7 @@ class Harness(NamedTuple):
     display: str
     binary: str
     project_dir_var: str  # what the harness sets for hooks ("" when it sets none)
-    state_dirs: tuple[str, ...]  # under $HOME, that the harness must be able to write
+    state_dirs: tuple[str, ...]  # under $HOME: what the harness writes (the sandbox opens them)
     version: str  # the version the surface was verified against
     has_adapter: bool
     surface: tuple[SurfaceEntry, ...]
@@ -175,7 +175,7 @@ CLAUDE_CODE = Harness(
     display="Claude Code",
     binary="claude",
     project_dir_var="CLAUDE_PROJECT_DIR",
-    state_dirs=(".claude", ".claude.json", ".cache/claude", ".local/state/claude"),
+    state_dirs=(".claude", ".cache/claude-cli-nodejs", ".claude.json"),
     version="2.1.332",
     has_adapter=True,
     surface=(
@@ -264,7 +264,12 @@ OPENCODE = Harness(
     display="OpenCode",
     binary="opencode",
     project_dir_var="",
-    state_dirs=(".config/opencode", ".local/share/opencode", ".cache/opencode"),
+    state_dirs=(
+        ".config/opencode",
+        ".local/share/opencode",
+        ".cache/opencode",
+        ".local/state/opencode",
+    ),
     version="1.18.33",
     has_adapter=False,
     surface=(
@@ -303,7 +308,7 @@ COPILOT = Harness(
     display="GitHub Copilot CLI",
     binary="copilot",
     project_dir_var="COPILOT_PROJECT_DIR",
-    state_dirs=(".copilot", ".cache/copilot"),
+    state_dirs=(".copilot",),
     version="1.0.102",
     has_adapter=False,
     surface=(
@@ -351,7 +356,7 @@ VSCODE = Harness(
     display="VS Code",
     binary="code",
     project_dir_var="",
-    state_dirs=(".vscode",),
+    state_dirs=(".vscode", ".config/Code"),
     version="docs",
     has_adapter=False,
     surface=(

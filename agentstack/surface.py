@@ -284,7 +284,9 @@ def _delete(doc: dict[str, Any], key: list[str]) -> None:
             del parent[part]
 
 
-def foreign_settings(context_root: Path, rel: str, doc: dict[str, Any], ledger: dict[str, Any]) -> dict[str, Any]:
+def foreign_settings(
+    context_root: Path, rel: str, doc: dict[str, Any], ledger: dict[str, Any]
+) -> dict[str, Any]:
     """`doc` without the keys agentstack rendered into it (and that still hold what it wrote)."""
     recorded = ledger.get(str(context_root / rel))
     if not recorded or recorded.get("kind") != "keys":
@@ -298,10 +300,7 @@ def foreign_settings(context_root: Path, rel: str, doc: dict[str, Any], ledger: 
 
 def _parse(data: bytes, fmt: str) -> dict[str, Any]:
     text = data.decode("utf-8")
-    if fmt == "json":
-        parsed = json.loads(text) if text.strip() else {}
-    else:
-        parsed = tomllib.loads(text)
+    parsed = (json.loads(text) if text.strip() else {}) if fmt == "json" else tomllib.loads(text)
     if not isinstance(parsed, dict):
         raise ValueError("the top level is not an object")
     return parsed
@@ -368,14 +367,20 @@ def _key_facts(risk: str, key: str, value: Any) -> list[str]:
             if _BASE_URL_VARS.search(str(name)):
                 facts.append(f"host:{shown} (where the harness sends requests and its key)")
         return facts
-    if risk == H.SERVER and isinstance(value, dict) and key in ("mcpServers", "mcp_servers", "mcp", "servers"):
+    if (
+        risk == H.SERVER
+        and isinstance(value, dict)
+        and key in ("mcpServers", "mcp_servers", "mcp", "servers")
+    ):
         facts = []
         for name, server in sorted(value.items()):
             if isinstance(server, dict):
                 what = server.get("url") or server.get("httpUrl") or server.get("serverUrl")
                 if what is None:
                     command = server.get("command", "")
-                    argv = command if isinstance(command, list) else [command, *server.get("args", [])]
+                    argv = (
+                        command if isinstance(command, list) else [command, *server.get("args", [])]
+                    )
                     what = " ".join(str(a) for a in argv)
                 facts.append(f"server:{key}.{name}: {_detail(str(what))}")
             else:
@@ -451,7 +456,9 @@ def _check_generated(context: _Context) -> list[str]:
     recorded = context.ledger.get(str(path))
     if data == context.expected_instructions_file or recorded is not None:
         return []
-    return [f"model-reads:{INSTRUCTIONS_FILE} differs from what agentstack renders ({b3(data)[3:15]})"]
+    return [
+        f"model-reads:{INSTRUCTIONS_FILE} differs from what agentstack renders ({b3(data)[3:15]})"
+    ]
 
 
 def _imports(
@@ -532,9 +539,7 @@ _MESSAGES = {
 SURFACE_HIGH_CODES = frozenset({f"surface-{c}" for c in HIGH_CODES} | {"surface-changed"})
 
 
-def findings(
-    old: dict[str, Any] | None, new: dict[str, Any]
-) -> list[tuple[str, str, str, str]]:
+def findings(old: dict[str, Any] | None, new: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(severity, code, item, message) for each surface entry new or changed since `old`."""
     before = (old or {}).get("surface", {}) or {}
     out: list[tuple[str, str, str, str]] = []
@@ -591,7 +596,9 @@ def snapshot_entries(
     def watch(path: Path, entry: dict[str, Any]) -> None:
         key = str(path)
         current = existing.get(key)
-        role = "rendered" if current is not None and current.get("role") == "rendered" else "surface"
+        role = (
+            "rendered" if current is not None and current.get("role") == "rendered" else "surface"
+        )
         out[key] = {**entry, "role": role}
 
     for rel in document.get("surface") or {}:
@@ -601,7 +608,7 @@ def snapshot_entries(
         {r.parts[1] for r in rules if r.parts[0] == "**" and len(r.parts) > 1}
         | {r.parts[0] for r in rules if r.parts[0] != "**"}
     )
-    trees = [r.parts[:-1] + ["**"] for r in rules if r.entry.format == "tree"]
+    trees = [[*r.parts[:-1], "**"] for r in rules if r.entry.format == "tree"]
     files = [r.parts for r in rules if r.entry.format != "tree"]
     count = 0
     for directory, subdirs, names in os.walk(root):
@@ -654,9 +661,7 @@ def drift(root: Path) -> list[str] | None:
         return None
     prefix = str(root) + os.sep
     return [
-        path.removeprefix(prefix)
-        for path, entry in sorted(files.items())
-        if drifted(path, entry)
+        path.removeprefix(prefix) for path, entry in sorted(files.items()) if drifted(path, entry)
     ]
 
 
@@ -670,7 +675,8 @@ def check_before_start(root: Path) -> None:
     if changed:
         withdraw_harness_trust(root)
         raise Refused(
-            "the harness surface changed since it was trusted: " + ", ".join(changed[:8])
+            "the harness surface changed since it was trusted: "
+            + ", ".join(changed[:8])
             + (f" and {len(changed) - 8} more" if len(changed) > 8 else ""),
             hint="run 'agentstack status' to see what changed, then 'agentstack lock', "
             "'agentstack trust' and 'agentstack apply --write'",
