@@ -389,6 +389,7 @@ def schema(
 
 from agentstack import cli_apply, cli_trust  # noqa: E402,F401 - registers their commands
 from agentstack import cli_sandbox as cli_sandbox  # noqa: E402 - registers run, why, doctor and secret
+from agentstack import cli_surface as cli_surface  # noqa: E402 - registers adopt and shims
 
 
 @app.command()

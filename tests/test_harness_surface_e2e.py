@@ -113,7 +113,17 @@ def test_claude_code_surface_reaches_the_model_or_runs(project: Path, isolated_h
     expected = _claude_entries(project, out)
     # Every class is in the review, with its finding.
     status = run_cli("status", cwd=project)
-    assert status.returncode == 1 and "surface[" in status.stderr
+    assert status.returncode == 1 and "surface[" in status.stderr and "withdrew" in status.stderr
+    # Withdrawn workspace trust: what `claude -p` still loads (headless Claude Code applies project
+    # settings without asking) is what no tool can stop once the files are there; `agentstack run`
+    # and the shims refuse to start it instead (docs/surface.md).
+    with MockModel([]) as model:
+        run = run_claude(project, isolated_home, model, "say hi")
+    headless = _check(model, out, expected)
+    assert headless["hook-ran"] and headless["server-ran"], headless  # measured with 2.1.332
+    assert headless["MARKER-CLAUDE-MD"], headless
+    for name in list(expected):
+        (out / name).unlink(missing_ok=True)
     _ok("lock", cwd=project)
     surface = json.loads(_ok("show", "--json", cwd=project))["surface"]
     for rel in (".claude/settings.json", ".mcp.json", "CLAUDE.md", ".claude/rules/r.md",

@@ -614,15 +614,16 @@ def test_a_surface_in_a_new_directory_is_caught_before_the_harness_starts(projec
 def test_every_place_that_names_harnesses_agrees_with_the_descriptions() -> None:
     import typing
 
+    from agentstack_adapters.registry import BUILTIN
+
     from agentstack import harnesses, manifest
     from agentstack.sandbox import profiles
-    from agentstack_adapters.registry import BUILTIN
 
     names = harnesses.NAMES
     assert len(set(names)) == len(names) == 7
     assert tuple(manifest.HARNESSES) == names
     assert typing.get_args(manifest.HarnessName) == names
-    assert _guard.HARNESSES == names
+    assert names == _guard.HARNESSES
     assert tuple(profiles.PROFILES) == names
     assert set(BUILTIN) == {h.name for h in harnesses.ALL if h.has_adapter}
     for harness in harnesses.ALL:
