@@ -610,6 +610,7 @@ def snapshot_entries(
     )
     trees = [[*r.parts[:-1], "**"] for r in rules if r.entry.format == "tree"]
     files = [r.parts for r in rules if r.entry.format != "tree"]
+    anchors = _anchors(rules)
     count = 0
     for directory, subdirs, names in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d != ".git")
@@ -623,6 +624,8 @@ def snapshot_entries(
             watch(Path(directory), {"kind": "listing", "names": anywhere})
         for name in [*names, *subdirs]:
             child = [*parts, name]
+            if not anchors.intersection(child):
+                continue
             path = Path(directory) / name
             if name in subdirs and not path.is_symlink():
                 continue

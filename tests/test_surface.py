@@ -662,3 +662,16 @@ def test_the_rendered_files_are_on_the_surface_of_their_harness() -> None:
         rules = _rules([harness])
         for rel in paths:
             assert any(_match(r.parts, rel.split("/")) for r in rules), (harness, rel)
+
+
+def test_docs_list_every_surface_entry_with_its_version() -> None:
+    from agentstack import harnesses
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "surface.md").read_text()
+    for harness in harnesses.ALL:
+        assert f"verified against {harness.version}" in text, harness.name
+        for entry in harness.surface:
+            assert f"`{entry.pattern}`" in text, (harness.name, entry.pattern)
+        for table in harness.keys.values():
+            for key in table:
+                assert f"`{key}`" in text, (harness.name, key)
