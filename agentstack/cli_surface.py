@@ -173,8 +173,12 @@ def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     taken = set(manifest.servers) | set(manifest.hooks)
     items: list[dict[str, Any]] = []
     left: list[str] = []
-    for rel, entry in surface.items():
+    for entry in surface.values():
+        rel = entry["path"]
         notes: list[str] = []
+        if "unparseable" in " ".join(entry["facts"]) or "unreadable" in " ".join(entry["facts"]):
+            left.append(f"{rel}: cannot be read or parsed; fix it first")
+            continue
         data = (root / rel).read_bytes()
         if entry["kind"] != "keys":
             if entry["role"] in ("skills", "instructions", "agents", "commands", "rules"):

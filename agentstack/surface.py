@@ -45,6 +45,7 @@ HIGH_CODES = frozenset(
     {
         *H.HIGH_KEY_RISKS,
         "unparseable",
+        "unreadable",
         "executable",
         "link-outside",
         "inline-shell",
@@ -53,8 +54,24 @@ HIGH_CODES = frozenset(
 )
 
 
+def _text(value: str) -> str:
+    """A string every encoder accepts: lone surrogates (undecodable file names, JSON escapes)
+    become visible backslash escapes."""
+    try:
+        data = value.encode("utf-8", "surrogateescape")  # a file name's original bytes
+    except UnicodeEncodeError:
+        data = value.encode("utf-8", "surrogatepass")
+    return data.decode("utf-8", "backslashreplace")
+
+
+def surface_key(rel: str) -> str:
+    """The ASCII key of a surface entry (the consent document's keys are ASCII); the entry's
+    `path` keeps the real name."""
+    return json.dumps(_text(rel))[1:-1]
+
+
 def _detail(text: str) -> str:
-    text = " ".join(str(text).split())
+    text = " ".join(_text(str(text)).split())
     return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 1] + "…"
 
 
@@ -62,7 +79,22 @@ def _stable(value: Any) -> bytes:
     """A stable byte form of any parsed settings value (TOML dates and floats included)."""
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    ).encode("utf-8")
+    ).encode("utf-8", "surrogatepass")
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of a regular file, never following a link and never blocking on a FIFO or a
+    device a project put where a file is expected (OSError for anything else)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- matching
@@ -126,7 +158,7 @@ def _context(root: Path, lock: dict[str, Any] | None) -> _Context:
     parts = []
     for entry in lock.get("instructions", []):
         try:
-            text = (root / entry["path"]).read_bytes().decode("utf-8", "replace")
+            text = read_regular(root / entry["path"]).decode("utf-8", "replace")
         except OSError:
             continue
         parts.append(text if text.endswith("\n") else text + "\n")
@@ -175,7 +207,7 @@ def scan(
                 found["/".join(parts)] = matched
     out: dict[str, dict[str, Any]] = {}
     pending_imports: list[tuple[str, int]] = []
-    for rel in sorted(found, key=lambda p: p.encode()):
+    for rel in sorted(found, key=os.fsencode):
         entry = _pin(context, rel, found[rel], pending_imports)
         if entry is not None:
             out[rel] = entry
@@ -188,14 +220,14 @@ def scan(
         imported = _pin_imported(context, rel, depth, pending_imports)
         if imported is not None:
             out[rel] = imported
-    return dict(sorted(out.items(), key=lambda item: item[0].encode()))
+    return {surface_key(rel): out[rel] for rel in sorted(out, key=lambda r: _text(r).encode())}
 
 
 def _base(rules: list[_Rule], rel: str) -> dict[str, Any]:
     return {
         "harnesses": sorted({r.harness.name for r in rules}),
         "role": sorted({r.entry.role for r in rules})[0],
-        "path": rel,
+        "path": _text(rel),
     }
 
 
@@ -216,8 +248,11 @@ def _pin(
             facts = [f"link-outside:{_detail(target)}"]
         return {**entry, "kind": "link", "digest": b3(os.fsencode(target)), "facts": facts}
     if not stat.S_ISREG(st.st_mode):
-        return None
-    data = path.read_bytes()
+        return _unreadable(entry, "not a regular file")
+    try:
+        data = read_regular(path)
+    except OSError as exc:
+        return _unreadable(entry, exc.strerror or type(exc).__name__)
     executable = bool(st.st_mode & stat.S_IXUSR)
     fmt = rules[0].entry.format
     if fmt in ("json", "toml"):
@@ -228,6 +263,11 @@ def _pin(
         return None
     facts = _tree_facts(rules, rel, data, executable)
     return {**entry, "kind": "file", "digest": b3(data), "executable": executable, "facts": facts}
+
+
+def _unreadable(entry: dict[str, Any], why: str) -> dict[str, Any]:
+    """A surface file agentstack cannot read: pinned as such and reported, never skipped."""
+    return {**entry, "kind": "file", "digest": b3(b""), "facts": [f"unreadable:{_detail(why)}"]}
 
 
 def _owned_whole(context: _Context, rel: str, data: bytes, executable: bool) -> bool:
@@ -312,7 +352,7 @@ def _pin_settings(
     fmt = rules[0].entry.format
     try:
         doc = _parse(data, fmt)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return {
             **entry,
             "kind": "file",
@@ -332,8 +372,8 @@ def _pin_settings(
         **entry,
         "kind": "keys",
         "digest": b3(_stable(foreign)),
-        "keys": sorted(foreign),
-        "facts": sorted(set(facts)),
+        "keys": sorted(_text(k) for k in foreign),
+        "facts": sorted({_text(f) for f in facts}),
     }
 
 
@@ -359,6 +399,7 @@ def _commands(value: Any) -> list[str]:
 
 
 def _key_facts(risk: str, key: str, value: Any) -> list[str]:
+    key = _text(key)
     if risk == H.ENV and isinstance(value, dict):
         facts = []
         for name, item in sorted(value.items()):
@@ -449,8 +490,10 @@ def _pin_text(
 def _check_generated(context: _Context) -> list[str]:
     """The file agentstack's CLAUDE.md block imports must be what agentstack renders."""
     path = context.root / INSTRUCTIONS_FILE
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return [f"model-reads:{INSTRUCTIONS_FILE} is not a regular file"]
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except OSError:
         return []
     recorded = context.ledger.get(str(path))
@@ -502,7 +545,7 @@ def _pin_imported(
                 "digest": b3(os.fsencode(os.readlink(path))),
                 "facts": [f"imports-outside:{_detail(os.readlink(path))}"],
             }
-        data = path.read_bytes()
+        data = read_regular(path)
     except OSError:
         return None
     text = data.decode("utf-8", "replace")
@@ -529,6 +572,7 @@ _MESSAGES = {
     H.SERVER: "enables a server, plugin or agent",
     H.GUARD_OFF: "can switch hooks, and the guard, off",
     "unparseable": "cannot be parsed (the harness may ignore it or read it differently)",
+    "unreadable": "cannot be read by agentstack",
     "executable": "is an executable file",
     "link-outside": "is a link out of the project",
     "inline-shell": "runs shell inline when invoked",
@@ -601,8 +645,12 @@ def snapshot_entries(
         )
         out[key] = {**entry, "role": role}
 
-    for rel in document.get("surface") or {}:
-        watch(root / rel, {"kind": "raw"})
+    def watchable(path: Path) -> bool:  # a FIFO would block the guard: its directory is listed
+        return path.is_symlink() or path.is_file() or not path.exists()
+
+    for pinned in (document.get("surface") or {}).values():
+        if watchable(root / pinned["path"]):
+            watch(root / pinned["path"], {"kind": "raw"})
     # Names a harness loads from a directory (the first literal segment after "**/").
     anywhere = sorted(
         {r.parts[1] for r in rules if r.parts[0] == "**" and len(r.parts) > 1}
@@ -629,7 +677,7 @@ def snapshot_entries(
             path = Path(directory) / name
             if name in subdirs and not path.is_symlink():
                 continue
-            if any(_match(f, child) for f in files) and str(path) not in out:
+            if any(_match(f, child) for f in files) and str(path) not in out and watchable(path):
                 watch(path, {"kind": "raw"})
     # Surface files and trees at the root, even while absent (or a link in a tree's place).
     for rule in rules:

@@ -675,3 +675,42 @@ def test_docs_list_every_surface_entry_with_its_version() -> None:
         for table in harness.keys.values():
             for key in table:
                 assert f"`{key}`" in text, (harness.name, key)
+
+
+# ---------------------------------------------------------------------- adversarial input
+
+
+def test_hostile_surface_files_are_findings_not_crashes(project: Path) -> None:
+    from agentstack.surface import scan
+
+    (project / ".claude" / "rules").mkdir(parents=True)
+    os.mkfifo(project / ".claude" / "rules" / "fifo.md")  # would block a reader
+    os.symlink("loop.md", project / ".claude" / "rules" / "loop.md")  # a link to itself
+    (project / "CLAUDE.md").mkdir()  # a directory where a file is expected: not loaded
+    deep = "[" * 100_000 + "]" * 100_000
+    (project / ".claude" / "settings.json").write_text(deep)
+    name = os.fsdecode(b"caf\xe9")  # not UTF-8
+    (project / name).mkdir()
+    (project / name / "AGENTS.md").write_text("text\n")
+    (project / "docs é").mkdir()
+    (project / "docs é" / "CLAUDE.md").write_text("non-ASCII directory\n")
+    (project / ".mcp.json").write_text('{"mcpServers": {"\\udcff": {"command": "x\\ud800"}}}')
+    found = scan(project, ["claude-code", "codex"])
+    assert found[".claude/rules/fifo.md"]["facts"] == ["unreadable:not a regular file"]
+    assert found[".claude/rules/loop.md"]["kind"] == "link"
+    assert found[".claude/settings.json"]["facts"][0].startswith("unparseable:")
+    assert found["caf\\\\xe9/AGENTS.md"]["path"] == "caf\\xe9/AGENTS.md"
+    assert "docs \\u00e9/CLAUDE.md" in found
+    assert found[".mcp.json"]["kind"] == "keys"
+    # The whole chain works on it: lock, digest, review, trust with --accept-risk.
+    ok(project, "lock")
+    assert digest(project).startswith("b3:")
+    assert cli(project, "show").code == 0
+    ok(project, "trust", "--yes", "--accept-risk")
+    (project / "CLAUDE.md").rmdir()  # apply refuses to render into a directory (tested elsewhere)
+    (project / ".mcp.json").unlink()  # apply cannot re-serialise a lone surrogate (see report)
+    ok(project, "lock")
+    ok(project, "trust", "--yes", "--accept-risk")
+    ok(project, "apply", "--write")
+    assert cli(project, "status").code == 0
+    assert guard_denies(project) is None
