@@ -145,8 +145,9 @@ def _hooks(doc: Any) -> list[tuple[str, str | None, str]]:
             for hook in group.get("hooks") or []:
                 if isinstance(hook, dict) and isinstance(hook.get("command"), str):
                     matcher = group.get("matcher")
-                    found.append((str(event), matcher if isinstance(matcher, str) else None,
-                                  hook["command"]))
+                    found.append(
+                        (str(event), matcher if isinstance(matcher, str) else None, hook["command"])
+                    )
     return found
 
 
@@ -182,12 +183,16 @@ def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
         data = (root / rel).read_bytes()
         if entry["kind"] != "keys":
             if entry["role"] in ("skills", "instructions", "agents", "commands", "rules"):
-                left.append(f"{rel}: {entry['role']} are read by the model; declare them with "
-                            "'agentstack add skill' / 'add instructions' after moving them "
-                            "outside the harness's directories")
+                left.append(
+                    f"{rel}: {entry['role']} are read by the model; declare them with "
+                    "'agentstack add skill' / 'add instructions' after moving them "
+                    "outside the harness's directories"
+                )
             else:
-                left.append(f"{rel}: {entry['role']} ({entry['kind']}) is not something adopt "
-                            "can express in agentstack.toml")
+                left.append(
+                    f"{rel}: {entry['role']} ({entry['kind']}) is not something adopt "
+                    "can express in agentstack.toml"
+                )
             continue
         doc = json.loads(data) if rel.endswith(".json") else tomllib.loads(data.decode())
         doc = foreign_settings(root.resolve(), rel, doc, ledger)
@@ -197,15 +202,30 @@ def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
                 if server is None:
                     left.append(f"{rel}: {key}.{name} has neither a command nor a url")
                     continue
-                items.append({"kind": "servers", "name": _name(name, taken), "values": server,
-                              "source": rel, "key": [key, name], "notes": list(notes)})
+                items.append(
+                    {
+                        "kind": "servers",
+                        "name": _name(name, taken),
+                        "values": server,
+                        "source": rel,
+                        "key": [key, name],
+                        "notes": list(notes),
+                    }
+                )
         for event, matcher, command in _hooks(doc):
             values: dict[str, Any] = {"event": event, "command": ["sh", "-c", command]}
             if matcher and matcher != "*":
                 values["matcher"] = matcher
-            items.append({"kind": "hooks", "name": _name(f"{event}-{len(items)}", taken),
-                          "values": values, "source": rel, "key": ["hooks", event],
-                          "notes": []})
+            items.append(
+                {
+                    "kind": "hooks",
+                    "name": _name(f"{event}-{len(items)}", taken),
+                    "values": values,
+                    "source": rel,
+                    "key": ["hooks", event],
+                    "notes": [],
+                }
+            )
         rest = sorted(set(doc) - {"mcpServers", "mcp_servers", "hooks"})
         if rest:
             left.append(f"{rel}: {', '.join(rest)} stay where they are (reviewed as foreign)")
