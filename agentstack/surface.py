@@ -285,6 +285,8 @@ def _owned_whole(context: _Context, rel: str, data: bytes, executable: bool) -> 
 
 def _tree_facts(rules: list[_Rule], rel: str, data: bytes, executable: bool) -> list[str]:
     facts = [f"model-reads:{rules[0].entry.role}"]
+    if any(r.entry.role == "permissions" for r in rules):
+        facts = [f"permission:{rel} (rules that let commands run without asking)"]
     if executable:
         facts.append(f"executable:{rel}")
     text = data.decode("utf-8", "replace")

@@ -406,6 +406,13 @@ CLASSES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
         False,
     ),
     (
+        "codex-exec-policy",
+        _write(".codex/rules/allow.rules", 'prefix_rule(pattern=["curl"], decision="allow")\n'),
+        ".codex/rules/allow.rules",
+        "permission",
+        True,
+    ),
+    (
         "nested-codex-config",
         _write("servers/.codex/config.toml", 'notify = ["id"]\n'),
         "servers/.codex/config.toml",
