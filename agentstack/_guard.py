@@ -167,6 +167,10 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
     try:
         if os.path.islink(path):
             return _sha(b"link:" + os.fsencode(os.readlink(path)))
+        if kind == "listing":  # a surface directory: a new entry in it (or a named one) is drift
+            names = os.listdir(path)
+            wanted = entry.get("names")
+            return _sha(_canonical(sorted(n for n in names if wanted is None or n in wanted)))
         with open(path, "rb") as handle:
             data = handle.read()
     except FileNotFoundError:

@@ -108,6 +108,13 @@ class SettingsBoundary(_Model):
     passthrough: dict[str, list[str]] = Field(default_factory=dict)
 
 
+class SurfaceBoundary(_Model):
+    """Paths (or `PREFIX*`) of undeclared harness-surface entries that may run, set the
+    environment, grant, enable or name something (see docs/surface.md)."""
+
+    executing: list[str] = Field(default_factory=list)
+
+
 class BoundaryFile(_Model):
     """`boundary.toml`: the most a setup may reach. What is not listed is not permitted."""
 
@@ -124,6 +131,7 @@ class BoundaryFile(_Model):
     servers: ServersBoundary = Field(default_factory=ServersBoundary)
     permissions: PermissionsBoundary = Field(default_factory=PermissionsBoundary)
     settings: SettingsBoundary = Field(default_factory=SettingsBoundary)
+    surface: SurfaceBoundary = Field(default_factory=SurfaceBoundary)
 
 
 # ------------------------------------------------------------------------- compiled form
@@ -158,6 +166,7 @@ class Boundary:
     loader_env: bool = False
     permissions: tuple[str, ...] = ()
     passthrough: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    surface: tuple[str, ...] = ()
 
 
 def parse_ports(text: str) -> tuple[int, int]:
@@ -252,6 +261,7 @@ def compile_boundary(data: BoundaryFile, *, home: str, source: str) -> Boundary:
         loader_env=data.commands.loader_env,
         permissions=tuple(data.permissions.allow),
         passthrough=tuple((k, tuple(v)) for k, v in sorted(data.settings.passthrough.items())),
+        surface=tuple(data.surface.executing),
     )
 
 
@@ -525,6 +535,13 @@ def check(reach: Reach, boundary: Boundary) -> CheckResult:
                           f"settings.passthrough.{harness}.{key}")
             )
 
+    for entry in reach.surface:
+        if not any(_name_matches(entry.path, p) for p in boundary.surface):
+            violations.append(
+                Violation("surface", f"surface {entry.path}: {entry.fact}",
+                          f"surface[{entry.path}]")
+            )
+
     counts: dict[str, int] = {}
     first: dict[str, Violation] = {}
     for violation in violations:
@@ -611,6 +628,6 @@ def doctor_check() -> Any:
              + len(boundary.connect) + len(boundary.remote) + len(boundary.secrets)
              + len(boundary.env_sandbox) + len(boundary.env_servers)
              + len(boundary.executables) + len(boundary.packages) + len(boundary.permissions)
-             + len(boundary.passthrough))
+             + len(boundary.passthrough) + len(boundary.surface))
     return Check("boundary", "ok", f"{path} ({rules} rules): 'trust' refuses what exceeds it",
                  {"boundary": str(path), "rules": rules})

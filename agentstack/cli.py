@@ -498,6 +498,7 @@ from agentstack import cli_apply, cli_trust  # noqa: E402,F401 - registers their
 from agentstack import cli_check as cli_check  # noqa: E402 - registers check
 from agentstack import cli_sandbox as cli_sandbox  # noqa: E402 - registers run, why, doctor and secret
 from agentstack import cli_share as cli_share  # noqa: E402 - registers keys, share, inspect, receive, quarantine
+from agentstack import cli_surface as cli_surface  # noqa: E402 - registers adopt and shims
 
 
 @app.command()

@@ -93,6 +93,9 @@ def run(
             "trusted declaration",
             hint="review it with 'agentstack trust'",
         )
+    from agentstack.surface import check_before_start
+
+    check_before_start(root)  # the harness surface (rendered files included) is what was trusted
     if not manifest.sandbox.enabled:
         raise Refused(
             "sandbox.enabled is false in the trusted declaration; agentstack run never launches "

@@ -421,10 +421,21 @@ def status(as_json: JsonOpt = False) -> None:
         and not report["drift"]
         and (report["snapshot"] or not _snapshot_expected(root, report))
     )
+    if not ok and last is not None:
+        # Harness-side trust follows the digest: what the harness would load is not what was
+        # trusted, so it must not start with the folder pre-trusted (agentstack.surface).
+        from agentstack.surface import withdraw_harness_trust
+
+        report["withdrawn"] = [str(p) for p in withdraw_harness_trust(root)]
     if as_json:
         print_json(report)
     else:
         _print_status(report)
+        for path in report.get("withdrawn", []):
+            echo(
+                f"withdrew agentstack's harness-side trust from {path} until the change is "
+                "reviewed ('agentstack trust', then 'agentstack apply --write')"
+            )
     if not ok:
         raise typer.Exit(1)
 

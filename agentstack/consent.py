@@ -115,6 +115,9 @@ def consent_document(manifest: Manifest, lock: dict[str, Any]) -> dict[str, Any]
         "sandbox": _sandbox(manifest),
         "lock": lock["manifest"],
     }
+    if lock.get("surface"):
+        # Also loaded by the harnesses from the project, not declared (agentstack.surface).
+        document["surface"] = lock["surface"]
     return _declared(manifest, document)
 
 

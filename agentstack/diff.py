@@ -72,7 +72,9 @@ class ConsentDiff:
 
     @property
     def high_risk(self) -> list[Finding]:
-        return [f for f in self.findings if f.code in HIGH_RISK_CODES]
+        from agentstack.surface import SURFACE_HIGH_CODES
+
+        return [f for f in self.findings if f.code in HIGH_RISK_CODES | SURFACE_HIGH_CODES]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -298,6 +300,10 @@ class _Differ:
         self.sandbox()
         self.settings()
         for severity, code, item, message in review_findings(self.old or None, self.new):
+            self.add(severity, code, item, message)  # type: ignore[arg-type]
+        from agentstack.surface import findings as surface_findings
+
+        for severity, code, item, message in surface_findings(self.old or None, self.new):
             self.add(severity, code, item, message)  # type: ignore[arg-type]
         return sorted(self.findings, key=lambda f: (_ORDER[f.severity], f.item, f.code, f.message))
 

@@ -393,6 +393,13 @@ class Resolver:
                 lock["instructions"].append(entry)
         if self.problems:
             raise ManifestInvalid(self.problems)
+        from agentstack.surface import scan
+
+        # What the harnesses load from the project besides what agentstack renders (absent when
+        # there is none, so a project without a foreign surface keeps its digest).
+        surface = scan(self.root, list(manifest.project.harnesses), lock)
+        if surface:
+            lock["surface"] = surface
         return lock
 
 
@@ -453,8 +460,8 @@ def dumps_lock(lock: dict[str, Any]) -> str:
         f"manifest = {_toml_string(lock['manifest'])}",
         f"instructions = {_toml_value(lock['instructions'])}",
     ]
-    for section in ("servers", "skills", "hooks"):
-        for name, item in sorted(lock[section].items()):
+    for section in ("servers", "skills", "hooks", "surface"):
+        for name, item in sorted(lock.get(section, {}).items()):
             _emit_table(lines, f"{section}.{_toml_key(name)}", item)
     return "\n".join(lines) + "\n"
 
@@ -577,6 +584,10 @@ def changed_items(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                 changed.append(f"{section}.{name}")
     if old.get("instructions") != new.get("instructions"):
         changed.append("instructions")
+    before_surface, after_surface = old.get("surface", {}), new.get("surface", {})
+    for rel in sorted(set(before_surface) | set(after_surface)):
+        if before_surface.get(rel) != after_surface.get(rel):
+            changed.append(f"surface[{rel}]")
     if old.get("manifest") != new.get("manifest"):
         changed.append("manifest")
     return changed or ["lock format"]

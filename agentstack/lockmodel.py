@@ -54,6 +54,19 @@ class LockedSkill(_Model):
     files: list[LockedFile]
 
 
+class LockedSurface(_Model):
+    """A file a harness loads from the project that agentstack did not render (agentstack.surface)."""
+
+    path: str
+    harnesses: list[str]
+    role: str
+    kind: Literal["file", "link", "keys", "text"]
+    digest: Digest
+    executable: bool | None = None
+    keys: list[str] | None = None
+    facts: list[str] = Field(default_factory=list)
+
+
 class LockModel(_Model):
     version: Literal[1]
     manifest: Digest
@@ -61,6 +74,7 @@ class LockModel(_Model):
     servers: dict[str, LockedCommand] = Field(default_factory=dict)
     skills: dict[str, LockedSkill] = Field(default_factory=dict)
     hooks: dict[str, LockedCommand] = Field(default_factory=dict)
+    surface: dict[str, LockedSurface] = Field(default_factory=dict)
 
     @classmethod
     def validate_lock(cls, raw: dict[str, Any]) -> None:

@@ -14,7 +14,9 @@ The consent document says what will run and what the model reads; this module tu
 * commands — what each server and hook executes: the program, the package a runner fetches and
   whether it is pinned, a shell given a script;
 * servers — the hosts of remote MCP servers;
-* permissions and settings — permission `allow` rules and passthrough keys handed to a harness.
+* permissions and settings — permission `allow` rules and passthrough keys handed to a harness;
+* surface — what a harness also loads from the repository, undeclared, that runs a command, sets
+  its environment, grants permissions, enables a server or names a file or host.
 
 Anything in the document this module does not know (a new section, a new server field, a risk
 fact it has no rule for) is recorded as *unsupported*, never dropped: a check over an incomplete
@@ -44,8 +46,10 @@ KNOWN_FACTS = frozenset(
 )
 KNOWN_SECTIONS = frozenset(
     {"consent", "project", "servers", "skills", "instructions", "hooks", "settings", "sandbox",
-     "lock"}
+     "lock", "surface"}
 )
+# Facts of a harness-surface entry (agentstack.surface) that only describe what the model reads.
+SURFACE_CONTENT_FACTS = frozenset({"model-reads", "setting"})
 SERVER_FIELDS = frozenset(
     {"transport", "files", "roots", "risks", "command", "args", "cwd", "env", "url", "headers"}
 )
@@ -159,6 +163,15 @@ class Command:
 
 
 @dataclass(frozen=True)
+class SurfaceEntry:
+    """Something a harness loads from the repository that agentstack.toml does not declare, and
+    that runs, sets the environment, grants, enables or names something (its first such fact)."""
+
+    path: str
+    fact: str
+
+
+@dataclass(frozen=True)
 class Unsupported:
     domain: str
     what: str
@@ -175,6 +188,7 @@ class Reach:
     remotes: tuple[Endpoint, ...] = ()
     permissions: tuple[str, ...] = ()
     passthrough: tuple[tuple[str, str], ...] = ()
+    surface: tuple[SurfaceEntry, ...] = ()
     unsupported: tuple[Unsupported, ...] = field(default=())
 
 
@@ -307,10 +321,13 @@ def build_reach(document: dict[str, Any], root: str, home: str) -> Reach:
         for index, pattern in enumerate(net.get("allow_domains", [])):
             source = f"sandbox.network.allow_domains[{index}]"
             try:
-                # The proxy's CONNECT allowlist names hosts, not ports.
-                network.append(Endpoint(parse_host(pattern), 1, MAX_PORT, source))
+                # The proxy tunnels (CONNECT) to port 443 and forwards plain HTTP to port 80.
+                host = parse_host(pattern)
             except ValueError as exc:
                 unsupported.append(Unsupported("network", source, str(exc)))
+            else:
+                network.append(Endpoint(host, 80, 80, source))
+                network.append(Endpoint(host, 443, 443, source))
         for index, port in enumerate(net.get("localhost_ports", [])):
             source = f"sandbox.network.localhost_ports[{index}]"
             network.append(Endpoint(Host("name", "localhost"), port, port, source))
@@ -323,7 +340,8 @@ def build_reach(document: dict[str, Any], root: str, home: str) -> Reach:
             except ValueError as exc:
                 unsupported.append(Unsupported("network", source, str(exc)))
             else:
-                network.append(Endpoint(upstream.host, 1, MAX_PORT, source))
+                # The proxy forwards the route's requests to its upstream's port only.
+                network.append(upstream)
             secrets.append(SecretFlow(route["secret"], source))
         for name in sandbox.get("env", []):
             env.append(EnvFlow(name, "sandbox"))
@@ -332,6 +350,21 @@ def build_reach(document: dict[str, Any], root: str, home: str) -> Reach:
                 unsupported.append(
                     Unsupported("network", f"sandbox: {fact}",
                                 "a risk fact the boundary check has no rule for")
+                )
+
+    surface: list[SurfaceEntry] = []
+    for rel, entry in sorted((document.get("surface") or {}).items()):
+        from agentstack.surface import HIGH_CODES as SURFACE_HIGH
+
+        for fact in entry.get("facts", []):
+            code = str(fact).split(":", 1)[0]
+            if code in SURFACE_HIGH:
+                surface.append(SurfaceEntry(rel, str(fact)))
+                break
+            if code not in SURFACE_CONTENT_FACTS:
+                unsupported.append(
+                    Unsupported("surface", f"surface[{rel}]: {fact}",
+                                "a surface fact the boundary check has no rule for")
                 )
 
     return Reach(
@@ -343,5 +376,6 @@ def build_reach(document: dict[str, Any], root: str, home: str) -> Reach:
         remotes=tuple(remotes),
         permissions=permissions,
         passthrough=passthrough,
+        surface=tuple(surface),
         unsupported=tuple(unsupported),
     )

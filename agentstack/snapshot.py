@@ -244,6 +244,9 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         **_rendered_files(root),
         **_watched_files(root, document),
     }
+    from agentstack.surface import snapshot_entries
+
+    entries.update(snapshot_entries(root, document, entries))  # the harness surface, watched
     snapshot = {
         "v": SNAPSHOT_VERSION,
         "project": str(root),

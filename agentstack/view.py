@@ -330,12 +330,44 @@ def _sandbox(doc: dict[str, Any]) -> Section | None:
     return Section("Sandbox policy", [item])
 
 
-CONSENT_SECTIONS: list[Callable[[dict[str, Any]], Section | None]] = [
+def _surface(doc: dict[str, Any]) -> list[Section]:
+    """One section per harness: what it also loads from the repository, not declared in
+    agentstack.toml (agentstack.surface), with what the harness would do with each entry."""
+    from agentstack.harnesses import BY_NAME
+
+    surface = doc.get("surface") or {}
+    sections = []
+    for harness in sorted({h for entry in surface.values() for h in entry["harnesses"]}):
+        display = BY_NAME[harness].display if harness in BY_NAME else identifier(harness)
+        items = []
+        for rel, entry in sorted(surface.items()):
+            if harness not in entry["harnesses"]:
+                continue
+            what = Text(f"{entry['role']} ({entry['kind']})  {short(entry['digest'])}")
+            if entry.get("executable"):
+                what.append("  executable", style="red")
+            item = Item(t(rel, style="bold")).add("what", what)
+            for fact in entry.get("facts", []):
+                code = fact.partition(":")[0]
+                style = "cyan" if code in ("model-reads", "setting") else "bold red"
+                item.add("does", t(fact, style=style))
+            items.append(item)
+        sections.append(
+            Section(
+                f"Also loaded by {display} from this repository, not declared in agentstack.toml",
+                items,
+            )
+        )
+    return sections
+
+
+CONSENT_SECTIONS: list[Callable[[dict[str, Any]], Section | list[Section] | None]] = [
     _servers,
     _hooks,
     _reads,
     _settings,
     _sandbox,
+    _surface,
 ]
 
 
@@ -347,8 +379,8 @@ def consent_renderable(doc: dict[str, Any], digest: str) -> Group:
     header.append("  harnesses: " + ", ".join(identifier(h) for h in doc["project"]["harnesses"]))
     parts: list[Any] = [Wrapped(header)]
     for build in CONSENT_SECTIONS:
-        section = build(doc)
-        if section is not None:
+        built = build(doc)
+        for section in built if isinstance(built, list) else [built] if built else []:
             parts.append(section.renderable())
     return Group(*parts)
 

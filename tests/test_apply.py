@@ -166,7 +166,12 @@ def test_user_data_is_preserved(tmp_path: Path) -> None:
     (root / ".mcp.json").write_text(json.dumps({"mcpServers": {"mine": {"command": "x"}},
                                                 "other": 1}))
     (root / "CLAUDE.md").write_text("# Team notes\nWritten by a human.\n")
+    # All three are on the harnesses' surface: reviewed before anything is rendered next to them.
+    assert "surface[" in run_cli("apply", "--write", cwd=root).stderr
+    _ok("lock", cwd=root)
+    _ok("trust", "--yes", "--accept-risk", cwd=root)
     _ok("apply", "--write", cwd=root)
+    assert run_cli("lock", "--check", cwd=root).returncode == 0  # rendering kept the pins
     codex = (root / ".codex/config.toml").read_text()
     assert codex.startswith("# my own codex settings, keep me\nmodel = \"o4\"  # inline comment")
     assert "[mcp_servers.mine]" in codex and "[mcp_servers.notes]" in codex
@@ -192,6 +197,10 @@ def test_user_data_is_preserved(tmp_path: Path) -> None:
 def test_unparseable_file_is_refused_and_left_alone(tmp_path: Path) -> None:
     root = full_project(tmp_path)
     (root / ".mcp.json").write_text('{"mcpServers": {broken')
+    _ok("lock", cwd=root)
+    refused = run_cli("trust", "--yes", cwd=root)  # an unparseable surface file is a finding
+    assert refused.returncode == 1 and "cannot be parsed" in refused.stdout + refused.stderr
+    _ok("trust", "--yes", "--accept-risk", cwd=root)
     result = run_cli("apply", "--write", cwd=root)
     assert result.returncode == 1
     assert ".mcp.json cannot be parsed as JSON" in result.stderr
@@ -267,7 +276,10 @@ def test_status_reports_drift_and_tracked_rendered_files(tmp_path: Path) -> None
     status = run_cli("status", "--json", cwd=root)
     assert status.returncode == 1
     report = json.loads(status.stdout)
-    assert report["drift"] == [".mcp.json"] and report["trust"] == "trusted"
+    # The hand-added server is on Claude's surface: the lock is stale, naming it, and the guard's
+    # rendered-file check sees the drift.
+    assert report["drift"] == [".mcp.json"] and report["lock"] == "stale"
+    assert "surface[.mcp.json]" in report["lock_problem"]
     assert "drift     .mcp.json" in run_cli("status", cwd=root).stderr
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x.invalid",
                GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@x.invalid")

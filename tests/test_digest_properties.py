@@ -33,11 +33,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentstack.manifest import _EXPANSION as EXPANSION
 from agentstack.canonical import CanonicalError, canonical_bytes
 from agentstack.consent import consent_digest, consent_document
 from agentstack.errors import ManifestInvalid
 from agentstack.lockfile import dumps_lock, parse_lock, resolver_for
+from agentstack.manifest import _EXPANSION as EXPANSION
 from agentstack.manifest import load_manifest
 from tests.conftest import git
 

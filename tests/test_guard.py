@@ -342,15 +342,21 @@ def test_hand_added_server_is_kept_but_never_blessed(project: Path) -> None:
     data["mcpServers"]["mine"] = {"command": "my-own-server"}
     mcp.write_text(json.dumps(data))
     assert_denied(guard("claude-code", event(project)), reason=".mcp.json")
+    # The foreign server is on Claude's surface: the lock is stale until it is reviewed.
+    assert "surface[.mcp.json]" in run_cli("apply", "--write", cwd=project).stderr
+    assert run_cli("lock", cwd=project).returncode == 0
+    assert run_cli("trust", "--yes", "--accept-risk", cwd=project).returncode == 0
     result = run_cli("apply", "--write", cwd=project)
     assert result.returncode == 0, result.stderr
-    assert "kept" in result.stderr and "mcpServers.mine" in result.stderr
     assert json.loads(mcp.read_text())["mcpServers"]["mine"] == {"command": "my-own-server"}
-    # Re-applying does not make the foreign server acceptable to the guard.
-    assert_denied(guard("claude-code", event(project)), reason=".mcp.json")
+    # Reviewed, it is part of the trusted digest, but its tools are never allowed: only locked
+    # servers' tools are.
+    assert_allowed(guard("claude-code", event(project)))
+    tool = json.dumps({"cwd": str(project), "tool_name": "mcp__mine__x", "tool_input": {}})
+    assert_denied(guard("claude-code", tool, cwd=project), reason="not in agentstack.lock")
     data["mcpServers"].pop("mine")
     mcp.write_text(json.dumps(data))
-    assert_allowed(guard("claude-code", event(project)))
+    assert_denied(guard("claude-code", event(project)), reason=".mcp.json")
 
 
 def test_explicit_ci_trust_is_recorded_at_apply_time(tmp_path: Path) -> None:
@@ -413,9 +419,16 @@ def test_project_settings_json_cannot_switch_the_guard_off(project: Path,
                                                           injected: dict[str, object]) -> None:
     settings = project / ".claude" / "settings.json"
     settings.write_text(json.dumps({"model": "sonnet"}))
-    assert_allowed(guard("claude-code", event(project)))  # harmless keys are the team's business
+    # Every key is on the surface: even a harmless one is reviewed before the guard allows again.
+    assert_denied(guard("claude-code", event(project)), reason=".claude/settings.json")
+    assert run_cli("lock", cwd=project).returncode == 0
+    assert run_cli("trust", "--yes", cwd=project).returncode == 0  # a low finding
+    assert_allowed(guard("claude-code", event(project)))
     settings.write_text(json.dumps({"model": "sonnet", **injected}))
     assert_denied(guard("claude-code", event(project)), reason=".claude/settings.json")
+    assert run_cli("lock", cwd=project).returncode == 0
+    refused = run_cli("trust", "--yes", cwd=project)
+    assert refused.returncode == 1 and "high-risk" in refused.stderr
 
 
 def test_executable_bit_of_a_rendered_file_is_drift(project: Path) -> None:

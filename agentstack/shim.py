@@ -1,0 +1,101 @@
+"""The opt-in launchers (`agentstack shims install`): `claude` / `codex` ahead on PATH that check
+the project's harness surface against the trusted digest, then exec the real binary.
+
+Headless Claude Code applies a project's settings, hooks, servers and instructions whether or not
+the folder is trusted in it (measured with 2.1.332), so once an unreviewed change is on disk only a
+check *before* the harness starts can keep it from running. Outside an agentstack project the shim
+simply execs the real binary. Nothing here is read from the project before the check decides.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+MARKER = "# agentstack shim"
+
+
+def real_binary(name: str, shim_dir: Path, path: str | None) -> str | None:
+    """The first `name` on PATH that is not in the shim directory (nor another agentstack shim)."""
+    shim_real = os.path.realpath(shim_dir)
+    for directory in (path or "").split(os.pathsep):
+        if not directory or os.path.realpath(directory) == shim_real:
+            continue
+        candidate = os.path.join(directory, name)
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        try:
+            with open(candidate, "rb") as handle:
+                if MARKER.encode() in handle.read(512):
+                    continue
+        except OSError:
+            continue
+        return candidate
+    return None
+
+
+def check(cwd: Path) -> str | None:
+    """Why the harness must not start in `cwd` (None: it may)."""
+    from agentstack.manifest import MANIFEST_NAME
+
+    root = next((c for c in (cwd, *cwd.parents) if (c / MANIFEST_NAME).is_file()), None)
+    if root is None:
+        return None  # not an agentstack project: not ours to judge
+    problem = _problem(root)
+    if problem is not None:
+        # Harness-side trust follows the digest: the next start without the shim shows the
+        # harness's own prompt (where it has one) instead of loading what nobody reviewed.
+        from agentstack.surface import withdraw_harness_trust
+
+        withdraw_harness_trust(root)
+    return problem
+
+
+def _problem(root: Path) -> str | None:
+    from agentstack.errors import AgentstackError
+
+    try:
+        from agentstack.consent import consent_digest, consent_document
+        from agentstack.lockfile import fresh_lock
+        from agentstack.manifest import load_manifest
+        from agentstack.surface import check_before_start
+        from agentstack.trust import TrustStore
+
+        manifest = load_manifest(root)
+        lock = fresh_lock(root, manifest)
+        digest = consent_digest(consent_document(manifest, lock))
+        state = TrustStore().state(root, digest)
+        if not state.trusted:
+            return f"{digest} is not trusted for {root} ({state.state}); run 'agentstack trust'"
+        check_before_start(root)
+    except AgentstackError as exc:
+        return "; ".join(exc.diagnostics())
+    except Exception as exc:  # noqa: BLE001 - fail closed: a check that crashed did not pass
+        return f"the check failed ({type(exc).__name__}: {exc})"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        sys.stderr.write("usage: python -m agentstack.shim SHIM_DIR BINARY [ARGS...]\n")
+        return 2
+    shim_dir, name, args = Path(argv[0]), argv[1], argv[2:]
+    problem = check(Path.cwd().resolve())
+    if problem is not None:
+        sys.stderr.write(
+            f"agentstack: not starting {name}: {problem}\n"
+            "agentstack: review with 'agentstack status' and 'agentstack trust'; the real binary "
+            "is still on your PATH after the shim directory\n"
+        )
+        return 1
+    binary = real_binary(name, shim_dir, os.environ.get("PATH"))
+    if binary is None:
+        sys.stderr.write(f"agentstack: no {name} on PATH besides the shim\n")
+        return 127
+    os.execv(binary, [binary, *args])  # noqa: S606 - the real harness, as the user asked
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

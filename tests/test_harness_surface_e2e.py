@@ -1,0 +1,228 @@
+"""Each surface class is real: with the real Claude Code and Codex driven offline, a marker placed
+there reaches the model or runs, once the project is trusted and applied with it reviewed; and
+every one of them is in agentstack's review (`show --json`) with its finding.
+
+Then the attack: the same entries placed *after* trust + apply. `status` names them and withdraws
+the harness-side trust; with Codex the project config (and with it `notify`, foreign servers and
+`developer_instructions`) is then no longer loaded. What still reaches the harness without any
+agentstack command in between is measured and documented in docs/surface.md.
+
+Skips locally without the harness CLIs; fails in CI (CI=true).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_project, run_cli
+from tests.harness.binaries import harness_bin
+from tests.harness.drive import CODEX_OFFLINE_TOML, run_claude, run_codex
+from tests.harness.mock_model import MockModel
+
+pytestmark = pytest.mark.slow
+
+MANIFEST = """\
+[project]
+name = "surface-e2e"
+harnesses = ["claude-code", "codex"]
+
+[instructions]
+files = ["base.md"]
+"""
+
+
+def _ok(*args: str, cwd: Path) -> str:
+    result = run_cli(*args, cwd=cwd)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = make_project(tmp_path / "proj", MANIFEST, {"base.md": "Be careful.\n"})
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    _ok("lock", cwd=root)
+    return root.resolve()
+
+
+def _requests_text(model: MockModel) -> str:
+    return "\n".join(r.raw_body.decode("utf-8", "replace") for r in model.requests)
+
+
+def _claude_entries(root: Path, out: Path) -> dict[str, str]:
+    """Plant one marker per Claude Code surface class; returns marker -> how it shows."""
+    def put(rel: str, text: str, mode: int = 0o644) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(mode)
+
+    hook = f"sh -c 'echo \"$SURFACE_ENV\" > {out}/hook-ran'"
+    server = [sys.executable, "-c", f"open({str(out / 'server-ran')!r}, 'w').write('x')"]
+    put(".claude/settings.json", json.dumps({
+        "hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": hook}]}]},
+        "env": {"SURFACE_ENV": "MARKER-ENV"},
+        "enableAllProjectMcpServers": True,
+    }))
+    mcp = root / ".mcp.json"
+    put(".mcp.json", json.dumps({"mcpServers": {"foreign": {"command": server[0],
+                                                            "args": server[1:]}}}))
+    assert mcp.exists()
+    with (root / "CLAUDE.md").open("a") as handle:
+        handle.write("MARKER-CLAUDE-MD around the block\n")
+    put(".claude/rules/r.md", "MARKER-RULE\n")
+    put(".claude/skills/sk/SKILL.md",
+        "---\nname: sk\ndescription: MARKER-SKILL helps\n---\nbody\n")
+    put(".claude/agents/ag.md", "---\nname: ag\ndescription: MARKER-AGENT helps\n---\nbody\n")
+    put("CLAUDE.local.md", "MARKER-LOCAL-MD\n")
+    put("docs/imported.md", "MARKER-IMPORT\n")
+    with (root / "CLAUDE.md").open("a") as handle:
+        handle.write("See @docs/imported.md\n")
+    return {
+        "MARKER-CLAUDE-MD": "model",
+        "MARKER-RULE": "model",
+        "MARKER-SKILL": "model",
+        "MARKER-AGENT": "model",
+        "MARKER-LOCAL-MD": "model",
+        "MARKER-IMPORT": "model",
+        "hook-ran": "runs",
+        "server-ran": "runs",
+    }
+
+
+def _check(model: MockModel, out: Path, expected: dict[str, str]) -> dict[str, bool]:
+    text = _requests_text(model)
+    seen = {}
+    for marker, how in expected.items():
+        seen[marker] = (out / marker).exists() if how == "runs" else marker in text
+    return seen
+
+
+def test_claude_code_surface_reaches_the_model_or_runs(project: Path, isolated_home: Path,
+                                                       tmp_path: Path) -> None:
+    harness_bin("claude")
+    out = tmp_path / "out"
+    out.mkdir()
+    _ok("trust", "--yes", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    expected = _claude_entries(project, out)
+    # Every class is in the review, with its finding.
+    status = run_cli("status", cwd=project)
+    assert status.returncode == 1 and "surface[" in status.stderr and "withdrew" in status.stderr
+    # Withdrawn workspace trust: what `claude -p` still loads (headless Claude Code applies project
+    # settings without asking) is what no tool can stop once the files are there; `agentstack run`
+    # and the shims refuse to start it instead (docs/surface.md).
+    with MockModel([]) as model:
+        run = run_claude(project, isolated_home, model, "say hi")
+    headless = _check(model, out, expected)
+    assert headless["hook-ran"] and headless["server-ran"], headless  # measured with 2.1.332
+    assert headless["MARKER-CLAUDE-MD"], headless
+    for name in list(expected):
+        (out / name).unlink(missing_ok=True)
+    _ok("lock", cwd=project)
+    surface = json.loads(_ok("show", "--json", cwd=project))["surface"]
+    for rel in (".claude/settings.json", ".mcp.json", "CLAUDE.md", ".claude/rules/r.md",
+                ".claude/skills/sk/SKILL.md", ".claude/agents/ag.md", "CLAUDE.local.md",
+                "docs/imported.md"):
+        assert rel in surface, (rel, sorted(surface))
+    refused = run_cli("trust", "--yes", cwd=project)
+    assert refused.returncode == 1 and "--accept-risk" in refused.stderr
+    # Reviewed and accepted: the real harness loads each one (this is what was consented to).
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    with MockModel([]) as model:
+        run = run_claude(project, isolated_home, model, "say hi")
+    assert run.proc.returncode == 0, run.output
+    seen = _check(model, out, expected)
+    assert all(seen.values()), seen
+    assert (out / "hook-ran").read_text().strip() == "MARKER-ENV"  # env reached the hook
+
+
+def _codex_home(home: Path, model: MockModel) -> None:
+    config = home / ".codex" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    previous = config.read_text() if config.exists() else ""
+    if "[model_providers.mock]" in previous:
+        import tomlkit
+
+        doc = tomlkit.parse(previous)
+        doc["model_providers"]["mock"]["base_url"] = model.openai_base_url  # type: ignore[index]
+        config.write_text(tomlkit.dumps(doc))
+        return
+    config.write_text(
+        'approval_policy = "never"\nsandbox_mode = "danger-full-access"\n'
+        'model = "gpt-5.1-codex"\nmodel_provider = "mock"\n\n[model_providers.mock]\n'
+        f'name = "mock"\nbase_url = "{model.openai_base_url}"\nwire_api = "responses"\n'
+        + CODEX_OFFLINE_TOML
+    )
+
+
+def _codex_entries(root: Path, out: Path) -> dict[str, str]:
+    server = f"open({str(out / 'server-ran')!r}, 'w').write('x')"
+    notify = f"touch {out}/notify-ran"
+    config = root / ".codex" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    before = config.read_text() if config.exists() else ""
+    config.write_text(
+        f'developer_instructions = "MARKER-DEV-INSTRUCTIONS"\n'
+        f'notify = ["sh", "-c", {json.dumps(notify)}]\n' + before
+        + f"\n[mcp_servers.foreign]\ncommand = {json.dumps(sys.executable)}\n"
+        f"args = [\"-c\", {json.dumps(server)}]\n"
+    )
+    with (root / "AGENTS.md").open("a") as handle:
+        handle.write("MARKER-AGENTS-MD around the block\n")
+    skill = root / ".agents" / "skills" / "sk" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("---\nname: sk\ndescription: MARKER-CODEX-SKILL helps\n---\nbody\n")
+    return {
+        "MARKER-DEV-INSTRUCTIONS": "model",
+        "MARKER-AGENTS-MD": "model",
+        "MARKER-CODEX-SKILL": "model",
+        "server-ran": "runs",
+        # `notify` is pinned and rated too, but `codex exec` does not call it (measured with
+        # 0.171.0: the interactive TUI does), so it is not a marker here.
+    }
+
+
+def test_codex_surface_reaches_the_model_or_runs_and_withdrawn_trust_stops_its_config(
+    project: Path, isolated_home: Path, tmp_path: Path
+) -> None:
+    harness_bin("codex")
+    out = tmp_path / "out"
+    out.mkdir()
+    with MockModel([]) as placeholder:
+        _codex_home(isolated_home, placeholder)
+    _ok("trust", "--yes", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    expected = _codex_entries(project, out)
+    status = run_cli("status", cwd=project)
+    assert status.returncode == 1 and "surface[.codex/config.toml]" in status.stderr
+    assert "withdrew" in status.stderr
+    # Trust withdrawn: Codex no longer loads the project's config (notify, servers, developer
+    # instructions); AGENTS.md and skills are read regardless of trust (documented).
+    with MockModel([]) as model:
+        _codex_home(isolated_home, model)
+        run = run_codex(project, isolated_home, "say hi")
+    assert run.proc.returncode == 0, run.output
+    withdrawn = _check(model, out, expected)
+    assert not withdrawn["server-ran"], withdrawn
+    assert not withdrawn["MARKER-DEV-INSTRUCTIONS"], withdrawn
+    # Reviewed and accepted: the real harness loads each one.
+    _ok("lock", cwd=project)
+    surface = json.loads(_ok("show", "--json", cwd=project))["surface"]
+    for rel in (".codex/config.toml", "AGENTS.md", ".agents/skills/sk/SKILL.md"):
+        assert rel in surface, (rel, sorted(surface))
+    assert run_cli("trust", "--yes", cwd=project).returncode == 1
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    with MockModel([]) as model:
+        _codex_home(isolated_home, model)
+        run = run_codex(project, isolated_home, "say hi")
+    assert run.proc.returncode == 0, run.output
+    seen = _check(model, out, expected)
+    assert all(seen.values()), (seen, withdrawn)
