@@ -72,7 +72,7 @@ FileOperation = WholeFile | OwnedKeys | OwnedBlock
 
 @runtime_checkable
 class Adapter(Protocol):
-    """A harness adapter: a name from CONTRACT.md and a pure render function."""
+    """A harness adapter: a harness name (agentstack.harnesses) and a pure render function."""
 
     @property
     def name(self) -> str: ...

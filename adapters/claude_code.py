@@ -1,6 +1,6 @@
 """Claude Code: `.mcp.json`, `.claude/settings.local.json`, `.claude/skills/`, `CLAUDE.md`.
 
-Facts (research/claude-code.md): Claude approves `.mcp.json` servers by name through
+Facts (measured with Claude Code 2.1.332, docs/rendering.md): Claude approves `.mcp.json` servers by name through
 `enabledMcpjsonServers`; it expands `${VAR}` in args, env and headers (so header secrets are
 rendered as references, never values; a server's env secrets are read by `agentstack.launch`);
 hooks that crash, time out or print garbage fail OPEN unless the hook entry says `"onFailure": "block"` — the guard is rendered with it.

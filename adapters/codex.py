@@ -1,7 +1,7 @@
 """Codex: `.codex/config.toml`, `.codex/hooks.json`, `.agents/skills/`, `AGENTS.md`, and the
 user-level trust Codex needs before it loads any of them (`~/.codex/config.toml`, or $CODEX_HOME).
 
-Facts (research/harnesses.md): Codex never expands `${VAR}` in `env`, so a server's env secrets
+Facts (measured with Codex 0.171.0, docs/rendering.md): Codex never expands `${VAR}` in `env`, so a server's env secrets
 are read by `agentstack.launch` and header secrets forwarded by name with `env_http_headers`;
 project config loads only when the project is trusted; a project hook runs only when its `trusted_hash` is recorded, else it is silently skipped — which
 would silently disable the guard, so the hash is rendered for every hook.

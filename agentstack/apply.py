@@ -1,6 +1,6 @@
 """The apply engine: plan the adapters' file operations, diff them, detect hand edits, write.
 
-Rules (DESIGN.md "Rendering"):
+Rules (docs/rendering.md):
 * keys and files agentstack does not own are preserved (TOML comments included);
 * the ledger in $AGENTSTACK_HOME/projects/<id>/apply.json records a hash of everything agentstack
   wrote, so an item removed from the manifest is removed from the native files, and a managed file

@@ -1,5 +1,4 @@
-"""`.astack` bundles: a signed statement plus every byte of a locked setup (DESIGN.md "Share,
-receive, quarantine").
+"""`.astack` bundles: a signed statement plus every byte of a locked setup (docs/share.md).
 
 A bundle is a gzip-compressed POSIX tar written byte for byte by `agentstack.archive` (members
 sorted by raw UTF-8 path), so the same inputs give the same bytes. Its

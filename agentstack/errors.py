@@ -1,6 +1,6 @@
 """One root error type; the CLI catches it once and maps it to the documented exit code.
 
-Exit codes (CONTRACT.md): 0 done, 1 refused / does not hold, 2 usage or invalid input,
+Exit codes (README.md, "Exit codes"): 0 done, 1 refused / does not hold, 2 usage or invalid input,
 3 internal error (a bug).
 """
 

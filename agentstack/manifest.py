@@ -54,7 +54,7 @@ EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
 HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
 Text = Annotated[str, StringConstraints(max_length=8192)]
 
-# Hosts that reach cloud metadata services (link-local reach, DESIGN.md risk findings).
+# Hosts that reach cloud metadata services (link-local reach, a risk finding).
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data"})
 
 

@@ -1,4 +1,4 @@
-"""Make untrusted strings safe to show on a terminal (DESIGN.md "Trust", display rules).
+"""Make untrusted strings safe to show on a terminal (the display rules of docs/trust.md).
 
 Manifest content is attacker-controlled: a bidi override can make `rm -rf ~` read as something
 harmless, an OSC sequence can rewrite the terminal title or a hyperlink, rich markup can restyle the

@@ -1,4 +1,4 @@
-"""Content hashing of local files and trees (DESIGN.md "Tree hashing").
+"""Content hashing of local files and trees (docs/lockfile.md, "Tree hashing").
 
 Rules: never follow symlinks (in-tree relative links are hashed as links; links escaping the tree,
 devices, FIFOs and sockets are errors); only the user-executable bit counts; entries are sorted by raw

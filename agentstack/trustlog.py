@@ -1,4 +1,4 @@
-"""The trust log: an append-only, hash-chained record of every trust decision (DESIGN.md "Trust").
+"""The trust log: an append-only, hash-chained record of every trust decision (docs/trust.md).
 
 `trust.jsonl` holds one canonical JSON record per line; each record's `prev` is the blake3 hash of the
 exact bytes of the line before it (newline included), so changing, dropping or moving any line breaks

@@ -75,7 +75,7 @@ def test_adopt_write_moves_entries_under_the_manifest(project: Path) -> None:
     assert set(document["surface"]) == {".claude/settings.json", ".codex/config.toml"}
     for rel in document["surface"]:
         assert document["surface"][rel]["facts"] == ["setting:model"]
-    ok(project, "trust", "--yes")
+    ok(project, "trust", "--yes", "--accept-risk")
     ok(project, "apply", "--write")
     rendered = json.loads((project / ".mcp.json").read_text())
     assert set(rendered["mcpServers"]) >= {"files", "remote", "db"}

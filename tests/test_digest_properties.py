@@ -1,4 +1,4 @@
-"""Properties of the consent digest (DESIGN.md "What the consent digest covers", "Canonical form").
+"""Properties of the consent digest (README "Security model", docs/lockfile.md).
 
 1. Every semantic mutation moves the digest: each field of each item kind, list membership and
    order, booleans, the executable bit and any byte of any pinned file, git commits and subdirs.

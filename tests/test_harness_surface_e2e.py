@@ -108,7 +108,7 @@ def test_claude_code_surface_reaches_the_model_or_runs(project: Path, isolated_h
     harness_bin("claude")
     out = tmp_path / "out"
     out.mkdir()
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     expected = _claude_entries(project, out)
     # Every class is in the review, with its finding.
@@ -197,7 +197,7 @@ def test_codex_surface_reaches_the_model_or_runs_and_withdrawn_trust_stops_its_c
     out.mkdir()
     with MockModel([]) as placeholder:
         _codex_home(isolated_home, placeholder)
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     expected = _codex_entries(project, out)
     status = run_cli("status", cwd=project)

@@ -53,22 +53,18 @@ def ok(root: Path, *args: str) -> str:
 
 
 def guard_denies(root: Path, harness: str = "claude-code") -> str | None:
-    """The guard's decision for a harmless tool call in `root` (the reason when it denies)."""
+    """The guard's decision for a harmless tool call in `root` (the reason when it denies), as
+    the hook `apply` rendered for `root` makes it: state and project from its arguments."""
     event = json.dumps({"tool_name": "Bash", "tool_input": {"command": "ls"}, "cwd": str(root)})
     previous = os.getcwd()
-    old_env = os.environ.get("CLAUDE_PROJECT_DIR")
-    os.environ["CLAUDE_PROJECT_DIR"] = str(root)
     os.chdir(root)
     try:
-        _guard.decide(harness, event.encode())
+        _guard.decide(harness, event.encode(), state=os.environ["AGENTSTACK_HOME"],
+                      project=str(root.resolve()))
     except _guard.Deny as deny:
         return str(deny)
     finally:
         os.chdir(previous)
-        if old_env is None:
-            os.environ.pop("CLAUDE_PROJECT_DIR", None)
-        else:
-            os.environ["CLAUDE_PROJECT_DIR"] = old_env
     return None
 
 
@@ -79,13 +75,18 @@ def digest(root: Path) -> str:
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Path]:
     root = copy_example("minimal", tmp_path).resolve()
+    # A directory of plain documents (not code a server loads): nested instruction files are
+    # planted there. (A directory created after the snapshot is seen by status, run, the shims
+    # and the digest, not by the guard: docs/surface.md.)
+    (root / "docs").mkdir()
+    (root / "docs" / "guide.md").write_text("a guide\n", encoding="utf-8")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     yield root
 
 
 def trusted_and_applied(root: Path) -> str:
     ok(root, "lock")
-    ok(root, "trust", "--yes")
+    ok(root, "trust", "--yes", "--accept-risk")
     ok(root, "apply", "--write")
     assert cli(root, "status").code == 0
     assert guard_denies(root) is None
@@ -230,8 +231,8 @@ CLASSES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
     ),
     (
         "claude-md-nested",
-        _write("servers/CLAUDE.md", "nested memory\n"),
-        "servers/CLAUDE.md",
+        _write("docs/CLAUDE.md", "nested memory\n"),
+        "docs/CLAUDE.md",
         "model-reads",
         False,
     ),
@@ -365,8 +366,8 @@ CLASSES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
     ),
     (
         "agents-md-nested",
-        _write("servers/AGENTS.md", "nested\n"),
-        "servers/AGENTS.md",
+        _write("docs/AGENTS.md", "nested\n"),
+        "docs/AGENTS.md",
         "model-reads",
         False,
     ),
@@ -562,7 +563,7 @@ def test_symlinks_and_imports_are_pinned(project: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside.md"
     outside.write_text("secret\n")
     (project / "CLAUDE.md").write_text("Read @docs/more.md\n")
-    (project / "docs").mkdir()
+    (project / "docs").mkdir(exist_ok=True)
     (project / "docs" / "more.md").write_text("imported text, and @../../outside.md\n")
     (project / ".claude" / "rules").mkdir(parents=True)
     os.symlink(outside, project / ".claude" / "rules" / "link.md")
@@ -624,7 +625,7 @@ def test_every_place_that_names_harnesses_agrees_with_the_descriptions() -> None
     from agentstack_adapters.registry import BUILTIN
 
     from agentstack import harnesses, manifest
-    from agentstack.sandbox import profiles
+    from agentstack.sandbox import private_state, profiles
 
     names = harnesses.NAMES
     assert len(set(names)) == len(names) == 7
@@ -637,7 +638,11 @@ def test_every_place_that_names_harnesses_agrees_with_the_descriptions() -> None
         profile = profiles.PROFILES[harness.name]
         assert profile.binary == harness.binary, harness.name
         opened = {p.removeprefix("~/") for p in (*profile.write_dirs, *profile.write_files)}
-        assert opened == set(harness.state_dirs), harness.name
+        if harness.name in private_state.HARNESSES:
+            # `run` gives it a private copy of its state instead of the real one.
+            assert opened == set(), harness.name
+        else:
+            assert opened == set(harness.state_dirs), harness.name
         for entry in harness.surface:
             assert entry.verified in ("run", "src", "docs"), entry
             assert entry.format in ("json", "toml", "text", "tree"), entry
@@ -648,11 +653,12 @@ def test_every_place_that_names_harnesses_agrees_with_the_descriptions() -> None
     help_text = " ".join(typing.get_args(HarnessOpt)[1].help.split())
     for name in names:
         assert name in help_text
-    # The guard finds the project through the project-dir variable of each harness it serves.
+    # The guard never finds the project through a harness's project-dir variable: project
+    # settings can set it. The rendered hook names its project as an argument.
     guard_source = Path(_guard.__file__).read_text()
     for harness in harnesses.ALL:
-        if harness.has_adapter and harness.project_dir_var:
-            assert harness.project_dir_var in guard_source
+        if harness.project_dir_var:
+            assert f'"{harness.project_dir_var}"' not in guard_source, harness.name
 
 
 def test_the_rendered_files_are_on_the_surface_of_their_harness() -> None:

@@ -1,4 +1,4 @@
-"""Tree hashing rules (DESIGN.md "Canonical form" / "Tree hashing", agentstack/treehash.py).
+"""Tree hashing rules (docs/lockfile.md, agentstack/treehash.py).
 
 The rules proved here:
 
