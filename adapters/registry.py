@@ -9,6 +9,7 @@ from agentstack.errors import Refused
 from .base import Adapter
 from .claude_code import ClaudeCodeAdapter
 from .codex import CodexAdapter
+from .gemini_cli import GeminiCliAdapter
 
 ENTRY_POINT_GROUP = "agentstack.adapters"
 
@@ -16,6 +17,7 @@ ENTRY_POINT_GROUP = "agentstack.adapters"
 BUILTIN: dict[str, Adapter] = {
     "claude-code": ClaudeCodeAdapter(),
     "codex": CodexAdapter(),
+    "gemini-cli": GeminiCliAdapter(),
 }
 
 
