@@ -10,6 +10,7 @@ from .base import Adapter
 from .claude_code import ClaudeCodeAdapter
 from .codex import CodexAdapter
 from .gemini_cli import GeminiCliAdapter
+from .opencode import OpenCodeAdapter
 
 ENTRY_POINT_GROUP = "agentstack.adapters"
 
@@ -18,6 +19,7 @@ BUILTIN: dict[str, Adapter] = {
     "claude-code": ClaudeCodeAdapter(),
     "codex": CodexAdapter(),
     "gemini-cli": GeminiCliAdapter(),
+    "opencode": OpenCodeAdapter(),
 }
 
 
