@@ -9,6 +9,7 @@ from agentstack.errors import Refused
 from .base import Adapter
 from .claude_code import ClaudeCodeAdapter
 from .codex import CodexAdapter
+from .copilot import CopilotAdapter
 from .gemini_cli import GeminiCliAdapter
 from .opencode import OpenCodeAdapter
 
@@ -20,6 +21,7 @@ BUILTIN: dict[str, Adapter] = {
     "codex": CodexAdapter(),
     "gemini-cli": GeminiCliAdapter(),
     "opencode": OpenCodeAdapter(),
+    "copilot": CopilotAdapter(),
 }
 
 

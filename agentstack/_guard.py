@@ -383,6 +383,12 @@ def check_call(snapshot: dict[str, Any], event: dict[str, Any], cwd: str) -> Non
         server = tool.split("__")[1] if tool.count("__") >= 2 else ""
     elif isinstance(event.get("mcp_context"), dict):
         server = str(event["mcp_context"].get("server_name", ""))
+    elif os.environ.get("COPILOT_CLI") == "1" and "-" in tool:
+        # Copilot CLI names MCP tools `<server>-<tool>` (also in Claude-format hooks it runs);
+        # its own tools have no "-". The longest locked server that prefixes the name, else the
+        # part before the first "-" (not locked: denied below).
+        prefixes = sorted((s for s in servers if tool.startswith(s + "-")), key=len)
+        server = prefixes[-1] if prefixes else tool.split("-", 1)[0]
     if server is not None:
         if _normalise_server(server) not in servers:
             raise Deny(

@@ -112,7 +112,25 @@ WATCHED: dict[str, list[tuple[str, str, list[tuple[str, ...]]]]] = {
             ],
         ),
     ],
+    # Copilot CLI: `disableAllHooks` there switches off every hook, the user's too; `hooks` adds
+    # some. (It also runs Claude Code's project hooks: the same keys as for claude-code.)
+    "copilot": [
+        (".github/copilot/settings.json", "json", [("disableAllHooks",), ("hooks",)]),
+        (".github/copilot/settings.local.json", "json", [("disableAllHooks",), ("hooks",)]),
+    ],
+    # OpenCode merges a second project config: servers, plugins and providers load code.
+    "opencode": [
+        (
+            ".opencode/opencode.json",
+            "json",
+            [("mcp",), ("plugin",), ("plugins",), ("provider",)],
+        ),
+    ],
 }
+
+
+# Copilot CLI also runs Claude Code's project hooks: it watches the same file, with the same keys.
+WATCHED["copilot"].append(WATCHED["claude-code"][0])
 
 
 def _watched_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, Any]]:
