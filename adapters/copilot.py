@@ -53,6 +53,16 @@ def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
     return hooks
 
 
+def hooks_file_operation(context: RenderContext) -> OwnedKeys:
+    """`.github/hooks/agentstack.json`, which VS Code's Copilot sessions also run."""
+    return OwnedKeys(
+        path=HOOKS_FILE,
+        format="json",
+        keys={("version",): 1, ("hooks",): _hooks(context)},
+        guarded=(("hooks",),),
+    )
+
+
 class CopilotAdapter:
     @property
     def name(self) -> str:
@@ -70,12 +80,7 @@ class CopilotAdapter:
                 },
                 guarded=(("mcpServers",),),
             ),
-            OwnedKeys(
-                path=HOOKS_FILE,
-                format="json",
-                keys={("version",): 1, ("hooks",): _hooks(context)},
-                guarded=(("hooks",),),
-            ),
+            hooks_file_operation(context),
         ]
         ops.extend(skill_files(context, ".agents/skills"))
         if context.consent["instructions"]:

@@ -10,8 +10,10 @@ from .base import Adapter
 from .claude_code import ClaudeCodeAdapter
 from .codex import CodexAdapter
 from .copilot import CopilotAdapter
+from .cursor import CursorAdapter
 from .gemini_cli import GeminiCliAdapter
 from .opencode import OpenCodeAdapter
+from .vscode import VSCodeAdapter
 
 ENTRY_POINT_GROUP = "agentstack.adapters"
 
@@ -22,6 +24,8 @@ BUILTIN: dict[str, Adapter] = {
     "gemini-cli": GeminiCliAdapter(),
     "opencode": OpenCodeAdapter(),
     "copilot": CopilotAdapter(),
+    "vscode": VSCodeAdapter(),
+    "cursor": CursorAdapter(),
 }
 
 
