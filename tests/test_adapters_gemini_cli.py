@@ -155,6 +155,12 @@ def test_gemini_mcp_list_only_after_trust(project: Path, isolated_home: Path) ->
     for server in ("notes", "journal"):
         line = next((ln for ln in after.splitlines() if f" {server}:" in ln), "")
         assert "Connected" in line, after
+    # doctor asks the same binary, and says so per locked server.
+    done = run_cli("doctor", "--json", cwd=project,
+                   env={"PATH": f"{harness_bin('gemini').parent}:/usr/bin:/bin"})
+    (row,) = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "mcp gemini-cli"]
+    assert row["status"] == "ok" and row["servers"] == {"journal": "connected",
+                                                         "notes": "connected"}, row
 
 
 def run_gemini(root: Path, home: Path, call: ToolCall, *args: str) -> tuple[bool, str, int]:
