@@ -97,7 +97,7 @@ def apply(
 
 def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> list[str]:
     """What `apply --write` will change outside the project (shown in the trust review)."""
-    from agentstack_adapters import OwnedKeys
+    from agentstack_adapters import MEMBER, OwnedKeys
 
     from agentstack.apply import render_operations
 
@@ -105,5 +105,8 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
     for op in render_operations(root.resolve(), document, digest):
         if isinstance(op, OwnedKeys) and op.user_level:
             for key, value in op.keys.items():
-                lines.append(f"{op.path}: {'.'.join(key)} = {value}")
+                if len(key) >= 2 and key[-2] == MEMBER:  # one item added to a list
+                    lines.append(f"{op.path}: {'.'.join(key[:-2])} += {key[-1]}")
+                else:
+                    lines.append(f"{op.path}: {'.'.join(key)} = {value}")
     return lines

@@ -111,7 +111,12 @@ def test_apply_writes_trusted_folder_into_jsonc_and_revoke_removes_only_it(
         project: Path, isolated_home: Path) -> None:
     config = _user_config(isolated_home, HEADER + '{\n  "trustedFolders": ["/elsewhere"],\n'
                                                   '  "banner": "never"\n}\n')
-    _ok("trust", "--yes", cwd=project)
+    review = run_cli("trust", "--yes", cwd=project)
+    assert review.returncode == 0, review.stderr
+    # The review says what will change outside the project, readably.
+    shown = "".join((review.stdout + review.stderr).split())  # the review wraps long lines
+    assert "trustedFolders+=" + "".join(str(project).split()) in shown, review.stdout
+    assert "\0" not in review.stdout + review.stderr
     _ok("apply", "--write", cwd=project)
     text = config.read_text()
     assert text.startswith(HEADER), text  # Copilot's comments survive
