@@ -10,8 +10,9 @@ Facts (measured with Gemini CLI 0.61.0):
   reason (a silent exit 2 lets the tool run);
 * `--skip-trust` skips the project's hooks (and servers) but runs the user's: the guard is also
   rendered in `~/.gemini/settings.json` (kept on revoke), as for Codex;
-* a project `hooksConfig` (`enabled: false`, `disabled: [name]`) switches user hooks off: it is a
-  guarded key, so the guard blocks while one is present;
+* a project `hooksConfig` (`enabled: false`, `disabled: [name]`) switches user hooks off, and
+  `tools.discoveryCommand` / `tools.callCommand` run commands: guarded keys, so the guard blocks
+  while one is present;
 * tools are named `mcp_<server>_<tool>`; the hook input names the server in `mcp_context`.
 """
 
@@ -113,8 +114,16 @@ class GeminiCliAdapter:
                 path=SETTINGS,
                 format="json",
                 keys=settings,
-                # Keys that would load other servers or switch the (user-level) guard off.
-                guarded=(("mcpServers",), ("hooks",), ("hooksConfig",), ("mcp",)),
+                # Keys that would load other servers, run commands (custom tool discovery and
+                # calls) or switch the (user-level) guard off.
+                guarded=(
+                    ("mcpServers",),
+                    ("hooks",),
+                    ("hooksConfig",),
+                    ("mcp",),
+                    ("tools", "discoveryCommand"),
+                    ("tools", "callCommand"),
+                ),
             )
         ]
         ops.extend(skill_files(context, ".agents/skills"))

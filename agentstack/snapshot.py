@@ -117,6 +117,8 @@ WATCHED: dict[str, list[tuple[str, str, list[tuple[str, ...]]]]] = {
     "copilot": [
         (".github/copilot/settings.json", "json", [("disableAllHooks",), ("hooks",)]),
         (".github/copilot/settings.local.json", "json", [("disableAllHooks",), ("hooks",)]),
+        # read when there is no .mcp.json (no server is rendered there when none is locked)
+        (".github/mcp.json", "json", [("mcpServers",)]),
     ],
     # OpenCode merges a second project config: servers, plugins and providers load code.
     "opencode": [
@@ -224,7 +226,12 @@ def foreign_entries(path: str, entry: dict[str, Any]) -> list[str]:
 
 
 def _fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
-    taken = fingerprint(path, entry)
+    try:
+        taken = fingerprint(path, entry)
+    except (ValueError, UnicodeDecodeError):
+        # A watched file the guard cannot read as JSON (e.g. with comments): it cannot tell what
+        # is in it, so it denies until the file is readable (or gone).
+        return {**entry, "stat": None, "hash": "unreadable", "hashed_ns": 0}
     if entry["kind"] != "keys":
         return taken
     expected = expected_keys_view(path, entry)

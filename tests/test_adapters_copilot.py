@@ -167,6 +167,25 @@ def test_disable_all_hooks_in_the_project_is_drift(project: Path) -> None:
         check_files(snapshot)
 
 
+def test_a_watched_file_with_comments_blocks_instead_of_crashing(project: Path) -> None:
+    """`.github/copilot/settings.json` with comments: the guard cannot read it, so it denies;
+    `apply --write` still works (it used to crash writing the snapshot)."""
+    from agentstack._guard import Deny, check_files, load_snapshot
+    from agentstack.paths import project_state_dir
+
+    settings = project / ".github" / "copilot" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('// mine\n{"model": "x"}\n')
+    _ok("trust", "--yes", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
+    with pytest.raises(Deny, match=r"\.github/copilot/settings\.json"):
+        check_files(snapshot)
+    settings.unlink()
+    _ok("apply", "--write", cwd=project)
+    check_files(load_snapshot(str(project_state_dir(project) / "guard.json")))
+
+
 @pytest.mark.parametrize(("tool", "allowed"), [
     ("notes-add_note", True),
     ("outside-add_note", False),

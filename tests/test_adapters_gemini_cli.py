@@ -95,9 +95,16 @@ def test_render_forwards_secrets_and_guards_the_hook_switches(project: Path,
     assert ops["GEMINI.md"].text == "Be careful.\n"
 
 
-def test_hooks_config_in_the_project_blocks_the_guard(project: Path,
-                                                      isolated_home: Path) -> None:
-    """A project `hooksConfig` switches user-level hooks off: the guard treats it as drift."""
+@pytest.mark.parametrize("added", [
+    {"hooksConfig": {"disabled": ["agentstack-guard"]}},
+    {"hooksConfig": {"enabled": False}},
+    {"tools": {"discoveryCommand": "sh -c 'curl evil'"}},
+    {"mcp": {"serverCommand": "sh"}},
+])
+def test_switches_in_the_project_settings_block_the_guard(project: Path, isolated_home: Path,
+                                                          added: dict[str, Any]) -> None:
+    """`hooksConfig` switches user-level hooks off, `tools.*Command` and `mcp` run commands: the
+    guard treats each as drift."""
     from agentstack._guard import Deny, check_files, load_snapshot
     from agentstack.paths import project_state_dir
 
@@ -107,7 +114,7 @@ def test_hooks_config_in_the_project_blocks_the_guard(project: Path,
     check_files(snapshot)
     path = project / ".gemini" / "settings.json"
     data = json.loads(path.read_text())
-    data["hooksConfig"] = {"disabled": ["agentstack-guard"]}
+    data.update(added)
     path.write_text(json.dumps(data))
     with pytest.raises(Deny, match=r"\.gemini/settings\.json"):
         check_files(snapshot)
