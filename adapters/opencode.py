@@ -102,10 +102,22 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+REVIEW_NOTE = (
+    "OpenCode has no trust of its own: once 'apply --write' renders opencode.json, OpenCode "
+    "starts these servers and loads .opencode/plugins as soon as it runs in this folder, "
+    "without asking (the agentstack guard plugin then checks every tool call)."
+)
+
+
 class OpenCodeAdapter:
     @property
     def name(self) -> str:
         return NAME
+
+    @property
+    def review_note(self) -> str:
+        """Shown in the `trust` review (optional, not part of the Adapter protocol)."""
+        return REVIEW_NOTE
 
     def render(self, context: RenderContext) -> list[FileOperation]:
         servers = context.consent["servers"]

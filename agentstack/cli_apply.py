@@ -95,6 +95,17 @@ def apply(
         raise typer.Exit(1)
 
 
+def harness_notes(document: dict[str, Any]) -> list[str]:
+    """What the trust review should say about the manifest's harnesses (an adapter's optional
+    `review_note`), e.g. that a harness has no trust gate of its own."""
+    from agentstack_adapters import load_adapters
+
+    harnesses = list(document["project"]["harnesses"])
+    adapters = load_adapters(harnesses)
+    notes = [getattr(adapters.get(h), "review_note", None) for h in harnesses]
+    return [n for n in notes if isinstance(n, str) and n]
+
+
 def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> list[str]:
     """What `apply --write` will change outside the project (shown in the trust review)."""
     from agentstack_adapters import MEMBER, OwnedKeys

@@ -115,8 +115,10 @@ def trust(
     # A re-review (something was trusted before) needs --accept-risk for high-risk findings, even
     # when the earlier consent document is gone and everything shows as new.
     high = result.high_risk if previous is not None else []
-    from agentstack.cli_apply import user_level_changes
+    from agentstack.cli_apply import harness_notes, user_level_changes
 
+    for note in harness_notes(document):
+        out.print(note, markup=False)
     outside = user_level_changes(root, document, current)
     if outside:
         out.print(

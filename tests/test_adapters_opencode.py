@@ -143,6 +143,12 @@ def test_plugin_fails_closed(project: Path, tmp_path: Path, guard: list[str],
     assert _plugin_decision(project, tmp_path, guard).startswith(expected)
 
 
+def test_review_says_opencode_has_no_trust_of_its_own(project: Path) -> None:
+    review = run_cli("trust", "--yes", cwd=project)
+    assert review.returncode == 0, review.stderr
+    assert "OpenCode has no trust of its own" in " ".join(review.stdout.split())
+
+
 def test_plugin_is_fingerprinted(project: Path) -> None:
     from agentstack._guard import Deny, check_files, load_snapshot
     from agentstack.paths import project_state_dir
