@@ -95,13 +95,18 @@ def test_render_argv_arrays_env_references_and_plugin(project: Path) -> None:
     assert ops["AGENTS.md"].text == "Be careful.\n"
 
 
-def test_plugin_is_valid_javascript(project: Path, tmp_path: Path) -> None:
-    """A plugin with a syntax error is silently skipped by OpenCode: it must at least parse."""
+def _node() -> str:
     node = shutil.which("node")
     if node is None:
         if in_ci():
-            pytest.fail("node is not installed (CI=true)")
+            pytest.fail("node is not installed (CI=true: must not be skipped)", pytrace=False)
         pytest.skip("node is not installed")
+    return node
+
+
+def test_plugin_is_valid_javascript(project: Path, tmp_path: Path) -> None:
+    """A plugin with a syntax error is silently skipped by OpenCode: it must at least parse."""
+    node = _node()
     ops = {op.path: op for op in _render(project, ["opencode"])}
     path = tmp_path / "guard.mjs"
     path.write_bytes(ops[".opencode/plugins/agentstack-guard.js"].content)
@@ -111,9 +116,7 @@ def test_plugin_is_valid_javascript(project: Path, tmp_path: Path) -> None:
 
 def _plugin_decision(project: Path, tmp_path: Path, guard: list[str]) -> str:
     """Load the rendered plugin in node with `guard` as the guard command; call its hook once."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
+    node = _node()
     ops = {op.path: op for op in _render(project, ["opencode"])}
     source = ops[".opencode/plugins/agentstack-guard.js"].content.decode()
     start = source.index("const GUARD = ")
@@ -132,8 +135,10 @@ def _plugin_decision(project: Path, tmp_path: Path, guard: list[str]) -> str:
 
 
 @pytest.mark.parametrize(("guard", "expected"), [
-    (["/bin/true"], "ALLOW"),
-    (["/bin/sh", "-c", "echo nope >&2; exit 2"], "DENY nope"),
+    # (A guard reads all of its input, as the real one does; one that did not would make the
+    # plugin's write fail with EPIPE, which also denies.)
+    (["/bin/sh", "-c", "cat >/dev/null"], "ALLOW"),
+    (["/bin/sh", "-c", "cat >/dev/null; echo nope >&2; exit 2"], "DENY nope"),
     (["/bin/sh", "-c", "exit 1"], "DENY agentstack guard"),  # a crash denies
     (["/nonexistent/guard"], "DENY agentstack guard"),  # no guard denies
     (["/bin/sh", "-c", "kill -9 $$"], "DENY agentstack guard"),  # a signal denies
