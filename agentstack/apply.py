@@ -525,6 +525,14 @@ def plan(
     for op in ops:
         user_level = isinstance(op, OwnedKeys) and op.user_level
         by_path.setdefault(planner.absolute(op.path, user_level), []).append(op)
+    others = [h for h in consent["project"]["harnesses"] if h not in (harnesses or [])]
+    if harnesses is not None and others:
+        # A partial apply still renders what the other harnesses own in a file it shares with
+        # them (.mcp.json, AGENTS.md, ...), so that their keys in it are kept, not removed.
+        for op in render_operations(root, consent, digest, others):
+            path = planner.absolute(op.path, isinstance(op, OwnedKeys) and op.user_level)
+            if path in by_path:
+                by_path[path].append(op)
     changes: list[FileChange] = []
     for path, path_ops in by_path.items():
         kinds = {type(op) for op in path_ops}

@@ -105,3 +105,40 @@ def test_every_harness_in_one_project_merges_shared_files(tmp_path: Path,
     assert not (root / ".vscode").exists() and not (root / ".cursor").exists()
     assert not (root / "opencode.json").exists() and not (root / "GEMINI.md").exists()
     assert not (isolated_home / ".copilot" / "config.json").exists()  # agentstack created it
+
+
+def test_a_partial_apply_keeps_other_harnesses_keys_in_a_shared_file(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """Two harnesses owning different keys of one file: `apply --harness A` keeps B's keys."""
+    from agentstack_adapters import OwnedKeys, registry
+
+    from agentstack.apply import load_ledger, plan, write
+    from agentstack.cli import _current
+
+    class Fake:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        @property
+        def name(self) -> str:
+            return self._name
+
+        def render(self, context: Any) -> list[Any]:
+            return [OwnedKeys(path="shared.json", format="json",
+                              keys={("by", self._name): True})]
+
+    monkeypatch.setitem(registry.BUILTIN, "vscode", Fake("vscode"))
+    monkeypatch.setitem(registry.BUILTIN, "cursor", Fake("cursor"))
+    root = _project(tmp_path, '["vscode", "cursor"]')
+    assert run_cli("trust", "--yes", cwd=root).returncode == 0
+    _, _, document, digest = _current(root)
+    write(plan(root, document, digest))
+    assert json.loads((root / "shared.json").read_text()) == {"by": {"cursor": True,
+                                                                     "vscode": True}}
+    partial = plan(root, document, digest, ["vscode"])
+    assert not partial.pending and not partial.conflicts
+    write(partial)
+    assert json.loads((root / "shared.json").read_text()) == {"by": {"cursor": True,
+                                                                     "vscode": True}}
+    keys = load_ledger(root)["files"][str(root / "shared.json")]["keys"]
+    assert sorted(keys) == ['["by", "cursor"]', '["by", "vscode"]']
