@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import make_project, run_cli
+from tests.conftest import REPO, make_project, run_cli
 from tests.harness.binaries import harness_bin, harness_env, in_ci
 from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import MockModel, ToolCall
@@ -185,8 +185,11 @@ def test_agents_md_shared_with_codex_is_one_block(tmp_path: Path) -> None:
 
 
 def opencode_env(home: Path, **extra: str) -> dict[str, str]:
+    # OpenCode runs `npm install` (its plugin package, the model provider) in each config
+    # directory on start: one shared npm cache, preferred over the registry, keeps that ~5 s.
     return harness_env(home, OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1",
-                       **extra)
+                       npm_config_cache=str(REPO / ".tools" / "npm-cache"),
+                       npm_config_prefer_offline="true", **extra)
 
 
 def opencode_mcp_list(root: Path, home: Path) -> str:
