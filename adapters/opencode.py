@@ -10,7 +10,9 @@ Facts (measured with OpenCode 1.18.33):
   a runtime error in it also blocks, but a plugin with a syntax error is skipped without a word:
   the plugin is a rendered file, so the guard fingerprints it, and a test loads it in the real
   binary;
-* tools are named `<server>_<tool>` (MCP) and `bash`, `read`, `edit`, `write` ...
+* tools are named `<server>_<tool>` (MCP) and `bash`, `read`, `edit`, `write` ...; the plugin asks
+  OpenCode which servers are connected (`client.mcp.status()`) to tell the guard which server a
+  tool belongs to.
 """
 
 from __future__ import annotations
@@ -42,17 +44,35 @@ import {{ spawnSync }} from "node:child_process";
 const GUARD = {guard};
 const TIMEOUT_MS = {timeout_ms};
 
-export const AgentstackGuard = async ({{ directory }}) => ({{
+// OpenCode names an MCP tool `<server>_<tool>`: the server is the longest connected one whose
+// name prefixes the tool's, and the guard checks it against the lock.
+async function mcpServer(client, tool) {{
+  const status = await client.mcp.status();
+  if (!status || typeof status.data !== "object" || status.data === null) {{
+    throw new Error("cannot list the MCP servers");
+  }}
+  let found = null;
+  for (const name of Object.keys(status.data)) {{
+    const id = name.replace(/[^A-Za-z0-9_-]/g, "_");
+    if (tool.startsWith(id + "_") && (found === null || name.length > found.length)) found = name;
+  }}
+  return found;
+}}
+
+export const AgentstackGuard = async ({{ client, directory }}) => ({{
   "tool.execute.before": async (input, output) => {{
     let reason = "agentstack guard: the guard could not be run; denying to stay safe";
     try {{
+      const tool = String(input.tool);
       const event = {{
         hook_event_name: "PreToolUse",
-        tool_name: String(input.tool),
+        tool_name: tool,
         tool_input: (output && output.args) || {{}},
         session_id: String(input.sessionID || ""),
         cwd: directory,
       }};
+      const server = await mcpServer(client, tool);
+      if (server !== null) event.mcp_context = {{ server_name: server }};
       const run = spawnSync(GUARD[0], GUARD.slice(1), {{
         cwd: directory,
         input: JSON.stringify(event),

@@ -114,7 +114,8 @@ def test_plugin_is_valid_javascript(project: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def _plugin_decision(project: Path, tmp_path: Path, guard: list[str]) -> str:
+def _plugin_decision(project: Path, tmp_path: Path, guard: list[str], *, tool: str = "bash",
+                     client: str = "{ mcp: { status: async () => ({ data: {} }) } }") -> str:
     """Load the rendered plugin in node with `guard` as the guard command; call its hook once."""
     node = _node()
     ops = {op.path: op for op in _render(project, ["opencode"])}
@@ -125,8 +126,10 @@ def _plugin_decision(project: Path, tmp_path: Path, guard: list[str]) -> str:
     (tmp_path / "plugin.mjs").write_text(source)
     (tmp_path / "call.mjs").write_text(
         "import { AgentstackGuard } from './plugin.mjs';\n"
-        f"const hooks = await AgentstackGuard({{ directory: {json.dumps(str(project))} }});\n"
-        "try { await hooks['tool.execute.before']({tool: 'bash', sessionID: 's'},"
+        f"const client = {client};\n"
+        "const hooks = await AgentstackGuard("
+        f"{{ client, directory: {json.dumps(str(project))} }});\n"
+        f"try {{ await hooks['tool.execute.before']({{tool: {json.dumps(tool)}, sessionID: 's'}},"
         " {args: {command: 'true'}}); console.log('ALLOW'); }\n"
         "catch (e) { console.log('DENY ' + e.message); }\n")
     result = subprocess.run([node, str(tmp_path / "call.mjs")], capture_output=True, text=True,
@@ -152,6 +155,22 @@ def test_review_says_opencode_has_no_trust_of_its_own(project: Path) -> None:
     review = run_cli("trust", "--yes", cwd=project)
     assert review.returncode == 0, review.stderr
     assert "OpenCode has no trust of its own" in " ".join(review.stdout.split())
+
+
+def test_plugin_names_the_mcp_server_and_fails_closed_without_the_list(project: Path,
+                                                                      tmp_path: Path) -> None:
+    log = tmp_path / "event.json"
+    guard = ["/bin/sh", "-c", f"cat > {log}"]
+    client = "{ mcp: { status: async () => ({ data: {my: {}, 'my_x': {}, other: {}} }) } }"
+    assert _plugin_decision(project, tmp_path, guard, tool="my_x_add", client=client) == "ALLOW"
+    assert json.loads(log.read_text())["mcp_context"] == {"server_name": "my_x"}  # the longest
+    assert _plugin_decision(project, tmp_path, guard, tool="bash", client=client) == "ALLOW"
+    assert "mcp_context" not in json.loads(log.read_text())
+    broken = "{ mcp: { status: async () => { throw new Error('no server'); } } }"
+    assert _plugin_decision(project, tmp_path, guard, client=broken).startswith(
+        "DENY agentstack guard")
+    assert _plugin_decision(project, tmp_path, guard, client="{ mcp: { status: async () => "
+                            "({ error: 'x' }) } }").startswith("DENY agentstack guard")
 
 
 def test_plugin_is_fingerprinted(project: Path) -> None:
@@ -212,7 +231,8 @@ def test_opencode_mcp_list_only_after_trust(project: Path, isolated_home: Path) 
         assert "connected" in line, after
 
 
-def run_opencode(root: Path, home: Path, call: ToolCall) -> tuple[bool, str]:
+def run_opencode(root: Path, home: Path, call: ToolCall,
+                 extra: dict[str, Any] | None = None) -> tuple[bool, str]:
     """(did the call run?, what the model was told). The model provider is the user's own."""
     marker = root / "marker.txt"
     marker.unlink(missing_ok=True)
@@ -224,7 +244,8 @@ def run_opencode(root: Path, home: Path, call: ToolCall) -> tuple[bool, str]:
                                   "options": {"baseURL": model.openai_base_url,
                                               "apiKey": "dummy"},
                                   "models": {"mock-model": {"name": "mock", "tool_call": True}}}},
-            "model": "mock/mock-model", "autoupdate": False, "share": "disabled"}))
+            "model": "mock/mock-model", "autoupdate": False, "share": "disabled",
+            **(extra or {})}))
         result = subprocess.run([str(harness_bin("opencode")), "run", "do it"], cwd=root,
                                 env=opencode_env(home), capture_output=True, text=True,
                                 timeout=180)
@@ -253,6 +274,16 @@ def test_opencode_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     assert not ran and "opencode.json" in text and "agentstack guard" in text, text
     _ok("apply", "--write", "--force", cwd=project)
     ran, text = run_opencode(project, isolated_home, TOUCH)
+    assert ran, text
+
+    # A server the user added at user level, not in the lock: its `server_tool` is blocked.
+    outside = {"mcp": {"outside": {"type": "local", "enabled": True,
+                                   "command": [sys.executable, "-I", str(NOTES_SERVER)]}}}
+    ran, text = run_opencode(project, isolated_home,
+                             ToolCall("mcp__outside__add_note", {"text": "exfiltrate"}), outside)
+    assert not ran and "not in agentstack.lock" in text, text
+    ran, text = run_opencode(project, isolated_home,
+                             ToolCall("mcp__notes__add_note", {"text": "ok"}), outside)
     assert ran, text
 
     # OpenCode has no trust to take back: the project's plugin still loads, and the guard blocks.

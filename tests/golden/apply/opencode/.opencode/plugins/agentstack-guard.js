@@ -6,17 +6,35 @@ import { spawnSync } from "node:child_process";
 const GUARD = ["<python>", "-I", "-m", "agentstack._guard", "--harness", "opencode"];
 const TIMEOUT_MS = 10000;
 
-export const AgentstackGuard = async ({ directory }) => ({
+// OpenCode names an MCP tool `<server>_<tool>`: the server is the longest connected one whose
+// name prefixes the tool's, and the guard checks it against the lock.
+async function mcpServer(client, tool) {
+  const status = await client.mcp.status();
+  if (!status || typeof status.data !== "object" || status.data === null) {
+    throw new Error("cannot list the MCP servers");
+  }
+  let found = null;
+  for (const name of Object.keys(status.data)) {
+    const id = name.replace(/[^A-Za-z0-9_-]/g, "_");
+    if (tool.startsWith(id + "_") && (found === null || name.length > found.length)) found = name;
+  }
+  return found;
+}
+
+export const AgentstackGuard = async ({ client, directory }) => ({
   "tool.execute.before": async (input, output) => {
     let reason = "agentstack guard: the guard could not be run; denying to stay safe";
     try {
+      const tool = String(input.tool);
       const event = {
         hook_event_name: "PreToolUse",
-        tool_name: String(input.tool),
+        tool_name: tool,
         tool_input: (output && output.args) || {},
         session_id: String(input.sessionID || ""),
         cwd: directory,
       };
+      const server = await mcpServer(client, tool);
+      if (server !== null) event.mcp_context = { server_name: server };
       const run = spawnSync(GUARD[0], GUARD.slice(1), {
         cwd: directory,
         input: JSON.stringify(event),
