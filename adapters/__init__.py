@@ -6,6 +6,7 @@ in `BUILTIN` (a dict the type checker verifies); third parties register through 
 """
 
 from .base import (
+    MEMBER,
     Adapter,
     FileOperation,
     KeyPath,
@@ -18,6 +19,7 @@ from .registry import BUILTIN, AdapterConflict, load_adapters
 
 __all__ = [
     "BUILTIN",
+    "MEMBER",
     "Adapter",
     "AdapterConflict",
     "FileOperation",

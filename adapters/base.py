@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 KeyPath = tuple[str, ...]
+# A key path `(*list_path, MEMBER, item)` owns one string item of the JSON list at `list_path`
+# (e.g. one folder in a harness's list of trusted folders): the other items are the user's.
+MEMBER = "\0member"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +51,8 @@ class OwnedKeys:
     in TOML every comment, is the user's and is preserved."""
 
     path: str
-    format: Literal["json", "toml"]
+    # "jsonc": JSON with a leading comment block (kept as is); user-level files only.
+    format: Literal["json", "jsonc", "toml"]
     keys: dict[KeyPath, Any]
     user_level: bool = False  # outside the project (e.g. ~/.codex/config.toml)
     # Containers the guard fingerprints whole, even the parts agentstack does not own: a server

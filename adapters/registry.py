@@ -9,6 +9,11 @@ from agentstack.errors import Refused
 from .base import Adapter
 from .claude_code import ClaudeCodeAdapter
 from .codex import CodexAdapter
+from .copilot import CopilotAdapter
+from .cursor import CursorAdapter
+from .gemini_cli import GeminiCliAdapter
+from .opencode import OpenCodeAdapter
+from .vscode import VSCodeAdapter
 
 ENTRY_POINT_GROUP = "agentstack.adapters"
 
@@ -16,6 +21,11 @@ ENTRY_POINT_GROUP = "agentstack.adapters"
 BUILTIN: dict[str, Adapter] = {
     "claude-code": ClaudeCodeAdapter(),
     "codex": CodexAdapter(),
+    "gemini-cli": GeminiCliAdapter(),
+    "opencode": OpenCodeAdapter(),
+    "copilot": CopilotAdapter(),
+    "vscode": VSCodeAdapter(),
+    "cursor": CursorAdapter(),
 }
 
 

@@ -687,6 +687,24 @@ def resolve_server(tool: str, servers: list[str]) -> str:
     return server
 
 
+def copilot_server(tool: str, servers: list[str]) -> str:
+    """The one locked server a Copilot `<server>-<tool>` name belongs to, or Deny. The name is
+    accepted only when it splits one way: a locked server's name, one '-', a tool name without
+    '-' (else a server outside the lock, named with a '-', could produce the same name)."""
+    server, _, rest = tool.partition("-")
+    if server not in servers:
+        raise Deny(
+            f"tool {tool!r} belongs to MCP server {server!r}, which is not in agentstack.lock; "
+            "add it to agentstack.toml, lock and trust it"
+        )
+    if not rest or "-" in rest:
+        raise Deny(
+            f"tool {tool!r} cannot be tied to exactly one locked server (a server outside the "
+            "lock could have the same tool name); for Copilot, name servers and tools without '-'"
+        )
+    return server
+
+
 def _tool_of(harness: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if harness == "copilot" and "toolName" in event:
         tool, arguments = event.get("toolName"), event.get("toolArgs")
@@ -728,6 +746,13 @@ def check_call(
             raise Deny(f"tool {tool!r} looks like an MCP tool but is not named as one; denied")
         resolve_server(tool, servers)
         return
+    if "-" in tool and (harness == "copilot" or os.environ.get("COPILOT_CLI") == "1"):
+        # Copilot CLI names MCP tools `<server>-<tool>`, also in the Claude Code hook files it
+        # runs (there only its COPILOT_CLI=1 tells; a project that sets it can only add denials:
+        # Claude Code's own tools have no '-'). Its own tools have no '-' either.
+        copilot_server(tool, servers)
+        if harness == "copilot":
+            return
     spec = TOOLS.get(harness, {}).get(tool)
     if spec is None:
         if tool in INERT.get(harness, ()):

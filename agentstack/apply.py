@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentstack_adapters import (
+    MEMBER,
     FileOperation,
     KeyPath,
     OwnedBlock,
@@ -79,10 +80,20 @@ def _key_id(path: KeyPath) -> str:
 
 
 def _get(doc: Any, path: KeyPath) -> Any:
+    if len(path) >= 2 and path[-2] == MEMBER:  # one item of a shared list: True if present
+        items = _key_value(doc, list(path[:-2]))
+        return True if isinstance(items, list) and path[-1] in items else None
     return _key_value(doc, list(path))  # the guard's own lookup: both must agree
 
 
 def _delete(doc: Any, path: KeyPath) -> None:
+    if len(path) >= 2 and path[-2] == MEMBER:
+        items = _key_value(doc, list(path[:-2]))
+        if isinstance(items, list) and path[-1] in items:
+            items.remove(path[-1])
+            if not items:
+                _delete(doc, path[:-2])
+        return
     parents = []
     node = doc
     for key in path[:-1]:
@@ -101,6 +112,14 @@ def _delete(doc: Any, path: KeyPath) -> None:
 
 
 def _json_set(doc: dict[str, Any], path: KeyPath, value: Any) -> None:
+    if len(path) >= 2 and path[-2] == MEMBER:
+        items = _key_value(doc, list(path[:-2]))
+        if not isinstance(items, list):
+            items = []
+            _json_set(doc, path[:-2], items)
+        if path[-1] not in items:
+            items.append(path[-1])
+        return
     node = doc
     for key in path[:-1]:
         child = node.get(key)
@@ -136,6 +155,29 @@ def _toml_set(doc: Any, path: KeyPath, value: Any) -> None:
             node[key] = tomlkit.table(is_super_table=True)
         node = node[key]
     node[path[-1]] = _toml_item(value, False)
+
+
+class _JsoncDocument(dict[str, Any]):
+    """A JSONC file's object, with the comment block that precedes it (written back as is)."""
+
+    header = ""
+
+
+_JSONC_HEADER = re.compile(r"\A(?:[ \t]*(?://[^\n]*)?\r?\n)*")
+
+
+def _parse_jsonc(text: str) -> _JsoncDocument:
+    """JSON preceded by `//` comment lines (as Copilot CLI writes its config.json). A comment
+    anywhere else could not be written back, so it is refused rather than dropped."""
+    header = _JSONC_HEADER.match(text)
+    start = header.end() if header else 0
+    body = text[start:]
+    parsed = json.loads(body) if body.strip() else {}
+    if not isinstance(parsed, dict):
+        raise ValueError("the top level is not an object")
+    doc = _JsoncDocument(parsed)
+    doc.header = text[:start]
+    return doc
 
 
 # --------------------------------------------------------------------------------- the plan
@@ -315,10 +357,10 @@ class Planner:
                     )
                 elif recorded_value != _canon(current):
                     change.conflicts.append(f"{'.'.join(key)}: edited by hand since the last apply")
-            if fmt == "json":
-                _json_set(doc, key, value)
-            else:
+            if fmt == "toml":
                 _toml_set(doc, key, value)
+            else:
+                _json_set(doc, key, value)
         created = previous.get("created", old is None)
         if not wanted and created and not _plain(doc):
             change.new = None  # we created it and nothing of ours is left: remove it
@@ -343,13 +385,15 @@ class Planner:
     @staticmethod
     def _parse_static(path: Path, data: bytes | None, fmt: str, shown: str = "") -> Any:
         if data is None:
-            if fmt == "json":
-                return {}
+            if fmt in ("json", "jsonc"):
+                return _JsoncDocument() if fmt == "jsonc" else {}
             import tomlkit
 
             return tomlkit.document()
         try:
             text = data.decode("utf-8")
+            if fmt == "jsonc":
+                return _parse_jsonc(text)
             if fmt == "json":
                 parsed = json.loads(text) if text.strip() else {}
                 if not isinstance(parsed, dict):
@@ -367,8 +411,9 @@ class Planner:
 
     @staticmethod
     def _dump(doc: Any, fmt: str) -> bytes:
-        if fmt == "json":
-            return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        if fmt in ("json", "jsonc"):
+            header = doc.header if isinstance(doc, _JsoncDocument) else ""
+            return (header + json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         import tomlkit
 
         return tomlkit.dumps(doc).encode("utf-8")
@@ -495,6 +540,14 @@ def plan(
     for op in ops:
         user_level = isinstance(op, OwnedKeys) and op.user_level
         by_path.setdefault(planner.absolute(op.path, user_level), []).append(op)
+    others = [h for h in consent["project"]["harnesses"] if h not in (harnesses or [])]
+    if harnesses is not None and others:
+        # A partial apply still renders what the other harnesses own in a file it shares with
+        # them (.mcp.json, AGENTS.md, ...), so that their keys in it are kept, not removed.
+        for op in render_operations(root, consent, digest, others):
+            path = planner.absolute(op.path, isinstance(op, OwnedKeys) and op.user_level)
+            if path in by_path:
+                by_path[path].append(op)
     changes: list[FileChange] = []
     for path, path_ops in by_path.items():
         kinds = {type(op) for op in path_ops}

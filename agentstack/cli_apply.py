@@ -121,9 +121,20 @@ def _read_or_none(path: Path) -> bytes | None:
         return None
 
 
+def harness_notes(document: dict[str, Any]) -> list[str]:
+    """What the trust review should say about the manifest's harnesses (an adapter's optional
+    `review_note`), e.g. that a harness has no trust gate of its own."""
+    from agentstack_adapters import load_adapters
+
+    harnesses = list(document["project"]["harnesses"])
+    adapters = load_adapters(harnesses)
+    notes = [getattr(adapters.get(h), "review_note", None) for h in harnesses]
+    return [n for n in notes if isinstance(n, str) and n]
+
+
 def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> list[str]:
     """What `apply --write` will change outside the project (shown in the trust review)."""
-    from agentstack_adapters import OwnedKeys
+    from agentstack_adapters import MEMBER, OwnedKeys
 
     from agentstack.apply import render_operations
     from agentstack.view import toml_value
@@ -132,5 +143,8 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
     for op in render_operations(root.resolve(), document, digest):
         if isinstance(op, OwnedKeys) and op.user_level:
             for key, value in op.keys.items():
-                lines.append(f"{op.path}: {'.'.join(key)} = {toml_value(value)}")
+                if len(key) >= 2 and key[-2] == MEMBER:  # one item added to a list
+                    lines.append(f"{op.path}: {'.'.join(key[:-2])} += {key[-1]}")
+                else:
+                    lines.append(f"{op.path}: {'.'.join(key)} = {toml_value(value)}")
     return lines

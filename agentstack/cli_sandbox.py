@@ -431,6 +431,12 @@ def _project_checks() -> list[Any]:
                     {"trust": state.state, "digest": digest},
                 )
             )
+    from agentstack.mcp_status import harness_mcp_checks
+
+    trusted = any(c.name == "trust" and c.status == "ok" for c in out)
+    out.extend(
+        harness_mcp_checks(root, manifest.project.harnesses, sorted(manifest.servers), trusted)
+    )
     if not manifest.sandbox.enabled:
         out.append(Check("sandbox policy", "warn", "sandbox.enabled = false: 'run' refuses"))
     else:

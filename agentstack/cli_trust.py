@@ -169,8 +169,10 @@ def trust(
         out.print(diff_renderable(result, contents=contents))
     # One rule for every review, first or later: high-risk findings need an explicit acceptance.
     high = result.high_risk
-    from agentstack.cli_apply import user_level_changes
+    from agentstack.cli_apply import harness_notes, user_level_changes
 
+    for note in harness_notes(document):
+        out.print(note, markup=False)
     outside = user_level_changes(root, document, current)
     if outside:
         from agentstack.view import Wrapped, t

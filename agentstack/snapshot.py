@@ -118,7 +118,27 @@ WATCHED: dict[str, list[tuple[str, str, list[tuple[str, ...]]]]] = {
             ],
         ),
     ],
+    # Copilot CLI: `disableAllHooks` there switches off every hook, the user's too; `hooks` adds
+    # some. (It also runs Claude Code's project hooks: the same keys as for claude-code.)
+    "copilot": [
+        (".github/copilot/settings.json", "json", [("disableAllHooks",), ("hooks",)]),
+        (".github/copilot/settings.local.json", "json", [("disableAllHooks",), ("hooks",)]),
+        # read when there is no .mcp.json (no server is rendered there when none is locked)
+        (".github/mcp.json", "json", [("mcpServers",)]),
+    ],
+    # OpenCode merges a second project config: servers, plugins and providers load code.
+    "opencode": [
+        (
+            ".opencode/opencode.json",
+            "json",
+            [("mcp",), ("plugin",), ("plugins",), ("provider",)],
+        ),
+    ],
 }
+
+
+# Copilot CLI also runs Claude Code's project hooks: it watches the same file, with the same keys.
+WATCHED["copilot"].append(WATCHED["claude-code"][0])
 
 
 def _watched_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -212,7 +232,12 @@ def foreign_entries(path: str, entry: dict[str, Any]) -> list[str]:
 
 
 def _fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
-    taken = fingerprint(path, entry)
+    try:
+        taken = fingerprint(path, entry)
+    except (ValueError, UnicodeDecodeError):
+        # A watched file the guard cannot read as JSON (e.g. with comments): it cannot tell what
+        # is in it, so it denies until the file is readable (or gone).
+        return {**entry, "stat": None, "hash": "unreadable", "hashed_ns": 0}
     if entry["kind"] != "keys":
         return taken
     expected = expected_keys_view(path, entry)

@@ -47,7 +47,9 @@ def _normalise(text: str, root: Path, home: Path, tmp: Path) -> str:
     return re.sub(r"sha256:[0-9a-f]{64}", "sha256:<hash of the hook>", text)
 
 
-@pytest.mark.parametrize("harness", ["claude-code", "codex"])
+@pytest.mark.parametrize(
+    "harness", ["claude-code", "codex", "gemini-cli", "opencode", "copilot", "vscode", "cursor"]
+)
 def test_golden_render(tmp_path: Path, isolated_home: Path, harness: str) -> None:
     from agentstack.apply import plan
     from agentstack.cli import _current  # the same pipeline the command uses

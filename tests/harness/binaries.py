@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO / ".tools" / "npm" / "node_modules" / ".bin"
-HARNESSES = ("claude", "codex")
+HARNESSES = ("claude", "codex", "gemini", "opencode", "copilot")
 
 
 def in_ci() -> bool:
@@ -22,7 +22,8 @@ def in_ci() -> bool:
 
 
 def harness_bin(name: str) -> Path:
-    """Absolute path of the ``claude`` or ``codex`` executable: ``<repo>/.tools/npm/node_modules/.bin``
+    """Absolute path of a harness executable (``claude``, ``codex``, ``gemini``, ``opencode``,
+    ``copilot``): ``<repo>/.tools/npm/node_modules/.bin``
     first, then ``PATH``. Missing: ``pytest.skip`` locally, ``pytest.fail`` when ``CI=true``."""
     if name not in HARNESSES:
         raise ValueError(f"unknown harness {name!r}; expected one of {HARNESSES}")

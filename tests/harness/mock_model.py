@@ -3,7 +3,11 @@
 It speaks just enough of two wire protocols:
 
 * the Anthropic Messages API (``POST /v1/messages``, streamed as SSE or plain JSON), for Claude Code;
-* the OpenAI Responses API (``POST /v1/responses``, streamed as SSE), for Codex.
+* the OpenAI Responses API (``POST /v1/responses``, streamed as SSE), for Codex;
+* the Gemini API (``POST /v1beta/models/<m>:streamGenerateContent?alt=sse`` and
+  ``:generateContent``), for Gemini CLI;
+* OpenAI chat completions (``POST /v1/chat/completions``, streamed as SSE), for OpenCode and
+  Copilot CLI.
 
 It follows a SCRIPT, a list of :class:`ToolCall`. A *main* request (one that offers tools) is answered
 with the script's next tool call; which one is "next" is the number of this mock's tool calls already
@@ -28,6 +32,9 @@ Generic calls are mapped to each harness's tools:
   "function", "name": "<tool>", ...}]}``; its hooks see ``tool_name`` ``mcp__<server>__<tool>``).
   The offered tools are looked up first (as ``<namespace>__<name>``), so what the request offers
   wins over the fallback spelling.
+* For Gemini CLI ``Bash`` is ``run_shell_command`` and ``mcp__<server>__<tool>`` is
+  ``mcp_<server>_<tool>``; for chat completions ``Bash`` is ``bash`` and MCP tools are whichever
+  offered tool ends with ``<server>_<tool>`` or ``<server>-<tool>`` (OpenCode, Copilot).
 
 Usage::
 
@@ -274,6 +281,127 @@ class MockModel:
             call_item["namespace"] = namespace
         return "main", [call_item]
 
+    # Gemini ---------------------------------------------------------------------------------
+    def handle_gemini(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        """Returns (kind, model content parts)."""
+        offered = [str(d.get("name")) for tool in body.get("tools") or [] if isinstance(tool, dict)
+                   for d in tool.get("functionDeclarations") or [] if isinstance(d, dict)]
+        results: list[ToolResult] = []
+        ours = 0
+        for content in body.get("contents") or []:
+            for part in (content.get("parts") or []) if isinstance(content, dict) else []:
+                if not isinstance(part, dict):
+                    continue
+                if "functionCall" in part:
+                    ours += 1
+                response = part.get("functionResponse")
+                if isinstance(response, dict):
+                    payload = response.get("response")
+                    error = isinstance(payload, dict) and "error" in payload
+                    results.append(ToolResult("gemini", str(response.get("id") or ours),
+                                              error, _text_of(payload), part))
+        with self._lock:
+            self._record_results("gemini", results)
+            if not offered:
+                return "side", [{"text": self.side_text}]
+            if ours >= len(self.script):
+                return "main", [{"text": self.final_text}]
+            call = self.script[ours]
+            name, args = map_for_gemini(call, offered)
+            call_id = self._new_id("gem_")
+            self.tool_calls.append(SentToolCall("gemini", call_id, name, None, args, ours))
+        return "main", [{"functionCall": {"id": call_id, "name": name, "args": args}}]
+
+    # OpenAI chat completions ----------------------------------------------------------------
+    def handle_chat(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Returns (kind, assistant message: {"content": str} or {"tool_calls": [...]})."""
+        offered = [str(t["function"]["name"]) for t in body.get("tools") or []
+                   if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+        results: list[ToolResult] = []
+        ours = 0
+        for message in body.get("messages") or []:
+            if not isinstance(message, dict):
+                continue
+            for call in message.get("tool_calls") or []:
+                if isinstance(call, dict) and str(call.get("id", "")).endswith("mock"):
+                    ours += 1
+            if message.get("role") == "tool":
+                results.append(ToolResult("chat", str(message.get("tool_call_id", "")), None,
+                                          _text_of(message.get("content")), message))
+        with self._lock:
+            self._record_results("chat", results)
+            if not offered:
+                return "side", {"content": self.side_text}
+            if ours >= len(self.script):
+                return "main", {"content": self.final_text}
+            call = self.script[ours]
+            name, args = map_for_chat(call, offered)
+            call_id = self._new_id("call_")
+            self.tool_calls.append(SentToolCall("chat", call_id, name, None, args, ours))
+        return "main", {"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                        "function": {"name": name,
+                                                     "arguments": json.dumps(args)}}]}
+
+
+def _mcp_parts(call: ToolCall) -> tuple[str, str] | None:
+    if not call.name.startswith("mcp__"):
+        return None
+    server, _, tool = call.name[len("mcp__"):].partition("__")
+    return server, tool
+
+
+def map_for_gemini(call: ToolCall, offered: list[str]) -> tuple[str, dict[str, Any]]:
+    if call.name == "Bash":
+        return "run_shell_command", {"command": call.input.get("command", "")}
+    parts = _mcp_parts(call)
+    if parts is not None:
+        for name in (f"mcp_{parts[0]}_{parts[1]}", parts[1]):
+            if name in offered:
+                return name, dict(call.input)
+        return f"mcp_{parts[0]}_{parts[1]}", dict(call.input)
+    return call.name, dict(call.input)
+
+
+def map_for_chat(call: ToolCall, offered: list[str]) -> tuple[str, dict[str, Any]]:
+    if call.name == "Bash":
+        return "bash", {"command": call.input.get("command", ""),
+                        "description": "run a command"}
+    parts = _mcp_parts(call)
+    if parts is not None:
+        for name in offered:
+            if name.endswith((f"{parts[0]}_{parts[1]}", f"{parts[0]}-{parts[1]}")):
+                return name, dict(call.input)
+        return f"{parts[0]}_{parts[1]}", dict(call.input)
+    return call.name, dict(call.input)
+
+
+def gemini_response(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"candidates": [{"content": {"role": "model", "parts": parts},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5,
+                              "totalTokenCount": 15},
+            "modelVersion": "gemini-mock"}
+
+
+def chat_stream(chunk_id: str, model: str, message: dict[str, Any]) -> bytes:
+    base = {"id": chunk_id, "object": "chat.completion.chunk", "created": 0, "model": model}
+    chunks: list[dict[str, Any]] = [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                              "finish_reason": None}]}]
+    if "tool_calls" in message:
+        chunks.append({**base, "choices": [{"index": 0,
+                                            "delta": {"tool_calls": message["tool_calls"]},
+                                            "finish_reason": None}]})
+        finish = "tool_calls"
+    else:
+        chunks.append({**base, "choices": [{"index": 0, "delta": {"content": message["content"]},
+                                            "finish_reason": None}]})
+        finish = "stop"
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    chunks.append({**base, "choices": [],
+                   "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
 
 def _message_item(item_id: str, text: str) -> dict[str, Any]:
     return {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
@@ -445,6 +573,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._anthropic(body, raw)
             elif path.endswith("/responses") and isinstance(body, dict):
                 self._responses(body, raw)
+            elif path.endswith(":countTokens"):
+                self._record(body, raw, "gemini", "count_tokens")
+                self._json(200, {"totalTokens": 42})
+            elif path.endswith((":streamGenerateContent", ":generateContent")) and isinstance(
+                    body, dict):
+                self._gemini(body, raw, stream=path.endswith(":streamGenerateContent"))
+            elif path.endswith("/chat/completions") and isinstance(body, dict):
+                self._chat(body, raw)
             else:
                 self._record(body, raw, None, "other")
                 with self.model._lock:
@@ -476,3 +612,37 @@ class _Handler(BaseHTTPRequestHandler):
         response_id = self.model._new_id("resp_")
         self._send(200, responses_stream(response_id, model, items),
                    "text/event-stream; charset=utf-8")
+
+    def _gemini(self, body: dict[str, Any], raw: bytes, *, stream: bool) -> None:
+        kind, parts = self.model.handle_gemini(body)
+        self._record(body, raw, "gemini", kind)
+        if kind == "side" and isinstance(body.get("generationConfig"), dict) and \
+                body["generationConfig"].get("responseMimeType") == "application/json":
+            parts = [{"text": "{}"}]  # a router/classifier call that wants JSON
+        response = gemini_response(parts)
+        if stream:
+            self._send(200, f"data: {json.dumps(response)}\r\n\r\n".encode(),
+                       "text/event-stream; charset=utf-8")
+        else:
+            self._json(200, response)
+
+    def _chat(self, body: dict[str, Any], raw: bytes) -> None:
+        kind, message = self.model.handle_chat(body)
+        self._record(body, raw, "chat", kind)
+        model = str(body.get("model", "gpt-mock"))
+        chunk_id = self.model._new_id("chatcmpl-")
+        if body.get("stream"):
+            self._send(200, chat_stream(chunk_id, model, message),
+                       "text/event-stream; charset=utf-8")
+        else:
+            out = {"role": "assistant", "content": message.get("content")}
+            if "tool_calls" in message:
+                out["tool_calls"] = [{k: v for k, v in c.items() if k != "index"}
+                                     for c in message["tool_calls"]]
+            self._json(200, {"id": chunk_id, "object": "chat.completion", "created": 0,
+                             "model": model,
+                             "choices": [{"index": 0, "message": out,
+                                          "finish_reason": "tool_calls" if "tool_calls" in message
+                                          else "stop"}],
+                             "usage": {"prompt_tokens": 10, "completion_tokens": 5,
+                                       "total_tokens": 15}})

@@ -438,7 +438,7 @@ def test_missing_harness_skips_locally_and_fails_in_ci(tmp_path: Path,
     with pytest.raises(pytest.fail.Exception, match="must not be skipped"):
         binaries.harness_bin("claude")
     with pytest.raises(ValueError):
-        binaries.harness_bin("gemini")
+        binaries.harness_bin("cursor-agent")
 
 
 @pytest.mark.parametrize("harness", ["claude", "codex"])

@@ -1,0 +1,111 @@
+"""Cursor: `.cursor/mcp.json` (`mcpServers`), `.cursor/rules/agentstack.mdc`, the guard in
+`.cursor/hooks.json` with `failClosed: true`, `.agents/skills/`.
+
+Not verified by a binary (Cursor's CLI is not published on a package registry); from Cursor's
+documentation: servers are `{command, args, env}` or `{url, headers}` and `${env:VAR}` is
+interpolated; hooks are `{"version": 1, "hooks": {<event>: [{command, matcher, timeout (s),
+failClosed}]}}`, and a hook that fails, times out or prints garbage lets the action run unless
+`failClosed` is true; rules are Markdown with `description` / `globs` / `alwaysApply` front matter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import FileOperation, OwnedKeys, RenderContext, WholeFile
+from .common import (
+    GENERATED_NOTE,
+    GUARD_TIMEOUT_S,
+    guard_command,
+    hook_command,
+    instructions_text,
+    secret_env_var,
+    skill_files,
+)
+
+NAME = "cursor"
+RULES_FILE = ".cursor/rules/agentstack.mdc"
+# The guard runs before every tool, shell command and MCP call (older Cursor versions have only
+# the last two events).
+GUARD_EVENTS = ("preToolUse", "beforeShellExecution", "beforeMCPExecution")
+# Manifest events (Claude Code's names) as Cursor names them.
+EVENTS = {
+    "PreToolUse": "preToolUse",
+    "PostToolUse": "postToolUse",
+    "UserPromptSubmit": "beforeSubmitPrompt",
+    "SessionStart": "sessionStart",
+    "Stop": "stop",
+}
+
+
+def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    if server["transport"] == "http":
+        out: dict[str, Any] = {"url": server["url"]}
+        if server["headers"]:
+            out["headers"] = {
+                k: f"${{env:{secret_env_var(v['secret'])}}}" if "secret" in v else v["literal"]
+                for k, v in sorted(server["headers"].items())
+            }
+        return out
+    command, args = server["command"], list(server["args"])
+    if server.get("cwd", ".") != ".":
+        command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
+    out = {"command": command, "args": args}
+    if server["env"]:
+        out["env"] = {
+            k: f"${{env:{k}}}" if "secret" in v else v["literal"]
+            for k, v in sorted(server["env"].items())
+        }
+    return out
+
+
+def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
+    guard = {
+        "command": guard_command(context, NAME),
+        "timeout": GUARD_TIMEOUT_S,
+        "failClosed": True,
+    }
+    hooks: dict[str, list[dict[str, Any]]] = {event: [dict(guard)] for event in GUARD_EVENTS}
+    for _, hook in sorted(context.consent["hooks"].items()):
+        entry: dict[str, Any] = {"command": hook_command(context, hook), "timeout": hook["timeout"]}
+        if hook["matcher"] != "*":
+            entry["matcher"] = hook["matcher"]
+        hooks.setdefault(EVENTS[hook["event"]], []).append(entry)
+    return hooks
+
+
+def rules_text(context: RenderContext) -> str:
+    return (
+        "---\n"
+        "description: Project instructions (from agentstack.toml)\n"
+        "alwaysApply: true\n"
+        "---\n\n"
+        f"<!-- {GENERATED_NOTE} -->\n\n" + instructions_text(context)
+    )
+
+
+class CursorAdapter:
+    @property
+    def name(self) -> str:
+        return NAME
+
+    def render(self, context: RenderContext) -> list[FileOperation]:
+        servers = context.consent["servers"]
+        ops: list[FileOperation] = [
+            OwnedKeys(
+                path=".cursor/mcp.json",
+                format="json",
+                keys={("mcpServers", n): _server(context, s) for n, s in sorted(servers.items())},
+                guarded=(("mcpServers",),),
+            ),
+            OwnedKeys(
+                path=".cursor/hooks.json",
+                format="json",
+                keys={("version",): 1, ("hooks",): _hooks(context)},
+                guarded=(("hooks",),),
+            ),
+        ]
+        ops.extend(skill_files(context, ".agents/skills"))
+        if context.consent["instructions"]:
+            ops.append(WholeFile(path=RULES_FILE, content=rules_text(context).encode("utf-8")))
+        return ops

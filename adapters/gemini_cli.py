@@ -1,0 +1,153 @@
+"""Gemini CLI: `.gemini/settings.json`, `GEMINI.md`, `.agents/skills/`, and the user-level files
+Gemini needs (`~/.gemini/trustedFolders.json`, a guard in `~/.gemini/settings.json`).
+
+Facts (measured with Gemini CLI 0.61.0):
+* project servers and hooks load only in a trusted folder (`trustedFolders.json`
+  `{"/abs": "TRUST_FOLDER"}`); a headless run in an untrusted folder exits 55;
+* an MCP server does not inherit secret-looking variables (`*_TOKEN`, `*_KEY`, ...): a secret reaches
+  it only through an explicit `env` entry, which Gemini expands (`"X": "${X}"`);
+* a BeforeTool hook blocks only when it prints something: the guard prints a JSON deny and the
+  reason (a silent exit 2 lets the tool run);
+* `--skip-trust` skips the project's hooks (and servers) but runs the user's: the guard is also
+  rendered in `~/.gemini/settings.json` (kept on revoke), as for Codex;
+* a project `hooksConfig` (`enabled: false`, `disabled: [name]`) switches user hooks off, and
+  `tools.discoveryCommand` / `tools.callCommand` run commands: guarded keys, so the guard blocks
+  while one is present;
+* tools are named `mcp_<server>_<tool>`; the hook input names the server in `mcp_context`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
+from .common import (
+    GUARD_TIMEOUT_S,
+    guard_command,
+    hook_command,
+    instructions_text,
+    secret_env_var,
+    skill_files,
+)
+
+NAME = "gemini-cli"
+SETTINGS = ".gemini/settings.json"
+GUARD_NAME = "agentstack-guard"
+# Manifest events (Claude Code's names) as Gemini CLI names them.
+EVENTS = {
+    "PreToolUse": "BeforeTool",
+    "PostToolUse": "AfterTool",
+    "UserPromptSubmit": "BeforeAgent",
+    "SessionStart": "SessionStart",
+    "Stop": "AfterAgent",
+}
+
+
+def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    if server["transport"] == "http":
+        out: dict[str, Any] = {"httpUrl": server["url"]}
+        if server["headers"]:
+            out["headers"] = {
+                k: f"${{{secret_env_var(v['secret'])}}}" if "secret" in v else v["literal"]
+                for k, v in sorted(server["headers"].items())
+            }
+        return out
+    out = {
+        "command": server["command"],
+        "args": list(server["args"]),
+        "cwd": str(context.root / server.get("cwd", ".")),
+    }
+    if server["env"]:
+        # Explicit forwarding: Gemini strips secret-looking variables from the inherited env.
+        out["env"] = {
+            k: f"${{{k}}}" if "secret" in v else v["literal"]
+            for k, v in sorted(server["env"].items())
+        }
+    return out
+
+
+def guard_group(context: RenderContext) -> dict[str, Any]:
+    return {
+        "matcher": ".*",
+        "hooks": [
+            {
+                "type": "command",
+                "name": GUARD_NAME,
+                "command": guard_command(context, NAME),
+                "timeout": GUARD_TIMEOUT_S * 1000,
+            }
+        ],
+    }
+
+
+def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {"BeforeTool": [guard_group(context)]}
+    for name, hook in sorted(context.consent["hooks"].items()):
+        matcher = hook["matcher"]
+        entry = {
+            "type": "command",
+            "name": name,
+            "command": hook_command(context, hook),
+            "timeout": hook["timeout"] * 1000,
+        }
+        groups.setdefault(EVENTS[hook["event"]], []).append(
+            {"matcher": ".*" if matcher == "*" else matcher, "hooks": [entry]}
+        )
+    return groups
+
+
+class GeminiCliAdapter:
+    @property
+    def name(self) -> str:
+        return NAME
+
+    def render(self, context: RenderContext) -> list[FileOperation]:
+        servers = context.consent["servers"]
+        settings: dict[tuple[str, ...], Any] = {
+            ("mcpServers", n): _server(context, s) for n, s in sorted(servers.items())
+        }
+        settings[("hooks",)] = _hooks(context)
+        for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
+            settings[(key,)] = value
+        ops: list[FileOperation] = [
+            OwnedKeys(
+                path=SETTINGS,
+                format="json",
+                keys=settings,
+                # Keys that would load other servers, run commands (custom tool discovery and
+                # calls) or switch the (user-level) guard off.
+                guarded=(
+                    ("mcpServers",),
+                    ("hooks",),
+                    ("hooksConfig",),
+                    ("mcp",),
+                    ("tools", "discoveryCommand"),
+                    ("tools", "callCommand"),
+                ),
+            )
+        ]
+        ops.extend(skill_files(context, ".agents/skills"))
+        if context.consent["instructions"]:
+            ops.append(OwnedBlock(path="GEMINI.md", text=instructions_text(context)))
+        gemini_home = context.user_home / ".gemini"
+        ops.append(
+            OwnedKeys(
+                path=str(gemini_home / "trustedFolders.json"),
+                format="json",
+                keys={(str(context.root),): "TRUST_FOLDER"},
+                user_level=True,
+            )
+        )
+        # The guard at user level too: `--skip-trust` drops the project's hooks, and after
+        # `revoke` Gemini no longer trusts the folder; this one still runs (and allows outside
+        # agentstack projects).
+        ops.append(
+            OwnedKeys(
+                path=str(gemini_home / "settings.json"),
+                format="json",
+                keys={("hooks", "BeforeTool"): [guard_group(context)]},
+                user_level=True,
+                keep_on_revoke=True,
+            )
+        )
+        return ops

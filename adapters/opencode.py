@@ -1,0 +1,162 @@
+"""OpenCode: `opencode.json` (`mcp`), `AGENTS.md`, `.agents/skills/`, and the guard as a plugin in
+`.opencode/plugins/`.
+
+Facts (measured with OpenCode 1.18.33):
+* OpenCode has no trust of its own: a project's servers and plugins load as soon as it starts in
+  the folder. agentstack's consent therefore comes before the files exist, never after;
+* local servers are argv arrays (`command: [cmd, ...args]`) with `environment`; `{env:VAR}` is the
+  only reference syntax (`${VAR}` stays literal);
+* a plugin's `tool.execute.before` blocks a call by throwing (the message is what the model sees);
+  a runtime error in it also blocks, but a plugin with a syntax error is skipped without a word:
+  the plugin is a rendered file, so the guard fingerprints it, and a test loads it in the real
+  binary;
+* tools are named `<server>_<tool>` (MCP) and `bash`, `read`, `edit`, `write` ...; the plugin asks
+  OpenCode which servers are connected (`client.mcp.status()`) to tell the guard which server a
+  tool belongs to.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext, WholeFile
+from .common import (
+    GENERATED_NOTE,
+    GUARD_TIMEOUT_S,
+    instructions_text,
+    secret_env_var,
+    skill_files,
+)
+
+NAME = "opencode"
+CONFIG = "opencode.json"
+PLUGIN = ".opencode/plugins/agentstack-guard.js"
+
+# The plugin runs the stdlib guard with Claude-shaped input and throws unless it allows. Every
+# failure (no guard, a timeout, a signal, a bad answer) throws too: it never fails open.
+_PLUGIN_TEMPLATE = """\
+// {note}
+// The agentstack guard for OpenCode: every tool call is checked by the guard first; a call is
+// blocked (thrown) unless the guard allows it, and on any error.
+import {{ spawnSync }} from "node:child_process";
+
+const GUARD = {guard};
+const TIMEOUT_MS = {timeout_ms};
+
+// OpenCode names an MCP tool `<server>_<tool>`: the server is the longest connected one whose
+// name prefixes the tool's, and the guard checks it against the lock.
+async function mcpServer(client, tool) {{
+  const status = await client.mcp.status();
+  if (!status || typeof status.data !== "object" || status.data === null) {{
+    throw new Error("cannot list the MCP servers");
+  }}
+  let found = null;
+  for (const name of Object.keys(status.data)) {{
+    const id = name.replace(/[^A-Za-z0-9_-]/g, "_");
+    if (tool.startsWith(id + "_") && (found === null || name.length > found.length)) found = name;
+  }}
+  return found;
+}}
+
+export const AgentstackGuard = async ({{ client, directory }}) => ({{
+  "tool.execute.before": async (input, output) => {{
+    let reason = "agentstack guard: the guard could not be run; denying to stay safe";
+    try {{
+      const tool = String(input.tool);
+      const event = {{
+        hook_event_name: "PreToolUse",
+        tool_name: tool,
+        tool_input: (output && output.args) || {{}},
+        session_id: String(input.sessionID || ""),
+        cwd: directory,
+      }};
+      const server = await mcpServer(client, tool);
+      if (server !== null) event.mcp_context = {{ server_name: server }};
+      const run = spawnSync(GUARD[0], GUARD.slice(1), {{
+        cwd: directory,
+        input: JSON.stringify(event),
+        encoding: "utf8",
+        timeout: TIMEOUT_MS,
+      }});
+      if (run.status === 0 && !run.error && !run.signal) return;
+      const said = (run.stderr || "").trim() || (run.stdout || "").trim();
+      if (said) reason = said;
+    }} catch (error) {{
+      reason = "agentstack guard: " + String(error) + "; denying to stay safe";
+    }}
+    throw new Error(reason);
+  }},
+}});
+"""
+
+
+def plugin_source(context: RenderContext) -> str:
+    guard = [*context.guard_command, "--harness", NAME]
+    return _PLUGIN_TEMPLATE.format(
+        note=GENERATED_NOTE,
+        guard=json.dumps(guard, ensure_ascii=False),
+        timeout_ms=GUARD_TIMEOUT_S * 1000,
+    )
+
+
+def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    if server["transport"] == "http":
+        out: dict[str, Any] = {"type": "remote", "url": server["url"], "enabled": True}
+        if server["headers"]:
+            out["headers"] = {
+                k: f"{{env:{secret_env_var(v['secret'])}}}" if "secret" in v else v["literal"]
+                for k, v in sorted(server["headers"].items())
+            }
+        return out
+    argv = [server["command"], *server["args"]]
+    if server.get("cwd", ".") != ".":
+        # Started in the project; a server with its own directory goes through env(1).
+        argv = ["/usr/bin/env", "-C", str(context.root / server["cwd"]), *argv]
+    out = {"type": "local", "command": argv, "enabled": True}
+    if server["env"]:
+        out["environment"] = {
+            k: f"{{env:{k}}}" if "secret" in v else v["literal"]
+            for k, v in sorted(server["env"].items())
+        }
+    return out
+
+
+REVIEW_NOTE = (
+    "OpenCode has no trust of its own: once 'apply --write' renders opencode.json, OpenCode "
+    "starts these servers and loads .opencode/plugins as soon as it runs in this folder, "
+    "without asking (the agentstack guard plugin then checks every tool call)."
+)
+
+
+class OpenCodeAdapter:
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def review_note(self) -> str:
+        """Shown in the `trust` review (optional, not part of the Adapter protocol)."""
+        return REVIEW_NOTE
+
+    def render(self, context: RenderContext) -> list[FileOperation]:
+        servers = context.consent["servers"]
+        config: dict[tuple[str, ...], Any] = {
+            ("mcp", n): _server(context, s) for n, s in sorted(servers.items())
+        }
+        for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
+            config[(key,)] = value
+        ops: list[FileOperation] = [
+            OwnedKeys(
+                path=CONFIG,
+                format="json",
+                keys=config,
+                # Keys that load code: servers, npm plugins, npm model providers.
+                guarded=(("mcp",), ("plugin",), ("plugins",), ("provider",)),
+            ),
+            WholeFile(path=PLUGIN, content=plugin_source(context).encode("utf-8")),
+        ]
+        ops.extend(skill_files(context, ".agents/skills"))
+        if context.consent["instructions"]:
+            ops.append(OwnedBlock(path="AGENTS.md", text=instructions_text(context)))
+        return ops

@@ -1,0 +1,64 @@
+"""VS Code: `.vscode/mcp.json` (`servers`), the guard in `.github/hooks/agentstack.json` (the
+Copilot hooks file, which VS Code's Copilot sessions run), `AGENTS.md`, `.agents/skills/`.
+
+Not verified by a binary (VS Code has no installable command-line harness that runs headless);
+from VS Code's MCP configuration reference: `servers.<n>` is `{type: "stdio", command, args, env,
+envFile}` or `{type: "http", url, headers}`, and `${env:VAR}` is read from VS Code's environment
+(so secrets are references, never values). VS Code asks the user before it starts a workspace
+server; agentstack's consent comes first, it does not replace that prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
+from .common import instructions_text, secret_env_var, skill_files
+from .copilot import hooks_file_operation
+
+NAME = "vscode"
+
+
+def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    if server["transport"] == "http":
+        out: dict[str, Any] = {"type": "http", "url": server["url"]}
+        if server["headers"]:
+            out["headers"] = {
+                k: f"${{env:{secret_env_var(v['secret'])}}}" if "secret" in v else v["literal"]
+                for k, v in sorted(server["headers"].items())
+            }
+        return out
+    command, args = server["command"], list(server["args"])
+    if server.get("cwd", ".") != ".":
+        # No documented cwd key: start the server through env(1) in its directory.
+        command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
+    out = {"type": "stdio", "command": command, "args": args}
+    if server["env"]:
+        out["env"] = {
+            k: f"${{env:{k}}}" if "secret" in v else v["literal"]
+            for k, v in sorted(server["env"].items())
+        }
+    return out
+
+
+class VSCodeAdapter:
+    @property
+    def name(self) -> str:
+        return NAME
+
+    def render(self, context: RenderContext) -> list[FileOperation]:
+        servers = context.consent["servers"]
+        ops: list[FileOperation] = [
+            OwnedKeys(
+                path=".vscode/mcp.json",
+                format="json",
+                keys={("servers", n): _server(context, s) for n, s in sorted(servers.items())},
+                guarded=(("servers",),),
+            ),
+            # The same file, byte for byte, as Copilot CLI's: the two merge.
+            hooks_file_operation(context),
+        ]
+        ops.extend(skill_files(context, ".agents/skills"))
+        if context.consent["instructions"]:
+            ops.append(OwnedBlock(path="AGENTS.md", text=instructions_text(context)))
+        return ops
