@@ -564,12 +564,24 @@ def check(reach: Reach, boundary: Boundary) -> CheckResult:
 
 
 def check_document(
-    document: dict[str, Any], root: Path, boundary: Boundary, *, home: str | None = None
+    document: dict[str, Any], root: Path | None, boundary: Boundary, *, home: str | None = None
 ) -> CheckResult:
+    """`root` None: the project's location is not known yet (see `build_reach`)."""
     from agentstack.reach import build_reach
 
     home_dir = os.path.realpath(home if home is not None else str(Path.home()))
-    return check(build_reach(document, str(root), home_dir), boundary)
+    where = str(root) if root is not None else None
+    return check(build_reach(document, where, home_dir), boundary)
+
+
+def report(document: dict[str, Any], root: Path | None) -> CheckResult | None:
+    """The check against the user's boundary in force, for views that report it (quarantine
+    show, receive); None when there is none. Never raises for the setup's sake."""
+    path = user_boundary_path()
+    if not path.is_file():
+        return None
+    home = os.path.realpath(str(Path.home()))
+    return check_document(document, root, load_boundary(path, home=home), home=home)
 
 
 def describe(result: CheckResult) -> list[str]:

@@ -291,9 +291,15 @@ def receive(
 
     result = do_receive(bundle_path)
     meta = result.held.meta
+    checked = _boundary_report(result.held, None)
     if as_json:
-        print_json({**meta, "new": result.new})
+        print_json({**meta, "new": result.new,
+                    "boundary": checked.to_json() if checked is not None else None})
         return
+    if checked is not None:
+        from agentstack.boundary import describe
+
+        echo("boundary in force: " + "\n".join(describe(checked)))
     sys.stdout.write(result.held.id + "\n")
     who = ", ".join(meta["signer"]) or f"an UNKNOWN signer ({meta['fingerprint']})"
     echo(
@@ -351,6 +357,15 @@ def quarantine_list(as_json: JsonOpt = False) -> None:
         )
 
 
+def _boundary_report(held: Any, dest: Path | None) -> Any:
+    """The user's boundary in force checked against a quarantined setup (None: no boundary)."""
+    from agentstack.boundary import report
+    from agentstack.quarantine import verify_held
+
+    _, contents, _ = verify_held(held)
+    return report(contents.document, dest)
+
+
 def _diff_against(dest: Path | None, document: dict[str, Any]) -> tuple[Any, Any]:
     """The consent diff against what the user trusted at `dest`, when `dest` holds a project."""
     from agentstack.diff import consent_diff
@@ -404,19 +419,25 @@ def quarantine_show(
     as_json: JsonOpt = False,
 ) -> None:
     """The consent view of a quarantined bundle (and the diff against DIR's trusted setup)."""
+    from agentstack.boundary import describe, report
     from agentstack.quarantine import find, verify_held
     from agentstack.view import console
 
     held = find(ident)
     _, contents, principals = verify_held(held)
+    dest = into.expanduser().resolve() if into is not None else None
+    checked = report(contents.document, dest)
     if as_json:
         _, result = _diff_against(into, contents.document)
         print_json(
             {"id": held.id, "meta": held.meta, "signer_now": principals, "digest": contents.digest,
-             "consent": contents.document, "diff": result.to_json()}
+             "consent": contents.document, "diff": result.to_json(),
+             "boundary": checked.to_json() if checked is not None else None}
         )  # fmt: skip
         return
     _review(held, contents, principals, into, console())
+    if checked is not None:
+        echo("boundary in force: " + "\n".join(describe(checked)))
 
 
 @quarantine_app.command("release")
@@ -457,20 +478,31 @@ def quarantine_release(
             "--allow-unknown-signer, or trust the signer first ('agentstack keys trust')",
         )
     dest = into.expanduser().resolve()
+    if trust:  # trusting is refused beyond the boundary in force, before anything is written
+        from agentstack.boundary import enforce
+
+        enforce(contents.document, dest)
     result = _review(held, contents, principals, dest, console(stderr=as_json))
-    last = _diff_against(dest, contents.document)[0]
-    high = result.high_risk if last is not None else []
+    # The one rule of every review: trusting high-risk findings needs an explicit acceptance.
+    high = result.high_risk if trust else []
     if not yes:
         if not sys.stdin.isatty():
             raise Refused(
                 "not released: no terminal to ask on",
-                hint="review the output above, then re-run with --yes",
+                hint="review the output above, then re-run with --yes"
+                + (" --accept-risk" if high else ""),
             )
         from agentstack.cli_trust import _ask
 
-        if _ask(f"Release {held.id[:12]} into {dest}? [y/N] ").lower() not in ("y", "yes"):
+        prompt = (
+            f"{len(high)} high-risk finding(s) above. Type 'accept-risk' to release "
+            f"{held.id[:12]} into {dest} and trust it: "
+            if high
+            else f"Release {held.id[:12]} into {dest}? [y/N] "
+        )
+        if _ask(prompt).lower() not in ({"accept-risk"} if high else {"y", "yes"}):
             raise Refused("not released: declined")
-    elif trust and high and not accept_risk:
+    elif high and not accept_risk:
         raise Refused(
             f"not released: {len(high)} new high-risk finding(s) need explicit acceptance",
             hint="review them above, then re-run with --yes --accept-risk",

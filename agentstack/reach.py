@@ -233,8 +233,10 @@ def _op(value: str) -> Op:
     return "write" if value == "write" else "read"
 
 
-def build_reach(document: dict[str, Any], root: str, home: str) -> Reach:
-    """The reach of one consent document for a project at `root` of a user whose home is `home`."""
+def build_reach(document: dict[str, Any], root: str | None, home: str) -> Reach:
+    """The reach of one consent document for a project at `root` of a user whose home is `home`.
+    `root` None: where the project will live is not known yet (a bundle in quarantine); its own
+    directory and every grant relative to it are then unsupported, never assumed."""
     unsupported: list[Unsupported] = []
     _unknown("document", "consent", document, KNOWN_SECTIONS, unsupported)
     fs: list[FsGrant] = []
@@ -286,13 +288,21 @@ def build_reach(document: dict[str, Any], root: str, home: str) -> Reach:
 
     sandbox = document.get("sandbox", {})
     _unknown("sandbox", "sandbox", sandbox, SANDBOX_FIELDS, unsupported)
-    workdir = os.path.realpath(root)
+    workdir = os.path.realpath(root) if root is not None else None
     if not sandbox.get("enabled", True):
         fs.append(FsGrant("write", "/", "/", False, "sandbox.enabled = false"))
         network.append(Endpoint(Host("any"), 1, MAX_PORT, "sandbox.enabled = false"))
         network.append(Endpoint(Host("ip-any"), 1, MAX_PORT, "sandbox.enabled = false"))
     else:
-        fs.append(FsGrant("write", workdir, os.path.abspath(root), False, "the project (workdir)"))
+        if root is None or workdir is None:
+            unsupported.append(Unsupported(
+                "filesystem", "the project (workdir)",
+                "where the project will live is not known until it is released; check with "
+                "--into DIR, or after release with 'agentstack check'"))
+        else:
+            fs.append(
+                FsGrant("write", workdir, os.path.abspath(root), False, "the project (workdir)")
+            )
         for key, op, is_file in (
             ("read_dirs", "read", False),
             ("write_dirs", "write", False),
@@ -306,9 +316,14 @@ def build_reach(document: dict[str, Any], root: str, home: str) -> Reach:
                         f"{item!r}: another user's home directory is not modelled"))
                     continue
                 expanded = home + item[1:] if item.startswith("~") else item
-                literal = posixpath.normpath(posixpath.join(workdir, expanded))
+                if workdir is None and not posixpath.isabs(expanded):
+                    unsupported.append(Unsupported(
+                        "filesystem", f"sandbox.{key}[{index}]",
+                        f"{item!r} is relative to where the project will be released"))
+                    continue
+                literal = posixpath.normpath(posixpath.join(workdir or "/", expanded))
                 fs.append(
-                    FsGrant(_op(op), normalise(literal, workdir), literal, is_file,
+                    FsGrant(_op(op), normalise(literal, workdir or "/"), literal, is_file,
                             f"sandbox.{key}[{index}]")
                 )
         net = sandbox.get("network", {})

@@ -168,7 +168,7 @@ def test_release_with_trust_and_into_an_existing_project(tmp_path: Path, homes: 
     ident = homes.run("bob", "receive", str(first), cwd=tmp_path).stdout.strip()
     dest = tmp_path / "dest"
     homes.run(
-        "bob", "quarantine", "release", ident, "--into", str(dest), "--yes", "--trust", cwd=tmp_path
+        "bob", "quarantine", "release", ident, "--into", str(dest), "--yes", "--trust", "--accept-risk", cwd=tmp_path
     )
     assert (
         json.loads(homes.run("bob", "status", "--json", cwd=dest, ok=False).stdout)["trust"]
@@ -567,3 +567,32 @@ def test_release_asks_on_a_terminal_and_no_writes_nothing(tmp_path: Path, homes:
     code, output = release_on_tty(b"y\n")
     assert code == 0, output
     homes.run("bob", "lock", "--check", cwd=dest)
+
+
+def test_the_boundary_in_force_is_reported_and_enforced_on_release(
+    tmp_path: Path, homes: Homes
+) -> None:
+    project = make_locked_project(tmp_path / "sender")
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
+    public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
+    homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
+    bundle_file = tmp_path / "v1.astack"
+    homes.run("alice", "share", "-o", str(bundle_file), "--version", "1", cwd=project)
+    # Bob's boundary permits projects under ~/Code only, and nothing else.
+    homes.state("bob").mkdir(parents=True, exist_ok=True)
+    (homes.state("bob") / "boundary.toml").write_text('[filesystem]\nwrite = ["~/Code"]\n')
+    received = homes.run("bob", "receive", str(bundle_file), "--json", cwd=tmp_path)
+    report = json.loads(received.stdout)["boundary"]
+    assert report["result"] == "exceeds_boundary"  # its server runs a program not permitted
+    ident = json.loads(received.stdout)["bundle"]
+    outside = tmp_path / "elsewhere"
+    shown = json.loads(
+        homes.run("bob", "quarantine", "show", ident, "--into", str(outside), "--json",
+                  cwd=tmp_path).stdout
+    )
+    assert any(v["counterexample"] == f"filesystem write {outside.resolve()}"
+               for v in shown["boundary"]["violations"])
+    refused = homes.run("bob", "quarantine", "release", ident, "--into", str(outside), "--yes",
+                        "--trust", "--accept-risk", cwd=tmp_path, ok=False)
+    assert refused.returncode == 1 and "not within the boundary" in refused.stderr
+    assert not outside.exists()  # refused before anything was written
