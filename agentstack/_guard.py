@@ -315,6 +315,14 @@ def parse_snapshot(data: bytes, path: str) -> dict[str, Any]:
     return snapshot
 
 
+def load_snapshot(path: str) -> dict[str, Any]:
+    """The snapshot at `path`, for tools and tests (the guard itself goes through load_state)."""
+    try:
+        return parse_snapshot(_read_snapshot_bytes(path), path)
+    except FileNotFoundError:
+        raise Deny(NOT_TRUSTED) from None
+
+
 NOT_TRUSTED = (
     "this project has not been trusted on this machine; run 'agentstack trust' "
     "and 'agentstack apply --write'"
