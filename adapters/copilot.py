@@ -39,8 +39,11 @@ EVENTS = {
 }
 
 
-def guard_hook(context: RenderContext) -> dict[str, Any]:
-    return {"type": "command", "bash": guard_command(context, NAME), "timeoutSec": GUARD_TIMEOUT_S}
+def guard_hook(context: RenderContext, *, user_level: bool = False) -> dict[str, Any]:
+    """The guard as a Copilot hook: the project's (bound to this project), or the user-level one
+    (`--user-level`: it decides for whatever project encloses the session)."""
+    command = guard_command(context, NAME, user_level=user_level)
+    return {"type": "command", "bash": command, "timeoutSec": GUARD_TIMEOUT_S}
 
 
 def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
@@ -101,7 +104,10 @@ class CopilotAdapter:
             OwnedKeys(
                 path=str(copilot_home / "hooks" / "agentstack-guard.json"),
                 format="json",
-                keys={("version",): 1, ("hooks", "preToolUse"): [guard_hook(context)]},
+                keys={
+                    ("version",): 1,
+                    ("hooks", "preToolUse"): [guard_hook(context, user_level=True)],
+                },
                 user_level=True,
                 keep_on_revoke=True,
             )

@@ -19,6 +19,7 @@ from .common import (
     guard_command,
     hook_command,
     instructions_text,
+    launched,
     secret_env_var,
     skill_files,
 )
@@ -50,12 +51,11 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     command, args = server["command"], list(server["args"])
     if server.get("cwd", ".") != ".":
         command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
+    command, args = launched(context, server, command, args)  # secrets: through the launcher
     out = {"command": command, "args": args}
-    if server["env"]:
-        out["env"] = {
-            k: f"${{env:{k}}}" if "secret" in v else v["literal"]
-            for k, v in sorted(server["env"].items())
-        }
+    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
+    if literal:
+        out["env"] = dict(sorted(literal.items()))
     return out
 
 

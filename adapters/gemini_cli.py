@@ -26,6 +26,7 @@ from .common import (
     guard_command,
     hook_command,
     instructions_text,
+    launched,
     secret_env_var,
     skill_files,
 )
@@ -52,28 +53,25 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
                 for k, v in sorted(server["headers"].items())
             }
         return out
-    out = {
-        "command": server["command"],
-        "args": list(server["args"]),
-        "cwd": str(context.root / server.get("cwd", ".")),
-    }
-    if server["env"]:
-        # Explicit forwarding: Gemini strips secret-looking variables from the inherited env.
-        out["env"] = {
-            k: f"${{{k}}}" if "secret" in v else v["literal"]
-            for k, v in sorted(server["env"].items())
-        }
+    # Secrets: through the launcher, which reads them from the secret store (Gemini strips
+    # secret-looking variables from what a server inherits, and the config holds no `${KEY}`).
+    command, args = launched(context, server, server["command"], list(server["args"]))
+    out = {"command": command, "args": args, "cwd": str(context.root / server.get("cwd", "."))}
+    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
+    if literal:
+        out["env"] = dict(sorted(literal.items()))
     return out
 
 
-def guard_group(context: RenderContext) -> dict[str, Any]:
+def guard_group(context: RenderContext, *, user_level: bool = False) -> dict[str, Any]:
+    """The guard as a BeforeTool group: the project's, or the user-level one (`--user-level`)."""
     return {
         "matcher": ".*",
         "hooks": [
             {
                 "type": "command",
                 "name": GUARD_NAME,
-                "command": guard_command(context, NAME),
+                "command": guard_command(context, NAME, user_level=user_level),
                 "timeout": GUARD_TIMEOUT_S * 1000,
             }
         ],
@@ -145,7 +143,7 @@ class GeminiCliAdapter:
             OwnedKeys(
                 path=str(gemini_home / "settings.json"),
                 format="json",
-                keys={("hooks", "BeforeTool"): [guard_group(context)]},
+                keys={("hooks", "BeforeTool"): [guard_group(context, user_level=True)]},
                 user_level=True,
                 keep_on_revoke=True,
             )

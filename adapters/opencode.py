@@ -10,6 +10,9 @@ Facts (measured with OpenCode 1.18.33):
   a runtime error in it also blocks, but a plugin with a syntax error is skipped without a word:
   the plugin is a rendered file, so the guard fingerprints it, and a test loads it in the real
   binary;
+* on every start OpenCode writes `"$schema": "https://opencode.ai/config.json"` into a project
+  `opencode.json` that lacks it (a rewrite of a rendered file, which the guard would see as drift):
+  the adapter renders that key itself, so the file stays byte for byte what agentstack wrote;
 * tools are named `<server>_<tool>` (MCP) and `bash`, `read`, `edit`, `write` ...; the plugin asks
   OpenCode which servers are connected (`client.mcp.status()`) to tell the guard which server a
   tool belongs to.
@@ -18,19 +21,23 @@ Facts (measured with OpenCode 1.18.33):
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext, WholeFile
 from .common import (
     GENERATED_NOTE,
     GUARD_TIMEOUT_S,
+    guard_command,
     instructions_text,
+    launched,
     secret_env_var,
     skill_files,
 )
 
 NAME = "opencode"
 CONFIG = "opencode.json"
+SCHEMA = "https://opencode.ai/config.json"  # OpenCode adds it on start when it is missing
 PLUGIN = ".opencode/plugins/agentstack-guard.js"
 
 # The plugin runs the stdlib guard with Claude-shaped input and throws unless it allows. Every
@@ -92,7 +99,8 @@ export const AgentstackGuard = async ({{ client, directory }}) => ({{
 
 
 def plugin_source(context: RenderContext) -> str:
-    guard = [*context.guard_command, "--harness", NAME]
+    # The guard's argv, with its state directory and project fixed as arguments.
+    guard = shlex.split(guard_command(context, NAME))
     return _PLUGIN_TEMPLATE.format(
         note=GENERATED_NOTE,
         guard=json.dumps(guard, ensure_ascii=False),
@@ -109,16 +117,15 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
                 for k, v in sorted(server["headers"].items())
             }
         return out
-    argv = [server["command"], *server["args"]]
+    command, args = server["command"], list(server["args"])
     if server.get("cwd", ".") != ".":
         # Started in the project; a server with its own directory goes through env(1).
-        argv = ["/usr/bin/env", "-C", str(context.root / server["cwd"]), *argv]
-    out = {"type": "local", "command": argv, "enabled": True}
-    if server["env"]:
-        out["environment"] = {
-            k: f"{{env:{k}}}" if "secret" in v else v["literal"]
-            for k, v in sorted(server["env"].items())
-        }
+        command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
+    command, args = launched(context, server, command, args)  # secrets: through the launcher
+    out = {"type": "local", "command": [command, *args], "enabled": True}
+    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
+    if literal:
+        out["environment"] = dict(sorted(literal.items()))
     return out
 
 
@@ -141,9 +148,8 @@ class OpenCodeAdapter:
 
     def render(self, context: RenderContext) -> list[FileOperation]:
         servers = context.consent["servers"]
-        config: dict[tuple[str, ...], Any] = {
-            ("mcp", n): _server(context, s) for n, s in sorted(servers.items())
-        }
+        config: dict[tuple[str, ...], Any] = {("$schema",): SCHEMA}
+        config.update({("mcp", n): _server(context, s) for n, s in sorted(servers.items())})
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             config[(key,)] = value
         ops: list[FileOperation] = [

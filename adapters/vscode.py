@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
-from .common import instructions_text, secret_env_var, skill_files
+from .common import instructions_text, launched, secret_env_var, skill_files
 from .copilot import hooks_file_operation
 
 NAME = "vscode"
@@ -32,12 +32,11 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     if server.get("cwd", ".") != ".":
         # No documented cwd key: start the server through env(1) in its directory.
         command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
+    command, args = launched(context, server, command, args)  # secrets: through the launcher
     out = {"type": "stdio", "command": command, "args": args}
-    if server["env"]:
-        out["env"] = {
-            k: f"${{env:{k}}}" if "secret" in v else v["literal"]
-            for k, v in sorted(server["env"].items())
-        }
+    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
+    if literal:
+        out["env"] = dict(sorted(literal.items()))
     return out
 
 

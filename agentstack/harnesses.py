@@ -245,7 +245,7 @@ GEMINI_CLI = Harness(
     project_dir_var="GEMINI_PROJECT_DIR",
     state_dirs=(".gemini",),
     version="0.61.0",
-    has_adapter=False,
+    has_adapter=True,
     surface=(
         _e("**/.gemini/settings.json", "settings", "json", "run", "settings", "gemini"),
         _e("**/GEMINI.md", "instructions", "text", "run", "context hierarchy + @imports"),
@@ -271,7 +271,7 @@ OPENCODE = Harness(
         ".local/state/opencode",
     ),
     version="1.18.33",
-    has_adapter=False,
+    has_adapter=True,
     surface=(
         _e("opencode.json", "settings", "json", "run", "config (no trust gate)", "opencode"),
         _e("opencode.jsonc", "settings", "text", "docs", "config (JSONC)"),
@@ -310,7 +310,7 @@ COPILOT = Harness(
     project_dir_var="COPILOT_PROJECT_DIR",
     state_dirs=(".copilot",),
     version="1.0.102",
-    has_adapter=False,
+    has_adapter=True,
     surface=(
         _e(".mcp.json", "mcp", "json", "run", "MCP servers", "mcp"),
         _e(".github/mcp.json", "mcp", "json", "run", "MCP servers", "mcp"),
@@ -339,7 +339,7 @@ CURSOR = Harness(
     project_dir_var="",
     state_dirs=(".cursor",),
     version="docs",
-    has_adapter=False,
+    has_adapter=True,
     surface=(
         _e(".cursor/mcp.json", "mcp", "json", "docs", "MCP servers", "mcp"),
         _e(".cursor/hooks.json", "hooks", "json", "docs", "hooks", "hooks"),
@@ -358,7 +358,7 @@ VSCODE = Harness(
     project_dir_var="",
     state_dirs=(".vscode", ".config/Code"),
     version="docs",
-    has_adapter=False,
+    has_adapter=True,
     surface=(
         _e(".vscode/mcp.json", "mcp", "json", "docs", "MCP servers", "mcp"),
         _e(".github/hooks/**", "hooks", "tree", "docs", "hooks"),

@@ -255,8 +255,19 @@ def _pin(
         return _unreadable(entry, exc.strerror or type(exc).__name__)
     executable = bool(st.st_mode & stat.S_IXUSR)
     fmt = rules[0].entry.format
+    recorded = context.ledger.get(str(context.root / rel))
+    if (
+        fmt == "tree"
+        and recorded is not None
+        and recorded.get("kind") == "keys"
+        and recorded.get("format") in ("json", "toml")
+    ):
+        # A settings file agentstack renders keys into inside a surface tree (Copilot's
+        # `.github/hooks/agentstack.json`): like any shared settings file, only the keys it does
+        # not own are pinned (the whole file is watched by the guard as rendered).
+        fmt = str(recorded["format"])
     if fmt in ("json", "toml"):
-        return _pin_settings(context, rel, rules, data, entry)
+        return _pin_settings(context, rel, rules, data, entry, fmt)
     if fmt == "text":
         return _pin_text(context, rel, rules, data, entry, imports)
     if _owned_whole(context, rel, data, executable):
@@ -349,9 +360,13 @@ def _parse(data: bytes, fmt: str) -> dict[str, Any]:
 
 
 def _pin_settings(
-    context: _Context, rel: str, rules: list[_Rule], data: bytes, entry: dict[str, Any]
+    context: _Context,
+    rel: str,
+    rules: list[_Rule],
+    data: bytes,
+    entry: dict[str, Any],
+    fmt: str,
 ) -> dict[str, Any] | None:
-    fmt = rules[0].entry.format
     try:
         doc = _parse(data, fmt)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -681,6 +696,16 @@ def snapshot_entries(
                 continue
             if any(_match(f, child) for f in files) and str(path) not in out and watchable(path):
                 watch(path, {"kind": "raw"})
+    # A file agentstack renders keys into inside a surface tree (Copilot's
+    # `.github/hooks/agentstack.json`) is watched whole like any other rendered surface file: a
+    # key added next to agentstack's (`disableAllHooks`) is drift.
+    prefix = str(root) + os.sep
+    for key, current in existing.items():
+        if current.get("role") != "rendered" or not key.startswith(prefix) or key in out:
+            continue
+        rel_parts = key[len(prefix) :].split(os.sep)
+        if any(_match(r.parts, rel_parts) for r in rules) and watchable(Path(key)):
+            watch(Path(key), {"kind": "raw"})
     # Surface files and trees at the root, even while absent (or a link in a tree's place).
     for rule in rules:
         parts = rule.parts[:-1] if rule.parts[-1] == "**" else rule.parts

@@ -58,6 +58,9 @@ def _project(tmp_path: Path, harnesses: str = '["copilot", "claude-code"]') -> P
     root = make_project(tmp_path / "proj copilot", manifest(tmp_path / "notes.txt", harnesses),
                         {"AGENTS.base.md": "Be careful.\n"})
     subprocess.run(["git", "init", "-q", str(root)], check=True)
+    # The servers get their secret through the launcher, from the store (never exported).
+    stored = run_cli("secret", "set", "notes-token", cwd=root, input="t0ken\n")
+    assert stored.returncode == 0, stored.stderr
     assert run_cli("lock", cwd=root).returncode == 0
     return root.resolve()
 
@@ -97,7 +100,11 @@ def test_mcp_json_shared_with_claude_code_merges(project: Path) -> None:
     claude = {op.path: op for op in _ops(project, ["claude-code"])}[".mcp.json"]
     copilot = {op.path: op for op in _ops(project, ["copilot"])}[".mcp.json"]
     assert claude.keys == copilot.keys  # the same entries: nothing to fight over
-    assert copilot.keys[("mcpServers", "notes")]["env"]["NOTES_TOKEN"] == "${NOTES_TOKEN}"
+    notes = copilot.keys[("mcpServers", "notes")]
+    # The secret reaches the server through the launcher: no secret and no reference in the file.
+    assert "NOTES_TOKEN" not in notes.get("env", {})
+    assert notes["args"][:6] == ["-I", "-m", "agentstack.launch", "--secret",
+                                 "NOTES_TOKEN=notes-token", "--"]
     _, _, document, digest = _current(project)
     changes = [c for c in plan(project, document, digest).changes if c.display == ".mcp.json"]
     assert len(changes) == 1 and changes[0].ledger is not None
@@ -111,7 +118,7 @@ def test_apply_writes_trusted_folder_into_jsonc_and_revoke_removes_only_it(
         project: Path, isolated_home: Path) -> None:
     config = _user_config(isolated_home, HEADER + '{\n  "trustedFolders": ["/elsewhere"],\n'
                                                   '  "banner": "never"\n}\n')
-    review = run_cli("trust", "--yes", cwd=project)
+    review = run_cli("trust", "--yes", "--accept-risk", cwd=project)
     assert review.returncode == 0, review.stderr
     # The review says what will change outside the project, readably.
     shown = "".join((review.stdout + review.stderr).split())  # the review wraps long lines
@@ -135,7 +142,7 @@ def test_apply_writes_trusted_folder_into_jsonc_and_revoke_removes_only_it(
 def test_trusted_folder_list_created_and_removed_when_alone(project: Path,
                                                             isolated_home: Path) -> None:
     config = _user_config(isolated_home, HEADER + "{}\n")
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     assert json.loads(config.read_text()[len(HEADER):]) == {"trustedFolders": [str(project)]}
     _ok("revoke", cwd=project)
@@ -146,7 +153,7 @@ def test_a_comment_inside_the_config_is_refused_not_dropped(project: Path,
                                                             isolated_home: Path) -> None:
     original = HEADER + '{\n  // mine\n  "trustedFolders": []\n}\n'
     config = _user_config(isolated_home, original)
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     result = run_cli("apply", "--write", cwd=project)
     assert result.returncode == 1 and "cannot be parsed as JSONC" in result.stderr, result.stderr
     assert config.read_text() == original
@@ -156,7 +163,7 @@ def test_disable_all_hooks_in_the_project_is_drift(project: Path) -> None:
     from agentstack._guard import Deny, check_files, load_snapshot
     from agentstack.paths import project_state_dir
 
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
     check_files(snapshot)
@@ -167,43 +174,88 @@ def test_disable_all_hooks_in_the_project_is_drift(project: Path) -> None:
         check_files(snapshot)
 
 
-def test_a_watched_file_with_comments_blocks_instead_of_crashing(project: Path) -> None:
-    """`.github/copilot/settings.json` with comments: the guard cannot read it, so it denies;
-    `apply --write` still works (it used to crash writing the snapshot)."""
+def test_a_watched_file_with_comments_is_pinned_and_watched(project: Path) -> None:
+    """`.github/copilot/settings.json` with comments (not JSON to agentstack): `lock` pins it by
+    its bytes and the review reports it; `apply --write` works (it used to crash writing the
+    snapshot); the guard allows it as trusted and denies once it changes (a hook added)."""
     from agentstack._guard import Deny, check_files, load_snapshot
     from agentstack.paths import project_state_dir
 
     settings = project / ".github" / "copilot" / "settings.json"
     settings.parent.mkdir(parents=True)
     settings.write_text('// mine\n{"model": "x"}\n')
-    _ok("trust", "--yes", cwd=project)
+    assert run_cli("trust", "--yes", "--accept-risk", cwd=project).returncode == 1  # stale lock
+    _ok("lock", cwd=project)
+    review = run_cli("trust", "--yes", cwd=project)
+    assert review.returncode == 1 and "--accept-risk" in review.stderr  # unparseable: high
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
+    check_files(snapshot)  # what was reviewed
+    settings.write_text('// mine\n{"model": "x", "hooks": {"preToolUse": []}}\n')
     with pytest.raises(Deny, match=r"\.github/copilot/settings\.json"):
         check_files(snapshot)
     settings.unlink()
+    _ok("lock", cwd=project)
+    _ok("trust", "--yes", cwd=project)
     _ok("apply", "--write", cwd=project)
     check_files(load_snapshot(str(project_state_dir(project) / "guard.json")))
 
 
-@pytest.mark.parametrize(("tool", "allowed"), [
-    ("notes-add_note", True),
-    ("outside-add_note", False),
-    ("bash", True),
+def test_the_rendered_hooks_file_is_not_foreign_but_a_key_added_to_it_is(project: Path) -> None:
+    """`.github/hooks/agentstack.json` lies in a surface tree (`.github/hooks/**`): agentstack
+    renders keys into it, so after `apply --write` the lock still holds; a key added next to
+    agentstack's is foreign (pinned, so the lock is stale) and the guard sees the edit."""
+    from agentstack._guard import Deny, check_files, load_snapshot
+    from agentstack.lockfile import read_lock
+    from agentstack.paths import project_state_dir
+
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    hooks = project / ".github" / "hooks" / "agentstack.json"
+    assert hooks.is_file()
+    _ok("apply", "--check", cwd=project)
+    _ok("status", cwd=project)
+    lock = read_lock(project)
+    assert lock is not None and ".github/hooks/agentstack.json" not in lock.get("surface", {})
+    snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
+    check_files(snapshot)
+    doc = json.loads(hooks.read_text())
+    doc["disableAllHooks"] = True
+    hooks.write_text(json.dumps(doc))
+    with pytest.raises(Deny, match=r"\.github/hooks/agentstack\.json"):
+        check_files(snapshot)
+    stale = run_cli("apply", "--check", cwd=project)
+    assert stale.returncode == 1 and "surface[.github/hooks/agentstack.json]" in stale.stderr
+    _ok("lock", cwd=project)
+    pinned = read_lock(project)
+    assert pinned is not None
+    entry = pinned["surface"][".github/hooks/agentstack.json"]
+    assert entry["kind"] == "keys" and entry["keys"] == ["disableAllHooks"]
+
+
+@pytest.mark.parametrize(("tool", "denied"), [
+    ("notes-add_note", None),
+    ("bash", None),
+    ("outside-add_note", r"not in agentstack\.lock"),
+    # A name that does not split exactly one way is denied: `my-notes-add_note` could be tool
+    # `notes-add_note` of a server `my` outside the lock.
+    ("my-notes-add_note", r"not in agentstack\.lock"),
+    ("notes-add-note", r"exactly one locked server"),
 ])
-def test_copilot_mcp_tool_names(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tool: str,
-                                allowed: bool) -> None:
+def test_copilot_mcp_tool_names(tmp_path: Path, tool: str, denied: str | None) -> None:
     from agentstack._guard import Deny, check_call
 
     snapshot = {"servers": ["notes", "my-notes"], "policy": {}}
-    monkeypatch.setenv("COPILOT_CLI", "1")
     event = {"toolName": tool, "toolArgs": {}}
-    if allowed:
-        check_call(snapshot, event, str(tmp_path))
+    if denied is None:
+        check_call(snapshot, event, str(tmp_path), "copilot")
     else:
-        with pytest.raises(Deny, match=r"not in agentstack\.lock"):
-            check_call(snapshot, event, str(tmp_path))
-    check_call(snapshot, {"toolName": "my-notes-add_note"}, str(tmp_path))  # longest prefix
+        with pytest.raises(Deny, match=denied):
+            check_call(snapshot, event, str(tmp_path), "copilot")
+    # Copilot's arguments arrive as a JSON string too.
+    if denied is None:
+        check_call(snapshot, {"toolName": tool, "toolArgs": "{}"}, str(tmp_path), "copilot")
 
 
 # ------------------------------------------------------------------------------ real copilot
@@ -227,7 +279,7 @@ def test_copilot_mcp_list_only_after_trust(project: Path, isolated_home: Path) -
     assert run_cli("apply", "--write", cwd=project).returncode == 1
     before = copilot_mcp_list(project, isolated_home)
     assert "notes" not in before and "journal" not in before, before
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     after = copilot_mcp_list(project, isolated_home)
     assert "Workspace servers:" in after, after
@@ -253,7 +305,7 @@ def run_copilot(root: Path, home: Path, call: ToolCall) -> tuple[bool, str]:
 def test_copilot_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     harness_bin("copilot")
     _user_config(isolated_home, HEADER + "{}\n")
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     ran, text = run_copilot(project, isolated_home, TOUCH)
     assert ran, text

@@ -5,6 +5,8 @@ a package registry. The guard answers a Cursor hook in Cursor's deny shape."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +44,7 @@ command = ["true"]
 files = ["base.md"]
 """, {"base.md": "Be careful.\n", "server.py": ""})
     subprocess.run(["git", "init", "-q", str(root)], check=True)
-    for command in (("lock",), ("trust", "--yes"), ("apply", "--write")):
+    for command in (("lock",), ("trust", "--yes", "--accept-risk"), ("apply", "--write")):
         result = run_cli(*command, cwd=root)
         assert result.returncode == 0, result.stderr
     return root.resolve()
@@ -53,7 +55,10 @@ def test_rendered_files_use_only_documented_keys(tmp_path: Path) -> None:
     mcp = json.loads((root / ".cursor" / "mcp.json").read_text())
     assert set(mcp) == {"mcpServers"}
     assert set(mcp["mcpServers"]["notes"]) <= STDIO_KEYS
-    assert mcp["mcpServers"]["notes"]["env"] == {"LEVEL": "info", "TOKEN": "${env:TOKEN}"}
+    # Only literal values are rendered; the secret reaches the server through the launcher.
+    assert mcp["mcpServers"]["notes"]["env"] == {"LEVEL": "info"}
+    assert mcp["mcpServers"]["notes"]["args"][:6] == [
+        "-I", "-m", "agentstack.launch", "--secret", "TOKEN=notes-token", "--"]
     assert set(mcp["mcpServers"]["docs"]) <= REMOTE_KEYS
     assert mcp["mcpServers"]["docs"]["headers"] == {
         "Authorization": "${env:AGENTSTACK_SECRET_DOCS_TOKEN}"}
@@ -68,7 +73,9 @@ def test_rendered_files_use_only_documented_keys(tmp_path: Path) -> None:
     for event in ("preToolUse", "beforeShellExecution", "beforeMCPExecution"):
         (guard,) = hooks["hooks"][event]
         assert guard["failClosed"] is True  # Cursor fails open without it
-        assert guard["command"].endswith("agentstack._guard --harness cursor")
+        assert shlex.split(guard["command"])[3:] == [
+            "agentstack._guard", "--harness", "cursor", "--state", os.environ["AGENTSTACK_HOME"],
+            "--project", str(root)]
     assert hooks["hooks"]["postToolUse"] == [{"command": "true", "timeout": 30,
                                               "matcher": "Edit|Write"}]
 
@@ -81,12 +88,13 @@ def test_rendered_files_use_only_documented_keys(tmp_path: Path) -> None:
 
 def test_guard_denies_in_cursors_shape(tmp_path: Path) -> None:
     root = _project(tmp_path)
+    hooks = json.loads((root / ".cursor" / "hooks.json").read_text())
+    (guard,) = hooks["hooks"]["beforeShellExecution"]  # the command Cursor runs, as rendered
     assert run_cli("revoke", cwd=root).returncode == 0
     event = {"hook_event_name": "beforeShellExecution", "command": "ls",
              "workspace_roots": [str(root)]}
-    result = subprocess.run([sys.executable, "-I", "-m", "agentstack._guard", "--harness",
-                             "cursor"], cwd=root, input=json.dumps(event), capture_output=True,
-                            text=True, timeout=30)
+    result = subprocess.run(shlex.split(guard["command"]), cwd=root, input=json.dumps(event),
+                            capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     decision = json.loads(result.stdout)
     assert decision["permission"] == "deny" and "revoked" in decision["agent_message"]

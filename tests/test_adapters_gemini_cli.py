@@ -13,6 +13,8 @@ Skips locally when `gemini` is missing (scripts/install-harnesses); fails in CI 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +57,9 @@ def project(tmp_path: Path) -> Path:
     root = make_project(tmp_path / "proj gemini", manifest(tmp_path / "notes.txt"),
                         {"AGENTS.base.md": "Be careful.\n"})
     subprocess.run(["git", "init", "-q", str(root)], check=True)
+    # The servers get their secret through the launcher, from the store (never exported).
+    stored = run_cli("secret", "set", "notes-token", cwd=root, input="t0ken\n")
+    assert stored.returncode == 0, stored.stderr
     assert run_cli("lock", cwd=root).returncode == 0
     return root.resolve()
 
@@ -75,17 +80,22 @@ def _render(root: Path) -> dict[str, Any]:
     return {op.path: op for op in render_operations(root, document, digest, ["gemini-cli"])}
 
 
-def test_render_forwards_secrets_and_guards_the_hook_switches(project: Path,
+def test_render_launches_secrets_and_guards_the_hook_switches(project: Path,
                                                               isolated_home: Path) -> None:
     ops = _render(project)
     settings = ops[".gemini/settings.json"]
     notes = settings.keys[("mcpServers", "notes")]
-    # Gemini strips secret-looking inherited variables: the secret is forwarded explicitly.
-    assert notes["env"]["NOTES_TOKEN"] == "${NOTES_TOKEN}"
+    # The secret reaches the server through the launcher (Gemini strips secret-looking inherited
+    # variables; the launcher adds it after): no secret and no reference in the settings.
+    assert "NOTES_TOKEN" not in notes["env"]
+    assert notes["args"][:6] == ["-I", "-m", "agentstack.launch", "--secret", "NOTES_TOKEN=notes-token", "--"]
+    assert notes["args"][6:] == [sys.executable, "-I", str(NOTES_SERVER)]
     assert notes["cwd"] == str(project) and "trust" not in notes
     guard = settings.keys[("hooks",)]["BeforeTool"][0]
     assert guard["matcher"] == ".*"
-    assert guard["hooks"][0]["command"].endswith("agentstack._guard --harness gemini-cli")
+    assert shlex.split(guard["hooks"][0]["command"])[3:] == [
+        "agentstack._guard", "--harness", "gemini-cli", "--state",
+        os.environ["AGENTSTACK_HOME"], "--project", str(project)]
     assert guard["hooks"][0]["timeout"] == 10_000  # milliseconds
     assert ("hooksConfig",) in settings.guarded and ("mcpServers",) in settings.guarded
     trusted = ops[str(isolated_home / ".gemini" / "trustedFolders.json")]
@@ -108,7 +118,7 @@ def test_switches_in_the_project_settings_block_the_guard(project: Path, isolate
     from agentstack._guard import Deny, check_files, load_snapshot
     from agentstack.paths import project_state_dir
 
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
     check_files(snapshot)
@@ -121,7 +131,7 @@ def test_switches_in_the_project_settings_block_the_guard(project: Path, isolate
 
 
 def test_revoke_keeps_the_user_level_guard(project: Path, isolated_home: Path) -> None:
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     _ok("revoke", cwd=project)
     trusted = json.loads((isolated_home / ".gemini" / "trustedFolders.json").read_text()
@@ -156,7 +166,7 @@ def test_gemini_mcp_list_only_after_trust(project: Path, isolated_home: Path) ->
     assert run_cli("apply", "--write", cwd=project).returncode == 1
     before = gemini_mcp_list(project, isolated_home)
     assert "notes" not in before and "journal" not in before, before
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     after = gemini_mcp_list(project, isolated_home)
     for server in ("notes", "journal"):
@@ -188,7 +198,7 @@ def run_gemini(root: Path, home: Path, call: ToolCall, *args: str) -> tuple[bool
 def test_gemini_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     harness_bin("gemini")
     _user_settings(isolated_home)
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     ran, text, rc = run_gemini(project, isolated_home, TOUCH)
     assert ran and rc == 0, text

@@ -14,6 +14,7 @@ Skips locally when `opencode` is missing (scripts/install-harnesses); fails in C
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,9 @@ def _project(tmp_path: Path, harnesses: str = '["opencode"]') -> Path:
     root = make_project(tmp_path / "proj opencode", manifest(tmp_path / "notes.txt", harnesses),
                         {"AGENTS.base.md": "Be careful.\n"})
     subprocess.run(["git", "init", "-q", str(root)], check=True)
+    # The servers get their secret through the launcher, from the store (never exported).
+    stored = run_cli("secret", "set", "notes-token", cwd=root, input="t0ken\n")
+    assert stored.returncode == 0, stored.stderr
     assert run_cli("lock", cwd=root).returncode == 0
     return root.resolve()
 
@@ -81,17 +85,20 @@ def _render(root: Path, harnesses: list[str]) -> list[Any]:
 # ------------------------------------------------------------------------------ in process
 
 
-def test_render_argv_arrays_env_references_and_plugin(project: Path) -> None:
+def test_render_argv_arrays_launcher_and_plugin(project: Path) -> None:
     ops = {op.path: op for op in _render(project, ["opencode"])}
     config = ops["opencode.json"]
     notes = config.keys[("mcp", "notes")]
     assert notes["type"] == "local" and notes["enabled"] is True
-    assert notes["command"] == [sys.executable, "-I", str(NOTES_SERVER)]
-    assert notes["environment"]["NOTES_TOKEN"] == "{env:NOTES_TOKEN}"  # the only syntax it expands
+    # The secret reaches the server through the launcher: no `{env:...}` reference in the config.
+    assert notes["command"][1:7] == ["-I", "-m", "agentstack.launch", "--secret", "NOTES_TOKEN=notes-token", "--"]
+    assert notes["command"][7:] == [sys.executable, "-I", str(NOTES_SERVER)]
+    assert "NOTES_TOKEN" not in notes["environment"]
     assert {("mcp",), ("plugin",), ("plugins",), ("provider",)} <= set(config.guarded)
     plugin = ops[".opencode/plugins/agentstack-guard.js"].content.decode()
     assert json.dumps([sys.executable, "-I", "-m", "agentstack._guard", "--harness",
-                       "opencode"]) in plugin
+                       "opencode", "--state", os.environ["AGENTSTACK_HOME"],
+                       "--project", str(project)]) in plugin
     assert ops["AGENTS.md"].text == "Be careful.\n"
 
 
@@ -152,7 +159,7 @@ def test_plugin_fails_closed(project: Path, tmp_path: Path, guard: list[str],
 
 
 def test_review_says_opencode_has_no_trust_of_its_own(project: Path) -> None:
-    review = run_cli("trust", "--yes", cwd=project)
+    review = run_cli("trust", "--yes", "--accept-risk", cwd=project)
     assert review.returncode == 0, review.stderr
     assert "OpenCode has no trust of its own" in " ".join(review.stdout.split())
 
@@ -177,7 +184,7 @@ def test_plugin_is_fingerprinted(project: Path) -> None:
     from agentstack._guard import Deny, check_files, load_snapshot
     from agentstack.paths import project_state_dir
 
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
     plugin = project / ".opencode" / "plugins" / "agentstack-guard.js"
@@ -223,7 +230,7 @@ def test_opencode_mcp_list_only_after_trust(project: Path, isolated_home: Path) 
     assert run_cli("apply", "--write", cwd=project).returncode == 1
     before = opencode_mcp_list(project, isolated_home)
     assert "notes" not in before and "journal" not in before, before
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     after = opencode_mcp_list(project, isolated_home)
     for server in ("notes", "journal"):
@@ -257,7 +264,7 @@ def run_opencode(root: Path, home: Path, call: ToolCall,
 @pytest.mark.slow
 def test_opencode_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     harness_bin("opencode")
-    _ok("trust", "--yes", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
     ran, text = run_opencode(project, isolated_home, TOUCH)
     assert ran, text

@@ -48,7 +48,7 @@ files = ["base.md"]
 
 
 def _write(root: Path) -> None:
-    for command in (("trust", "--yes"), ("apply", "--write")):
+    for command in (("trust", "--yes", "--accept-risk"), ("apply", "--write")):
         result = run_cli(*command, cwd=root)
         assert result.returncode == 0, result.stderr
 
@@ -66,7 +66,10 @@ def test_mcp_json_uses_only_documented_keys(tmp_path: Path) -> None:
         assert set(server) <= allowed, (name, set(server) - allowed)
         for value in [*server.get("env", {}).values(), *server.get("headers", {}).values()]:
             assert "${" not in VARIABLE.sub("", value), value  # only variables VS Code knows
-    assert servers["notes"]["env"] == {"LEVEL": "info", "TOKEN": "${env:TOKEN}"}
+    # Only literal values are rendered; the secret reaches the server through the launcher.
+    assert servers["notes"]["env"] == {"LEVEL": "info"}
+    assert servers["notes"]["args"][:6] == [
+        "-I", "-m", "agentstack.launch", "--secret", "TOKEN=notes-token", "--"]
     assert servers["sub"]["command"] == "/usr/bin/env"
     assert servers["sub"]["args"][:2] == ["-C", str(root / "sub")]
     assert servers["docs"]["headers"] == {
@@ -97,7 +100,7 @@ def test_every_harness_in_one_project_merges_shared_files(tmp_path: Path,
     # Dropping harnesses removes only what no remaining harness renders.
     manifest = root / "agentstack.toml"
     manifest.write_text(manifest.read_text().replace(ALL, '["claude-code", "codex"]'))
-    for command in (("lock",), ("trust", "--yes"), ("apply", "--write")):
+    for command in (("lock",), ("trust", "--yes", "--accept-risk"), ("apply", "--write")):
         result = run_cli(*command, cwd=root)
         assert result.returncode == 0, result.stderr
     assert (root / ".mcp.json").exists() and (root / "AGENTS.md").exists()
@@ -130,7 +133,7 @@ def test_a_partial_apply_keeps_other_harnesses_keys_in_a_shared_file(
     monkeypatch.setitem(registry.BUILTIN, "vscode", Fake("vscode"))
     monkeypatch.setitem(registry.BUILTIN, "cursor", Fake("cursor"))
     root = _project(tmp_path, '["vscode", "cursor"]')
-    assert run_cli("trust", "--yes", cwd=root).returncode == 0
+    assert run_cli("trust", "--yes", "--accept-risk", cwd=root).returncode == 0
     _, _, document, digest = _current(root)
     write(plan(root, document, digest))
     assert json.loads((root / "shared.json").read_text()) == {"by": {"cursor": True,

@@ -69,7 +69,7 @@ args = ["-c", "pass"]
     assert "not trusted" in str(before["mcp copilot"]["detail"])
     assert not log.exists()  # nothing of the project's ran before consent
     assert "not verified by a binary" in str(before["mcp cursor"]["detail"])
-    assert run_cli("trust", "--yes", cwd=root).returncode == 0
+    assert run_cli("trust", "--yes", "--accept-risk", cwd=root).returncode == 0
     after = rows()
     assert after["mcp copilot"]["status"] == "ok"
     assert after["mcp copilot"]["servers"] == {"notes": "listed"}
