@@ -218,7 +218,9 @@ CODEX = Harness(
         _e("**/.codex/skills/**", "skills", "tree", "src", "skills"),
         _e("**/.codex/agents/**", "agents", "tree", "src", "agent roles"),
         _e("**/.codex/prompts/**", "commands", "tree", "src", "prompts"),
-        _e("**/.codex/rules/**", "permissions", "tree", "src", "exec-policy rules (allow commands)"),
+        _e(
+            "**/.codex/rules/**", "permissions", "tree", "src", "exec-policy rules (allow commands)"
+        ),
     ),
     keys={"codex": _CODEX_CONFIG, "hooks": _HOOKS_FILE},
     trust_entries=(

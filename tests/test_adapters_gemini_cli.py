@@ -101,7 +101,14 @@ def test_render_launches_secrets_and_guards_the_hook_switches(project: Path,
     trusted = ops[str(isolated_home / ".gemini" / "trustedFolders.json")]
     assert trusted.keys == {(str(project),): "TRUST_FOLDER"} and trusted.user_level
     user = ops[str(isolated_home / ".gemini" / "settings.json")]
-    assert user.keep_on_revoke and user.keys[("hooks", "BeforeTool")] == [guard]
+    (user_guard,) = user.keys[("hooks", "BeforeTool")]
+    assert user.keep_on_revoke and user_guard["matcher"] == ".*"
+    (user_hook,) = user_guard["hooks"]
+    # The user-level guard names no project: it finds the enclosing agentstack project itself.
+    assert shlex.split(user_hook["command"])[3:] == [
+        "agentstack._guard", "--harness", "gemini-cli", "--state",
+        os.environ["AGENTSTACK_HOME"], "--user-level"]
+    assert {**user_hook, "command": ""} == {**guard["hooks"][0], "command": ""}
     assert ops["GEMINI.md"].text == "Be careful.\n"
 
 

@@ -170,9 +170,9 @@ def test_plugin_names_the_mcp_server_and_fails_closed_without_the_list(project: 
     guard = ["/bin/sh", "-c", f"cat > {log}"]
     client = "{ mcp: { status: async () => ({ data: {my: {}, 'my_x': {}, other: {}} }) } }"
     assert _plugin_decision(project, tmp_path, guard, tool="my_x_add", client=client) == "ALLOW"
-    assert json.loads(log.read_text())["mcp_context"] == {"server_name": "my_x"}  # the longest
+    assert json.loads(log.read_text())["tool_name"] == "mcp__my_x__add"  # the longest server
     assert _plugin_decision(project, tmp_path, guard, tool="bash", client=client) == "ALLOW"
-    assert "mcp_context" not in json.loads(log.read_text())
+    assert json.loads(log.read_text())["tool_name"] == "bash"
     broken = "{ mcp: { status: async () => { throw new Error('no server'); } } }"
     assert _plugin_decision(project, tmp_path, guard, client=broken).startswith(
         "DENY agentstack guard")

@@ -7,7 +7,8 @@ const GUARD = ["<python>", "-I", "-m", "agentstack._guard", "--harness", "openco
 const TIMEOUT_MS = 10000;
 
 // OpenCode names an MCP tool `<server>_<tool>`: the server is the longest connected one whose
-// name prefixes the tool's, and the guard checks it against the lock.
+// name prefixes the tool's. The guard gets the call as `mcp__<server>__<tool>` (Claude Code's
+// form), which it ties to exactly one locked server or denies.
 async function mcpServer(client, tool) {
   const status = await client.mcp.status();
   if (!status || typeof status.data !== "object" || status.data === null) {
@@ -16,7 +17,9 @@ async function mcpServer(client, tool) {
   let found = null;
   for (const name of Object.keys(status.data)) {
     const id = name.replace(/[^A-Za-z0-9_-]/g, "_");
-    if (tool.startsWith(id + "_") && (found === null || name.length > found.length)) found = name;
+    if (tool.startsWith(id + "_") && (found === null || id.length > found.id.length)) {
+      found = { name, id };
+    }
   }
   return found;
 }
@@ -26,15 +29,15 @@ export const AgentstackGuard = async ({ client, directory }) => ({
     let reason = "agentstack guard: the guard could not be run; denying to stay safe";
     try {
       const tool = String(input.tool);
+      const server = await mcpServer(client, tool);
       const event = {
         hook_event_name: "PreToolUse",
-        tool_name: tool,
+        tool_name:
+          server === null ? tool : "mcp__" + server.name + "__" + tool.slice(server.id.length + 1),
         tool_input: (output && output.args) || {},
         session_id: String(input.sessionID || ""),
         cwd: directory,
       };
-      const server = await mcpServer(client, tool);
-      if (server !== null) event.mcp_context = { server_name: server };
       const run = spawnSync(GUARD[0], GUARD.slice(1), {
         cwd: directory,
         input: JSON.stringify(event),
