@@ -28,7 +28,9 @@ NAME = "cursor"
 RULES_FILE = ".cursor/rules/agentstack.mdc"
 # The guard runs before every tool, shell command and MCP call (older Cursor versions have only
 # the last two events).
-GUARD_EVENTS = ("preToolUse", "beforeShellExecution", "beforeMCPExecution")
+# preToolUse covers every tool (shell and MCP included) in one input shape, which the guard reads;
+# the before* events have shapes of their own that no Cursor binary here could confirm.
+GUARD_EVENTS = ("preToolUse",)
 # Manifest events (Claude Code's names) as Cursor names them.
 EVENTS = {
     "PreToolUse": "preToolUse",

@@ -749,6 +749,17 @@ def check_call(
                 "add it to agentstack.toml, lock and trust it"
             )
         return
+    if harness == "cursor" and tool.startswith("MCP:"):
+        # Cursor names an MCP tool `MCP:<server>:<tool>`: one reading only.
+        parts = tool.split(":")
+        if len(parts) != 3 or not parts[2]:
+            raise Deny(f"tool {tool!r} cannot be tied to exactly one locked server; denied")
+        if parts[1] not in servers:
+            raise Deny(
+                f"tool {tool!r} belongs to MCP server {parts[1]!r}, which is not in "
+                "agentstack.lock; add it to agentstack.toml, lock and trust it"
+            )
+        return
     if tool[:3].lower() == "mcp":
         if not tool.startswith("mcp__"):
             raise Deny(f"tool {tool!r} looks like an MCP tool but is not named as one; denied")

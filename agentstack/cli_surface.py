@@ -16,7 +16,8 @@ from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
 shims_app = typer.Typer(
-    help="Launchers for claude/codex ahead on PATH that check the harness surface first.",
+    help="Launchers for the harness binaries (claude, codex, gemini, opencode, copilot, …) ahead "
+    "on PATH that check the harness surface first.",
     no_args_is_help=True,
 )
 app.add_typer(shims_app, name="shims")
@@ -42,7 +43,8 @@ DirOpt = Annotated[
 
 @shims_app.command("install")
 def shims_install(directory: DirOpt = None, as_json: JsonOpt = False) -> None:
-    """Write `claude` and `codex` launchers; put their directory first on PATH to use them."""
+    """Write a launcher for each harness binary agentstack renders for (`claude`, `codex`,
+    `gemini`, `opencode`, `copilot`, …); put their directory first on PATH to use them."""
     from agentstack import harnesses
     from agentstack.fsutil import write_atomic
     from agentstack.shim import MARKER

@@ -1,4 +1,4 @@
-"""The opt-in launchers (`agentstack shims install`): `claude` / `codex` ahead on PATH that check
+"""The opt-in launchers (`agentstack shims install`): `claude`, `codex`, … ahead on PATH that check
 the project's harness surface against the trusted digest, then exec the real binary.
 
 Headless Claude Code applies a project's settings, hooks, servers and instructions whether or not

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import make_project, run_cli
 
 STDIO_KEYS = {"command", "args", "env"}
@@ -70,7 +72,7 @@ def test_rendered_files_use_only_documented_keys(tmp_path: Path) -> None:
         for entry in entries:
             assert set(entry) <= HOOK_KEYS, (event, entry)
             assert isinstance(entry["timeout"], int)
-    for event in ("preToolUse", "beforeShellExecution", "beforeMCPExecution"):
+    for event in ("preToolUse",):
         (guard,) = hooks["hooks"][event]
         assert guard["failClosed"] is True  # Cursor fails open without it
         assert shlex.split(guard["command"])[3:] == [
@@ -89,12 +91,27 @@ def test_rendered_files_use_only_documented_keys(tmp_path: Path) -> None:
 def test_guard_denies_in_cursors_shape(tmp_path: Path) -> None:
     root = _project(tmp_path)
     hooks = json.loads((root / ".cursor" / "hooks.json").read_text())
-    (guard,) = hooks["hooks"]["beforeShellExecution"]  # the command Cursor runs, as rendered
+    (guard,) = hooks["hooks"]["preToolUse"]  # the command Cursor runs, as rendered
     assert run_cli("revoke", cwd=root).returncode == 0
-    event = {"hook_event_name": "beforeShellExecution", "command": "ls",
-             "workspace_roots": [str(root)]}
+    event = {"hook_event_name": "preToolUse", "tool_name": "Shell",
+             "tool_input": {"command": "ls"}, "workspace_roots": [str(root)]}
     result = subprocess.run(shlex.split(guard["command"]), cwd=root, input=json.dumps(event),
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     decision = json.loads(result.stdout)
     assert decision["permission"] == "deny" and "revoked" in decision["agent_message"]
+
+
+def test_cursor_mcp_tool_names_are_tied_to_the_lock() -> None:
+    from agentstack._guard import Deny, check_call
+
+    snapshot = {"servers": ["notes"], "policy": {"deny": [], "read": ["/"], "write": ["/"],
+                                                 "network_block": True, "hosts": []}}
+
+    def call(tool: str) -> None:
+        check_call(snapshot, {"tool_name": tool, "tool_input": {}}, "/", "cursor")
+
+    call("MCP:notes:add_note")
+    for tool in ("MCP:other:add_note", "MCP:notes:x:y", "MCP:notes:", "mcp:notes:add_note"):
+        with pytest.raises(Deny):
+            call(tool)

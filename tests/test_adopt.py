@@ -96,7 +96,11 @@ def test_shims_start_the_harness_only_on_the_trusted_surface(project: Path, tmp_
                                                              isolated_home: Path) -> None:
     shims = tmp_path / "shims"
     ok(project, "shims", "install", "--dir", str(shims))
-    assert {p.name for p in shims.iterdir()} == {"claude", "codex"}
+    from agentstack.harnesses import ALL
+
+    # A launcher for each harness agentstack renders for (not only the project's).
+    assert {p.name for p in shims.iterdir()} == {h.binary for h in ALL if h.has_adapter}
+    assert {"claude", "codex", "gemini", "opencode", "copilot"} <= {p.name for p in shims.iterdir()}
     real = tmp_path / "real-bin"
     log = tmp_path / "ran.txt"
     _fake_binary(real, "claude", log)
