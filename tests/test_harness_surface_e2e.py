@@ -120,8 +120,12 @@ def test_claude_code_surface_reaches_the_model_or_runs(project: Path, isolated_h
     with MockModel([]) as model:
         run = run_claude(project, isolated_home, model, "say hi")
     headless = _check(model, out, expected)
-    assert headless["hook-ran"] and headless["server-ran"], headless  # measured with 2.1.332
-    assert headless["MARKER-CLAUDE-MD"], headless
+    # What runs before the first gate (a SessionStart hook, a server process) still runs:
+    # measured with 2.1.332. The guard on UserPromptSubmit sees the changed surface and blocks the
+    # first request, so nothing the planted files carry reaches the model.
+    assert headless["hook-ran"] and headless["server-ran"], headless
+    assert not any(v for k, v in headless.items() if expected[k] != "runs"), headless
+    assert not _requests_text(model), "the drifted project sent a model request"
     for name in list(expected):
         (out / name).unlink(missing_ok=True)
     _ok("lock", cwd=project)

@@ -74,7 +74,7 @@ def test_a_huge_git_blob_is_hashed_without_reading_it_into_memory(tmp_path: Path
     line = [x for x in result.stderr.splitlines() if x.startswith("RSS")][-1]
     _, rss_kb, code = line.split()
     assert code == "0", result.stderr
-    assert int(rss_kb) < 200 * 1024, line  # far below the blob's 512 MiB
+    assert int(rss_kb) < 256 * 1024, line  # half the blob: it was never read whole
 
 
 def test_too_many_files_and_too_many_bytes_are_refused(tmp_path: Path) -> None:
