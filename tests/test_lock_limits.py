@@ -74,7 +74,8 @@ def test_a_huge_git_blob_is_hashed_without_reading_it_into_memory(tmp_path: Path
     line = [x for x in result.stderr.splitlines() if x.startswith("RSS")][-1]
     _, rss_kb, code = line.split()
     assert code == "0", result.stderr
-    assert int(rss_kb) < 256 * 1024, line  # half the blob: it was never read whole
+    # Measured 41 MB (it was 219-314 MB through GitPython's object streams): never read whole.
+    assert int(rss_kb) < 128 * 1024, line
 
 
 def test_too_many_files_and_too_many_bytes_are_refused(tmp_path: Path) -> None:
