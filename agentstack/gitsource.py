@@ -291,25 +291,8 @@ def _entries(repo: Any, tree_id: str, url: str, limits: Limits | None) -> list[T
 
 
 def _stream_digest(repo: Any, sha: str) -> str:
-    """The blob's blake3, read from `git cat-file blob` 1 MiB at a time (GitPython's object
-    streams buffer large blobs: a 512 MiB blob cost 200-300 MB of memory through them)."""
-    import subprocess
-
+    stream = repo.odb.stream(bytes.fromhex(sha))
     hasher = blake3.blake3()
-    with subprocess.Popen(
-        ["git", *_git_args(), "cat-file", "blob", sha],
-        cwd=str(repo.git_dir), env=_env(), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    ) as proc:  # fmt: skip
-        assert proc.stdout is not None
-        while chunk := proc.stdout.read(1 << 20):
-            hasher.update(chunk)
-        error = proc.stderr.read() if proc.stderr is not None else b""
-    if proc.returncode != 0:
-        raise GitSourceError(
-            "git",
-            f"cannot read blob {sha}: {error.decode('utf-8', 'replace').strip()[-300:]}",
-            "run 'agentstack lock' again; if it persists, remove the mirror under "
-            "$AGENTSTACK_CACHE/git",
-        )
+    while chunk := stream.read(1 << 20):
+        hasher.update(chunk)
     return "b3:" + hasher.hexdigest()
