@@ -15,9 +15,9 @@ from .common import (
     GENERATED_NOTE,
     hook_groups,
     instructions_text,
-    launched,
     secret_env_var,
     skill_files,
+    stdio_server,
 )
 
 NAME = "claude-code"
@@ -34,15 +34,10 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
         if server["headers"]:
             out["headers"] = {k: _header_value(v) for k, v in sorted(server["headers"].items())}
         return out
-    command, args = server["command"], list(server["args"])
-    if server.get("cwd", ".") != ".":
-        # .mcp.json has no cwd: start the server through env(1) in its directory.
-        command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
-    command, args = launched(context, server, command, args)  # secrets: through the launcher
+    command, args, literal = stdio_server(context, server)  # .mcp.json has no cwd key
     out = {"type": "stdio", "command": command, "args": args}
-    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
     if literal:
-        out["env"] = dict(sorted(literal.items()))
+        out["env"] = literal
     return out
 
 

@@ -19,9 +19,9 @@ from .common import (
     guard_groups,
     hook_groups,
     instructions_text,
-    launched,
     secret_env_var,
     skill_files,
+    stdio_server,
 )
 
 NAME = "codex"
@@ -54,15 +54,10 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
             out["env_http_headers"] = dict(sorted(secret.items()))
         return out
     # Secrets in env reach the server through `agentstack.launch` (nothing to export).
-    command, args = launched(context, server, server["command"], list(server["args"]))
-    out = {
-        "command": command,
-        "args": args,
-        "cwd": str(context.root / server.get("cwd", ".")),
-    }
-    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
+    command, args, literal = stdio_server(context, server, cwd_key=True)
+    out = {"command": command, "args": args, "cwd": str(context.root / server.get("cwd", "."))}
     if literal:
-        out["env"] = dict(sorted(literal.items()))
+        out["env"] = literal
     return out
 
 

@@ -32,6 +32,20 @@ def launched(
     return launcher[0], [*launcher[1:], "--", command, *args]
 
 
+def stdio_server(
+    context: RenderContext, server: dict[str, Any], *, cwd_key: bool = False
+) -> tuple[str, list[str], dict[str, str]]:
+    """A stdio server as a harness starts it: (command, args, literal env). Without a cwd key in
+    the harness's config (`cwd_key` False) a server with its own directory starts through
+    env(1) there; a server that needs secrets starts through the launcher."""
+    command, args = server["command"], list(server["args"])
+    if not cwd_key and server.get("cwd", ".") != ".":
+        command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
+    command, args = launched(context, server, command, args)
+    literal = {k: v["literal"] for k, v in sorted(server["env"].items()) if "literal" in v}
+    return command, args, literal
+
+
 def instructions_text(context: RenderContext) -> str:
     """The instruction files, concatenated in manifest order."""
     parts = []

@@ -19,9 +19,9 @@ from .common import (
     guard_command,
     hook_command,
     instructions_text,
-    launched,
     secret_env_var,
     skill_files,
+    stdio_server,
 )
 
 NAME = "cursor"
@@ -50,14 +50,10 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
                 for k, v in sorted(server["headers"].items())
             }
         return out
-    command, args = server["command"], list(server["args"])
-    if server.get("cwd", ".") != ".":
-        command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
-    command, args = launched(context, server, command, args)  # secrets: through the launcher
+    command, args, literal = stdio_server(context, server)
     out = {"command": command, "args": args}
-    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
     if literal:
-        out["env"] = dict(sorted(literal.items()))
+        out["env"] = literal
     return out
 
 

@@ -26,9 +26,9 @@ from .common import (
     guard_command,
     hook_command,
     instructions_text,
-    launched,
     secret_env_var,
     skill_files,
+    stdio_server,
 )
 
 NAME = "gemini-cli"
@@ -55,11 +55,10 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
         return out
     # Secrets: through the launcher, which reads them from the secret store (Gemini strips
     # secret-looking variables from what a server inherits, and the config holds no `${KEY}`).
-    command, args = launched(context, server, server["command"], list(server["args"]))
+    command, args, literal = stdio_server(context, server, cwd_key=True)
     out = {"command": command, "args": args, "cwd": str(context.root / server.get("cwd", "."))}
-    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
     if literal:
-        out["env"] = dict(sorted(literal.items()))
+        out["env"] = literal
     return out
 
 

@@ -30,9 +30,9 @@ from .common import (
     GUARD_TIMEOUT_S,
     guard_command,
     instructions_text,
-    launched,
     secret_env_var,
     skill_files,
+    stdio_server,
 )
 
 NAME = "opencode"
@@ -120,15 +120,10 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
                 for k, v in sorted(server["headers"].items())
             }
         return out
-    command, args = server["command"], list(server["args"])
-    if server.get("cwd", ".") != ".":
-        # Started in the project; a server with its own directory goes through env(1).
-        command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
-    command, args = launched(context, server, command, args)  # secrets: through the launcher
+    command, args, literal = stdio_server(context, server)
     out = {"type": "local", "command": [command, *args], "enabled": True}
-    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
     if literal:
-        out["environment"] = dict(sorted(literal.items()))
+        out["environment"] = literal
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
-from .common import instructions_text, launched, secret_env_var, skill_files
+from .common import instructions_text, secret_env_var, skill_files, stdio_server
 from .copilot import hooks_file_operation
 
 NAME = "vscode"
@@ -28,15 +28,10 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
                 for k, v in sorted(server["headers"].items())
             }
         return out
-    command, args = server["command"], list(server["args"])
-    if server.get("cwd", ".") != ".":
-        # No documented cwd key: start the server through env(1) in its directory.
-        command, args = "/usr/bin/env", ["-C", str(context.root / server["cwd"]), command, *args]
-    command, args = launched(context, server, command, args)  # secrets: through the launcher
+    command, args, literal = stdio_server(context, server)  # no documented cwd key
     out = {"type": "stdio", "command": command, "args": args}
-    literal = {k: v["literal"] for k, v in server["env"].items() if "literal" in v}
     if literal:
-        out["env"] = dict(sorted(literal.items()))
+        out["env"] = literal
     return out
 
 
