@@ -13,9 +13,9 @@ from typing import Any
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext, WholeFile
 from .common import (
     GENERATED_NOTE,
+    header_values,
     hook_groups,
     instructions_text,
-    secret_env_var,
     skill_files,
     stdio_server,
 )
@@ -24,15 +24,11 @@ NAME = "claude-code"
 INSTRUCTIONS_FILE = ".claude/agentstack/instructions.md"
 
 
-def _header_value(source: dict[str, str]) -> str:
-    return f"${{{secret_env_var(source['secret'])}}}" if "secret" in source else source["literal"]
-
-
 def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     if server["transport"] == "http":
         out: dict[str, Any] = {"type": "http", "url": server["url"]}
         if server["headers"]:
-            out["headers"] = {k: _header_value(v) for k, v in sorted(server["headers"].items())}
+            out["headers"] = header_values(server, "${{{var}}}")
         return out
     command, args, literal = stdio_server(context, server)  # .mcp.json has no cwd key
     out = {"type": "stdio", "command": command, "args": args}

@@ -32,6 +32,16 @@ def launched(
     return launcher[0], [*launcher[1:], "--", command, *args]
 
 
+def header_values(server: dict[str, Any], reference: str) -> dict[str, str]:
+    """A remote server's headers: literals as written, a secret as the harness's own reference
+    to the variable it is forwarded in (`reference` with `{var}`: `${{{var}}}`, `{{env:{var}}}`).
+    HTTP has no launcher, so a header secret is the one reference left in a harness's config."""
+    return {
+        k: reference.format(var=secret_env_var(v["secret"])) if "secret" in v else v["literal"]
+        for k, v in sorted(server["headers"].items())
+    }
+
+
 def stdio_server(
     context: RenderContext, server: dict[str, Any], *, cwd_key: bool = False
 ) -> tuple[str, list[str], dict[str, str]]:

@@ -17,9 +17,9 @@ from .common import (
     GENERATED_NOTE,
     GUARD_TIMEOUT_S,
     guard_command,
+    header_values,
     hook_command,
     instructions_text,
-    secret_env_var,
     skill_files,
     stdio_server,
 )
@@ -45,10 +45,7 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     if server["transport"] == "http":
         out: dict[str, Any] = {"url": server["url"]}
         if server["headers"]:
-            out["headers"] = {
-                k: f"${{env:{secret_env_var(v['secret'])}}}" if "secret" in v else v["literal"]
-                for k, v in sorted(server["headers"].items())
-            }
+            out["headers"] = header_values(server, "${{env:{var}}}")
         return out
     command, args, literal = stdio_server(context, server)
     out = {"command": command, "args": args}

@@ -24,9 +24,9 @@ from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
     GUARD_TIMEOUT_S,
     guard_command,
+    header_values,
     hook_command,
     instructions_text,
-    secret_env_var,
     skill_files,
     stdio_server,
 )
@@ -48,10 +48,7 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     if server["transport"] == "http":
         out: dict[str, Any] = {"httpUrl": server["url"]}
         if server["headers"]:
-            out["headers"] = {
-                k: f"${{{secret_env_var(v['secret'])}}}" if "secret" in v else v["literal"]
-                for k, v in sorted(server["headers"].items())
-            }
+            out["headers"] = header_values(server, "${{{var}}}")
         return out
     # Secrets: through the launcher, which reads them from the secret store (Gemini strips
     # secret-looking variables from what a server inherits, and the config holds no `${KEY}`).

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
-from .common import instructions_text, secret_env_var, skill_files, stdio_server
+from .common import header_values, instructions_text, skill_files, stdio_server
 from .copilot import hooks_file_operation
 
 NAME = "vscode"
@@ -23,10 +23,7 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     if server["transport"] == "http":
         out: dict[str, Any] = {"type": "http", "url": server["url"]}
         if server["headers"]:
-            out["headers"] = {
-                k: f"${{env:{secret_env_var(v['secret'])}}}" if "secret" in v else v["literal"]
-                for k, v in sorted(server["headers"].items())
-            }
+            out["headers"] = header_values(server, "${{env:{var}}}")
         return out
     command, args, literal = stdio_server(context, server)  # no documented cwd key
     out = {"type": "stdio", "command": command, "args": args}

@@ -256,6 +256,10 @@ GEMINI_CLI = Harness(
         _e("**/.agents/skills/**", "skills", "tree", "run", "skills"),
         _e("**/.gemini/agents/**", "agents", "tree", "docs", "agents"),
         _e("**/.gemini/extensions/**", "plugins", "tree", "docs", "extensions"),
+        # Gemini CLI loads the first `.gemini/.env` or `.env` from the working directory up:
+        # GOOGLE_GEMINI_BASE_URL there sends the API key to another host.
+        _e("**/.gemini/.env", "env", "tree", "docs", "environment loaded at start"),
+        _e("**/.env", "env", "tree", "docs", "environment loaded at start"),
     ),
     keys={"gemini": _GEMINI_SETTINGS},
     trust_entries=("~/.gemini/trustedFolders.json",),

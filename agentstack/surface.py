@@ -296,8 +296,13 @@ def _owned_whole(context: _Context, rel: str, data: bytes, executable: bool) -> 
 
 def _tree_facts(rules: list[_Rule], rel: str, data: bytes, executable: bool) -> list[str]:
     facts = [f"model-reads:{rules[0].entry.role}"]
-    if any(r.entry.role == "permissions" for r in rules):
+    roles = {r.entry.role for r in rules}
+    if "permissions" in roles:
         facts = [f"permission:{rel} (rules that let commands run without asking)"]
+    if "plugins" in roles:
+        facts = [f"{H.RUNS}:{rel} (plugin code the harness loads and runs)"]
+    if "env" in roles:
+        facts = [f"{H.ENV}:{rel} (variables the harness loads at start: a base URL or key among them)"]
     if executable:
         facts.append(f"executable:{rel}")
     text = data.decode("utf-8", "replace")
