@@ -34,9 +34,11 @@ from agentstack_adapters import (
     load_adapters,
 )
 
-from agentstack._guard import _key_value
+from agentstack import layout
 from agentstack.canonical import b3, canonical_bytes
 from agentstack.errors import AgentstackError, InvalidInput, Refused, StaleLock
+from agentstack.fingerprints import BLOCK_BEGIN, BLOCK_END
+from agentstack.fingerprints import key_value as _key_value
 from agentstack.fsutil import (
     LinkInPath,
     check_no_links,
@@ -45,11 +47,9 @@ from agentstack.fsutil import (
     write_atomic,
 )
 from agentstack.fsutil import unlink as fs_unlink
-from agentstack.paths import agentstack_home, ensure_private_dir, project_state_dir
+from agentstack.paths import agentstack_home, apply_ledger_path, ensure_private_dir
 
 LEDGER_VERSION = 1
-BLOCK_BEGIN = "<!-- agentstack:begin (managed by agentstack; edit agentstack.toml instead) -->"
-BLOCK_END = "<!-- agentstack:end -->"
 EXCLUDE_BEGIN = "# agentstack:begin (rendered per machine by 'agentstack apply')"
 EXCLUDE_END = "# agentstack:end"
 
@@ -513,7 +513,7 @@ def render_operations(
 
 
 def load_ledger(root: Path) -> dict[str, Any]:
-    path = project_state_dir(root) / "apply.json"
+    path = apply_ledger_path(root)
     try:
         ledger = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -574,7 +574,7 @@ def plan(
         root=root,
         digest=digest,
         changes=changes,
-        ledger_path=project_state_dir(root) / "apply.json",
+        ledger_path=apply_ledger_path(root),
     )
 
 
@@ -628,12 +628,12 @@ def _backup(plan: Plan, change: FileChange) -> Path | None:
     if change.old is None and change.old_link is None:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    target = plan.ledger_path.parent / "backups" / stamp / change.display.lstrip("~/")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = plan.ledger_path.parent / layout.BACKUPS / stamp / change.display.lstrip("~/")
+    ensure_private_dir(target.parent)
     if change.old_link is not None:
-        target.write_text(f"symlink -> {change.old_link}\n")
+        write_atomic(target, f"symlink -> {change.old_link}\n".encode(), 0o600)
     elif change.old is not None:
-        target.write_bytes(change.old)
+        write_atomic(target, change.old, 0o600)
     return target
 
 
@@ -777,7 +777,7 @@ def remove_user_level(root: Path) -> list[Path]:
         root=root,
         digest=ledger.get("digest", ""),
         changes=changes,
-        ledger_path=project_state_dir(root) / "apply.json",
+        ledger_path=apply_ledger_path(root),
     )
     write(removal, force=True)
     return [c.path for c in changes]

@@ -35,6 +35,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentstack import layout
 from agentstack.errors import InvalidInput
 from agentstack.reach import (
     MAX_PORT,
@@ -46,7 +47,7 @@ from agentstack.reach import (
     parse_host,
 )
 
-BOUNDARY_NAME = "boundary.toml"
+BOUNDARY_NAME = layout.BOUNDARY
 GLOB_CHARS = frozenset("*?[")
 Result = Literal["within_boundary", "exceeds_boundary", "unsupported"]
 

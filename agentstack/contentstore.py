@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentstack import layout
 from agentstack.canonical import b3, is_digest
 from agentstack.diff import root_files
 from agentstack.fsutil import write_atomic
@@ -107,7 +108,7 @@ def _git_blob(skill: dict[str, Any], rel: str) -> bytes | None:
 
 class ContentStore:
     def __init__(self, cache: Path | None = None) -> None:
-        self.directory = (cache if cache is not None else agentstack_cache()) / "content"
+        self.directory = Path(layout.content_store(str(cache if cache is not None else agentstack_cache())))
 
     def path(self, digest: str) -> Path:
         hexpart = digest.removeprefix("b3:")

@@ -54,7 +54,7 @@ def init(root: Path, name: str, harnesses: list[str]) -> Path:
         harnesses=", ".join(tomlkit.string(h).as_string() for h in harnesses),
     )
     parse_manifest(text.encode(), MANIFEST_NAME)  # a bad --name or --harness fails here, unwritten
-    path.write_text(text, encoding="utf-8")
+    write_atomic(path, text)
     return path
 
 

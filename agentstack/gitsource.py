@@ -18,6 +18,7 @@ from typing import Any
 
 import blake3
 
+from agentstack import layout
 from agentstack.errors import Refused, TreeHashError
 from agentstack.treehash import (
     Limits,
@@ -87,7 +88,7 @@ def _env() -> dict[str, str]:
 
 
 def mirror_path(cache: Path, url: str) -> Path:
-    return cache / "git" / (blake3.blake3(url.encode()).hexdigest()[:32] + ".git")
+    return Path(layout.git_mirrors(str(cache))) / (blake3.blake3(url.encode()).hexdigest()[:32] + ".git")
 
 
 def _git_args() -> list[str]:

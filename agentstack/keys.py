@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentstack import layout
 from agentstack.errors import InvalidInput, Refused
 from agentstack.paths import agentstack_home, ensure_private_dir
 from agentstack.sshsig import AllowedSigners, PrivateKey, PublicKey, load_private_key
@@ -21,11 +22,11 @@ _KEY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 
 def keys_dir(home: Path | None = None) -> Path:
-    return (home or agentstack_home()) / "keys"
+    return Path(layout.keys_dir(str(home or agentstack_home())))
 
 
 def allowed_signers(home: Path | None = None) -> AllowedSigners:
-    return AllowedSigners((home or agentstack_home()) / "allowed_signers")
+    return AllowedSigners(Path(layout.allowed_signers(str(home or agentstack_home()))))
 
 
 def check_key_name(name: str) -> str:

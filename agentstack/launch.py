@@ -20,7 +20,7 @@ import stat
 import sys
 from typing import NoReturn
 
-from agentstack import _guard
+from agentstack import layout
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # manifest.SECRET_NAME_PATTERN
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -32,7 +32,7 @@ class LaunchError(Exception):
 
 
 def secrets_dir() -> str:
-    return os.path.join(_guard.home(), "secrets")
+    return layout.secrets_dir(layout.home())
 
 
 def read_secret(directory: str, name: str) -> str:

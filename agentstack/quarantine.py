@@ -32,20 +32,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentstack import bundle, gitobjects
+from agentstack import bundle, gitobjects, layout
 from agentstack.archive import reject
 from agentstack.bundle import Member, Statement
 from agentstack.canonical import b3
 from agentstack.errors import AgentstackError, InvalidInput, Refused
 from agentstack.paths import agentstack_home, ensure_private_dir
 
-META_NAME = "meta.json"
+META_NAME = layout.QUARANTINE_META
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def quarantine_root(home: Path | None = None) -> Path:
-    return (home or agentstack_home()) / "quarantine"
+    return Path(layout.quarantine_dir(str(home or agentstack_home())))
 
 
 # ------------------------------------------------------------------------------ safe writing
@@ -666,7 +666,7 @@ def release(
     dest.mkdir(parents=True, exist_ok=True)
     backup: Path | None = None
     if blocked:
-        backup = ensure_private_dir(home / "backups") / (
+        backup = ensure_private_dir(home / layout.BACKUPS) / (
             time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + held.id[:12]
         )
         _backup(dest, blocked, backup)

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentstack.fsutil import write_atomic
+
 SCHEMA_FILES = {
     "manifest": "manifest.schema.json",
     "lock": "lock.schema.json",
@@ -44,7 +46,7 @@ def main(argv: list[str]) -> int:
     target = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "schemas"
     target.mkdir(parents=True, exist_ok=True)
     for which, filename in SCHEMA_FILES.items():
-        (target / filename).write_text(render(which), encoding="utf-8")
+        write_atomic(target / filename, render(which).encode("utf-8"), 0o644)
         sys.stdout.write(f"wrote {target / filename}\n")
     return 0
 

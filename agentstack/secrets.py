@@ -11,11 +11,13 @@ import re
 import stat
 from pathlib import Path
 
+from agentstack import layout
 from agentstack.errors import InvalidInput, Refused
+from agentstack.fsutil import write_atomic
 from agentstack.manifest import SECRET_NAME_PATTERN
 from agentstack.paths import agentstack_home
 
-SECRETS_DIR = "secrets"
+SECRETS_DIR = layout.SECRETS
 MAX_SECRET_BYTES = 64 * 1024
 _NAME = re.compile(SECRET_NAME_PATTERN)
 
@@ -82,32 +84,13 @@ class SecretStore:
     # ------------------------------------------------------------------ operations
 
     def set(self, name: str, value: str) -> Path:
-        """Store `value` as NAME: a 0600 temp file, fsync, rename over, fsync the directory."""
+        """Store `value` as NAME, atomically (0600)."""
         target = self.path(name)
         data = self.check_value(value).encode("utf-8")
         self._ensure_directory()
-        tmp = self.directory / f".{name}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        try:
-            try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        # The one atomic writer: temp file beside it (O_EXCL|O_NOFOLLOW, 0600), fsync, rename
+        # over, fsync the directory; a link in place of the directory is refused.
+        write_atomic(target, data, 0o600, base=self.directory)
         return target
 
     def get(self, name: str) -> str:

@@ -1,0 +1,239 @@
+"""Where agentstack keeps its state: every file and directory under `$AGENTSTACK_HOME`, the cache
+and a confined run's private directory, named once; and the one rule that finds a project.
+
+Standard library only, and cheap: it imports `os` and nothing else, because the guard (run before
+every tool call) reads its state through it. Paths are `str` here; `agentstack.paths` wraps them
+in `pathlib.Path` for the rest of the library. Nothing outside this module spells a state file's
+name (a test scans the package's string constants for them).
+
+    $AGENTSTACK_HOME/                  (else $XDG_CONFIG_HOME/agentstack, else ~/.config/agentstack)
+      trust.jsonl                      the hash-chained trust log (append-only)
+      trust.head                       its head: record count, last hash, size
+      trust.lock                       the writers' lock
+      trust.jsonl.torn                 the bytes of a torn tail moved aside by the next writer
+      consents/<digest>.json           what was reviewed, per consent digest (for later diffs)
+      keys/<name>, keys/<name>.pub     signing keys (OpenSSH)
+      allowed_signers                  the signers `receive` trusts
+      secrets/<NAME>                   the secret store
+      boundary.toml                    the user's boundary
+      shims/<harness>                  the launchers `agentstack shims install` writes
+      quarantine/<id>/                 received bundles, held; meta.json describes each
+      backups/<time>-<id>/             what `release --force` moved aside
+      projects/<id>/                   one directory per project (id: project_id(realpath))
+        guard.json                     the guard's snapshot (written by trust / apply --write)
+        apply.json                     the apply ledger: what agentstack rendered, by hash
+        harness-state/                 the private harness state `agentstack run` grants
+        backups/<time>/<path>          what `apply --write` replaced (0600)
+    $AGENTSTACK_CACHE/                 (else $XDG_CACHE_HOME/agentstack, else ~/.cache/agentstack)
+      git/<url-hash>.git               bare mirrors of locked git sources
+      content/<digest>                 the content store (locked bytes by digest)
+      statcache-v2.json                the lock's stat cache
+      crash/crash-<time>-<pid>.txt     crash reports
+    <temp dir>/agentstack-run-*/       one confined run's private directory (removed on exit)
+      ro/                              read-only copies of what the guard reads
+                                       (guard.json, trust.head, trust.jsonl); named by
+                                       $AGENTSTACK_RUN_RO
+"""
+
+from __future__ import annotations
+
+import os
+
+# Variables that locate state. Read by the CLI only: the guard takes its state directory from
+# its rendered command line, never from the environment (the project can set the environment).
+HOME_ENV = "AGENTSTACK_HOME"
+CACHE_ENV = "AGENTSTACK_CACHE"
+RUN_RO_ENV = "AGENTSTACK_RUN_RO"
+
+# The project's own files (at its root).
+MANIFEST = "agentstack.toml"
+LOCK = "agentstack.lock"
+
+# Under $AGENTSTACK_HOME.
+TRUST_LOG = "trust.jsonl"
+TRUST_HEAD = "trust.head"
+TRUST_LOCK = "trust.lock"
+TRUST_TORN = "trust.jsonl.torn"
+CONSENTS = "consents"
+KEYS = "keys"
+ALLOWED_SIGNERS = "allowed_signers"
+SECRETS = "secrets"
+BOUNDARY = "boundary.toml"
+SHIMS = "shims"
+QUARANTINE = "quarantine"
+QUARANTINE_META = "meta.json"
+PROJECTS = "projects"
+
+# Under $AGENTSTACK_HOME/projects/<id>/.
+GUARD_SNAPSHOT = "guard.json"
+APPLY_LEDGER = "apply.json"
+HARNESS_STATE = "harness-state"
+BACKUPS = "backups"
+
+# Under the cache.
+GIT_MIRRORS = "git"
+CONTENT_STORE = "content"
+STAT_CACHE = "statcache-v2.json"
+CRASH_REPORTS = "crash"
+
+# A confined run's private directory (in the system's temp directory) and its read-only copies.
+RUN_DIR_PREFIX = "agentstack-run-"
+RUN_READONLY = "ro"
+RUN_READONLY_FILES = (GUARD_SNAPSHOT, TRUST_HEAD, TRUST_LOG)
+
+# Names a test keeps out of every other module of the package (the distinctive ones anywhere; the
+# generic directory names, which are also ordinary words and keys, wherever they are joined into
+# a path).
+STATE_FILES = (
+    TRUST_LOG, TRUST_HEAD, TRUST_LOCK, TRUST_TORN, ALLOWED_SIGNERS, BOUNDARY, GUARD_SNAPSHOT,
+    APPLY_LEDGER, HARNESS_STATE, STAT_CACHE, RUN_DIR_PREFIX,
+)
+STATE_DIRS = (
+    CONSENTS, KEYS, SECRETS, SHIMS, QUARANTINE, QUARANTINE_META, PROJECTS, GIT_MIRRORS,
+    CONTENT_STORE, CRASH_REPORTS, RUN_READONLY, BACKUPS,
+)
+
+
+def _load_sha256() -> object:
+    for name in ("_sha256", "_sha2"):  # CPython's builtin module (renamed in 3.12): no OpenSSL
+        try:
+            return __import__(name).sha256
+        except (ImportError, AttributeError):
+            continue
+    from hashlib import sha256
+
+    return sha256
+
+
+_sha256: object = _load_sha256()
+
+
+# ------------------------------------------------------------------------------- the two roots
+
+
+def home() -> str:
+    """$AGENTSTACK_HOME, else $XDG_CONFIG_HOME/agentstack, else ~/.config/agentstack. For the CLI:
+    the guard's decision never reads it (the rendered hook names its state directory)."""
+    explicit = os.environ.get(HOME_ENV)
+    if explicit:
+        return os.path.expanduser(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "agentstack")
+
+
+def cache() -> str:
+    """$AGENTSTACK_CACHE, else $XDG_CACHE_HOME/agentstack, else ~/.cache/agentstack."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return os.path.expanduser(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "agentstack")
+
+
+# --------------------------------------------------------------------------- under the home
+
+
+def trust_log(state_home: str) -> str:
+    return os.path.join(state_home, TRUST_LOG)
+
+
+def trust_head(state_home: str) -> str:
+    return os.path.join(state_home, TRUST_HEAD)
+
+
+def consent_file(state_home: str, digest: str) -> str:
+    """Where the consent document of `digest` ("blake3:<hex>") is kept (the caller checks it is a
+    digest: it becomes a file name)."""
+    return os.path.join(state_home, CONSENTS, digest.replace(":", "-") + ".json")
+
+
+def keys_dir(state_home: str) -> str:
+    return os.path.join(state_home, KEYS)
+
+
+def allowed_signers(state_home: str) -> str:
+    return os.path.join(state_home, ALLOWED_SIGNERS)
+
+
+def secrets_dir(state_home: str) -> str:
+    return os.path.join(state_home, SECRETS)
+
+
+def boundary_file(state_home: str) -> str:
+    return os.path.join(state_home, BOUNDARY)
+
+
+def shims_dir(state_home: str) -> str:
+    return os.path.join(state_home, SHIMS)
+
+
+def quarantine_dir(state_home: str) -> str:
+    return os.path.join(state_home, QUARANTINE)
+
+
+def project_id(root: str) -> str:
+    """A stable directory name for a project's state: the sha256 of its realpath, 32 hex."""
+    digest = _sha256(os.fsencode(os.path.realpath(root)))  # type: ignore[operator]
+    return str(digest.hexdigest())[:32]
+
+
+def project_dir(state_home: str, root: str) -> str:
+    return os.path.join(state_home, PROJECTS, project_id(root))
+
+
+def guard_snapshot(state_home: str, root: str) -> str:
+    return os.path.join(project_dir(state_home, root), GUARD_SNAPSHOT)
+
+
+def apply_ledger(state_home: str, root: str) -> str:
+    return os.path.join(project_dir(state_home, root), APPLY_LEDGER)
+
+
+def harness_state(state_home: str, root: str) -> str:
+    return os.path.join(project_dir(state_home, root), HARNESS_STATE)
+
+
+# -------------------------------------------------------------------------- under the cache
+
+
+def git_mirrors(cache_dir: str) -> str:
+    return os.path.join(cache_dir, GIT_MIRRORS)
+
+
+def content_store(cache_dir: str) -> str:
+    return os.path.join(cache_dir, CONTENT_STORE)
+
+
+def stat_cache(cache_dir: str) -> str:
+    return os.path.join(cache_dir, STAT_CACHE)
+
+
+def crash_dir(cache_dir: str) -> str:
+    return os.path.join(cache_dir, CRASH_REPORTS)
+
+
+# --------------------------------------------------------------------------- finding a project
+
+
+def find_project(start: str, explicit: str | None = None) -> str | None:
+    """The one rule that decides which project a command is about (None: there is none).
+
+    * `explicit` (`--project DIR`): that directory exactly, resolved; it is the project only when
+      it holds agentstack.toml (no upward search from it: an explicit choice is never widened);
+    * otherwise the nearest directory at or above `start` (resolved: links and `..` first) that
+      holds agentstack.toml as a file, up to and including `/`. The search does not stop at $HOME
+      or at a mount point: a project is where its manifest is.
+
+    The guard's user-level check (`_guard.enclosing_project`) is deliberately wider: a directory
+    with a snapshot on this machine encloses too, and an error counts as a project."""
+    if explicit is not None:
+        root = os.path.realpath(explicit)
+        return root if os.path.isfile(os.path.join(root, MANIFEST)) else None
+    here = os.path.realpath(start)
+    while True:
+        if os.path.isfile(os.path.join(here, MANIFEST)):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
