@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentstack import layout
 from agentstack.fsutil import write_atomic
 
 SCHEMA_FILES = {
@@ -17,7 +18,7 @@ SCHEMA_FILES = {
     "lock": "lock.schema.json",
     "boundary": "boundary.schema.json",
 }
-TITLES = {"manifest": "agentstack.toml", "lock": "agentstack.lock", "boundary": "boundary.toml"}
+TITLES = {"manifest": layout.MANIFEST, "lock": layout.LOCK, "boundary": layout.BOUNDARY}
 
 
 def schema_for(which: str) -> dict[str, Any]:

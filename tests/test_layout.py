@@ -1,0 +1,292 @@
+"""One state layout, one project finder, one copy of what the guard and apply must agree on.
+
+`agentstack.layout` names every path under $AGENTSTACK_HOME, the cache and a run's private
+directory; no other module spells those names (an AST scan of the package's string constants).
+It stays cheap for the guard (it imports `os` only) and computes exactly what the guard computes.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import agentstack
+from agentstack import _guard, apply, fingerprints, layout, paths, snapshot, surface
+from agentstack.errors import InvalidInput
+from tests.conftest import REPO, make_project
+
+PACKAGE = Path(agentstack.__file__).parent
+
+# Modules in other engineers' lanes this round, which still spell state names themselves. The
+# lead migrates each at merge (the report lists every literal and its replacement) and then
+# empties this set: the scan below must then pass with it empty.
+MIGRATED_AT_MERGE = frozenset({
+    "_guard.py",  # guard.json, trust.head, trust.jsonl, agentstack-run-, ro
+    "cli_sandbox.py",  # guard.json, trust.head, trust.jsonl (the run's read-only copies)
+    "cli_surface.py",  # shims
+    "cli_trust.py",  # guard.json
+    "entry.py",  # crash
+    "lockfile.py",  # statcache-v2.json
+    "sandbox/private_state.py",  # harness-state, projects
+    "sandbox/runner.py",  # agentstack-run-, ro
+    "sandbox/verify.py",  # trust.jsonl
+    "snapshot.py",  # guard.json
+    "surface.py",  # guard.json, apply.json
+    "trust.py",  # consents
+    "trustlog.py",  # trust.jsonl, trust.head, trust.lock, trust.jsonl.torn
+})
+
+
+def _not_paths(tree: ast.AST) -> set[int]:
+    """Docstrings and dictionary keys (output fields such as "allowed_signers")."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            out.update(id(k) for k in node.keys if isinstance(k, ast.Constant))
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _path_like(text: str, name: str) -> bool:
+    """`text` is `name`, or a path (no whitespace) whose last component is `name`."""
+    if text == name:
+        return True
+    return not any(c.isspace() for c in text) and text.rstrip("/").endswith("/" + name)
+
+
+def _path_components(tree: ast.AST) -> list[ast.Constant]:
+    """String constants joined into a path: `x / "name"`, os.path.join(x, "name"), x.joinpath."""
+    out: list[ast.Constant] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            out += [n for n in (node.left, node.right) if isinstance(n, ast.Constant)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr in ("join", "joinpath")
+        ):
+            out += [n for n in node.args if isinstance(n, ast.Constant)]
+    return out
+
+
+def state_name_uses(source: str) -> list[tuple[int, str]]:
+    tree = ast.parse(source)
+    skip = _not_paths(tree)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            for name in layout.STATE_FILES:
+                if _path_like(node.value, name) or (
+                    name == layout.RUN_DIR_PREFIX and node.value.startswith(name)
+                ):
+                    found.append((node.lineno, node.value))
+    for node in _path_components(tree):
+        if isinstance(node.value, str) and node.value in layout.STATE_DIRS:
+            found.append((node.lineno, node.value))
+    return sorted(set(found))
+
+
+def _modules() -> list[tuple[str, Path]]:
+    return sorted(
+        (p.relative_to(PACKAGE).as_posix(), p) for p in PACKAGE.rglob("*.py")
+        if p.name != "layout.py" or p.parent != PACKAGE
+    )
+
+
+def test_no_module_but_layout_spells_a_state_name() -> None:
+    offenders = {}
+    for rel, path in _modules():
+        if rel in MIGRATED_AT_MERGE:
+            continue
+        uses = state_name_uses(path.read_text(encoding="utf-8"))
+        if uses:
+            offenders[rel] = uses
+    assert not offenders, f"name these through agentstack.layout: {offenders}"
+
+
+def test_the_merge_list_names_only_modules_that_still_need_it() -> None:
+    """An entry that no longer spells a state name must leave MIGRATED_AT_MERGE."""
+    modules = dict(_modules())
+    stale = sorted(
+        rel for rel in MIGRATED_AT_MERGE
+        if rel not in modules or not state_name_uses(modules[rel].read_text(encoding="utf-8"))
+    )
+    assert not stale, f"remove from MIGRATED_AT_MERGE: {stale}"
+
+
+@pytest.mark.parametrize(
+    ("source", "hits"),
+    [
+        ('p = home / "guard.json"', [(1, "guard.json")]),
+        ('p = os.path.join(state, "trust.jsonl")', [(1, "trust.jsonl")]),
+        ('p = f"{home}/projects/{pid}/apply.json"', [(1, "/apply.json")]),
+        ('p = cache / "content"', [(1, "content")]),
+        ('p = os.path.join(home, "secrets")', [(1, "secrets")]),
+        ('d = tempfile.mkdtemp(prefix="agentstack-run-")', [(1, "agentstack-run-")]),
+        # Prose, dictionary keys and CLI names are not paths.
+        ('"""Written to $AGENTSTACK_HOME/projects/<id>/guard.json."""', []),
+        ('help = "default: $AGENTSTACK_HOME/boundary.toml when it exists"', []),
+        ('doc = {"keys": [], "secrets": 1, "allowed_signers": "/x"}', []),
+        ('app.add_typer(x, name="quarantine")', []),
+    ],
+)
+def test_the_scan_sees_paths_not_prose(source: str, hits: list[tuple[int, str]]) -> None:
+    assert state_name_uses(source) == hits
+
+
+# ------------------------------------------------------------------------- cheap and identical
+
+
+def test_layout_imports_nothing_but_os() -> None:
+    probe = (
+        "import sys; before = set(sys.modules); import agentstack.layout; "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True,
+                         check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    loaded = set(out.stdout.split())
+    assert loaded <= {"agentstack", "agentstack.layout", "_sha256", "_sha2"}, loaded
+
+
+@pytest.mark.parametrize("variables", [
+    {"AGENTSTACK_HOME": "~/state"},
+    {"AGENTSTACK_HOME": "", "XDG_CONFIG_HOME": "/x/config"},
+    {"AGENTSTACK_HOME": "", "XDG_CONFIG_HOME": ""},
+])
+def test_home_is_the_guards_home(variables: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+    assert layout.home() == _guard.home()
+    assert paths.agentstack_home() == Path(_guard.home())
+
+
+def test_cache_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AGENTSTACK_CACHE", str(tmp_path / "c"))
+    assert layout.cache() == str(tmp_path / "c")
+    monkeypatch.setenv("AGENTSTACK_CACHE", "")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert paths.agentstack_cache() == tmp_path / "x" / "agentstack"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)),
+               min_size=1, max_size=40))
+def test_project_paths_are_the_guards(name: str) -> None:
+    root = "/" + name
+    assert layout.project_id(root) == _guard.project_id(root)
+    assert layout.guard_snapshot("/state", root) == _guard.snapshot_path("/state", root)
+
+
+def test_the_library_writes_where_the_guard_reads(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert str(paths.guard_snapshot_path(root)) == _guard.snapshot_path(_guard.home(), str(root))
+    assert paths.apply_ledger_path(root).parent == paths.project_state_dir(root)
+
+
+# ------------------------------------------------------------------------- one project finder
+
+
+def _tree(tmp_path: Path) -> tuple[Path, Path]:
+    outer = make_project(tmp_path / "outer", '[project]\nname = "outer"\n')
+    inner = outer / "a" / "b"
+    inner.mkdir(parents=True)
+    return outer.resolve(), inner
+
+
+def test_finder_walks_up_to_the_nearest_manifest(tmp_path: Path) -> None:
+    outer, inner = _tree(tmp_path)
+    assert layout.find_project(str(inner)) == str(outer)
+    assert paths.find_project(inner) == outer
+    nested = make_project(inner / "nested", '[project]\nname = "n"\n')
+    assert paths.find_project(nested / ".") == nested.resolve()
+
+
+def test_finder_takes_an_explicit_project_exactly(tmp_path: Path) -> None:
+    outer, inner = _tree(tmp_path)
+    assert paths.find_project(explicit=outer) == outer
+    # --project is never widened: a directory without a manifest is an error, not its parent.
+    with pytest.raises(InvalidInput, match="no agentstack.toml there"):
+        paths.find_project(explicit=inner)
+    assert layout.find_project(str(outer), str(inner)) is None
+
+
+def test_finder_resolves_links_first(tmp_path: Path) -> None:
+    outer, inner = _tree(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "link").symlink_to(inner)
+    assert paths.find_project(elsewhere / "link") == outer
+    # A manifest that is a directory is not a manifest.
+    (elsewhere / "agentstack.toml").mkdir()
+    assert layout.find_project(str(elsewhere)) is None or layout.find_project(
+        str(elsewhere)) != str(elsewhere)
+
+
+def test_finder_without_a_project_says_what_to_do(tmp_path: Path) -> None:
+    lonely = tmp_path / "lonely"
+    lonely.mkdir()
+    with pytest.raises(InvalidInput, match="or any parent directory") as raised:
+        paths.find_project(lonely)
+    assert "agentstack init" in raised.value.hint
+
+
+def test_finder_agrees_with_the_finders_it_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same answers as manifest.find_project and lock_command.project_root, which the lead points
+    at paths.find_project at merge."""
+    from agentstack import lock_command, manifest
+
+    outer, inner = _tree(tmp_path)
+    monkeypatch.chdir(inner)
+    assert manifest.find_project(inner) == paths.find_project(inner)
+    assert lock_command.project_root(None) == paths.find_project()
+    assert lock_command.project_root(outer) == paths.find_project(explicit=outer)
+    for bad in (inner, tmp_path):
+        with pytest.raises(InvalidInput) as old:
+            lock_command.project_root(bad)
+        with pytest.raises(InvalidInput) as new:
+            paths.find_project(explicit=bad)
+        assert (old.value.message, old.value.hint) == (new.value.message, new.value.hint)
+
+
+# ------------------------------------------------------------ what the guard and apply share
+
+
+def test_guard_and_apply_share_one_copy_of_markers_and_key_views() -> None:
+    """apply renders, snapshot records, surface compares and the guard checks with one object each."""
+    same = [
+        (apply, "BLOCK_BEGIN", "BLOCK_BEGIN", "BLOCK_BEGIN"),
+        (apply, "BLOCK_END", "BLOCK_END", "BLOCK_END"),
+        (surface, "BLOCK_BEGIN", "BLOCK_BEGIN", "BLOCK_BEGIN"),
+        (surface, "BLOCK_END", "BLOCK_END", "BLOCK_END"),
+        (apply, "_key_value", "key_value", "_key_value"),
+        (snapshot, "fingerprint", "fingerprint", "fingerprint"),
+        (snapshot, "keys_view", "keys_view", "keys_view"),
+        (snapshot, "SNAPSHOT_VERSION", "SNAPSHOT_VERSION", "SNAPSHOT_VERSION"),
+    ]
+    for module, used, shared, guards in same:
+        assert getattr(module, used) is getattr(fingerprints, shared) is getattr(_guard, guards), (
+            module.__name__, used)
+    assert fingerprints.drifted is _guard.drifted
+    assert fingerprints.content_hash is _guard.content_hash
+
+
+def test_no_other_module_spells_the_block_markers() -> None:
+    """A second spelling of the markers would let the guard miss edits of the managed block."""
+    marker = fingerprints.BLOCK_BEGIN.split(" (")[0]
+    spelled = [
+        rel for rel, path in _modules()
+        if rel != "_guard.py" and any(
+            isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(marker)
+            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    ]
+    assert spelled == []
