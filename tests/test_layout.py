@@ -46,7 +46,7 @@ MIGRATED_AT_MERGE = frozenset({
 
 def _not_paths(tree: ast.AST) -> set[int]:
     """Docstrings and dictionary keys (output fields such as "allowed_signers")."""
-    out = set()
+    out: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             out.update(id(k) for k in node.keys if isinstance(k, ast.Constant))
@@ -177,7 +177,7 @@ def test_cache_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)),
+@given(st.text(alphabet=st.characters(blacklist_characters="\0", blacklist_categories=["Cs"]),
                min_size=1, max_size=40))
 def test_project_paths_are_the_guards(name: str) -> None:
     root = "/" + name
@@ -214,7 +214,7 @@ def test_finder_takes_an_explicit_project_exactly(tmp_path: Path) -> None:
     outer, inner = _tree(tmp_path)
     assert paths.find_project(explicit=outer) == outer
     # --project is never widened: a directory without a manifest is an error, not its parent.
-    with pytest.raises(InvalidInput, match="no agentstack.toml there"):
+    with pytest.raises(InvalidInput, match=r"no agentstack\.toml there"):
         paths.find_project(explicit=inner)
     assert layout.find_project(str(outer), str(inner)) is None
 
