@@ -1,0 +1,108 @@
+"""One atomic writer: every file the package replaces goes through `fsutil.write_atomic` (temp
+file created O_EXCL|O_NOFOLLOW beside the target, fsync, rename, fsync of the directory; no link
+followed below the trusted base). An AST scan finds every other way of writing a file; each one
+left is listed below with the reason it is not a replacement of a file (or the lane that migrates
+it), so a new ad-hoc writer fails this test."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import agentstack
+
+PACKAGE = Path(agentstack.__file__).parent
+
+# Writers that are not "replace this file's content", each with its reason.
+NOT_A_REPLACEMENT = {
+    "fsutil.py": "the atomic writer itself",
+    "gitsource.py": "renames a freshly cloned mirror directory into place",
+    "keys.py": "creates a private key exclusively (O_EXCL: never replaces one)",
+    "quarantine.py": "stages a bundle in a fresh 0700 directory (O_EXCL), renames directories, "
+    "writes git loose objects the way git does (read-only, renamed in), and installs released "
+    "files through its own descriptor walk (candidate for write_atomic/link_atomic with "
+    "base=dest)",
+    "_guard.py": "the proof that it cannot create a file in a run's directory (O_EXCL probe)",
+    "sandbox/probe.py": "the probe run inside the sandbox: its writes are what it tests",
+    "sandbox/runner.py": "cgroup control files; the run's read-only copies (O_EXCL, fresh dir); "
+    "the spec pipe",
+    "sandbox/verify.py": "plants decoys in a throwaway home for the kernel check",
+    "trustlog.py": "the append-only log (O_APPEND) and its lock file; the head is replaced with "
+    "its own temp+fsync+rename (migrates to write_atomic at merge)",
+}
+# Replacements of a file in other lanes this round; the lead points them at write_atomic at merge
+# and empties this set.
+MIGRATED_AT_MERGE = frozenset({
+    "entry.py",  # crash report: write_atomic(path, text.encode(), 0o600)
+    "treehash.py",  # the stat cache: write_atomic(self.path, payload, 0o600), errors still ignored
+    "sandbox/private_state.py",  # _write: its own temp + rename under a descriptor
+})
+
+
+def writes(source: str) -> list[tuple[int, str]]:
+    """Calls that write a file: Path.write_text/write_bytes, os.replace/os.rename, open/fdopen in
+    a writing mode, os.open with O_CREAT."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        attr = func.attr if isinstance(func, ast.Attribute) else None
+        name = attr or (func.id if isinstance(func, ast.Name) else None)
+        owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(
+            func.value, ast.Name) else None
+        if attr in ("write_text", "write_bytes"):
+            found.append((node.lineno, attr))
+        elif owner == "os" and name in ("replace", "rename"):
+            found.append((node.lineno, f"os.{name}"))
+        elif owner == "os" and name == "open" and "O_CREAT" in ast.dump(node):
+            found.append((node.lineno, "os.open(O_CREAT)"))
+        elif name in ("open", "fdopen") and owner in (None, "os", "io"):
+            mode = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and (
+                set(mode.value) & set("wax+")
+            ):
+                found.append((node.lineno, f"{name}({mode.value!r})"))
+    return sorted(found)
+
+
+def _modules() -> dict[str, Path]:
+    return {p.relative_to(PACKAGE).as_posix(): p for p in PACKAGE.rglob("*.py")}
+
+
+def test_every_file_replacement_goes_through_write_atomic() -> None:
+    offenders = {
+        rel: hits for rel, path in sorted(_modules().items())
+        if rel not in NOT_A_REPLACEMENT and rel not in MIGRATED_AT_MERGE
+        and (hits := writes(path.read_text(encoding="utf-8")))
+    }
+    assert not offenders, f"write these with agentstack.fsutil.write_atomic: {offenders}"
+
+
+def test_the_lists_name_only_modules_that_still_write() -> None:
+    modules = _modules()
+    stale = sorted(
+        rel for rel in (*NOT_A_REPLACEMENT, *MIGRATED_AT_MERGE)
+        if rel not in modules or not writes(modules[rel].read_text(encoding="utf-8"))
+    )
+    assert not stale, f"no longer writes: drop from the lists: {stale}"
+
+
+def test_the_scan_sees_each_kind_of_write() -> None:
+    source = """
+p.write_text("x")
+p.write_bytes(b"x")
+os.replace(a, b)
+open(p, "w")
+open(p, mode="ab")
+os.fdopen(fd, "wb")
+os.open(p, os.O_WRONLY | os.O_CREAT)
+open(p)
+open(p, "rb")
+write_bytes(p, b"x")
+"""
+    assert [kind for _, kind in writes(source)] == [
+        "write_text", "write_bytes", "os.replace", "open('w')", "open('ab')", "fdopen('wb')",
+        "os.open(O_CREAT)",
+    ]
