@@ -36,7 +36,7 @@ def _policy(home: Path, root: Path) -> dict[str, object]:
 
 def _denied(policy: dict[str, object], path: str, op: str) -> bool:
     try:
-        _guard.check_path(policy, path, op)  # type: ignore[arg-type]
+        _guard.check_path(policy, path, op)
     except _guard.Deny:
         return True
     return False
