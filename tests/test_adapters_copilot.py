@@ -16,63 +16,25 @@ Skips locally when `copilot` is missing (scripts/install-harnesses); fails in CI
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, make_project, run_cli
+from tests.adapter_support import TOUCH, current, drive, guard_snapshot, mcp_list, notes_project
+from tests.adapter_support import ok as _ok
+from tests.adapter_support import render as _ops
+from tests.conftest import REPO, run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.drive import NOTES_SERVER
-from tests.harness.mock_model import MockModel, ToolCall
+from tests.harness.mock_model import ToolCall
 
-TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
 HEADER = "// User settings belong in settings.json.\n// This file is managed automatically.\n"
-
-
-def manifest(notes_file: Path, harnesses: str) -> str:
-    server = f"""command = {json.dumps(sys.executable)}
-args = ["-I", {json.dumps(str(NOTES_SERVER))}]
-env = {{ NOTES_FILE = {json.dumps(str(notes_file))}, NOTES_TOKEN = "secret:notes-token" }}
-"""
-    return f"""\
-[project]
-name = "copilot-e2e"
-harnesses = {harnesses}
-
-[servers.notes]
-{server}
-[servers.journal]
-{server}
-[instructions]
-files = ["AGENTS.base.md"]
-
-[sandbox]
-write_dirs = ["."]
-"""
-
-
-def _project(tmp_path: Path, harnesses: str = '["copilot", "claude-code"]') -> Path:
-    root = make_project(tmp_path / "proj copilot", manifest(tmp_path / "notes.txt", harnesses),
-                        {"AGENTS.base.md": "Be careful.\n"})
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    # The servers get their secret through the launcher, from the store (never exported).
-    stored = run_cli("secret", "set", "notes-token", cwd=root, input="t0ken\n")
-    assert stored.returncode == 0, stored.stderr
-    assert run_cli("lock", cwd=root).returncode == 0
-    return root.resolve()
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    return _project(tmp_path)
-
-
-def _ok(*args: str, cwd: Path) -> None:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stderr
+    return notes_project(tmp_path, "copilot-e2e", '["copilot", "claude-code"]')
 
 
 def _user_config(home: Path, text: str) -> Path:
@@ -85,17 +47,8 @@ def _user_config(home: Path, text: str) -> Path:
 # ------------------------------------------------------------------------------ in process
 
 
-def _ops(root: Path, harnesses: list[str]) -> list[Any]:
-    from agentstack.apply import render_operations
-    from agentstack.cli import _current
-
-    _, _, document, digest = _current(root)
-    return render_operations(root, document, digest, harnesses)
-
-
 def test_mcp_json_shared_with_claude_code_merges(project: Path) -> None:
     from agentstack.apply import plan
-    from agentstack.cli import _current
 
     claude = {op.path: op for op in _ops(project, ["claude-code"])}[".mcp.json"]
     copilot = {op.path: op for op in _ops(project, ["copilot"])}[".mcp.json"]
@@ -105,7 +58,7 @@ def test_mcp_json_shared_with_claude_code_merges(project: Path) -> None:
     assert "NOTES_TOKEN" not in notes.get("env", {})
     assert notes["args"][:6] == ["-I", "-m", "agentstack.launch", "--secret",
                                  "NOTES_TOKEN=notes-token", "--"]
-    _, _, document, digest = _current(project)
+    _, _, document, digest = current(project)
     changes = [c for c in plan(project, document, digest).changes if c.display == ".mcp.json"]
     assert len(changes) == 1 and changes[0].ledger is not None
     assert sorted(changes[0].ledger["keys"]) == ['["mcpServers", "journal"]',
@@ -160,12 +113,11 @@ def test_a_comment_inside_the_config_is_refused_not_dropped(project: Path,
 
 
 def test_disable_all_hooks_in_the_project_is_drift(project: Path) -> None:
-    from agentstack._guard import Deny, check_files, load_snapshot
-    from agentstack.paths import project_state_dir
+    from agentstack._guard import Deny, check_files
 
     _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
-    snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
+    snapshot = guard_snapshot(project)
     check_files(snapshot)
     settings = project / ".github" / "copilot" / "settings.json"
     settings.parent.mkdir(parents=True)
@@ -178,8 +130,7 @@ def test_a_watched_file_with_comments_is_pinned_and_watched(project: Path) -> No
     """`.github/copilot/settings.json` with comments (not JSON to agentstack): `lock` pins it by
     its bytes and the review reports it; `apply --write` works (it used to crash writing the
     snapshot); the guard allows it as trusted and denies once it changes (a hook added)."""
-    from agentstack._guard import Deny, check_files, load_snapshot
-    from agentstack.paths import project_state_dir
+    from agentstack._guard import Deny, check_files
 
     settings = project / ".github" / "copilot" / "settings.json"
     settings.parent.mkdir(parents=True)
@@ -190,7 +141,7 @@ def test_a_watched_file_with_comments_is_pinned_and_watched(project: Path) -> No
     assert review.returncode == 1 and "--accept-risk" in review.stderr  # unparseable: high
     _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
-    snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
+    snapshot = guard_snapshot(project)
     check_files(snapshot)  # what was reviewed
     settings.write_text('// mine\n{"model": "x", "hooks": {"preToolUse": []}}\n')
     with pytest.raises(Deny, match=r"\.github/copilot/settings\.json"):
@@ -199,16 +150,15 @@ def test_a_watched_file_with_comments_is_pinned_and_watched(project: Path) -> No
     _ok("lock", cwd=project)
     _ok("trust", "--yes", cwd=project)
     _ok("apply", "--write", cwd=project)
-    check_files(load_snapshot(str(project_state_dir(project) / "guard.json")))
+    check_files(guard_snapshot(project))
 
 
 def test_the_rendered_hooks_file_is_not_foreign_but_a_key_added_to_it_is(project: Path) -> None:
     """`.github/hooks/agentstack.json` lies in a surface tree (`.github/hooks/**`): agentstack
     renders keys into it, so after `apply --write` the lock still holds; a key added next to
     agentstack's is foreign (pinned, so the lock is stale) and the guard sees the edit."""
-    from agentstack._guard import Deny, check_files, load_snapshot
+    from agentstack._guard import Deny, check_files
     from agentstack.lockfile import read_lock
-    from agentstack.paths import project_state_dir
 
     _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
@@ -218,7 +168,7 @@ def test_the_rendered_hooks_file_is_not_foreign_but_a_key_added_to_it_is(project
     _ok("status", cwd=project)
     lock = read_lock(project)
     assert lock is not None and ".github/hooks/agentstack.json" not in lock.get("surface", {})
-    snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
+    snapshot = guard_snapshot(project)
     check_files(snapshot)
     doc = json.loads(hooks.read_text())
     doc["disableAllHooks"] = True
@@ -267,9 +217,7 @@ def copilot_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def copilot_mcp_list(root: Path, home: Path) -> str:
-    result = subprocess.run([str(harness_bin("copilot")), "mcp", "list"], cwd=root,
-                            env=copilot_env(home), capture_output=True, text=True, timeout=180)
-    return result.stdout + result.stderr
+    return mcp_list("copilot", root, copilot_env(home))
 
 
 @pytest.mark.slow
@@ -289,16 +237,11 @@ def test_copilot_mcp_list_only_after_trust(project: Path, isolated_home: Path) -
 
 def run_copilot(root: Path, home: Path, call: ToolCall) -> tuple[bool, str]:
     """(did the call run?, what the model was told)."""
-    marker = root / "marker.txt"
-    marker.unlink(missing_ok=True)
-    with MockModel([call]) as model:
-        env = copilot_env(home, COPILOT_PROVIDER_BASE_URL=model.openai_base_url,
-                          COPILOT_MODEL="gpt-4o")
-        result = subprocess.run([str(harness_bin("copilot")), "-p", "do it", "--allow-all-tools"],
-                                cwd=root, env=env, capture_output=True, text=True, timeout=180)
-    texts = [r.text for r in model.tool_results]
-    ran = marker.exists() if call is TOUCH else any("added note" in t for t in texts)
-    return ran, "\n".join(texts) + result.stdout + result.stderr
+    ran, text, _ = drive(
+        root, call, [str(harness_bin("copilot")), "-p", "do it", "--allow-all-tools"],
+        lambda model: copilot_env(home, COPILOT_PROVIDER_BASE_URL=model.openai_base_url,
+                                  COPILOT_MODEL="gpt-4o"))
+    return ran, text
 
 
 @pytest.mark.slow

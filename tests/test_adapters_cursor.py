@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_project, run_cli
+from tests.adapter_support import locked_project, trust_and_apply
+from tests.conftest import run_cli
 
 STDIO_KEYS = {"command", "args", "env"}
 REMOTE_KEYS = {"url", "headers", "type"}
@@ -25,7 +26,7 @@ RULE_KEYS = {"description", "globs", "alwaysApply"}
 
 def _project(tmp_path: Path) -> Path:
     server = f"command = {json.dumps(sys.executable)}\nargs = [\"-I\", \"server.py\"]\n"
-    root = make_project(tmp_path / "proj", f"""\
+    root = locked_project(tmp_path / "proj", f"""\
 [project]
 name = "cursor"
 harnesses = ["cursor"]
@@ -45,11 +46,8 @@ command = ["true"]
 [instructions]
 files = ["base.md"]
 """, {"base.md": "Be careful.\n", "server.py": ""})
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    for command in (("lock",), ("trust", "--yes", "--accept-risk"), ("apply", "--write")):
-        result = run_cli(*command, cwd=root)
-        assert result.returncode == 0, result.stderr
-    return root.resolve()
+    trust_and_apply(root)
+    return root
 
 
 def test_rendered_files_use_only_documented_keys(tmp_path: Path) -> None:

@@ -15,69 +15,30 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import make_project, run_cli
+from tests.adapter_support import TOUCH, drive, guard_snapshot, mcp_list, notes_project, rendered
+from tests.adapter_support import ok as _ok
+from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.drive import NOTES_SERVER
-from tests.harness.mock_model import MockModel, ToolCall
-
-TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
-
-
-def manifest(notes_file: Path, harnesses: str = '["gemini-cli"]') -> str:
-    server = f"""command = {json.dumps(sys.executable)}
-args = ["-I", {json.dumps(str(NOTES_SERVER))}]
-env = {{ NOTES_FILE = {json.dumps(str(notes_file))}, NOTES_TOKEN = "secret:notes-token" }}
-"""
-    return f"""\
-[project]
-name = "gemini-e2e"
-harnesses = {harnesses}
-
-[servers.notes]
-{server}
-[servers.journal]
-{server}
-[instructions]
-files = ["AGENTS.base.md"]
-
-[sandbox]
-write_dirs = ["."]
-"""
+from tests.harness.mock_model import ToolCall
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = make_project(tmp_path / "proj gemini", manifest(tmp_path / "notes.txt"),
-                        {"AGENTS.base.md": "Be careful.\n"})
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    # The servers get their secret through the launcher, from the store (never exported).
-    stored = run_cli("secret", "set", "notes-token", cwd=root, input="t0ken\n")
-    assert stored.returncode == 0, stored.stderr
-    assert run_cli("lock", cwd=root).returncode == 0
-    return root.resolve()
-
-
-def _ok(*args: str, cwd: Path) -> None:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stderr
+    return notes_project(tmp_path, "gemini-e2e", '["gemini-cli"]')
 
 
 # ------------------------------------------------------------------------------ in process
 
 
 def _render(root: Path) -> dict[str, Any]:
-    from agentstack.apply import render_operations
-    from agentstack.cli import _current
-
-    _, _, document, digest = _current(root)
-    return {op.path: op for op in render_operations(root, document, digest, ["gemini-cli"])}
+    return rendered(root, ["gemini-cli"])
 
 
 def test_render_launches_secrets_and_guards_the_hook_switches(project: Path,
@@ -122,12 +83,11 @@ def test_switches_in_the_project_settings_block_the_guard(project: Path, isolate
                                                           added: dict[str, Any]) -> None:
     """`hooksConfig` switches user-level hooks off, `tools.*Command` and `mcp` run commands: the
     guard treats each as drift."""
-    from agentstack._guard import Deny, check_files, load_snapshot
-    from agentstack.paths import project_state_dir
+    from agentstack._guard import Deny, check_files
 
     _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
-    snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
+    snapshot = guard_snapshot(project)
     check_files(snapshot)
     path = project / ".gemini" / "settings.json"
     data = json.loads(path.read_text())
@@ -161,9 +121,7 @@ def _user_settings(home: Path) -> None:
 
 
 def gemini_mcp_list(root: Path, home: Path) -> str:
-    result = subprocess.run([str(harness_bin("gemini")), "mcp", "list"], cwd=root,
-                            env=harness_env(home), capture_output=True, text=True, timeout=120)
-    return result.stdout + result.stderr
+    return mcp_list("gemini", root, harness_env(home), timeout=120)
 
 
 @pytest.mark.slow
@@ -189,16 +147,10 @@ def test_gemini_mcp_list_only_after_trust(project: Path, isolated_home: Path) ->
 
 def run_gemini(root: Path, home: Path, call: ToolCall, *args: str) -> tuple[bool, str, int]:
     """(did the call run?, what the model was told, exit code)."""
-    marker = root / "marker.txt"
-    marker.unlink(missing_ok=True)
-    with MockModel([call]) as model:
-        env = harness_env(home, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model.url)
-        result = subprocess.run(
-            [str(harness_bin("gemini")), "-p", "do it", "--approval-mode", "yolo", *args],
-            cwd=root, env=env, capture_output=True, text=True, timeout=120)
-    texts = [r.text for r in model.tool_results]
-    ran = marker.exists() if call is TOUCH else any("added note" in t for t in texts)
-    return ran, "\n".join(texts) + result.stdout + result.stderr, result.returncode
+    return drive(
+        root, call, [str(harness_bin("gemini")), "-p", "do it", "--approval-mode", "yolo", *args],
+        lambda model: harness_env(home, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model.url),
+        timeout=120)
 
 
 @pytest.mark.slow

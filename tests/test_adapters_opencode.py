@@ -23,63 +23,22 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, make_project, run_cli
+from tests.adapter_support import TOUCH, current, drive, guard_snapshot, mcp_list, notes_project
+from tests.adapter_support import ok as _ok
+from tests.adapter_support import render as _render
+from tests.conftest import REPO, run_cli
 from tests.harness.binaries import harness_bin, harness_env, in_ci
 from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import MockModel, ToolCall
 
-TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
-
-
-def manifest(notes_file: Path, harnesses: str = '["opencode"]') -> str:
-    server = f"""command = {json.dumps(sys.executable)}
-args = ["-I", {json.dumps(str(NOTES_SERVER))}]
-env = {{ NOTES_FILE = {json.dumps(str(notes_file))}, NOTES_TOKEN = "secret:notes-token" }}
-"""
-    return f"""\
-[project]
-name = "opencode-e2e"
-harnesses = {harnesses}
-
-[servers.notes]
-{server}
-[servers.journal]
-{server}
-[instructions]
-files = ["AGENTS.base.md"]
-
-[sandbox]
-write_dirs = ["."]
-"""
-
 
 def _project(tmp_path: Path, harnesses: str = '["opencode"]') -> Path:
-    root = make_project(tmp_path / "proj opencode", manifest(tmp_path / "notes.txt", harnesses),
-                        {"AGENTS.base.md": "Be careful.\n"})
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    # The servers get their secret through the launcher, from the store (never exported).
-    stored = run_cli("secret", "set", "notes-token", cwd=root, input="t0ken\n")
-    assert stored.returncode == 0, stored.stderr
-    assert run_cli("lock", cwd=root).returncode == 0
-    return root.resolve()
+    return notes_project(tmp_path, "opencode-e2e", harnesses)
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return _project(tmp_path)
-
-
-def _ok(*args: str, cwd: Path) -> None:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stderr
-
-
-def _render(root: Path, harnesses: list[str]) -> list[Any]:
-    from agentstack.apply import render_operations
-    from agentstack.cli import _current
-
-    _, _, document, digest = _current(root)
-    return render_operations(root, document, digest, harnesses)
 
 
 # ------------------------------------------------------------------------------ in process
@@ -181,12 +140,11 @@ def test_plugin_names_the_mcp_server_and_fails_closed_without_the_list(project: 
 
 
 def test_plugin_is_fingerprinted(project: Path) -> None:
-    from agentstack._guard import Deny, check_files, load_snapshot
-    from agentstack.paths import project_state_dir
+    from agentstack._guard import Deny, check_files
 
     _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)
-    snapshot = load_snapshot(str(project_state_dir(project) / "guard.json"))
+    snapshot = guard_snapshot(project)
     plugin = project / ".opencode" / "plugins" / "agentstack-guard.js"
     assert snapshot["files"][str(plugin)]["role"] == "rendered"
     check_files(snapshot)
@@ -198,10 +156,9 @@ def test_plugin_is_fingerprinted(project: Path) -> None:
 def test_agents_md_shared_with_codex_is_one_block(tmp_path: Path) -> None:
     """Codex and OpenCode both read AGENTS.md: one block, one ledger entry, no conflict."""
     from agentstack.apply import plan
-    from agentstack.cli import _current
 
     root = _project(tmp_path, '["codex", "opencode"]')
-    _, _, document, digest = _current(root)
+    _, _, document, digest = current(root)
     changes = [c for c in plan(root, document, digest).changes if c.display == "AGENTS.md"]
     assert len(changes) == 1 and changes[0].ledger is not None
     assert changes[0].new is not None and changes[0].new.count(b"agentstack:begin") == 1
@@ -219,9 +176,7 @@ def opencode_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def opencode_mcp_list(root: Path, home: Path) -> str:
-    result = subprocess.run([str(harness_bin("opencode")), "mcp", "list"], cwd=root,
-                            env=opencode_env(home), capture_output=True, text=True, timeout=180)
-    return result.stdout + result.stderr
+    return mcp_list("opencode", root, opencode_env(home))
 
 
 @pytest.mark.slow
@@ -241,9 +196,8 @@ def test_opencode_mcp_list_only_after_trust(project: Path, isolated_home: Path) 
 def run_opencode(root: Path, home: Path, call: ToolCall,
                  extra: dict[str, Any] | None = None) -> tuple[bool, str]:
     """(did the call run?, what the model was told). The model provider is the user's own."""
-    marker = root / "marker.txt"
-    marker.unlink(missing_ok=True)
-    with MockModel([call]) as model:
+
+    def env_for(model: MockModel) -> dict[str, str]:
         config = home / ".config" / "opencode" / "opencode.json"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps({
@@ -253,12 +207,10 @@ def run_opencode(root: Path, home: Path, call: ToolCall,
                                   "models": {"mock-model": {"name": "mock", "tool_call": True}}}},
             "model": "mock/mock-model", "autoupdate": False, "share": "disabled",
             **(extra or {})}))
-        result = subprocess.run([str(harness_bin("opencode")), "run", "do it"], cwd=root,
-                                env=opencode_env(home), capture_output=True, text=True,
-                                timeout=180)
-    texts = [r.text for r in model.tool_results]
-    ran = marker.exists() if call is TOUCH else any("added note" in t for t in texts)
-    return ran, "\n".join(texts) + result.stdout + result.stderr
+        return opencode_env(home)
+
+    ran, text, _ = drive(root, call, [str(harness_bin("opencode")), "run", "do it"], env_for)
+    return ran, text
 
 
 @pytest.mark.slow

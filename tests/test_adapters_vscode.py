@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import make_project, run_cli
+from tests.adapter_support import current, guard_snapshot, locked_project, trust_and_apply
+from tests.conftest import run_cli
 
 ALL = '["claude-code", "codex", "gemini-cli", "opencode", "copilot", "vscode", "cursor"]'
 # code.visualstudio.com/docs/copilot/reference/mcp-configuration
@@ -23,7 +23,7 @@ VARIABLE = re.compile(r"\$\{(env:[A-Za-z_][A-Za-z0-9_]*|input:[^}]+|workspaceFol
 
 def _project(tmp_path: Path, harnesses: str = '["vscode"]') -> Path:
     server = f"command = {json.dumps(sys.executable)}\nargs = [\"-I\", \"server.py\"]\n"
-    root = make_project(tmp_path / "proj", f"""\
+    return locked_project(tmp_path / "proj", f"""\
 [project]
 name = "vscode"
 harnesses = {harnesses}
@@ -41,21 +41,12 @@ headers = {{ Authorization = "secret:docs-token", X-Team = "core" }}
 [instructions]
 files = ["base.md"]
 """, {"base.md": "Be careful.\n", "server.py": "", "sub/server.py": ""})
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    result = run_cli("lock", cwd=root)
-    assert result.returncode == 0, result.stderr
-    return root.resolve()
 
-
-def _write(root: Path) -> None:
-    for command in (("trust", "--yes", "--accept-risk"), ("apply", "--write")):
-        result = run_cli(*command, cwd=root)
-        assert result.returncode == 0, result.stderr
 
 
 def test_mcp_json_uses_only_documented_keys(tmp_path: Path) -> None:
     root = _project(tmp_path)
-    _write(root)
+    trust_and_apply(root)
     doc = json.loads((root / ".vscode" / "mcp.json").read_text())
     assert set(doc) <= {"servers", "inputs"}
     servers: dict[str, Any] = doc["servers"]
@@ -82,7 +73,7 @@ def test_mcp_json_uses_only_documented_keys(tmp_path: Path) -> None:
 def test_every_harness_in_one_project_merges_shared_files(tmp_path: Path,
                                                           isolated_home: Path) -> None:
     root = _project(tmp_path, ALL)
-    _write(root)
+    trust_and_apply(root)
     from agentstack.apply import load_ledger
 
     files = load_ledger(root)["files"]
@@ -93,10 +84,9 @@ def test_every_harness_in_one_project_merges_shared_files(tmp_path: Path,
     assert (root / "AGENTS.md").read_text().count("agentstack:begin") == 1
     assert run_cli("apply", "--check", cwd=root).returncode == 0  # stable: nothing to do
     # The guard holds for the whole set.
-    from agentstack._guard import check_files, load_snapshot
-    from agentstack.paths import project_state_dir
+    from agentstack._guard import check_files
 
-    check_files(load_snapshot(str(project_state_dir(root) / "guard.json")))
+    check_files(guard_snapshot(root))
     # Dropping harnesses removes only what no remaining harness renders.
     manifest = root / "agentstack.toml"
     manifest.write_text(manifest.read_text().replace(ALL, '["claude-code", "codex"]'))
@@ -116,7 +106,6 @@ def test_a_partial_apply_keeps_other_harnesses_keys_in_a_shared_file(
     from agentstack_adapters import OwnedKeys, registry
 
     from agentstack.apply import load_ledger, plan, write
-    from agentstack.cli import _current
 
     class Fake:
         def __init__(self, name: str) -> None:
@@ -134,7 +123,7 @@ def test_a_partial_apply_keeps_other_harnesses_keys_in_a_shared_file(
     monkeypatch.setitem(registry.BUILTIN, "cursor", Fake("cursor"))
     root = _project(tmp_path, '["vscode", "cursor"]')
     assert run_cli("trust", "--yes", "--accept-risk", cwd=root).returncode == 0
-    _, _, document, digest = _current(root)
+    _, _, document, digest = current(root)
     write(plan(root, document, digest))
     assert json.loads((root / "shared.json").read_text()) == {"by": {"cursor": True,
                                                                      "vscode": True}}
