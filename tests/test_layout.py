@@ -290,3 +290,9 @@ def test_no_other_module_spells_the_block_markers() -> None:
         )
     ]
     assert spelled == []
+
+
+def test_the_architecture_document_lists_every_state_name() -> None:
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [n for n in (*layout.STATE_FILES, *layout.STATE_DIRS) if n not in text]
+    assert not missing, f"add to the state layout table in docs/architecture.md: {missing}"
