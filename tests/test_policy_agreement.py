@@ -81,3 +81,12 @@ def test_the_guard_denies_every_path_of_nonos_deny_groups(isolated_home: Path) -
         if path.startswith(str(home) + "/") and not _denied(policy, path, "read")
     )
     assert open_to_the_guard == []
+
+
+def test_one_list_of_cloud_metadata_names() -> None:
+    """The risk model (a server or grant reaching a metadata host) and the sandbox's network rule
+    must name the same hosts. (Two copies today; the lead makes them one object at merge.)"""
+    from agentstack.manifest import METADATA_HOSTS
+    from agentstack.sandbox.policy import METADATA_NAMES
+
+    assert set(METADATA_HOSTS) == set(METADATA_NAMES)
