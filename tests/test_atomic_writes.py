@@ -68,7 +68,12 @@ def writes(source: str) -> list[tuple[int, str]]:
 
 
 def _modules() -> dict[str, Path]:
-    return {p.relative_to(PACKAGE).as_posix(): p for p in PACKAGE.rglob("*.py")}
+    """The package's modules, and the adapters' (which never touch the disk at all)."""
+    adapters = PACKAGE.parent / "adapters"
+    return {
+        **{p.relative_to(PACKAGE).as_posix(): p for p in PACKAGE.rglob("*.py")},
+        **{"adapters/" + p.relative_to(adapters).as_posix(): p for p in adapters.rglob("*.py")},
+    }
 
 
 def test_every_file_replacement_goes_through_write_atomic() -> None:

@@ -23,6 +23,7 @@ from agentstack.errors import InvalidInput
 from tests.conftest import REPO, make_project
 
 PACKAGE = Path(agentstack.__file__).parent
+ADAPTERS = REPO / "adapters"
 
 # Modules in other engineers' lanes this round, which still spell state names themselves. The
 # lead migrates each at merge (the report lists every literal and its replacement) and then
@@ -95,10 +96,12 @@ def state_name_uses(source: str) -> list[tuple[int, str]]:
 
 
 def _modules() -> list[tuple[str, Path]]:
-    return sorted(
-        (p.relative_to(PACKAGE).as_posix(), p) for p in PACKAGE.rglob("*.py")
-        if p.name != "layout.py" or p.parent != PACKAGE
-    )
+    """Every module of the package (relative names) and of the adapters ("adapters/...")."""
+    ours = [(p.relative_to(PACKAGE).as_posix(), p) for p in PACKAGE.rglob("*.py")
+            if p.name != "layout.py" or p.parent != PACKAGE]
+    adapters = [("adapters/" + p.relative_to(ADAPTERS).as_posix(), p)
+                for p in ADAPTERS.rglob("*.py")]
+    return sorted(ours + adapters)
 
 
 def test_no_module_but_layout_spells_a_state_name() -> None:
