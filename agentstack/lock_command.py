@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def project_root(project: Path | None) -> Path:
     """--project DIR exactly (no upward search), else the nearest agentstack.toml upward."""
-    from agentstack.manifest import MANIFEST_NAME, find_project
+    from agentstack.manifestview import MANIFEST_NAME, find_project
 
     if project is not None:
         root = project.resolve()
@@ -53,10 +53,11 @@ def run_lock(
 ) -> int:
     from agentstack.fsutil import write_atomic
     from agentstack.lockfile import changed_items, dumps_lock, fresh_lock, parse_lock, resolver_for
-    from agentstack.manifest import LOCK_NAME, load_manifest
+    from agentstack.manifestview import LOCK_NAME, load_view
 
     root = project_root(project)
-    manifest = load_manifest(root)
+    # Validated with the models only when these manifest bytes are new (agentstack.manifestview).
+    manifest = load_view(root)
     if frozen:
         fresh_lock(root, manifest, verify_git=True)
         if as_json:

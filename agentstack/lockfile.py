@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentstack.canonical import digest_of
 from agentstack.coderoots import EXCLUDES, REPORTED_EXCLUDES, Analyser, Root, analyse, merge_roots
@@ -26,13 +26,14 @@ from agentstack.errors import (
     StaleLock,
     TreeHashError,
 )
-from agentstack.manifest import (
+from agentstack.manifestview import (
     LOCK_NAME,
     MANIFEST_NAME,
-    Hook,
-    Manifest,
-    Server,
-    Skill,
+    HookView,
+    ManifestView,
+    ServerView,
+    SkillView,
+    as_view,
     is_secret,
 )
 from agentstack.risk import command_facts, url_facts
@@ -45,11 +46,16 @@ from agentstack.treehash import (
     walk_tree,
 )
 
+if TYPE_CHECKING:
+    from agentstack.manifest import Hook, Manifest, Server, Skill
+
 LOCK_VERSION = 1
 
 
-def manifest_digest(manifest: Manifest) -> str:
+def manifest_digest(manifest: Manifest | ManifestView) -> str:
     """Digest of the manifest's meaning: comments, whitespace, key order and quoting drop out."""
+    if isinstance(manifest, ManifestView):
+        return manifest.digest  # computed the same way when the view was made
     return digest_of(manifest.model_dump(mode="json", exclude_defaults=True))
 
 
@@ -232,7 +238,7 @@ class Resolver:
         if self.bytes_seen > limits.max_total_bytes:
             raise limits.too_many_bytes(where)
 
-    def server(self, name: str, server: Server) -> dict[str, Any]:
+    def server(self, name: str, server: Server | ServerView) -> dict[str, Any]:
         where = f"servers.{name}"
         if server.command is not None:
             argv = [server.command, *server.args]
@@ -254,7 +260,7 @@ class Resolver:
         assert server.url is not None
         return {"files": [], "risks": url_facts(server.url)}
 
-    def skill(self, name: str, skill: Skill) -> dict[str, Any] | None:
+    def skill(self, name: str, skill: Skill | SkillView) -> dict[str, Any] | None:
         where = f"skills.{name}"
         if skill.path is not None:
             located = self._inside(skill.path, f"{where}.path")
@@ -269,7 +275,7 @@ class Resolver:
             return self._tree({"source": "path", "path": skill.path}, entries)
         return self._git_skill(name, skill)
 
-    def _git_skill(self, name: str, skill: Skill) -> dict[str, Any] | None:
+    def _git_skill(self, name: str, skill: Skill | SkillView) -> dict[str, Any] | None:
         where = f"skills.{name}"
         assert skill.git is not None and skill.rev is not None
         wanted = {"source": "git", "git": skill.git, "rev": skill.rev, "subdir": skill.subdir or ""}
@@ -336,7 +342,7 @@ class Resolver:
         ordered = sorted(entries, key=lambda e: e.path.encode("utf-8"))
         return {**source, "digest": tree_digest(ordered), "files": [entry_json(e) for e in ordered]}
 
-    def hook(self, name: str, hook: Hook) -> dict[str, Any]:
+    def hook(self, name: str, hook: Hook | HookView) -> dict[str, Any]:
         where = f"hooks.{name}"
         files: list[dict[str, Any]] = []
         argv: list[str]
@@ -363,7 +369,8 @@ class Resolver:
         run = ["./" + hook.script, *hook.args] if hook.script is not None else argv
         return self._with_code(where, entry, run, ".", {}, list(hook.pin))
 
-    def resolve(self, manifest: Manifest) -> dict[str, Any]:
+    def resolve(self, manifest: Manifest | ManifestView) -> dict[str, Any]:
+        manifest = as_view(manifest)
         lock: dict[str, Any] = {
             "version": LOCK_VERSION,
             "manifest": manifest_digest(manifest),
@@ -403,7 +410,7 @@ class Resolver:
         return lock
 
 
-def _instruction_targets(manifest: Manifest) -> dict[str, str]:
+def _instruction_targets(manifest: ManifestView) -> dict[str, str]:
     if not manifest.instructions.files:
         return {}
     from agentstack_adapters.registry import instruction_targets
@@ -540,12 +547,43 @@ def resolver_for(
     )
 
 
-def fresh_lock(root: Path, manifest: Manifest, *, verify_git: bool = False) -> dict[str, Any]:
+def fresh_lock(
+    root: Path, manifest: Manifest | ManifestView, *, verify_git: bool = False
+) -> dict[str, Any]:
     """The lock on disk, checked against the manifest and every local byte it pins.
 
     Raises StaleLock (exit 1) when re-locking would change anything: the digest is only ever
     computed over a lock that describes what is on disk.
     """
+    manifest = as_view(manifest)
+    if not any(skill.git is not None for skill in manifest.skills.values()):
+        fast = _fresh_by_bytes(root, manifest)
+        if fast is not None:
+            return fast
+    return _fresh_by_parsing(root, manifest, verify_git=verify_git)
+
+
+def _fresh_by_bytes(root: Path, manifest: ManifestView) -> dict[str, Any] | None:
+    """The re-resolved lock when it renders to exactly the bytes on disk (then the lock on disk
+    is this lock: the bytes say so, and there is nothing to parse or validate), else None (the
+    caller decides, with the parsing path's own errors)."""
+    try:
+        on_disk = (root / LOCK_NAME).read_bytes()
+    except OSError:
+        return None
+    resolver = resolver_for(root, None, offline_git=True)
+    try:
+        relocked = resolver.resolve(manifest)
+    except Exception:  # noqa: BLE001 - any problem is reported by the parsing path
+        return None
+    finally:
+        resolver.stat_cache.save()
+    return relocked if dumps_lock(relocked).encode("utf-8") == on_disk else None
+
+
+def _fresh_by_parsing(
+    root: Path, manifest: ManifestView, *, verify_git: bool = False
+) -> dict[str, Any]:
     current = read_lock(root)
     if current is None:
         raise StaleLock(f"no {LOCK_NAME} in {root}", hint="run 'agentstack lock'")
