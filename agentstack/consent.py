@@ -173,6 +173,14 @@ class _Spec(dict[str, Any]):
     """Defaults for the keys of one table of the document (a nested _Spec for a sub-table)."""
 
 
+EACH = _EACH  # the key of a spec that applies to every item of a table of items
+
+
+def is_spec(value: Any) -> bool:
+    """Whether a spec entry is a nested spec (a sub-table), not a default value."""
+    return isinstance(value, _Spec)
+
+
 def _model_spec(model: type[BaseModel]) -> _Spec:
     from pydantic import BaseModel
 
@@ -258,11 +266,16 @@ def write_manifest_defaults() -> None:
     )
 
 
-@cache
-def _default_spec() -> _Spec:
+def manifest_spec() -> _Spec:
+    """The defaults of this version's manifest models, without importing them (a fresh copy)."""
     from agentstack._manifest_defaults import DEFAULTS
 
-    return _finish(decode_spec(DEFAULTS))
+    return decode_spec(DEFAULTS)
+
+
+@cache
+def _default_spec() -> _Spec:
+    return _finish(manifest_spec())
 
 
 def _prune(value: Any, spec: _Spec) -> Any:

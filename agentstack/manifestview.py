@@ -91,7 +91,7 @@ class Section:
         return copy_json(self.data)  # type: ignore[no-any-return]
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.data == self.data  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.data == self.data
 
     def __hash__(self) -> int:  # pragma: no cover - views are not dict keys
         raise TypeError("a manifest view is not hashable")
@@ -315,7 +315,91 @@ def cache_dir() -> Path:
     return agentstack_cache() / CACHE_DIR
 
 
-def _read_entry(directory: Path, key: str) -> ManifestView | None:
+def _is_filled(raw: Any, data: Any, spec: dict[str, Any]) -> bool:
+    """Whether `data` is exactly the TOML data `raw` with every missing field at its default (what
+    validation makes of a valid manifest: the models are strict and no validator rewrites a
+    value). Cheap: an entry whose data says anything the bytes do not is never used."""
+    from agentstack.consent import EACH, is_spec
+
+    if not isinstance(raw, dict) or not isinstance(data, dict) or not set(raw) <= set(data):
+        return False
+    for key, value in data.items():
+        if key not in spec:  # a required field
+            if key not in raw or not _same(raw[key], value):
+                return False
+            continue
+        sub = spec[key]
+        if is_spec(sub) and EACH in sub:  # a table of items: every item filled in
+            items = raw.get(key, {})
+            if (
+                not isinstance(items, dict)
+                or not isinstance(value, dict)
+                or set(items) != set(value)
+            ):
+                return False
+            if not all(_is_filled(items[n], value[n], sub[EACH]) for n in value):
+                return False
+        elif is_spec(sub):
+            if not _is_filled(raw.get(key, {}), value, sub):
+                return False
+        elif not _same(raw.get(key, sub), value):
+            return False
+    return True
+
+
+def _same(left: Any, right: Any) -> bool:
+    # Type-exact: `true` is not `1` (the models are strict).
+    return json.dumps(left, sort_keys=True) == json.dumps(right, sort_keys=True)
+
+
+def _without_defaults(data: dict[str, Any], spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`model_dump(exclude_defaults=True)` recomputed from the full dump: (the dump, whether
+    every field was at its default)."""
+    from agentstack.consent import EACH, is_spec
+
+    out: dict[str, Any] = {}
+    at_default = True
+    for key, value in data.items():
+        sub = spec.get(key, _REQUIRED)
+        if sub is _REQUIRED:
+            out[key] = value
+        elif is_spec(sub) and EACH in sub:
+            if value == {}:
+                continue
+            out[key] = {n: _without_defaults(v, sub[EACH])[0] for n, v in value.items()}
+        elif is_spec(sub):
+            inner, inner_default = _without_defaults(value, sub)
+            if inner_default:
+                continue
+            out[key] = inner
+        elif value == sub:
+            continue
+        else:
+            out[key] = value
+        at_default = False
+    return out, at_default
+
+
+_REQUIRED = object()
+
+
+def _consistent(source: bytes, digest: str, data: dict[str, Any]) -> bool:
+    """The entry describes these manifest bytes: its data is their TOML with the defaults filled
+    in, and its digest is the digest of that data (so neither can say anything else)."""
+    import tomllib
+
+    from agentstack.canonical import digest_of
+    from agentstack.consent import manifest_spec
+
+    try:
+        raw = tomllib.loads(source.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    spec = manifest_spec()
+    return _is_filled(raw, data, spec) and digest_of(_without_defaults(data, spec)[0]) == digest
+
+
+def _read_entry(directory: Path, key: str, source: bytes) -> ManifestView | None:
     from agentstack import __version__
 
     schema = schema_digest()
@@ -348,7 +432,7 @@ def _read_entry(directory: Path, key: str) -> ManifestView | None:
         digest, data = raw.get("digest"), raw.get("data")
         if not isinstance(digest, str) or not isinstance(data, dict):
             return None
-        if raw.get("check") != _checksum(digest, data):
+        if raw.get("check") != _checksum(digest, data) or not _consistent(source, digest, data):
             return None
         return ManifestView(data, digest)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
@@ -414,7 +498,7 @@ def view_of_bytes(data: bytes, file: str = MANIFEST_NAME, *, cache: bool = True)
     key = cache_key(data) if cache else None
     directory = cache_dir() if key is not None else None
     if key is not None and directory is not None:
-        hit = _read_entry(directory, key)
+        hit = _read_entry(directory, key, data)
         if hit is not None:
             return hit
     from agentstack.manifest import parse_manifest
