@@ -39,11 +39,13 @@ from agentstack.manifestview import (
 from agentstack.risk import command_facts, url_facts
 from agentstack.treehash import (
     Limits,
+    Row,
     StatCache,
     TreeEntry,
     hash_file,
     tree_digest,
-    walk_tree,
+    tree_digest_rows,
+    walk_rows,
 )
 
 if TYPE_CHECKING:
@@ -211,12 +213,12 @@ class Resolver:
         # A root that is itself an excluded name (pin = ["app/node_modules"]) is pinned whole.
         exclude = frozenset() if posixpath.basename(root.path) in EXCLUDES else EXCLUDES
         try:
-            entries = walk_tree(located[1], self.stat_cache, exclude=exclude, excluded=excluded)
+            rows = walk_rows(located[1], self.stat_cache, exclude=exclude, excluded=excluded)
         except TreeHashError as exc:
             self.problem(label, f"code root {root.path!r}: {exc.message}", exc.hint)
             return None
-        self.count(label, entries)
-        tree = self._tree({"path": root.path, "origin": root.origin}, entries)
+        self.count_rows(label, rows)
+        tree = self._tree_rows({"path": root.path, "origin": root.origin}, rows)
         # Only left-out dependencies are recorded: a cache appearing when the code first runs
         # (`__pycache__`) must not make the lock stale.
         reported = [p for p in excluded if posixpath.basename(p) in REPORTED_EXCLUDES]
@@ -233,6 +235,21 @@ class Resolver:
         big = max(entries, key=lambda e: e.size, default=None)
         if big is not None and big.size > limits.max_file_bytes:
             raise limits.file_too_big(where, big.path, big.size)
+        if self.files_seen > limits.max_files:
+            raise limits.too_many_files(where)
+        if self.bytes_seen > limits.max_total_bytes:
+            raise limits.too_many_bytes(where)
+
+    def count_rows(self, where: str, rows: list[Row]) -> None:
+        """`count` for walked rows (path, kind, executable, size, digest)."""
+        limits = self.limits
+        if limits is None:
+            return
+        self.files_seen += len(rows)
+        self.bytes_seen += sum(r[3] for r in rows)
+        big = max(rows, key=lambda r: r[3], default=None)
+        if big is not None and big[3] > limits.max_file_bytes:
+            raise limits.file_too_big(where, big[0], big[3])
         if self.files_seen > limits.max_files:
             raise limits.too_many_files(where)
         if self.bytes_seen > limits.max_total_bytes:
@@ -267,12 +284,12 @@ class Resolver:
             if located is None:
                 return None
             try:
-                entries = walk_tree(located[0], self.stat_cache)
+                rows = walk_rows(located[0], self.stat_cache)
             except TreeHashError as exc:
                 self.problem(f"{where}.path", exc.message, exc.hint)
                 return None
-            self.count(f"{where}.path", entries)
-            return self._tree({"source": "path", "path": skill.path}, entries)
+            self.count_rows(f"{where}.path", rows)
+            return self._tree_rows({"source": "path", "path": skill.path}, rows)
         return self._git_skill(name, skill)
 
     def _git_skill(self, name: str, skill: Skill | SkillView) -> dict[str, Any] | None:
@@ -341,6 +358,18 @@ class Resolver:
     def _tree(source: dict[str, Any], entries: list[TreeEntry]) -> dict[str, Any]:
         ordered = sorted(entries, key=lambda e: e.path.encode("utf-8"))
         return {**source, "digest": tree_digest(ordered), "files": [entry_json(e) for e in ordered]}
+
+    @staticmethod
+    def _tree_rows(source: dict[str, Any], rows: list[Row]) -> dict[str, Any]:
+        ordered = sorted(rows, key=lambda r: r[0].encode("utf-8"))
+        return {
+            **source,
+            "digest": tree_digest_rows(ordered),
+            "files": [
+                {"path": p, "kind": k, "executable": x, "size": n, "digest": d}
+                for p, k, x, n, d in ordered
+            ],
+        }
 
     def hook(self, name: str, hook: Hook | HookView) -> dict[str, Any]:
         where = f"hooks.{name}"
@@ -425,6 +454,8 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _toml_string(value: str) -> str:
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'  # nothing to escape (the bulk of a lock: paths)
     # JSON string escapes are valid TOML basic-string escapes; DEL must be escaped in TOML too.
     return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
@@ -434,10 +465,11 @@ def _toml_key(key: str) -> str:
 
 
 _FILE_KEYS = ("digest", "executable", "kind", "path", "size")
+_FILE_KEYSET = frozenset(_FILE_KEYS)
 
 
 def _toml_value(value: Any) -> str:
-    if isinstance(value, dict) and tuple(sorted(value)) == _FILE_KEYS:
+    if isinstance(value, dict) and value.keys() == _FILE_KEYSET:
         # A pinned file (the bulk of a large lock): one f-string, same bytes as the generic path.
         return (
             f'{{ digest = "{value["digest"]}", executable = '
@@ -479,7 +511,7 @@ def _is_table_array(value: Any) -> bool:
     return (
         isinstance(value, list)
         and bool(value)
-        and all(isinstance(v, dict) and tuple(sorted(v)) != _FILE_KEYS for v in value)
+        and all(isinstance(v, dict) and v.keys() != _FILE_KEYSET for v in value)
     )
 
 
