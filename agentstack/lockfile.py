@@ -11,7 +11,6 @@ import json
 import os
 import posixpath
 import re
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -533,6 +532,8 @@ def _emit_table(
 
 def parse_lock(data: bytes) -> dict[str, Any]:
     """Parse lock bytes; an unknown major version is an error, never a guess."""
+    import tomllib
+
     try:
         raw = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -588,14 +589,31 @@ def fresh_lock(
     computed over a lock that describes what is on disk.
     """
     manifest = as_view(manifest)
-    if not any(skill.git is not None for skill in manifest.skills.values()):
-        fast = _fresh_by_bytes(root, manifest)
-        if fast is not None:
-            return fast
+    fast = _fresh_by_bytes(root, manifest, verify_git=verify_git)
+    if fast is not None:
+        return fast
     return _fresh_by_parsing(root, manifest, verify_git=verify_git)
 
 
-def _fresh_by_bytes(root: Path, manifest: ManifestView) -> dict[str, Any] | None:
+def loads_unvalidated(data: bytes) -> dict[str, Any] | None:
+    """The lock's TOML data without validation (None when it is not TOML of this version): only
+    for reusing git pins when the result is then checked byte for byte against `data`."""
+    import tomllib
+
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return raw if raw.get("version") == LOCK_VERSION else None
+
+
+def has_git_skills(manifest: ManifestView) -> bool:
+    return any(skill.git is not None for skill in manifest.skills.values())
+
+
+def _fresh_by_bytes(
+    root: Path, manifest: ManifestView, *, verify_git: bool = False
+) -> dict[str, Any] | None:
     """The re-resolved lock when it renders to exactly the bytes on disk (then the lock on disk
     is this lock: the bytes say so, and there is nothing to parse or validate), else None (the
     caller decides, with the parsing path's own errors)."""
@@ -603,7 +621,12 @@ def _fresh_by_bytes(root: Path, manifest: ManifestView) -> dict[str, Any] | None
         on_disk = (root / LOCK_NAME).read_bytes()
     except OSError:
         return None
-    resolver = resolver_for(root, None, offline_git=True)
+    previous = None
+    if has_git_skills(manifest):
+        previous = loads_unvalidated(on_disk)  # git pins to reuse; checked by the bytes below
+        if previous is None:
+            return None
+    resolver = resolver_for(root, previous, offline_git=not verify_git)
     try:
         relocked = resolver.resolve(manifest)
     except Exception:  # noqa: BLE001 - any problem is reported by the parsing path

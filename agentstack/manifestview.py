@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -456,6 +455,8 @@ def _write_entry(directory: Path, key: str, view: ManifestView) -> None:
         "check": _checksum(view.digest, view.data),
         "data": view.data,
     }
+    import tempfile
+
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".manifest-", suffix=".tmp")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 import time
 import unicodedata
 from collections.abc import Iterable
@@ -198,6 +197,8 @@ class StatCache:
         if self.path is None or not self._dirty:
             return
         payload = {"version": self.VERSION, "entries": self._entries}
+        import tempfile
+
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".statcache-")
@@ -389,14 +390,16 @@ class _Walk:
         root = self.root
         directory = os.path.join(self.top, prefix) if prefix else self.top
         with os.scandir(directory) as it:
-            children = sorted(it, key=lambda d: os.fsencode(d.name))
+            # By name: the order errors are found in (rows are sorted by raw bytes later).
+            children = sorted(it, key=_by_name)
         names: dict[str, str] = {}
         rows, seen, entries, cache = self.rows, self.seen, self.entries, self.cache
+        slack = RACY_SLACK_NS
         for child in children:
             name = child.name
             rel = f"{prefix}/{name}" if prefix else name
             if name.isascii():
-                if not name.isprintable() or name in (".", ".."):
+                if not name.isprintable() or name == "." or name == "..":
                     check_name(name, os.path.join(root, rel))
                 key = name.lower()
             else:
@@ -410,7 +413,8 @@ class _Walk:
             names[key] = name
             st = child.stat(follow_symlinks=False)
             mode = st.st_mode
-            if stat.S_ISREG(mode):
+            kind = mode & _S_IFMT
+            if kind == _S_IFREG:
                 path = child.path
                 digest = None
                 if entries is not None:
@@ -426,30 +430,43 @@ class _Walk:
                         and cached[0] == st.st_dev
                         and type(cached[5]) is str
                         and type(cached[6]) is int
-                        and max(st.st_mtime_ns, st.st_ctime_ns) < cached[6] - RACY_SLACK_NS
+                        and st.st_mtime_ns < cached[6] - slack
+                        and st.st_ctime_ns < cached[6] - slack
                     ):
                         digest = cached[5]
                 if digest is None:
                     digest = _read_digest(path, st, cache)
                 seen.append(path)
-                rows.append((rel, "file", bool(mode & stat.S_IXUSR), st.st_size, digest))
-            elif stat.S_ISDIR(mode):
+                rows.append((rel, "file", mode & 0o100 != 0, st.st_size, digest))
+            elif kind == _S_IFDIR:
                 if name in self.exclude:
                     self.excluded.append(rel)
                     continue
                 self.directory(rel)
-            elif stat.S_ISLNK(mode):
+            elif kind == _S_IFLNK:
                 target = os.readlink(child.path)
                 raw = os.fsencode(target)
                 self.links[rel] = target
                 rows.append((rel, "link", False, len(raw), bytes_digest(raw)))
             else:
-                kind = (
+                what = (
                     "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
                 )
                 raise TreeHashError(
-                    f"{root / rel}: is a {kind}; only files and links can be pinned"
+                    f"{root / rel}: is a {what}; only files and links can be pinned"
                 )
+
+
+_S_IFMT, _S_IFREG, _S_IFDIR, _S_IFLNK = (
+    stat.S_IFMT(0o177777),
+    stat.S_IFREG,
+    stat.S_IFDIR,
+    stat.S_IFLNK,
+)
+
+
+def _by_name(entry: os.DirEntry[str]) -> str:
+    return entry.name
 
 
 _KIND_FRAMES = {"file": _frame(b"file"), "link": _frame(b"link")}
