@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from agentstack.errors import AgentstackError, ManifestInvalid
 from agentstack.lockfile import dumps_lock, fresh_lock, manifest_digest, resolver_for
 from agentstack.manifest import Manifest, load_manifest, parse_manifest
 from agentstack.manifestview import ManifestView, as_view, cache_dir, cache_key, load_view
-from tests.conftest import REPO, make_project
+from tests.conftest import REPO, git, make_project
 from tests.test_digest_properties import MUTATIONS, build_project
 
 
@@ -258,10 +259,28 @@ _NO_PYDANTIC = textwrap.dedent(
 )
 
 
-def test_unchanged_lock_and_consent_digest_do_not_import_pydantic(tmp_path: Path) -> None:
+def _git_skill_source(path: Path) -> str:
+    path.mkdir(parents=True)
+    git("init", "-q", "-b", "main", cwd=path)
+    (path / "skill").mkdir()
+    (path / "skill" / "SKILL.md").write_text("---\nname: g\n---\nG.\n")
+    git("add", "-A", cwd=path)
+    git("commit", "-qm", "skill", cwd=path)
+    git("tag", "v1", cwd=path)
+    return path.as_uri()
+
+
+@pytest.mark.parametrize("with_git", [False, True], ids=["local", "git-skill"])
+def test_unchanged_lock_and_consent_digest_do_not_import_pydantic(
+    tmp_path: Path, with_git: bool
+) -> None:
+    manifest = VALID + '\n[skills.s]\npath = "skills/s"\n\n[instructions]\nfiles = ["docs/a.md"]\n'
+    if with_git:
+        url = _git_skill_source(tmp_path / "src")
+        manifest += f'\n[skills.g]\ngit = "{url}"\nrev = "v1"\nsubdir = "skill"\n'
     root = make_project(
         tmp_path / "p",
-        VALID + '\n[skills.s]\npath = "skills/s"\n\n[instructions]\nfiles = ["docs/a.md"]\n',
+        manifest,
         {"a.js": "1\n", "skills/s/SKILL.md": "hi\n", "docs/a.md": "be nice\n"},
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -269,7 +288,11 @@ def test_unchanged_lock_and_consent_digest_do_not_import_pydantic(tmp_path: Path
     def run() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-c", _NO_PYDANTIC],
-            cwd=root, env=env, capture_output=True, text=True, timeout=120,
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
 
     first = run()  # validates (pydantic loaded) and writes the lock and the cache
@@ -279,3 +302,93 @@ def test_unchanged_lock_and_consent_digest_do_not_import_pydantic(tmp_path: Path
     assert second.returncode == 0, second.stderr
     assert "unchanged" in second.stderr
     assert second.stdout.strip() == "[]"
+
+
+def _run_lock(root: Path) -> int:
+    from agentstack.lock_command import run_lock
+
+    return run_lock(project=root, check=False, frozen=False, update=False, as_json=False)
+
+
+def test_unchanged_relock_reads_no_file_and_parses_no_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentstack import lockfile, treehash
+
+    root = make_project(
+        tmp_path / "p",
+        VALID + '\n[skills.s]\npath = "skills/s"\n',
+        {"a.js": "1\n", "skills/s/SKILL.md": "hi\n", "skills/s/x/y.txt": "y\n"},
+    )
+    past = time.time_ns() - 3600 * 10**9
+    for path in root.rglob("*"):
+        os.utime(path, ns=(past, past), follow_symlinks=False)
+    time.sleep(treehash.RACY_SLACK_NS / 1e9 + 0.1)  # ctimes leave the racy window
+    assert _run_lock(root) == 0
+    before = (root / "agentstack.lock").read_bytes()
+    statcache = cache_dir().parent / "statcache-v2.json"
+    stamp = statcache.stat().st_mtime_ns
+
+    def forbidden(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("not on an unchanged re-lock")
+
+    monkeypatch.setattr(treehash, "_hash_fd", forbidden)  # no file is read again
+    monkeypatch.setattr(lockfile, "parse_lock", forbidden)  # the old lock is not parsed
+    monkeypatch.setattr(lockfile, "loads_unvalidated", forbidden)
+    _no_validation(monkeypatch)  # no model is built
+    assert _run_lock(root) == 0
+    assert (root / "agentstack.lock").read_bytes() == before
+    assert statcache.stat().st_mtime_ns == stamp  # every file a hit: the cache is not rewritten
+
+
+def test_stat_cache_drops_entries_of_files_that_are_gone(tmp_path: Path) -> None:
+    from agentstack.treehash import StatCache
+
+    root = make_project(
+        tmp_path / "p",
+        VALID + '\n[skills.s]\npath = "skills/s"\n',
+        {"a.js": "1\n", "skills/s/SKILL.md": "hi\n", "skills/s/x/y.txt": "y\n",
+         "skills/s/x/z.txt": "z\n"},
+    )
+    other = make_project(tmp_path / "q", '[project]\nname = "q"\n\n[skills.t]\npath = "t"\n',
+                         {"t/SKILL.md": "t\n"})
+    assert _run_lock(root) == 0
+    assert _run_lock(other) == 0
+    statcache = cache_dir().parent / "statcache-v2.json"
+
+    def entries() -> set[str]:
+        return set(json.loads(statcache.read_bytes())["entries"])
+
+    real = root.resolve()
+    assert {str(real / "skills/s/x/y.txt"), str(other.resolve() / "t/SKILL.md")} <= entries()
+    (root / "skills/s/x/y.txt").unlink()
+    assert _run_lock(root) == 0
+    kept = entries()
+    assert str(real / "skills/s/x/y.txt") not in kept  # gone from the tree: dropped
+    assert str(real / "skills/s/x/z.txt") in kept
+    assert str(other.resolve() / "t/SKILL.md") in kept  # another project's tree: untouched
+    # A walk that fails part-way prunes nothing.
+    cache = StatCache(statcache)
+    count = len(cache._entries)
+    os.mkfifo(root / "skills/s/fifo")
+    with pytest.raises(ManifestInvalid):
+        _run_lock(root)
+    assert len(StatCache(statcache)._entries) == count
+
+
+def test_malformed_previous_lock_with_git_pins_keeps_its_error(tmp_path: Path) -> None:
+    url = _git_skill_source(tmp_path / "src")
+    root = make_project(
+        tmp_path / "p", f'[project]\nname = "p"\n\n[skills.g]\ngit = "{url}"\nrev = "v1"\n'
+        'subdir = "skill"\n'
+    )
+    assert _run_lock(root) == 0
+    lock = root / "agentstack.lock"
+    lock.write_text(lock.read_text().replace("[skills.g]", "[skills.g]\nbogus = 1"))
+    from agentstack.lockfile import parse_lock
+
+    with pytest.raises(ManifestInvalid) as expected:
+        parse_lock(lock.read_bytes())
+    with pytest.raises(ManifestInvalid) as got:
+        _run_lock(root)
+    assert got.value.problems == expected.value.problems
