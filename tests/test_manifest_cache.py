@@ -392,3 +392,23 @@ def test_malformed_previous_lock_with_git_pins_keeps_its_error(tmp_path: Path) -
     with pytest.raises(ManifestInvalid) as got:
         _run_lock(root)
     assert got.value.problems == expected.value.problems
+
+
+_ANY_KEY = st.text(max_size=4)
+_ANY = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_ANY_KEY, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_ANY)
+def test_canonical_fast_check_accepts_only_what_the_full_check_accepts(value: Any) -> None:
+    from agentstack.canonical import CanonicalError, _check, _plain
+
+    if _plain(value):
+        _check(value, "$")  # must not raise
+    else:
+        with pytest.raises(CanonicalError):
+            _check(value, "$")
