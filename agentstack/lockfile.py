@@ -564,6 +564,17 @@ def read_lock(root: Path) -> dict[str, Any] | None:
     return parse_lock(data)
 
 
+def stat_cache_path(root: Path) -> Path:
+    """The project's stat cache, `$AGENTSTACK_CACHE/statcache-v2/<project>.json`: one file per
+    project (named by BLAKE3 of its real path), so a lock loads only its own project's entries."""
+    import blake3
+
+    from agentstack.paths import agentstack_cache
+
+    name = blake3.blake3(os.fsencode(str(root.resolve()))).hexdigest()[:32]
+    return agentstack_cache() / "statcache-v2" / f"{name}.json"
+
+
 def resolver_for(
     root: Path, previous: dict[str, Any] | None, *, limits: Limits | None = None, **kwargs: bool
 ) -> Resolver:
@@ -573,7 +584,7 @@ def resolver_for(
     return Resolver(
         root=root,
         cache_dir=cache,
-        stat_cache=StatCache(cache / "statcache-v2.json"),
+        stat_cache=StatCache(stat_cache_path(root)),
         previous=previous,
         limits=limits,
         **kwargs,

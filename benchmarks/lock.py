@@ -275,6 +275,21 @@ def wheel_install(tmp: Path, env: dict[str, str]) -> tuple[str, str]:
     return python, str(venv / "bin" / "agentstack")
 
 
+def stat_cache_name(project: Path, py: str, env: dict[str, str]) -> str:
+    out = check_output(
+        [
+            py,
+            "-c",
+            "import sys; from pathlib import Path; from agentstack.lockfile import "
+            "stat_cache_path; print(stat_cache_path(Path(sys.argv[1])).stem)",
+            str(project),
+        ],
+        project,
+        env,
+    )
+    return out.strip()
+
+
 class Timer:
     """Wall and CPU (user + system of the child) seconds of each run, per label."""
 
@@ -338,7 +353,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         raise BenchError(f"b3sum printed {len(expected)} digests for {len(files)} files")
     file_list = "\0".join(rel_paths).encode()
     lock_path = project / "agentstack.lock"
-    statcache = cache / "statcache-v2.json"
+    statcache = cache / "statcache-v2" / f"{stat_cache_name(project, py, env)}.json"
 
     # The stat cache does not trust a file whose mtime/ctime is within RACY_SLACK of the moment
     # it was hashed; utime() just set every ctime to "now", so let the slack pass before locking.

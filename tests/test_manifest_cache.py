@@ -28,7 +28,13 @@ from agentstack.consent import (
     project_consent,
 )
 from agentstack.errors import AgentstackError, ManifestInvalid
-from agentstack.lockfile import dumps_lock, fresh_lock, manifest_digest, resolver_for
+from agentstack.lockfile import (
+    dumps_lock,
+    fresh_lock,
+    manifest_digest,
+    resolver_for,
+    stat_cache_path,
+)
 from agentstack.manifest import Manifest, load_manifest, parse_manifest
 from agentstack.manifestview import ManifestView, as_view, cache_dir, cache_key, load_view
 from tests.conftest import REPO, git, make_project
@@ -326,7 +332,7 @@ def test_unchanged_relock_reads_no_file_and_parses_no_lock(
     time.sleep(treehash.RACY_SLACK_NS / 1e9 + 0.1)  # ctimes leave the racy window
     assert _run_lock(root) == 0
     before = (root / "agentstack.lock").read_bytes()
-    statcache = cache_dir().parent / "statcache-v2.json"
+    statcache = stat_cache_path(root)
     stamp = statcache.stat().st_mtime_ns
 
     def forbidden(*_args: object, **_kwargs: object) -> None:
@@ -354,19 +360,21 @@ def test_stat_cache_drops_entries_of_files_that_are_gone(tmp_path: Path) -> None
                          {"t/SKILL.md": "t\n"})
     assert _run_lock(root) == 0
     assert _run_lock(other) == 0
-    statcache = cache_dir().parent / "statcache-v2.json"
+    statcache = stat_cache_path(root)
+    assert stat_cache_path(other) != statcache  # one file per project
 
-    def entries() -> set[str]:
-        return set(json.loads(statcache.read_bytes())["entries"])
+    def entries(path: Path = statcache) -> set[str]:
+        return set(json.loads(path.read_bytes())["entries"])
 
     real = root.resolve()
-    assert {str(real / "skills/s/x/y.txt"), str(other.resolve() / "t/SKILL.md")} <= entries()
+    assert str(real / "skills/s/x/y.txt") in entries()
+    assert str(other.resolve() / "t/SKILL.md") in entries(stat_cache_path(other))
     (root / "skills/s/x/y.txt").unlink()
     assert _run_lock(root) == 0
     kept = entries()
     assert str(real / "skills/s/x/y.txt") not in kept  # gone from the tree: dropped
     assert str(real / "skills/s/x/z.txt") in kept
-    assert str(other.resolve() / "t/SKILL.md") in kept  # another project's tree: untouched
+    assert str(other.resolve() / "t/SKILL.md") in entries(stat_cache_path(other))
     # A walk that fails part-way prunes nothing.
     cache = StatCache(statcache)
     count = len(cache._entries)
