@@ -14,14 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from agentstack.canonical import canonical_bytes, digest_of
 from agentstack.manifestview import (
+    EACH,
     ManifestView,
     Section,
+    Spec,
     as_view,
     copy_json,
+    encode_spec,
     is_secret,
+    manifest_spec,
     secret_name,
 )
-from agentstack.risk import host_facts
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -105,6 +108,8 @@ def _hook(manifest: ManifestView, name: str, locked: dict[str, Any]) -> dict[str
 
 
 def _sandbox(manifest: ManifestView) -> dict[str, Any]:
+    from agentstack.risk import host_facts
+
     sandbox = manifest.sandbox.dump()
     sandbox["risks"] = [
         fact for host in manifest.sandbox.allow_domains for fact in host_facts(host)
@@ -166,19 +171,10 @@ def project_consent(
 
 _SHOWN_ELSEWHERE = frozenset({"pin"})  # declared fields the lock already shows as code roots
 _DERIVED = frozenset({"risks"})
-_EACH = "*"
+_EACH = EACH
 
 
-class _Spec(dict[str, Any]):
-    """Defaults for the keys of one table of the document (a nested _Spec for a sub-table)."""
-
-
-EACH = _EACH  # the key of a spec that applies to every item of a table of items
-
-
-def is_spec(value: Any) -> bool:
-    """Whether a spec entry is a nested spec (a sub-table), not a default value."""
-    return isinstance(value, _Spec)
+_Spec = Spec  # defaults for the keys of one table (agentstack.manifestview.Spec)
 
 
 def _model_spec(model: type[BaseModel]) -> _Spec:
@@ -227,23 +223,6 @@ def _document_spec(manifest_model: type[BaseModel]) -> _Spec:
 # (and remember that a released default is frozen: see above).
 
 
-def encode_spec(spec: _Spec) -> dict[str, Any]:
-    """A spec as JSON: a nested spec is {"spec": {...}}, a default value {"value": v}."""
-    return {
-        k: {"spec": encode_spec(v)} if isinstance(v, _Spec) else {"value": v}
-        for k, v in spec.items()
-    }
-
-
-def decode_spec(encoded: dict[str, Any]) -> _Spec:
-    return _Spec(
-        {
-            k: decode_spec(v["spec"]) if "spec" in v else copy_json(v["value"])
-            for k, v in encoded.items()
-        }
-    )
-
-
 def manifest_defaults() -> dict[str, Any]:
     """The encoded defaults of this version's `Manifest` models (imports pydantic)."""
     from agentstack.manifest import Manifest
@@ -264,13 +243,6 @@ def write_manifest_defaults() -> None:
         f"DEFAULTS: dict[str, Any] = {text}\n",
         encoding="utf-8",
     )
-
-
-def manifest_spec() -> _Spec:
-    """The defaults of this version's manifest models, without importing them (a fresh copy)."""
-    from agentstack._manifest_defaults import DEFAULTS
-
-    return decode_spec(DEFAULTS)
 
 
 @cache

@@ -17,7 +17,6 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from agentstack.canonical import digest_of
-from agentstack.coderoots import EXCLUDES, REPORTED_EXCLUDES, Analyser, Root, analyse, merge_roots
 from agentstack.errors import (
     InvalidInput,
     ManifestInvalid,
@@ -35,7 +34,6 @@ from agentstack.manifestview import (
     as_view,
     is_secret,
 )
-from agentstack.risk import command_facts, url_facts
 from agentstack.treehash import (
     Limits,
     Row,
@@ -48,6 +46,7 @@ from agentstack.treehash import (
 )
 
 if TYPE_CHECKING:
+    from agentstack.coderoots import Analyser, Root
     from agentstack.manifest import Hook, Manifest, Server, Skill
 
 LOCK_VERSION = 1
@@ -157,6 +156,8 @@ class Resolver:
         return [files[k] for k in sorted(files, key=lambda p: p.encode())]
 
     def _analyser(self) -> Analyser:
+        from agentstack.coderoots import Analyser
+
         if self._code is None:
             self._code = Analyser(self.root)
         return self._code
@@ -171,6 +172,8 @@ class Resolver:
         pin: list[str],
     ) -> dict[str, Any]:
         """Add the code roots of a command (and the files they name) to its lock entry."""
+        from agentstack.coderoots import REPORTED_EXCLUDES, analyse, merge_roots
+
         found = analyse(self.root, argv, cwd, env, pin)
         files = {f["path"]: f for f in entry["files"]}
         for rel, _origin in found.files:
@@ -193,6 +196,8 @@ class Resolver:
         return entry
 
     def _root(self, where: str, root: Root, pinned: bool) -> dict[str, Any] | None:
+        from agentstack.coderoots import EXCLUDES, REPORTED_EXCLUDES, Root
+
         label = f"{where}.pin" if pinned else where
         located = self._inside(root.path, label)
         if located is None:
@@ -255,6 +260,8 @@ class Resolver:
             raise limits.too_many_bytes(where)
 
     def server(self, name: str, server: Server | ServerView) -> dict[str, Any]:
+        from agentstack.risk import command_facts, url_facts
+
         where = f"servers.{name}"
         if server.command is not None:
             argv = [server.command, *server.args]
@@ -371,6 +378,8 @@ class Resolver:
         }
 
     def hook(self, name: str, hook: Hook | HookView) -> dict[str, Any]:
+        from agentstack.risk import command_facts
+
         where = f"hooks.{name}"
         files: list[dict[str, Any]] = []
         argv: list[str]

@@ -267,6 +267,46 @@ def as_view(manifest: Manifest | ManifestView) -> ManifestView:
     return ManifestView.from_model(manifest)
 
 
+# ------------------------------------------------------------------------------ the defaults
+
+EACH = "*"  # the key of a spec that applies to every item of a table of items
+
+
+class Spec(dict[str, Any]):
+    """Defaults for the keys of one table of the manifest or the consent document (a nested Spec
+    for a sub-table; under EACH, the spec of every item of a table of items)."""
+
+
+def is_spec(value: Any) -> bool:
+    """Whether a spec entry is a nested spec (a sub-table), not a default value."""
+    return isinstance(value, Spec)
+
+
+def encode_spec(spec: Spec) -> dict[str, Any]:
+    """A spec as JSON: a nested spec is {"spec": {...}}, a default value {"value": v}."""
+    return {
+        k: {"spec": encode_spec(v)} if isinstance(v, Spec) else {"value": v}
+        for k, v in spec.items()
+    }
+
+
+def decode_spec(encoded: dict[str, Any]) -> Spec:
+    return Spec(
+        {
+            k: decode_spec(v["spec"]) if "spec" in v else copy_json(v["value"])
+            for k, v in encoded.items()
+        }
+    )
+
+
+def manifest_spec() -> Spec:
+    """The defaults of this version's manifest models, without importing them (a fresh copy;
+    `agentstack/_manifest_defaults.py`, checked against the models by a test)."""
+    from agentstack._manifest_defaults import DEFAULTS
+
+    return decode_spec(DEFAULTS)
+
+
 # ----------------------------------------------------------------------------------- the cache
 
 _schema: list[bytes | None] = []
@@ -318,8 +358,6 @@ def _is_filled(raw: Any, data: Any, spec: dict[str, Any]) -> bool:
     """Whether `data` is exactly the TOML data `raw` with every missing field at its default (what
     validation makes of a valid manifest: the models are strict and no validator rewrites a
     value). Cheap: an entry whose data says anything the bytes do not is never used."""
-    from agentstack.consent import EACH, is_spec
-
     if not isinstance(raw, dict) or not isinstance(data, dict) or not set(raw) <= set(data):
         return False
     for key, value in data.items():
@@ -354,8 +392,6 @@ def _same(left: Any, right: Any) -> bool:
 def _without_defaults(data: dict[str, Any], spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """`model_dump(exclude_defaults=True)` recomputed from the full dump: (the dump, whether
     every field was at its default)."""
-    from agentstack.consent import EACH, is_spec
-
     out: dict[str, Any] = {}
     at_default = True
     for key, value in data.items():
@@ -388,7 +424,6 @@ def _consistent(source: bytes, digest: str, data: dict[str, Any]) -> bool:
     import tomllib
 
     from agentstack.canonical import digest_of
-    from agentstack.consent import manifest_spec
 
     try:
         raw = tomllib.loads(source.decode("utf-8"))
