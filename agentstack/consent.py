@@ -152,6 +152,7 @@ def project_consent(
     from agentstack.lockfile import fresh_lock
     from agentstack.manifestview import load_view
 
+    root = root.resolve()  # the stat cache is keyed by absolute paths
     manifest = load_view(root)
     lock = fresh_lock(root, manifest, verify_git=verify_git)
     document = consent_document(manifest, lock)

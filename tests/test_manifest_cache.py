@@ -420,3 +420,28 @@ def test_canonical_fast_check_accepts_only_what_the_full_check_accepts(value: An
     else:
         with pytest.raises(CanonicalError):
             _check(value, "$")
+
+
+def test_consent_digest_of_an_unchanged_project_reads_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentstack import treehash
+
+    root = make_project(
+        tmp_path / "p",
+        VALID + '\n[skills.s]\npath = "skills/s"\n',
+        {"a.js": "1\n", "skills/s/SKILL.md": "hi\n"},
+    )
+    past = time.time_ns() - 3600 * 10**9
+    for path in root.rglob("*"):
+        os.utime(path, ns=(past, past), follow_symlinks=False)
+    time.sleep(treehash.RACY_SLACK_NS / 1e9 + 0.1)
+    assert _run_lock(root) == 0
+    expected = project_consent(root)[3]
+
+    def forbidden(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a file was read again")
+
+    monkeypatch.setattr(treehash, "_hash_fd", forbidden)
+    monkeypatch.chdir(root)
+    assert project_consent(Path("."))[3] == expected  # a relative root hits the cache too
