@@ -313,7 +313,8 @@ class Violation:
     source: str
 
     def to_json(self) -> dict[str, str]:
-        return {"domain": self.domain, "counterexample": self.counterexample, "source": self.source}
+        return {"domain": self.domain, "counterexample": self.counterexample,
+                "source": self.source}
 
 
 @dataclass(frozen=True)
@@ -331,7 +332,8 @@ class CheckResult:
             "violations": [v.to_json() for v in self.violations],
             "violations_per_domain": dict(self.counts),
             "unsupported": [
-                {"domain": u.domain, "what": u.what, "reason": u.reason} for u in self.unsupported
+                {"domain": u.domain, "what": u.what, "reason": u.reason}
+                for u in self.unsupported
             ],
         }
 
@@ -353,22 +355,19 @@ def _fs(grant: FsGrant, boundary: Boundary) -> Violation | Unsupported | None:
     if any(_within(grant.path, p) for p in prefixes):
         if grant.path != grant.literal and not any(_within(grant.literal, p) for p in prefixes):
             return Unsupported(
-                "filesystem",
-                f"{grant.source}: {grant.literal}",
+                "filesystem", f"{grant.source}: {grant.literal}",
                 f"containment depends on a symbolic link ({grant.literal} -> {grant.path})",
             )
         return None
     if boundary.globs:
         return Unsupported(
-            "filesystem",
-            f"{grant.source}: {grant.op} {grant.path}",
+            "filesystem", f"{grant.source}: {grant.op} {grant.path}",
             "the boundary has glob paths (" + ", ".join(boundary.globs) + "), which the check "
             "cannot compare; write them as directory prefixes",
         )
     if grant.path != grant.literal:
         return Unsupported(
-            "filesystem",
-            f"{grant.source}: {grant.literal}",
+            "filesystem", f"{grant.source}: {grant.literal}",
             f"containment depends on a symbolic link ({grant.literal} -> {grant.path})",
         )
     return Violation("filesystem", f"filesystem {grant.op} {grant.path}", grant.source)
@@ -414,8 +413,7 @@ def _endpoint(
         r.host.kind in ("name", "suffix") and r.low <= port <= r.high for r in rules
     ):
         return Unsupported(
-            domain,
-            f"{endpoint.source}: {endpoint.host}:{port}",
+            domain, f"{endpoint.source}: {endpoint.host}:{port}",
             "an address against host names: whether a permitted name resolves to this address "
             "cannot be decided offline",
         )
@@ -456,50 +454,34 @@ def _check_commands(reach: Reach, boundary: Boundary) -> list[Violation]:
             ecosystem, package, pinned = command.package
             if not pinned and not boundary.unpinned:
                 out.append(
-                    Violation(
-                        "commands",
-                        f"{command.process} runs {line} (unpinned {ecosystem} package {package})",
-                        command.process,
-                    )
+                    Violation("commands", f"{command.process} runs {line} (unpinned "
+                              f"{ecosystem} package {package})", command.process)
                 )
                 continue
             if not _package_allowed(ecosystem, package, boundary.packages):
                 out.append(
-                    Violation(
-                        "commands",
-                        f"{command.process} runs {line} ({ecosystem} package {package})",
-                        command.process,
-                    )
+                    Violation("commands", f"{command.process} runs {line} ({ecosystem} "
+                              f"package {package})", command.process)
                 )
                 continue
         if not boundary.shell and any(f.startswith("shell-command:") for f in command.facts):
             out.append(
-                Violation(
-                    "commands",
-                    f"{command.process} runs {line} (a shell given a script)",
-                    command.process,
-                )
+                Violation("commands", f"{command.process} runs {line} (a shell given a script)",
+                          command.process)
             )
             continue
         unpinnable = [f for f in command.facts if f.startswith("unpinnable:")]
         if unpinnable and not boundary.unpinnable:
             out.append(
-                Violation(
-                    "commands",
-                    f"{command.process} runs code agentstack cannot pin: "
-                    f"{unpinnable[0].split(':', 1)[1]}",
-                    command.process,
-                )
+                Violation("commands", f"{command.process} runs code agentstack cannot pin: "
+                          f"{unpinnable[0].split(':', 1)[1]}", command.process)
             )
             continue
         loader = [f.split(":", 1)[1] for f in command.facts if f.startswith("loader-env:")]
         if loader and not boundary.loader_env:
             out.append(
-                Violation(
-                    "commands",
-                    f"{command.process} sets loader variable {loader[0]}",
-                    command.process,
-                )
+                Violation("commands", f"{command.process} sets loader variable {loader[0]}",
+                          command.process)
             )
     return out
 
@@ -523,9 +505,7 @@ def check(reach: Reach, boundary: Boundary) -> CheckResult:
     secret_rules = dict(boundary.secrets)
     for flow in reach.secrets:
         allowed = [
-            proc
-            for name, procs in secret_rules.items()
-            if _name_matches(flow.secret, name)
+            proc for name, procs in secret_rules.items() if _name_matches(flow.secret, name)
             for proc in procs
         ]
         if not any(_name_matches(flow.process, p) for p in allowed):
@@ -551,19 +531,15 @@ def check(reach: Reach, boundary: Boundary) -> CheckResult:
         keys = [k for h, ks in passthrough.items() if h in ("*", harness) for k in ks]
         if not any(k in ("*", key) for k in keys):
             violations.append(
-                Violation(
-                    "settings",
-                    f"passthrough {harness}.{key}",
-                    f"settings.passthrough.{harness}.{key}",
-                )
+                Violation("settings", f"passthrough {harness}.{key}",
+                          f"settings.passthrough.{harness}.{key}")
             )
 
     for entry in reach.surface:
         if not any(_name_matches(entry.path, p) for p in boundary.surface):
             violations.append(
-                Violation(
-                    "surface", f"surface {entry.path}: {entry.fact}", f"surface[{entry.path}]"
-                )
+                Violation("surface", f"surface {entry.path}: {entry.fact}",
+                          f"surface[{entry.path}]")
             )
 
     counts: dict[str, int] = {}
@@ -615,19 +591,15 @@ def describe(result: CheckResult) -> list[str]:
     for violation in result.violations:
         more = counts.get(violation.domain, 1) - 1
         extra = f"; {more} more in this domain" if more else ""
-        lines.append(
-            f"  {violation.domain}: {violation.counterexample}  (from {violation.source}{extra})"
-        )
+        lines.append(f"  {violation.domain}: {violation.counterexample}  "
+                     f"(from {violation.source}{extra})")
     for item in result.unsupported:
         lines.append(f"  unsupported {item.domain}: {item.what}: {item.reason}")
     return lines
 
 
 def enforce(
-    document: dict[str, Any],
-    root: Path,
-    *,
-    boundary_file: Path | None = None,
+    document: dict[str, Any], root: Path, *, boundary_file: Path | None = None,
     home: str | None = None,
 ) -> CheckResult | None:
     """Refuse (exit 1) a consent document that is not within the boundary in force: the given
@@ -657,31 +629,17 @@ def doctor_check() -> Any:
 
     path = user_boundary_path()
     if not path.is_file():
-        return Check("boundary", "ok", f"none in force ({path} does not exist)", {"boundary": None})
+        return Check("boundary", "ok", f"none in force ({path} does not exist)",
+                     {"boundary": None})
     try:
         boundary = load_boundary(path, home=os.path.realpath(str(Path.home())))
     except AgentstackError as exc:
-        return Check(
-            "boundary", "fail", f"{path} does not parse: {exc.message}", {"boundary": str(path)}
-        )
-    rules = (
-        len(boundary.read)
-        + len(boundary.write)
-        + len(boundary.globs)
-        + len(boundary.connect)
-        + len(boundary.remote)
-        + len(boundary.secrets)
-        + len(boundary.env_sandbox)
-        + len(boundary.env_servers)
-        + len(boundary.executables)
-        + len(boundary.packages)
-        + len(boundary.permissions)
-        + len(boundary.passthrough)
-        + len(boundary.surface)
-    )
-    return Check(
-        "boundary",
-        "ok",
-        f"{path} ({rules} rules): 'trust' refuses what exceeds it",
-        {"boundary": str(path), "rules": rules},
-    )
+        return Check("boundary", "fail", f"{path} does not parse: {exc.message}",
+                     {"boundary": str(path)})
+    rules = (len(boundary.read) + len(boundary.write) + len(boundary.globs)
+             + len(boundary.connect) + len(boundary.remote) + len(boundary.secrets)
+             + len(boundary.env_sandbox) + len(boundary.env_servers)
+             + len(boundary.executables) + len(boundary.packages) + len(boundary.permissions)
+             + len(boundary.passthrough) + len(boundary.surface))
+    return Check("boundary", "ok", f"{path} ({rules} rules): 'trust' refuses what exceeds it",
+                 {"boundary": str(path), "rules": rules})

@@ -189,9 +189,7 @@ def add_server(
     ] = None,
     env: Annotated[
         list[str] | None,
-        typer.Option(
-            "--env", metavar="KEY=VALUE", help="KEY=VALUE or KEY=secret:NAME; repeatable."
-        ),
+        typer.Option("--env", metavar="KEY=VALUE", help="KEY=VALUE or KEY=secret:NAME; repeatable."),
     ] = None,
     header: Annotated[
         list[str] | None,
@@ -540,7 +538,9 @@ def dashdash_hint(argv: list[str]) -> str | None:
         return None
     known = _ADD_OPTIONS[rest[0]]
     stray = [
-        word for word in rest[1:] if word.startswith("-") and word.split("=", 1)[0] not in known
+        word
+        for word in rest[1:]
+        if word.startswith("-") and word.split("=", 1)[0] not in known
     ]
     if not stray:
         return None

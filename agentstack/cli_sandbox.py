@@ -128,15 +128,9 @@ def run(
     before = watch.snapshot(root)
     try:
         code = run_confined(
-            root,
-            policy,
-            argv,
-            os.environ,
-            interactive,
-            readonly_files=_guard_state(root),
+            root, policy, argv, os.environ, interactive, readonly_files=_guard_state(root),
             before_start=lambda runtime, routes: _seed_private_state(
-                runtime, root, document, digest, routes
-            ),
+                runtime, root, document, digest, routes),
         )
     finally:
         # Only now: every process of the session is gone (run_confined kills the whole tree).
@@ -152,10 +146,7 @@ def run(
 
 
 def _seed_private_state(
-    policy: SandboxPolicy,
-    root: Path,
-    document: dict[str, Any],
-    digest: str,
+    policy: SandboxPolicy, root: Path, document: dict[str, Any], digest: str,
     routes: dict[str, str],
 ) -> None:
     """Rewrite the harness's private user-level state before the session (see private_state)."""
@@ -207,10 +198,8 @@ def _report_changes(changes: list[Any]) -> None:
             "submodules run with your full privileges)"
         )
     if any(c.category in ("on-open", "harness") for c in changes):
-        echo(
-            "review them before opening this directory with those tools or the harness "
-            "outside agentstack run"
-        )
+        echo("review them before opening this directory with those tools or the harness "
+             "outside agentstack run")
 
 
 # ------------------------------------------------------------------ why
@@ -371,10 +360,8 @@ def doctor(
                     )
 
             if not as_json:
-                echo(
-                    "confinement suite (a row passes only on the kernel's EACCES/EPERM, or "
-                    "for proxy rows the gate's refusal with nothing reaching the listener):"
-                )
+                echo("confinement suite (a row passes only on the kernel's EACCES/EPERM, or "
+                     "for proxy rows the gate's refusal with nothing reaching the listener):")
             rows = run_suite(progress=progress)
             passed, bad, skipped = summary(rows)
             report["verify"] = {

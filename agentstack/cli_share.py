@@ -293,13 +293,8 @@ def receive(
     meta = result.held.meta
     checked = _boundary_report(result.held, None)
     if as_json:
-        print_json(
-            {
-                **meta,
-                "new": result.new,
-                "boundary": checked.to_json() if checked is not None else None,
-            }
-        )
+        print_json({**meta, "new": result.new,
+                    "boundary": checked.to_json() if checked is not None else None})
         return
     if checked is not None:
         from agentstack.boundary import describe

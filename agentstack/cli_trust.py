@@ -582,9 +582,7 @@ def _drift_line(path: str, report: dict[str, Any]) -> str:
             "review it with 'agentstack trust'"
         )
     if report["lock"] == "fresh":
-        return (
-            f"{path} changed since you trusted it and is locked: review it with 'agentstack trust'"
-        )
+        return f"{path} changed since you trusted it and is locked: review it with 'agentstack trust'"
     return (
         f"{path} changed since it was locked and trusted: run 'agentstack lock', then review "
         "it with 'agentstack trust'"

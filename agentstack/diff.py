@@ -325,9 +325,8 @@ def _leaf_changes(old: Any, new: Any, path: str, out: list[Change]) -> None:
         # A code root is shown file by file (`servers.x.roots[servers/mod.py]`, a content diff
         # each); what the roots are and what they leave out, as one summary line.
         if _root_shape(old) != _root_shape(new):
-            out.append(
-                Change(path=path, kind="changed", old=_root_shape(old), new=_root_shape(new))
-            )
+            out.append(Change(path=path, kind="changed", old=_root_shape(old),
+                              new=_root_shape(new)))
         _leaf_changes(root_files(old), root_files(new), path, out)
         return
     if (_is_file_list(old) or old == []) and (_is_file_list(new) or new == []):

@@ -28,9 +28,7 @@ class LinkInPath(OSError):
     """A symbolic link (or something that is not a directory) where a directory was expected."""
 
     def __init__(self, link: Path, target: Path) -> None:
-        super().__init__(
-            f"{link} is a symbolic link (on the way to {target}); refusing to follow it"
-        )
+        super().__init__(f"{link} is a symbolic link (on the way to {target}); refusing to follow it")
         self.link = link
         self.target = target
 
@@ -117,9 +115,8 @@ def _final_mode(dir_fd: int, name: str, mode: int | None) -> int:
     return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else 0o644
 
 
-def write_atomic(
-    path: Path, data: bytes, mode: int | None = None, *, base: Path | None = None
-) -> None:
+def write_atomic(path: Path, data: bytes, mode: int | None = None, *,
+                 base: Path | None = None) -> None:
     """Write `data` to a temp file beside `path`, fsync it, rename it over `path`, fsync the dir.
 
     `mode`: the new file's permissions; by default an existing file's are kept (else 0644).
@@ -129,17 +126,13 @@ def write_atomic(
         name = path.name
         final = _final_mode(dir_fd, name, mode)
         tmp = f".{name}.agentstack-{secrets.token_hex(6)}"
-        fd = os.open(
-            tmp,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=dir_fd,
-        )
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=dir_fd)
         try:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view) :]
+                    view = view[os.write(fd, view):]
                 os.fchmod(fd, final)
                 os.fsync(fd)
             finally:

@@ -41,30 +41,12 @@ MAX_PORT = 65535
 
 # Risk facts (agentstack.risk) whose meaning the model below knows.
 KNOWN_FACTS = frozenset(
-    {
-        "absolute-binary",
-        "unpinned-package",
-        "shell-command",
-        "remote-host",
-        "link-local",
-        "plain-http",
-        "unpinnable",
-        "loader-env",
-    }
+    {"absolute-binary", "unpinned-package", "shell-command", "remote-host", "link-local",
+     "plain-http", "unpinnable", "loader-env"}
 )
 KNOWN_SECTIONS = frozenset(
-    {
-        "consent",
-        "project",
-        "servers",
-        "skills",
-        "instructions",
-        "hooks",
-        "settings",
-        "sandbox",
-        "lock",
-        "surface",
-    }
+    {"consent", "project", "servers", "skills", "instructions", "hooks", "settings", "sandbox",
+     "lock", "surface"}
 )
 # Facts of a harness-surface entry (agentstack.surface) that only describe what the model reads.
 SURFACE_CONTENT_FACTS = frozenset({"model-reads", "setting"})
@@ -75,17 +57,8 @@ HOOK_FIELDS = frozenset(
     {"event", "matcher", "timeout", "files", "roots", "risks", "script", "args", "command"}
 )
 SANDBOX_FIELDS = frozenset(
-    {
-        "enabled",
-        "read_dirs",
-        "write_dirs",
-        "read_files",
-        "write_files",
-        "env",
-        "network",
-        "credentials",
-        "risks",
-    }
+    {"enabled", "read_dirs", "write_dirs", "read_files", "write_files", "env", "network",
+     "credentials", "risks"}
 )
 NETWORK_FIELDS = frozenset({"block", "allow_domains", "localhost_ports"})
 SETTINGS_FIELDS = frozenset({"permissions", "passthrough"})
@@ -235,23 +208,21 @@ def _command(process: str, argv: list[str], facts: list[str]) -> Command:
     return Command(process, tuple(argv), tuple(facts), runner_package(argv))
 
 
-def _facts(process: str, facts: Any, unsupported: list[Unsupported]) -> list[str]:
+def _facts(
+    process: str, facts: Any, unsupported: list[Unsupported]
+) -> list[str]:
     out = [str(f) for f in facts or []]
     for fact in out:
         if fact.split(":", 1)[0] not in KNOWN_FACTS:
             unsupported.append(
-                Unsupported(
-                    "commands",
-                    f"{process}: {fact}",
-                    "a risk fact the boundary check has no rule for",
-                )
+                Unsupported("commands", f"{process}: {fact}",
+                            "a risk fact the boundary check has no rule for")
             )
     return out
 
 
-def _unknown(
-    domain: str, where: str, keys: Any, known: frozenset[str], unsupported: list[Unsupported]
-) -> None:
+def _unknown(domain: str, where: str, keys: Any, known: frozenset[str],
+             unsupported: list[Unsupported]) -> None:
     for key in sorted(set(keys) - known):
         unsupported.append(
             Unsupported(domain, f"{where}.{key}", "a field the boundary check does not model")
@@ -280,7 +251,9 @@ def build_reach(document: dict[str, Any], root: str | None, home: str) -> Reach:
         _unknown("servers", process, server, SERVER_FIELDS, unsupported)
         facts = _facts(process, server.get("risks"), unsupported)
         if server.get("command") is not None:
-            commands.append(_command(process, [server["command"], *server.get("args", [])], facts))
+            commands.append(
+                _command(process, [server["command"], *server.get("args", [])], facts)
+            )
             for key, source in sorted(server.get("env", {}).items()):
                 env.append(EnvFlow(key, process))
                 if (secret := _secret(source)) is not None:
@@ -322,14 +295,10 @@ def build_reach(document: dict[str, Any], root: str | None, home: str) -> Reach:
         network.append(Endpoint(Host("ip-any"), 1, MAX_PORT, "sandbox.enabled = false"))
     else:
         if root is None or workdir is None:
-            unsupported.append(
-                Unsupported(
-                    "filesystem",
-                    "the project (workdir)",
-                    "where the project will live is not known until it is released; check with "
-                    "--into DIR, or after release with 'agentstack check'",
-                )
-            )
+            unsupported.append(Unsupported(
+                "filesystem", "the project (workdir)",
+                "where the project will live is not known until it is released; check with "
+                "--into DIR, or after release with 'agentstack check'"))
         else:
             fs.append(
                 FsGrant("write", workdir, os.path.abspath(root), False, "the project (workdir)")
@@ -342,39 +311,28 @@ def build_reach(document: dict[str, Any], root: str | None, home: str) -> Reach:
         ):
             for index, item in enumerate(sandbox.get(key, [])):
                 if item.startswith("~") and not (item == "~" or item.startswith("~/")):
-                    unsupported.append(
-                        Unsupported(
-                            "filesystem",
-                            f"sandbox.{key}[{index}]",
-                            f"{item!r}: another user's home directory is not modelled",
-                        )
-                    )
+                    unsupported.append(Unsupported(
+                        "filesystem", f"sandbox.{key}[{index}]",
+                        f"{item!r}: another user's home directory is not modelled"))
                     continue
                 expanded = home + item[1:] if item.startswith("~") else item
                 if workdir is None and not posixpath.isabs(expanded):
-                    unsupported.append(
-                        Unsupported(
-                            "filesystem",
-                            f"sandbox.{key}[{index}]",
-                            f"{item!r} is relative to where the project will be released",
-                        )
-                    )
+                    unsupported.append(Unsupported(
+                        "filesystem", f"sandbox.{key}[{index}]",
+                        f"{item!r} is relative to where the project will be released"))
                     continue
                 literal = posixpath.normpath(posixpath.join(workdir or "/", expanded))
                 fs.append(
-                    FsGrant(
-                        _op(op),
-                        normalise(literal, workdir or "/"),
-                        literal,
-                        is_file,
-                        f"sandbox.{key}[{index}]",
-                    )
+                    FsGrant(_op(op), normalise(literal, workdir or "/"), literal, is_file,
+                            f"sandbox.{key}[{index}]")
                 )
         net = sandbox.get("network", {})
         _unknown("network", "sandbox.network", net, NETWORK_FIELDS, unsupported)
         if not net.get("block", True):
             network.append(Endpoint(Host("any"), 1, MAX_PORT, "sandbox.network.block = false"))
-            network.append(Endpoint(Host("ip-any"), 1, MAX_PORT, "sandbox.network.block = false"))
+            network.append(
+                Endpoint(Host("ip-any"), 1, MAX_PORT, "sandbox.network.block = false")
+            )
         for index, pattern in enumerate(net.get("allow_domains", [])):
             source = f"sandbox.network.allow_domains[{index}]"
             try:
@@ -405,11 +363,8 @@ def build_reach(document: dict[str, Any], root: str | None, home: str) -> Reach:
         for fact in sandbox.get("risks", []):
             if str(fact).split(":", 1)[0] not in KNOWN_FACTS:
                 unsupported.append(
-                    Unsupported(
-                        "network",
-                        f"sandbox: {fact}",
-                        "a risk fact the boundary check has no rule for",
-                    )
+                    Unsupported("network", f"sandbox: {fact}",
+                                "a risk fact the boundary check has no rule for")
                 )
 
     surface: list[SurfaceEntry] = []
@@ -423,11 +378,8 @@ def build_reach(document: dict[str, Any], root: str | None, home: str) -> Reach:
                 break
             if code not in SURFACE_CONTENT_FACTS:
                 unsupported.append(
-                    Unsupported(
-                        "surface",
-                        f"surface[{rel}]: {fact}",
-                        "a surface fact the boundary check has no rule for",
-                    )
+                    Unsupported("surface", f"surface[{rel}]: {fact}",
+                                "a surface fact the boundary check has no rule for")
                 )
 
     return Reach(

@@ -143,8 +143,6 @@ def runner_package(argv: list[str]) -> tuple[str, str, bool] | None:
             package = _package_argument(argv[len(prefix) :]) or "?"
             return ecosystem, package, package != "?" and _pinned(ecosystem, package)
     return None
-
-
 # ================================================================================= the review
 #
 # Findings over two consent documents (`old` None on a first review). `diff.py` shows them; these

@@ -87,9 +87,8 @@ class SecretStore:
         data = self.check_value(value).encode("utf-8")
         self._ensure_directory()
         tmp = self.directory / f".{name}.{os.getpid()}.tmp"
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         try:
             try:
                 os.fchmod(fd, 0o600)

@@ -309,9 +309,7 @@ def _tree_facts(rules: list[_Rule], rel: str, data: bytes, executable: bool) -> 
     if "plugins" in roles:
         facts = [f"{H.RUNS}:{rel} (plugin code the harness loads and runs)"]
     if "env" in roles:
-        facts = [
-            f"{H.ENV}:{rel} (variables the harness loads at start: a base URL or key among them)"
-        ]
+        facts = [f"{H.ENV}:{rel} (variables the harness loads at start: a base URL or key among them)"]
     if executable:
         facts.append(f"executable:{rel}")
     text = data.decode("utf-8", "replace")

@@ -547,10 +547,6 @@ class _Console(Console):
 def console(stderr: bool = False, *, file: Any = None, width: int | None = None) -> Console:
     # highlight=False: rich's repr highlighter must not restyle untrusted text either.
     return _Console(
-        stderr=stderr,
-        highlight=False,
-        soft_wrap=False,
-        file=file,
-        width=width,
+        stderr=stderr, highlight=False, soft_wrap=False, file=file, width=width,
         color_system=None if file is not None else "auto",
     )
