@@ -10,13 +10,28 @@ git sources' commit and tree. The consent digest is blake3 over its canonical JS
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from agentstack.canonical import canonical_bytes, digest_of
-from agentstack.manifest import Manifest, is_secret, secret_name
-from agentstack.risk import host_facts
+from agentstack.manifestview import (
+    EACH,
+    ManifestView,
+    Section,
+    Spec,
+    as_view,
+    copy_json,
+    encode_spec,
+    is_secret,
+    manifest_spec,
+    secret_name,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pydantic import BaseModel
+
+    from agentstack.manifest import Manifest
 
 CONSENT_FORMAT = 1
 
@@ -25,19 +40,20 @@ def _value_source(value: str) -> dict[str, str]:
     return {"secret": secret_name(value)} if is_secret(value) else {"literal": value}
 
 
-def _declared(model: BaseModel, shown: dict[str, Any]) -> dict[str, Any]:
-    """`shown` plus every other declared field of `model`, as JSON. A field added to the manifest
-    later is in the view at once; at its default it is left out of the digest (`digest_form`)."""
+def _declared(section: Section, shown: dict[str, Any]) -> dict[str, Any]:
+    """`shown` plus every other declared field of `section`, as JSON. A field added to the
+    manifest later is in the view at once; at its default it is left out of the digest
+    (`digest_form`)."""
     out = dict(shown)
-    for field in type(model).model_fields:
-        if field not in out and field not in _SHOWN_ELSEWHERE:
-            value = getattr(model, field)
-            if value is not None:
-                out[field] = _json(value)
+    for field, value in section.data.items():
+        if field not in out and field not in _SHOWN_ELSEWHERE and value is not None:
+            out[field] = copy_json(value)
     return out
 
 
 def _json(value: Any) -> Any:
+    from pydantic import BaseModel
+
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, dict):
@@ -55,7 +71,7 @@ def _locked(locked: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def _server(manifest: Manifest, name: str, locked: dict[str, Any]) -> dict[str, Any]:
+def _server(manifest: ManifestView, name: str, locked: dict[str, Any]) -> dict[str, Any]:
     server = manifest.servers[name]
     view: dict[str, Any] = {"transport": server.transport, **_locked(locked)}
     if server.command is not None:
@@ -76,7 +92,7 @@ def _server(manifest: Manifest, name: str, locked: dict[str, Any]) -> dict[str, 
     return {k: v for k, v in _declared(server, view).items() if v is not None}
 
 
-def _hook(manifest: Manifest, name: str, locked: dict[str, Any]) -> dict[str, Any]:
+def _hook(manifest: ManifestView, name: str, locked: dict[str, Any]) -> dict[str, Any]:
     hook = manifest.hooks[name]
     view: dict[str, Any] = {
         "event": hook.event,
@@ -91,16 +107,21 @@ def _hook(manifest: Manifest, name: str, locked: dict[str, Any]) -> dict[str, An
     return {k: v for k, v in _declared(hook, view).items() if v is not None}
 
 
-def _sandbox(manifest: Manifest) -> dict[str, Any]:
-    sandbox = manifest.sandbox.model_dump(mode="json")
+def _sandbox(manifest: ManifestView) -> dict[str, Any]:
+    from agentstack.risk import host_facts
+
+    sandbox = manifest.sandbox.dump()
     sandbox["risks"] = [
-        fact for host in manifest.sandbox.network.allow_domains for fact in host_facts(host)
+        fact for host in manifest.sandbox.allow_domains for fact in host_facts(host)
     ]
     return sandbox
 
 
-def consent_document(manifest: Manifest, lock: dict[str, Any]) -> dict[str, Any]:
-    """The consent view as a plain JSON document (the thing a user trusts)."""
+def consent_document(manifest: Manifest | ManifestView, lock: dict[str, Any]) -> dict[str, Any]:
+    """The consent view as a plain JSON document (the thing a user trusts). Built from the
+    manifest's plain-data view: the same document whether the models were just validated or the
+    view came from the manifest cache."""
+    manifest = as_view(manifest)
     document = {
         "consent": CONSENT_FORMAT,
         "project": _declared(
@@ -111,7 +132,7 @@ def consent_document(manifest: Manifest, lock: dict[str, Any]) -> dict[str, Any]
         "skills": {n: dict(lock["skills"][n]) for n in manifest.skills},
         "instructions": list(lock["instructions"]),
         "hooks": {n: _hook(manifest, n, lock["hooks"][n]) for n in manifest.hooks},
-        "settings": manifest.settings.model_dump(mode="json"),
+        "settings": manifest.settings.dump(),
         "sandbox": _sandbox(manifest),
         "lock": lock["manifest"],
     }
@@ -119,6 +140,23 @@ def consent_document(manifest: Manifest, lock: dict[str, Any]) -> dict[str, Any]
         # Also loaded by the harnesses from the project, not declared (agentstack.surface).
         document["surface"] = lock["surface"]
     return _declared(manifest, document)
+
+
+def project_consent(
+    root: Path, *, verify_git: bool = False
+) -> tuple[ManifestView, dict[str, Any], dict[str, Any], str]:
+    """(manifest view, fresh lock, consent document, consent digest) of the project at `root`.
+
+    With a manifest whose bytes this agentstack validated before, nothing here imports pydantic:
+    the view comes from the manifest cache (`agentstack.manifestview`)."""
+    from agentstack.lockfile import fresh_lock
+    from agentstack.manifestview import load_view
+
+    root = root.resolve()  # the stat cache is keyed by absolute paths
+    manifest = load_view(root)
+    lock = fresh_lock(root, manifest, verify_git=verify_git)
+    document = consent_document(manifest, lock)
+    return manifest, lock, document, consent_digest(document)
 
 
 # ------------------------------------------------------------------------------- the digest
@@ -134,14 +172,15 @@ def consent_document(manifest: Manifest, lock: dict[str, Any]) -> dict[str, Any]
 
 _SHOWN_ELSEWHERE = frozenset({"pin"})  # declared fields the lock already shows as code roots
 _DERIVED = frozenset({"risks"})
-_EACH = "*"
+_EACH = EACH
 
 
-class _Spec(dict[str, Any]):
-    """Defaults for the keys of one table of the document (a nested _Spec for a sub-table)."""
+_Spec = Spec  # defaults for the keys of one table (agentstack.manifestview.Spec)
 
 
 def _model_spec(model: type[BaseModel]) -> _Spec:
+    from pydantic import BaseModel
+
     spec = _Spec()
     for name, field in model.model_fields.items():
         annotation = field.annotation
@@ -162,16 +201,54 @@ def _model_spec(model: type[BaseModel]) -> _Spec:
     return spec
 
 
-@cache
-def _document_spec(manifest_model: type[BaseModel]) -> _Spec:
-    """The defaults of the document, derived from the manifest's models (plus the few places
-    where the document shows a default in its own words)."""
-    spec = _model_spec(manifest_model)
+def _finish(spec: _Spec) -> _Spec:
+    """The document's defaults from the manifest's (plus the few places where the document shows
+    a default in its own words)."""
     spec["servers"][_EACH].update(cwd=".", files=[], roots=[])
     spec["hooks"][_EACH].update(matcher="*", files=[], roots=[])
     for section in ("skills", "instructions"):  # pinned by the lock: nothing there is a default
         spec.pop(section, None)
     return spec
+
+
+@cache
+def _document_spec(manifest_model: type[BaseModel]) -> _Spec:
+    """The defaults of the document, derived from the manifest's models."""
+    return _finish(_model_spec(manifest_model))
+
+
+# The defaults of this version's `Manifest`, written out so that a digest needs no pydantic (the
+# models are imported only to validate a manifest). A test checks that they equal what the models
+# say; after changing a default or a field, regenerate them with
+#   python -c "from agentstack.consent import write_manifest_defaults; write_manifest_defaults()"
+# (and remember that a released default is frozen: see above).
+
+
+def manifest_defaults() -> dict[str, Any]:
+    """The encoded defaults of this version's `Manifest` models (imports pydantic)."""
+    from agentstack.manifest import Manifest
+
+    return encode_spec(_model_spec(Manifest))
+
+
+def write_manifest_defaults() -> None:
+    import pprint
+    from pathlib import Path
+
+    text = pprint.pformat(manifest_defaults(), indent=1, width=99, sort_dicts=True)
+    target = Path(__file__).with_name("_manifest_defaults.py")
+    target.write_text(
+        '"""The defaults of the manifest models (generated: agentstack.consent.'
+        'write_manifest_defaults)."""\n\n'
+        "from typing import Any\n\n# fmt: off\n"
+        f"DEFAULTS: dict[str, Any] = {text}\n",
+        encoding="utf-8",
+    )
+
+
+@cache
+def _default_spec() -> _Spec:
+    return _finish(manifest_spec())
 
 
 def _prune(value: Any, spec: _Spec) -> Any:
@@ -202,9 +279,8 @@ def digest_form(
 ) -> dict[str, Any]:
     """The part of the consent document the digest covers (see above). `manifest_model` is the
     manifest model whose defaults apply (this version's `Manifest` unless a test says otherwise)."""
-    if manifest_model is None:
-        manifest_model = Manifest
-    return _prune(document, _document_spec(manifest_model))  # type: ignore[no-any-return]
+    spec = _default_spec() if manifest_model is None else _document_spec(manifest_model)
+    return _prune(document, spec)  # type: ignore[no-any-return]
 
 
 def consent_digest(document: dict[str, Any], manifest_model: type[BaseModel] | None = None) -> str:

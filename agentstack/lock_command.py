@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def project_root(project: Path | None) -> Path:
     """--project DIR exactly (no upward search), else the nearest agentstack.toml upward."""
-    from agentstack.manifest import MANIFEST_NAME, find_project
+    from agentstack.manifestview import MANIFEST_NAME, find_project
 
     if project is not None:
         root = project.resolve()
@@ -51,12 +51,20 @@ def run_lock(
     as_json: bool,
     limits: Limits | None = None,
 ) -> int:
-    from agentstack.fsutil import write_atomic
-    from agentstack.lockfile import changed_items, dumps_lock, fresh_lock, parse_lock, resolver_for
-    from agentstack.manifest import LOCK_NAME, load_manifest
+    from agentstack.lockfile import (
+        changed_items,
+        dumps_lock,
+        fresh_lock,
+        has_git_skills,
+        loads_unvalidated,
+        parse_lock,
+        resolver_for,
+    )
+    from agentstack.manifestview import LOCK_NAME, load_view
 
     root = project_root(project)
-    manifest = load_manifest(root)
+    # Validated with the models only when these manifest bytes are new (agentstack.manifestview).
+    manifest = load_view(root)
     if frozen:
         fresh_lock(root, manifest, verify_git=True)
         if as_json:
@@ -69,15 +77,24 @@ def run_lock(
         old_bytes: bytes | None = lock_path.read_bytes()
     except FileNotFoundError:
         old_bytes = None
-    # The previous lock is parsed only when its git pins are needed: rendering the new lock and
-    # comparing bytes is far cheaper than parsing a large lock to learn that nothing changed.
-    has_git = any(skill.git is not None for skill in manifest.skills.values())
-    previous = parse_lock(old_bytes) if old_bytes is not None and has_git else None
+    # The previous lock is read only when its git pins are needed, and then without validation:
+    # rendering the new lock and comparing bytes is far cheaper than parsing and validating a
+    # large lock to learn that nothing changed. It is validated (parse_lock) as soon as the
+    # bytes differ, with the errors a malformed lock has always had.
+    previous = None
+    if old_bytes is not None and has_git_skills(manifest):
+        previous = loads_unvalidated(old_bytes)
+        if previous is None:
+            previous = parse_lock(old_bytes)  # raises what a malformed lock raises
     resolver = resolver_for(
         root, previous, update_git=update, limits=limits or limits_from(None, None, None)
     )
     try:
         new = resolver.resolve(manifest)
+    except Exception:
+        if previous is not None and old_bytes is not None:
+            parse_lock(old_bytes)  # a malformed previous lock is the error to report first
+        raise
     finally:
         resolver.stat_cache.save()
     text = dumps_lock(new).encode("utf-8")
@@ -85,8 +102,10 @@ def run_lock(
         changed = ["all"]
     elif text == old_bytes:
         changed = []
+    elif previous is not None:
+        changed = changed_items(parse_lock(old_bytes), new)
     else:
-        changed = changed_items(previous or _parse_loosely(old_bytes), new)
+        changed = changed_items(_parse_loosely(old_bytes), new)
     if as_json:
         print_json({"lock": "stale" if changed else "fresh", "changed": changed})
     if check:
@@ -98,6 +117,8 @@ def run_lock(
             )
         return 1 if changed else 0
     if changed:
+        from agentstack.fsutil import write_atomic
+
         write_atomic(lock_path, text)
     if not as_json:
         echo(

@@ -11,14 +11,12 @@ import json
 import os
 import posixpath
 import re
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentstack.canonical import digest_of
-from agentstack.coderoots import EXCLUDES, REPORTED_EXCLUDES, Analyser, Root, analyse, merge_roots
 from agentstack.errors import (
     InvalidInput,
     ManifestInvalid,
@@ -26,30 +24,38 @@ from agentstack.errors import (
     StaleLock,
     TreeHashError,
 )
-from agentstack.manifest import (
+from agentstack.manifestview import (
     LOCK_NAME,
     MANIFEST_NAME,
-    Hook,
-    Manifest,
-    Server,
-    Skill,
+    HookView,
+    ManifestView,
+    ServerView,
+    SkillView,
+    as_view,
     is_secret,
 )
-from agentstack.risk import command_facts, url_facts
 from agentstack.treehash import (
     Limits,
+    Row,
     StatCache,
     TreeEntry,
     hash_file,
     tree_digest,
-    walk_tree,
+    tree_digest_rows,
+    walk_rows,
 )
+
+if TYPE_CHECKING:
+    from agentstack.coderoots import Analyser, Root
+    from agentstack.manifest import Hook, Manifest, Server, Skill
 
 LOCK_VERSION = 1
 
 
-def manifest_digest(manifest: Manifest) -> str:
+def manifest_digest(manifest: Manifest | ManifestView) -> str:
     """Digest of the manifest's meaning: comments, whitespace, key order and quoting drop out."""
+    if isinstance(manifest, ManifestView):
+        return manifest.digest  # computed the same way when the view was made
     return digest_of(manifest.model_dump(mode="json", exclude_defaults=True))
 
 
@@ -150,6 +156,8 @@ class Resolver:
         return [files[k] for k in sorted(files, key=lambda p: p.encode())]
 
     def _analyser(self) -> Analyser:
+        from agentstack.coderoots import Analyser
+
         if self._code is None:
             self._code = Analyser(self.root)
         return self._code
@@ -164,6 +172,8 @@ class Resolver:
         pin: list[str],
     ) -> dict[str, Any]:
         """Add the code roots of a command (and the files they name) to its lock entry."""
+        from agentstack.coderoots import REPORTED_EXCLUDES, analyse, merge_roots
+
         found = analyse(self.root, argv, cwd, env, pin)
         files = {f["path"]: f for f in entry["files"]}
         for rel, _origin in found.files:
@@ -186,6 +196,8 @@ class Resolver:
         return entry
 
     def _root(self, where: str, root: Root, pinned: bool) -> dict[str, Any] | None:
+        from agentstack.coderoots import EXCLUDES, REPORTED_EXCLUDES, Root
+
         label = f"{where}.pin" if pinned else where
         located = self._inside(root.path, label)
         if located is None:
@@ -205,12 +217,12 @@ class Resolver:
         # A root that is itself an excluded name (pin = ["app/node_modules"]) is pinned whole.
         exclude = frozenset() if posixpath.basename(root.path) in EXCLUDES else EXCLUDES
         try:
-            entries = walk_tree(located[1], self.stat_cache, exclude=exclude, excluded=excluded)
+            rows = walk_rows(located[1], self.stat_cache, exclude=exclude, excluded=excluded)
         except TreeHashError as exc:
             self.problem(label, f"code root {root.path!r}: {exc.message}", exc.hint)
             return None
-        self.count(label, entries)
-        tree = self._tree({"path": root.path, "origin": root.origin}, entries)
+        self.count_rows(label, rows)
+        tree = self._tree_rows({"path": root.path, "origin": root.origin}, rows)
         # Only left-out dependencies are recorded: a cache appearing when the code first runs
         # (`__pycache__`) must not make the lock stale.
         reported = [p for p in excluded if posixpath.basename(p) in REPORTED_EXCLUDES]
@@ -232,7 +244,24 @@ class Resolver:
         if self.bytes_seen > limits.max_total_bytes:
             raise limits.too_many_bytes(where)
 
-    def server(self, name: str, server: Server) -> dict[str, Any]:
+    def count_rows(self, where: str, rows: list[Row]) -> None:
+        """`count` for walked rows (path, kind, executable, size, digest)."""
+        limits = self.limits
+        if limits is None:
+            return
+        self.files_seen += len(rows)
+        self.bytes_seen += sum(r[3] for r in rows)
+        big = max(rows, key=lambda r: r[3], default=None)
+        if big is not None and big[3] > limits.max_file_bytes:
+            raise limits.file_too_big(where, big[0], big[3])
+        if self.files_seen > limits.max_files:
+            raise limits.too_many_files(where)
+        if self.bytes_seen > limits.max_total_bytes:
+            raise limits.too_many_bytes(where)
+
+    def server(self, name: str, server: Server | ServerView) -> dict[str, Any]:
+        from agentstack.risk import command_facts, url_facts
+
         where = f"servers.{name}"
         if server.command is not None:
             argv = [server.command, *server.args]
@@ -254,22 +283,22 @@ class Resolver:
         assert server.url is not None
         return {"files": [], "risks": url_facts(server.url)}
 
-    def skill(self, name: str, skill: Skill) -> dict[str, Any] | None:
+    def skill(self, name: str, skill: Skill | SkillView) -> dict[str, Any] | None:
         where = f"skills.{name}"
         if skill.path is not None:
             located = self._inside(skill.path, f"{where}.path")
             if located is None:
                 return None
             try:
-                entries = walk_tree(located[0], self.stat_cache)
+                rows = walk_rows(located[0], self.stat_cache)
             except TreeHashError as exc:
                 self.problem(f"{where}.path", exc.message, exc.hint)
                 return None
-            self.count(f"{where}.path", entries)
-            return self._tree({"source": "path", "path": skill.path}, entries)
+            self.count_rows(f"{where}.path", rows)
+            return self._tree_rows({"source": "path", "path": skill.path}, rows)
         return self._git_skill(name, skill)
 
-    def _git_skill(self, name: str, skill: Skill) -> dict[str, Any] | None:
+    def _git_skill(self, name: str, skill: Skill | SkillView) -> dict[str, Any] | None:
         where = f"skills.{name}"
         assert skill.git is not None and skill.rev is not None
         wanted = {"source": "git", "git": skill.git, "rev": skill.rev, "subdir": skill.subdir or ""}
@@ -336,7 +365,21 @@ class Resolver:
         ordered = sorted(entries, key=lambda e: e.path.encode("utf-8"))
         return {**source, "digest": tree_digest(ordered), "files": [entry_json(e) for e in ordered]}
 
-    def hook(self, name: str, hook: Hook) -> dict[str, Any]:
+    @staticmethod
+    def _tree_rows(source: dict[str, Any], rows: list[Row]) -> dict[str, Any]:
+        ordered = sorted(rows, key=lambda r: r[0].encode("utf-8"))
+        return {
+            **source,
+            "digest": tree_digest_rows(ordered),
+            "files": [
+                {"path": p, "kind": k, "executable": x, "size": n, "digest": d}
+                for p, k, x, n, d in ordered
+            ],
+        }
+
+    def hook(self, name: str, hook: Hook | HookView) -> dict[str, Any]:
+        from agentstack.risk import command_facts
+
         where = f"hooks.{name}"
         files: list[dict[str, Any]] = []
         argv: list[str]
@@ -363,7 +406,8 @@ class Resolver:
         run = ["./" + hook.script, *hook.args] if hook.script is not None else argv
         return self._with_code(where, entry, run, ".", {}, list(hook.pin))
 
-    def resolve(self, manifest: Manifest) -> dict[str, Any]:
+    def resolve(self, manifest: Manifest | ManifestView) -> dict[str, Any]:
+        manifest = as_view(manifest)
         lock: dict[str, Any] = {
             "version": LOCK_VERSION,
             "manifest": manifest_digest(manifest),
@@ -403,7 +447,7 @@ class Resolver:
         return lock
 
 
-def _instruction_targets(manifest: Manifest) -> dict[str, str]:
+def _instruction_targets(manifest: ManifestView) -> dict[str, str]:
     if not manifest.instructions.files:
         return {}
     from agentstack_adapters.registry import instruction_targets
@@ -418,6 +462,8 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _toml_string(value: str) -> str:
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'  # nothing to escape (the bulk of a lock: paths)
     # JSON string escapes are valid TOML basic-string escapes; DEL must be escaped in TOML too.
     return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
@@ -427,10 +473,11 @@ def _toml_key(key: str) -> str:
 
 
 _FILE_KEYS = ("digest", "executable", "kind", "path", "size")
+_FILE_KEYSET = frozenset(_FILE_KEYS)
 
 
 def _toml_value(value: Any) -> str:
-    if isinstance(value, dict) and tuple(sorted(value)) == _FILE_KEYS:
+    if isinstance(value, dict) and value.keys() == _FILE_KEYSET:
         # A pinned file (the bulk of a large lock): one f-string, same bytes as the generic path.
         return (
             f'{{ digest = "{value["digest"]}", executable = '
@@ -472,7 +519,7 @@ def _is_table_array(value: Any) -> bool:
     return (
         isinstance(value, list)
         and bool(value)
-        and all(isinstance(v, dict) and tuple(sorted(v)) != _FILE_KEYS for v in value)
+        and all(isinstance(v, dict) and v.keys() != _FILE_KEYSET for v in value)
     )
 
 
@@ -494,6 +541,8 @@ def _emit_table(
 
 def parse_lock(data: bytes) -> dict[str, Any]:
     """Parse lock bytes; an unknown major version is an error, never a guess."""
+    import tomllib
+
     try:
         raw = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -524,6 +573,17 @@ def read_lock(root: Path) -> dict[str, Any] | None:
     return parse_lock(data)
 
 
+def stat_cache_path(root: Path) -> Path:
+    """The project's stat cache, `$AGENTSTACK_CACHE/statcache-v2/<project>.json`: one file per
+    project (named by BLAKE3 of its real path), so a lock loads only its own project's entries."""
+    import blake3
+
+    from agentstack.paths import agentstack_cache
+
+    name = blake3.blake3(os.fsencode(str(root.resolve()))).hexdigest()[:32]
+    return agentstack_cache() / "statcache-v2" / f"{name}.json"
+
+
 def resolver_for(
     root: Path, previous: dict[str, Any] | None, *, limits: Limits | None = None, **kwargs: bool
 ) -> Resolver:
@@ -533,19 +593,72 @@ def resolver_for(
     return Resolver(
         root=root,
         cache_dir=cache,
-        stat_cache=StatCache(cache / "statcache-v2.json"),
+        stat_cache=StatCache(stat_cache_path(root)),
         previous=previous,
         limits=limits,
         **kwargs,
     )
 
 
-def fresh_lock(root: Path, manifest: Manifest, *, verify_git: bool = False) -> dict[str, Any]:
+def fresh_lock(
+    root: Path, manifest: Manifest | ManifestView, *, verify_git: bool = False
+) -> dict[str, Any]:
     """The lock on disk, checked against the manifest and every local byte it pins.
 
     Raises StaleLock (exit 1) when re-locking would change anything: the digest is only ever
     computed over a lock that describes what is on disk.
     """
+    manifest = as_view(manifest)
+    fast = _fresh_by_bytes(root, manifest, verify_git=verify_git)
+    if fast is not None:
+        return fast
+    return _fresh_by_parsing(root, manifest, verify_git=verify_git)
+
+
+def loads_unvalidated(data: bytes) -> dict[str, Any] | None:
+    """The lock's TOML data without validation (None when it is not TOML of this version): only
+    for reusing git pins when the result is then checked byte for byte against `data`."""
+    import tomllib
+
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return raw if raw.get("version") == LOCK_VERSION else None
+
+
+def has_git_skills(manifest: ManifestView) -> bool:
+    return any(skill.git is not None for skill in manifest.skills.values())
+
+
+def _fresh_by_bytes(
+    root: Path, manifest: ManifestView, *, verify_git: bool = False
+) -> dict[str, Any] | None:
+    """The re-resolved lock when it renders to exactly the bytes on disk (then the lock on disk
+    is this lock: the bytes say so, and there is nothing to parse or validate), else None (the
+    caller decides, with the parsing path's own errors)."""
+    try:
+        on_disk = (root / LOCK_NAME).read_bytes()
+    except OSError:
+        return None
+    previous = None
+    if has_git_skills(manifest):
+        previous = loads_unvalidated(on_disk)  # git pins to reuse; checked by the bytes below
+        if previous is None:
+            return None
+    resolver = resolver_for(root, previous, offline_git=not verify_git)
+    try:
+        relocked = resolver.resolve(manifest)
+    except Exception:  # noqa: BLE001 - any problem is reported by the parsing path
+        return None
+    finally:
+        resolver.stat_cache.save()
+    return relocked if dumps_lock(relocked).encode("utf-8") == on_disk else None
+
+
+def _fresh_by_parsing(
+    root: Path, manifest: ManifestView, *, verify_git: bool = False
+) -> dict[str, Any]:
     current = read_lock(root)
     if current is None:
         raise StaleLock(f"no {LOCK_NAME} in {root}", hint="run 'agentstack lock'")

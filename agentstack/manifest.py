@@ -26,9 +26,27 @@ from pydantic import (
 )
 
 from agentstack.errors import ManifestInvalid, Problem
-
-MANIFEST_NAME = "agentstack.toml"
-LOCK_NAME = "agentstack.lock"
+from agentstack.manifestview import (  # stdlib-only names, re-exported here
+    LOCK_NAME as LOCK_NAME,
+)
+from agentstack.manifestview import (
+    MANIFEST_NAME as MANIFEST_NAME,
+)
+from agentstack.manifestview import (
+    METADATA_HOSTS as METADATA_HOSTS,
+)
+from agentstack.manifestview import (
+    SECRET_PREFIX as SECRET_PREFIX,
+)
+from agentstack.manifestview import (
+    find_project as find_project,
+)
+from agentstack.manifestview import (
+    is_secret as is_secret,
+)
+from agentstack.manifestview import (
+    secret_name as secret_name,
+)
 
 HARNESSES = ("claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode")
 HarnessName = Literal[
@@ -41,7 +59,6 @@ HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionSta
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
-SECRET_PREFIX = "secret:"  # noqa: S105 - a reference prefix, not a secret
 SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # noqa: S105
 FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 ABBREVIATED_COMMIT = re.compile(r"^[0-9a-fA-F]{4,39}$")
@@ -53,9 +70,6 @@ ItemName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
 HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
 Text = Annotated[str, StringConstraints(max_length=8192)]
-
-# Hosts that reach cloud metadata services (link-local reach, a risk finding).
-METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data"})
 
 
 class Model(BaseModel):
@@ -587,20 +601,6 @@ def parse_manifest(data: bytes, file: str = MANIFEST_NAME) -> Manifest:
         raise ManifestInvalid(_problems(exc, file)) from None
 
 
-def find_project(start: Path) -> Path:
-    """The nearest directory at or above `start` holding agentstack.toml."""
-    from agentstack.errors import InvalidInput
-
-    here = start.resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / MANIFEST_NAME).is_file():
-            return candidate
-    raise InvalidInput(
-        f"no {MANIFEST_NAME} in {here} or any parent directory",
-        hint="run 'agentstack init' to create one, or pass --project DIR",
-    )
-
-
 def load_manifest(root: Path) -> Manifest:
     path = root / MANIFEST_NAME
     try:
@@ -612,11 +612,3 @@ def load_manifest(root: Path) -> Manifest:
             f"{path}: no manifest", hint="run 'agentstack init' to create one"
         ) from None
     return parse_manifest(data, MANIFEST_NAME)
-
-
-def is_secret(value: str) -> bool:
-    return value.startswith(SECRET_PREFIX)
-
-
-def secret_name(value: str) -> str:
-    return value[len(SECRET_PREFIX) :]

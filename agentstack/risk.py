@@ -12,7 +12,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentstack.manifest import METADATA_HOSTS
+from agentstack.manifestview import METADATA_HOSTS
 
 # Runners that fetch and execute a package from a registry at launch time.
 _RUNNERS: dict[tuple[str, ...], str] = {

@@ -115,6 +115,11 @@ class _Rule:
     entry: H.SurfaceEntry
     parts: list[str]
 
+    @property
+    def literals(self) -> frozenset[str]:
+        """The pattern's literal segments: a path matches only if it has every one of them."""
+        return frozenset(p for p in self.parts if p != "**" and not any(c in p for c in "*?["))
+
 
 def _rules(targets: list[str]) -> list[_Rule]:
     return [
@@ -189,6 +194,7 @@ def scan(
     if not rules:
         return {}
     anchors = _anchors(rules)
+    literals = [(r, r.literals) for r in rules]
     context = _context(root, lock)
     found: dict[str, list[_Rule]] = {}
     for directory, dirs, files in os.walk(root):
@@ -202,7 +208,8 @@ def scan(
                 fnmatch.fnmatchcase(p, a) for p in parts for a in anchors if "*" in a
             ):
                 continue
-            matched = [r for r in rules if _match(r.parts, parts)]
+            present = set(parts)
+            matched = [r for r, need in literals if need <= present and _match(r.parts, parts)]
             if matched:
                 found["/".join(parts)] = matched
     out: dict[str, dict[str, Any]] = {}

@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 import time
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -132,6 +131,10 @@ class StatCache:
         self.path = path
         self._entries: dict[str, list[int | str]] = {}
         self._dirty = False
+        # Pruning: trees walked completely in this session, and every file seen in them. An
+        # entry under such a tree that was not seen belongs to a file that is gone.
+        self._walked: list[str] = []
+        self._seen: set[str] = set()
         if path is not None:
             self._load(path)
 
@@ -150,6 +153,7 @@ class StatCache:
         return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
     def lookup(self, abspath: str, st: os.stat_result) -> str | None:
+        self._seen.add(abspath)
         cached = self._entries.get(abspath)
         if (
             not isinstance(cached, list)
@@ -168,12 +172,33 @@ class StatCache:
     def store(self, abspath: str, st: os.stat_result, digest: str, hashed_ns: int) -> None:
         """Remember `digest` for `st`; `hashed_ns` is when reading began (the racy reference)."""
         self._entries[abspath] = [*self._key(st), digest, hashed_ns]
+        self._seen.add(abspath)
         self._dirty = True
 
+    def walked(self, root: str, seen: Iterable[str]) -> None:
+        """`root` was walked completely and held exactly the files `seen` (absolute paths)."""
+        self._walked.append(root.rstrip("/") + "/")
+        self._seen.update(seen)
+
+    def prune(self) -> int:
+        """Drop the entries of files no longer present under the trees walked; how many."""
+        if not self._walked:
+            return 0
+        prefixes, seen = tuple(self._walked), self._seen
+        gone = [k for k in self._entries if k.startswith(prefixes) and k not in seen]
+        for key in gone:
+            del self._entries[key]
+        if gone:
+            self._dirty = True
+        return len(gone)
+
     def save(self) -> None:
+        self.prune()
         if self.path is None or not self._dirty:
             return
         payload = {"version": self.VERSION, "entries": self._entries}
+        import tempfile
+
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".statcache-")
@@ -195,6 +220,10 @@ def _hash_fd(fd: int, size: int) -> str:
     read_size = 16 * _CHUNK if big else max(size + 1, 4096)
     while chunk := os.read(fd, read_size):
         hasher.update(chunk)
+        if len(chunk) < read_size and not big:
+            # A short read of a regular file is its end (one read, not two, per small file);
+            # a file that grew meanwhile still ends in a full read and is read on.
+            break
     return DIGEST_PREFIX + hasher.hexdigest()
 
 
@@ -204,6 +233,12 @@ def hash_regular_file(path: Path | str, st: os.stat_result, cache: StatCache | N
         hit = cache.lookup(abspath, st)
         if hit is not None:
             return hit
+    return _read_digest(abspath, st, cache)
+
+
+def _read_digest(abspath: str, st: os.stat_result, cache: StatCache | None) -> str:
+    """Read and hash a regular file (no cache lookup); remember the digest in `cache`."""
+    path = abspath
     started_ns = time.time_ns()
     fd = os.open(abspath, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -293,6 +328,24 @@ def walk_tree(
 
     A directory whose name is in `exclude` is skipped (at any depth) and its tree-relative path is
     appended to `excluded`, so the caller can show what was left out."""
+    return [
+        TreeEntry(path=p, kind=k, executable=x, size=n, digest=d)
+        for p, k, x, n, d in walk_rows(root, cache, exclude=exclude, excluded=excluded)
+    ]
+
+
+Row = tuple[str, EntryKind, bool, int, str]  # path, kind, executable, size, digest
+
+
+def walk_rows(
+    root: Path,
+    cache: StatCache | None = None,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    excluded: list[str] | None = None,
+) -> list[Row]:
+    """`walk_tree` as plain tuples (path, kind, executable, size, digest), in walk order: the
+    lock's hot path, without an object per file."""
     try:
         st = os.lstat(root)
     except FileNotFoundError:
@@ -305,59 +358,134 @@ def walk_tree(
         raise TreeHashError(f"{root}: not a directory")
     links: dict[str, str] = {}
     skipped: list[str] = [] if excluded is None else excluded
-    entries = list(_walk(root, "", cache, links, exclude, skipped))
+    rows: list[Row] = []
+    seen: list[str] = []
+    _Walk(root, cache, links, exclude, skipped, rows, seen).directory("")
     check_links(str(root), links)
-    return entries
+    if cache is not None:
+        cache.walked(str(root), seen)
+    return rows
 
 
-def _walk(
-    root: Path,
-    prefix: str,
-    cache: StatCache | None,
-    links: dict[str, str],
-    exclude: frozenset[str] = frozenset(),
-    excluded: list[str] | None = None,
-) -> Iterator[TreeEntry]:
-    # Hot loop (10,000-file trees): plain strings, no Path objects, error text built on failure.
-    directory = os.path.join(root, prefix) if prefix else str(root)
-    seen: dict[str, str] = {}
-    with os.scandir(directory) as it:
-        children = sorted(it, key=lambda d: os.fsencode(d.name))
-    for child in children:
-        name = child.name
-        rel = f"{prefix}/{name}" if prefix else name
-        if not (name.isascii() and name.isprintable()) or name in (".", ".."):
-            check_name(name, os.path.join(root, rel))
-        key = name.lower() if name.isascii() else _collision_key(name)
-        if key in seen:
-            raise TreeHashError(
-                f"{root / rel}: collides with {seen[key]!r} on a case-insensitive file system",
-                hint="rename one of them",
-            )
-        seen[key] = name
-        st = child.stat(follow_symlinks=False)
-        mode = st.st_mode
-        if stat.S_ISDIR(mode):
-            if name in exclude:
-                if excluded is not None:
-                    excluded.append(rel)
-                continue
-            yield from _walk(root, rel, cache, links, exclude, excluded)
-        elif stat.S_ISREG(mode):
-            yield TreeEntry(
-                path=rel,
-                kind="file",
-                executable=bool(mode & stat.S_IXUSR),
-                size=st.st_size,
-                digest=hash_regular_file(child.path, st, cache),
-            )
-        elif stat.S_ISLNK(mode):
-            target = os.readlink(child.path)
-            raw = os.fsencode(target)
-            links[rel] = target
-            yield TreeEntry(
-                path=rel, kind="link", executable=False, size=len(raw), digest=bytes_digest(raw)
-            )
-        else:
-            kind = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
-            raise TreeHashError(f"{root / rel}: is a {kind}; only files and links can be pinned")
+class _Walk:
+    """One walk: the hot loop of a large lock (plain strings, tuples, inline cache lookups;
+    error text is built only on failure)."""
+
+    def __init__(
+        self,
+        root: Path,
+        cache: StatCache | None,
+        links: dict[str, str],
+        exclude: frozenset[str],
+        excluded: list[str],
+        rows: list[Row],
+        seen: list[str],
+    ) -> None:
+        self.root, self.top = root, str(root)
+        self.cache, self.links, self.exclude, self.excluded = cache, links, exclude, excluded
+        self.rows, self.seen = rows, seen
+        self.entries = cache._entries if cache is not None else None
+
+    def directory(self, prefix: str) -> None:
+        root = self.root
+        directory = os.path.join(self.top, prefix) if prefix else self.top
+        with os.scandir(directory) as it:
+            # By name: the order errors are found in (rows are sorted by raw bytes later).
+            children = sorted(it, key=_by_name)
+        names: dict[str, str] = {}
+        rows, seen, entries, cache = self.rows, self.seen, self.entries, self.cache
+        slack = RACY_SLACK_NS
+        for child in children:
+            name = child.name
+            rel = f"{prefix}/{name}" if prefix else name
+            if name.isascii():
+                if not name.isprintable() or name == "." or name == "..":
+                    check_name(name, os.path.join(root, rel))
+                key = name.lower()
+            else:
+                check_name(name, os.path.join(root, rel))
+                key = _collision_key(name)
+            if key in names:
+                raise TreeHashError(
+                    f"{root / rel}: collides with {names[key]!r} on a case-insensitive file system",
+                    hint="rename one of them",
+                )
+            names[key] = name
+            st = child.stat(follow_symlinks=False)
+            mode = st.st_mode
+            kind = mode & _S_IFMT
+            if kind == _S_IFREG:
+                path = child.path
+                digest = None
+                if entries is not None:
+                    cached = entries.get(path)
+                    # Inline StatCache.lookup: the same fields, the same racy rule.
+                    if (
+                        type(cached) is list
+                        and len(cached) == 7
+                        and cached[3] == st.st_mtime_ns
+                        and cached[4] == st.st_ctime_ns
+                        and cached[2] == st.st_size
+                        and cached[1] == st.st_ino
+                        and cached[0] == st.st_dev
+                        and type(cached[5]) is str
+                        and type(cached[6]) is int
+                        and st.st_mtime_ns < cached[6] - slack
+                        and st.st_ctime_ns < cached[6] - slack
+                    ):
+                        digest = cached[5]
+                if digest is None:
+                    digest = _read_digest(path, st, cache)
+                seen.append(path)
+                rows.append((rel, "file", mode & 0o100 != 0, st.st_size, digest))
+            elif kind == _S_IFDIR:
+                if name in self.exclude:
+                    self.excluded.append(rel)
+                    continue
+                self.directory(rel)
+            elif kind == _S_IFLNK:
+                target = os.readlink(child.path)
+                raw = os.fsencode(target)
+                self.links[rel] = target
+                rows.append((rel, "link", False, len(raw), bytes_digest(raw)))
+            else:
+                what = (
+                    "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
+                )
+                raise TreeHashError(
+                    f"{root / rel}: is a {what}; only files and links can be pinned"
+                )
+
+
+_S_IFMT, _S_IFREG, _S_IFDIR, _S_IFLNK = (
+    stat.S_IFMT(0o177777),
+    stat.S_IFREG,
+    stat.S_IFDIR,
+    stat.S_IFLNK,
+)
+
+
+def _by_name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
+_KIND_FRAMES = {"file": _frame(b"file"), "link": _frame(b"link")}
+_MODE_FRAMES = {True: _frame(b"x"), False: _frame(b"-")}
+
+
+def tree_digest_rows(rows: list[Row]) -> str:
+    """`tree_digest` of rows already sorted by raw UTF-8 path bytes (the same framing)."""
+    parts: list[bytes] = []
+    add = parts.append
+    for path, kind, executable, _size, digest in rows:
+        raw = path.encode("utf-8")
+        value = digest.encode()
+        add(_KIND_FRAMES[kind])
+        add(len(raw).to_bytes(8, "big"))
+        add(raw)
+        add(_MODE_FRAMES[executable])
+        add(len(value).to_bytes(8, "big"))
+        add(value)
+    hasher = blake3.blake3(TREE_DOMAIN)
+    hasher.update(b"".join(parts))
+    return DIGEST_PREFIX + hasher.hexdigest()
