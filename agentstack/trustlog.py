@@ -23,6 +23,7 @@ Standard library + blake3 only: the guard hook imports this module on every tool
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -496,7 +497,6 @@ class TrustLog:
                     # both states a reader accepts and the next writer resolves.)
                     try:
                         os.ftruncate(fd, keep)
-                        os.fsync(fd)
                     except OSError:
                         raise storage_error(
                             exc,
@@ -505,6 +505,8 @@ class TrustLog:
                             "taking the line back failed too, so it may be kept as the last "
                             "record (see 'agentstack trust log --verify')",
                         ) from exc
+                    with contextlib.suppress(OSError):
+                        os.fsync(fd)  # best effort: a line that came back would only be pending
                     raise
             finally:
                 if fd is not None:

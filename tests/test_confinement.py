@@ -16,6 +16,7 @@ import http.server
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -411,6 +412,26 @@ def test_credential_proxy_end_to_end(tmp_path: Path, var_home: Path) -> None:
         direct = run_cli("run", "--", PYTHON or "python3", "-I", "probe.py", "direct", "connect",
                          "127.0.0.1", str(port), cwd=root, env=env)
         assert direct.returncode == 1 and "EACCES" in direct.stdout
+
+        # Inside run, stat() of the store (which Landlock cannot deny) says nothing of a
+        # secret's length; a secret an older version stored bare is padded before the sandbox
+        # starts, and the upstream still receives exactly the secret.
+        from agentstack.secrets import FILE_BYTES
+
+        store = Path(os.environ["AGENTSTACK_HOME"]) / "secrets"
+        (store / "anthropic").write_bytes(real.encode())  # as an older agentstack stored it
+        assert run_cli("secret", "set", "other", cwd=root, input="x" * 500).returncode == 0
+        sizes = run_cli("run", "--", PYTHON or "python3", "-I", "probe.py", "direct", "stat",
+                        str(store / "anthropic"), str(store / "other"), cwd=root, env=env)
+        assert sizes.returncode == 0, sizes.stdout + sizes.stderr
+        seen = set(re.findall(r"size=(\d+),blocks=(\d+)", sizes.stdout))
+        assert len(seen) == 1 and {int(s) for s, _ in seen} == {FILE_BYTES}, sizes.stdout
+        read = run_cli("run", "--", PYTHON or "python3", "-I", "probe.py", "direct", "read",
+                       str(store / "anthropic"), cwd=root, env=env)
+        assert read.returncode == 1 and "DENIED EACCES" in read.stdout
+        again = run_cli("run", "--", PYTHON or "python3", "-I", "probe.py", "direct", "http",
+                        "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "x-api-key", cwd=root, env=env)
+        assert again.returncode == 0 and upstream.seen[-1]["x-api-key"] == real
 
 
 def test_doctor_verify(tmp_path: Path) -> None:

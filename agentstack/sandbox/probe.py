@@ -80,6 +80,12 @@ def op_append(path: str) -> str:
     return "appended"
 
 
+def op_stat(*paths: str) -> str:
+    """What stat() tells about files the process cannot read (Landlock does not cover it)."""
+    infos = [os.stat(path) for path in paths]
+    return " ".join(f"size={i.st_size},blocks={i.st_blocks}" for i in infos)
+
+
 def op_create(directory: str) -> str:
     path = os.path.join(directory, f"probe-{os.getpid()}.txt")
     with open(path, "xb") as handle:
@@ -472,7 +478,7 @@ OPS: dict[str, Callable[..., str]] = {
     "userfaultfd": op_userfaultfd, "perf": op_perf, "vm_read": op_vm_read, "setns": op_setns,
     "tiocsti": op_tiocsti, "http": op_http, "fastopen": op_fastopen,
     "stream_proto": op_stream_proto, "join_group": op_join_group, "terminal": op_terminal,
-    "proxy": op_proxy, "outlive": op_outlive,
+    "proxy": op_proxy, "outlive": op_outlive, "stat": op_stat,
 }
 
 

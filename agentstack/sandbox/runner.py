@@ -178,32 +178,47 @@ class Proxy:
         nono = load_nono()
         store = SecretStore(Path(policy.agentstack_home))
         routes = []
-        for cred in policy.credentials:
-            if not store.path(cred.secret).is_file():
-                raise ConfinementError(
-                    f"sandbox.credentials.{cred.name} needs secret:{cred.secret}, which is not "
-                    "set",
-                    hint=f"agentstack secret set {cred.secret}",
-                )
-            path = store.check(cred.secret)  # ownership and mode, without reading it
-            routes.append(
-                nono.RouteConfig(
-                    prefix=cred.name,
-                    upstream=cred.upstream.rstrip("/"),
-                    credential_key=f"file://{path}",
-                    inject_mode=nono.InjectMode.HEADER,
-                    inject_header=cred.header,
-                    credential_format="Bearer {}" if cred.header.lower() == "authorization"
-                    else "{}",
-                    env_var=cred.env,
-                )
-            )
+        # Each secret reaches nono through a memfd of this process (`file:///proc/self/fd/N`,
+        # read once while the proxy starts, closed before anything is launched), never by the
+        # store's path: the sandbox cannot read the store, but it can stat() it, so the store
+        # keeps every secret padded to one size, and nono would inject the padding.
+        handles: list[int] = []
         try:
-            self.handle = nono.start_proxy(
-                nono.ProxyConfig(allowed_hosts=list(policy.allow_domains), routes=routes)
-            )
-        except (RuntimeError, OSError, ValueError) as exc:
-            raise ConfinementError(f"the credential proxy did not start: {exc}") from None
+            for cred in policy.credentials:
+                if not store.path(cred.secret).is_file():
+                    raise ConfinementError(
+                        f"sandbox.credentials.{cred.name} needs secret:{cred.secret}, which is "
+                        "not set",
+                        hint=f"agentstack secret set {cred.secret}",
+                    )
+                store.seal(cred.secret)  # a secret an older agentstack stored bare: padded now
+                handle = os.memfd_create(f"agentstack-secret-{cred.name}", os.MFD_CLOEXEC)
+                handles.append(handle)
+                value = store.get(cred.secret).encode("utf-8")
+                view = memoryview(value)
+                while view:
+                    view = view[os.write(handle, view):]
+                routes.append(
+                    nono.RouteConfig(
+                        prefix=cred.name,
+                        upstream=cred.upstream.rstrip("/"),
+                        credential_key=f"file:///proc/self/fd/{handle}",
+                        inject_mode=nono.InjectMode.HEADER,
+                        inject_header=cred.header,
+                        credential_format="Bearer {}" if cred.header.lower() == "authorization"
+                        else "{}",
+                        env_var=cred.env,
+                    )
+                )
+            try:
+                self.handle = nono.start_proxy(
+                    nono.ProxyConfig(allowed_hosts=list(policy.allow_domains), routes=routes)
+                )
+            except (RuntimeError, OSError, ValueError) as exc:
+                raise ConfinementError(f"the credential proxy did not start: {exc}") from None
+        finally:
+            for handle in handles:
+                os.close(handle)
         problems = [d for d in self.handle.diagnostics() if d.get("severity") != "info"]
         if problems:
             self.handle.shutdown()

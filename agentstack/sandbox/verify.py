@@ -40,6 +40,7 @@ DENIED_LINE = re.compile(r"^DENIED (EACCES Permission denied|EPERM Operation not
 PROXY_DENIED_LINE = re.compile(r"^DENIED PROXY (403|407|404|dropped)$", re.MULTILINE)
 PROBE_NAME = ".agentstack-probe.py"
 SECRET_NAME = "VERIFY_KEY"  # noqa: S105 - the name of a decoy secret, not a secret
+SHORT_SECRET_NAME = "VERIFY_SHORT"  # noqa: S105 - a second one, one character long
 PHANTOM_ENV = "MOCK_API_KEY"
 BASE_URL_ENV = "MOCK_BASE_URL"
 ROW_TIMEOUT = 30.0
@@ -68,6 +69,10 @@ ROWS: tuple[Row, ...] = (
         ("{agentstack_home}/trust.jsonl",)),
     Row("secret-store", "read a file of the secret store", "read",
         ("{agentstack_home}/secrets/" + SECRET_NAME,)),
+    # Landlock cannot deny stat(): the store pads every secret to one size instead.
+    Row("secret-size", "stat() stored secrets of different lengths: one size, one block count",
+        "stat", ("{agentstack_home}/secrets/" + SECRET_NAME,
+                 "{agentstack_home}/secrets/" + SHORT_SECRET_NAME), expect="allow"),
     Row("etc-shadow", "read /etc/shadow", "read", ("/etc/shadow",)),
     Row("raw-disk", "read the block device under /", "read", ("{disk}",)),
     Row("proc-sys-write", "write /proc/sys/kernel/hostname", "append",
@@ -312,6 +317,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         (base / "sibling" / "notes.txt").write_text("DECOY-SIBLING\n")
         real_secret = "real-" + secrets.token_hex(16)
         SecretStore(state).set(SECRET_NAME, real_secret)
+        SecretStore(state).set(SHORT_SECRET_NAME, "x")
         shutil.copyfile(Path(__file__).with_name("probe.py"), workdir / PROBE_NAME)
 
         denied_accepts: list[str] = []
@@ -427,6 +433,8 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
         return RowResult(row.name, mode, row.what, passed, code, text, detail)
     passed = code == 0 and text.startswith("ALLOWED")
     detail = "" if passed else "expected the operation to succeed"
+    if passed and row.op == "stat":
+        passed, detail = _check_sizes(text)
     if passed and row.name == "proxy":
         passed, detail = _check_proxy(sc, text, sc.upstream.received[before:])
     return RowResult(row.name, mode, row.what, passed, code, _redact(text, sc), detail)
@@ -467,6 +475,16 @@ def _check_proxy(sc: Scenario, text: str, received: list[dict[str, str]]) -> tup
     if not match or match.group(1) == sc.real_secret:
         return False, "the process did not hold a phantom token"
     return True, "upstream got the real key; the process saw only a phantom token"
+
+
+def _check_sizes(text: str) -> tuple[bool, str]:
+    from agentstack.secrets import FILE_BYTES
+
+    seen = set(re.findall(r"size=(\d+),blocks=(\d+)", text))
+    sizes = {int(size) for size, _ in seen}
+    if sizes != {FILE_BYTES} or len(seen) != 1:
+        return False, f"stat() shows {sorted(seen)}: a secret's size tells its length"
+    return True, f"every secret is {FILE_BYTES} bytes in the same blocks"
 
 
 def _redact(text: str, sc: Scenario) -> str:
