@@ -456,6 +456,32 @@ def op_outlive(pids_file: str, depth: str = "100") -> str:
     return f"left {len(pids)} processes running"
 
 
+# What git (or a tool that opens the directory) runs later, planted by `git_plant`; the row then
+# checks that `run`'s watch reports every one of them.
+PLANTS = {
+    ".git/commondir": "../../elsewhere\n",
+    ".git/hooks/post-checkout": "#!/bin/sh\necho planted\n",
+    ".git/info/attributes": "* filter=planted\n",
+    "nested/.git/config": "[core]\n\tfsmonitor = echo planted\n",
+    "wt/.git": "gitdir: /var/tmp/elsewhere/.git/worktrees/wt\n",
+    ".gitmodules": '[submodule "m"]\n\tpath = m\n\turl = ./m\n',
+    ".envrc": "echo planted\n",
+    ".vscode/tasks.json": '{"tasks": [{"runOptions": {"runOn": "folderOpen"}}]}\n',
+    ".claude/settings.json": '{"hooks": {}}\n',
+}
+
+
+def op_git_plant(workdir: str) -> str:
+    with open(os.path.join(workdir, ".git", "config"), "a", encoding="utf-8") as handle:
+        handle.write("[core]\n\tfsmonitor = echo planted\n")
+    for relative, text in PLANTS.items():
+        path = os.path.join(workdir, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return f"planted .git/config and {len(PLANTS)} files"
+
+
 def op_http(base_env: str, key_env: str, header: str) -> str:
     import urllib.request
 
@@ -478,7 +504,7 @@ OPS: dict[str, Callable[..., str]] = {
     "userfaultfd": op_userfaultfd, "perf": op_perf, "vm_read": op_vm_read, "setns": op_setns,
     "tiocsti": op_tiocsti, "http": op_http, "fastopen": op_fastopen,
     "stream_proto": op_stream_proto, "join_group": op_join_group, "terminal": op_terminal,
-    "proxy": op_proxy, "outlive": op_outlive, "stat": op_stat,
+    "proxy": op_proxy, "outlive": op_outlive, "stat": op_stat, "git_plant": op_git_plant,
 }
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agentstack.sandbox import watch as _watch
 from agentstack.sandbox.policy import SandboxPolicy
 
 MODES = ("direct", "grandchild", "detached")
@@ -54,7 +55,7 @@ class Row:
     what: str
     op: str
     args: tuple[str, ...] = ()
-    expect: Literal["deny", "allow", "gone"] = "deny"
+    expect: Literal["deny", "allow", "gone", "reported"] = "deny"
     modes: tuple[str, ...] = MODES
     harness: str | None = None  # run under that harness's profile (private state, install dir)
 
@@ -157,6 +158,12 @@ ROWS: tuple[Row, ...] = (
         ("{claude_state}",), expect="allow", modes=("direct",), harness="claude-code"),
     Row("outlive", "nothing outlives run: a 100-deep chain and a forking setsid() daemon",
         "outlive", ("{workdir}/.outlive-pids",), expect="gone", modes=("direct",)),
+    # Landlock cannot keep these read-only inside a writable workdir: run watches them instead,
+    # and the row passes only when the watch reports every one once the tree is gone.
+    Row("git-watch", "plant what git or an editor runs later (.git/config, commondir, hooks, "
+        "info/attributes, a nested repository, a worktree's .git file, .gitmodules, .envrc, "
+        ".vscode/tasks.json, .claude/settings.json): run reports each", "git_plant",
+        ("{workdir}",), expect="reported"),
     Row("workdir", "the workdir and TMPDIR are readable and writable", "workdir",
         expect="allow", modes=("direct",)),
     Row("allowed-port", "connect to the allowed localhost port", "connect",
@@ -319,6 +326,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         SecretStore(state).set(SECRET_NAME, real_secret)
         SecretStore(state).set(SHORT_SECRET_NAME, "x")
         shutil.copyfile(Path(__file__).with_name("probe.py"), workdir / PROBE_NAME)
+        _git_dir(workdir)
 
         denied_accepts: list[str] = []
         allowed, denied = _listener(), _listener(accepted=denied_accepts)
@@ -403,6 +411,7 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
                          skipped=True)
     before = len(sc.upstream.received)
     accepts_before = len(sc.denied_accepts)
+    watched = _watch.snapshot(sc.workdir) if row.expect == "reported" else {}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb"}
     with confined(sc.workdir, sc.policy_for(row), sc.argv(row, mode), env, interactive=False,
                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -418,6 +427,8 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
     text = out.decode("utf-8", "replace").strip()
     if row.expect == "gone":
         return _check_gone(row, mode, code, text, Path(row.args[0].format(**sc.values)))
+    if row.expect == "reported":
+        return _check_reported(sc, row, mode, code, text, watched)
     if row.expect == "deny":
         pattern = PROXY_DENIED_LINE if row.op == "proxy" else DENIED_LINE
         passed = code != 0 and bool(pattern.search(text)) and "ENOENT" not in text
@@ -438,6 +449,45 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
     if passed and row.name == "proxy":
         passed, detail = _check_proxy(sc, text, sc.upstream.received[before:])
     return RowResult(row.name, mode, row.what, passed, code, _redact(text, sc), detail)
+
+
+def _check_reported(sc: Scenario, row: Row, mode: str, code: int | None, text: str,
+                     before: dict[str, Any]) -> RowResult:
+    """Everything the probe planted is reported by the watch `run` uses (taken once `confined`
+    has returned, i.e. once the session's tree is gone); the plants are removed afterwards."""
+    from agentstack.sandbox.probe import PLANTS
+
+    changes = _watch.compare(before, _watch.snapshot(sc.workdir))
+    lines = _watch.report(changes)
+    reported = {c.path for c in changes if c.category in ("git-exec", "on-open", "harness")}
+    expected = {".git/config", *PLANTS}
+    missing = sorted(expected - reported)
+    _unplant(sc.workdir)
+    passed = code == 0 and text.startswith("ALLOWED") and not missing and bool(lines)
+    detail = "" if passed else (
+        f"not reported: {', '.join(missing)}" if missing else "the probe did not plant")
+    return RowResult(row.name, mode, row.what, passed, code,
+                     f"{text}; reported {len(reported)} paths", detail)
+
+
+def _git_dir(workdir: Path) -> None:
+    """A minimal git directory written by hand (no git is run): what the watch walks."""
+    git = workdir / ".git"
+    (git / "hooks").mkdir(parents=True, exist_ok=True)
+    (git / "info").mkdir(exist_ok=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = false\n")
+
+
+def _unplant(workdir: Path) -> None:
+    from agentstack.sandbox.probe import PLANTS
+
+    for relative in PLANTS:
+        with contextlib.suppress(OSError):
+            (workdir / relative).unlink()
+    for directory in ("nested", "wt", ".vscode", ".claude"):
+        shutil.rmtree(workdir / directory, ignore_errors=True)
+    _git_dir(workdir)
 
 
 def _check_gone(row: Row, mode: str, code: int | None, text: str, pids_file: Path) -> RowResult:
