@@ -123,6 +123,9 @@ def rules(*, allow_udp: bool) -> list[Rule]:
     out.append(Rule("ioctl", "cmd == TIOCLINUX", "EPERM", "virtual-console control"))
     out.append(Rule("socket", "family not in AF_UNIX, AF_INET, AF_INET6, AF_NETLINK", "EPERM",
                     "packet, Bluetooth, vsock, AF_ALG and other families"))
+    out.append(Rule("socket", "AF_UNIX (socketpair() stays)", "EPERM",
+                    "Landlock does not mediate connect() to a pathname unix socket: a D-Bus "
+                    "session bus, docker.sock or a database socket would be reachable by path"))
     out.append(Rule("socket", "AF_NETLINK with protocol != NETLINK_ROUTE", "EPERM",
                     "kernel interfaces other than routing information"))
     for name in FASTOPEN_FLAG_ARG:
@@ -177,6 +180,10 @@ def build_program(*, allow_udp: bool = False) -> bytes:
     for family in [0, *range(3, AF_INET6), *range(AF_INET6 + 1, AF_NETLINK)]:
         flt.add_rule(eperm, "socket", arg(0, masked, LOW32, family))
     flt.add_rule(eperm, "socket", arg(0, gt, AF_MAX_CHECKED))
+    # A unix socket of its own (socket(), not socketpair()) is how a process reaches a pathname
+    # socket, which Landlock (ABI <= 7) does not mediate: refused. socketpair() (a parent and its
+    # child talking, as Node and Python do for child processes) stays.
+    flt.add_rule(eperm, "socket", arg(0, masked, LOW32, AF_UNIX))
     flt.add_rule(eperm, "socket", arg(0, masked, LOW32, AF_NETLINK), arg(2, ne, NETLINK_ROUTE))
     for name, index in FASTOPEN_FLAG_ARG.items():
         flt.add_rule(eperm, name, arg(index, masked, MSG_FASTOPEN, MSG_FASTOPEN))

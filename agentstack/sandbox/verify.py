@@ -114,6 +114,9 @@ ROWS: tuple[Row, ...] = (
         ("smuggle", "127.0.0.1:{denied_port}")),
     Row("abstract-unix", "connect to an abstract unix socket outside (a real listener)",
         "unix", ("{abstract}",)),
+    Row("unix-path", "connect to a pathname unix socket outside every grant (a real listener; "
+        "Landlock does not mediate it, seccomp refuses socket(AF_UNIX))", "unix",
+        ("{unix_path}",)),
     Row("udp", "send UDP to 127.0.0.1 (a real listener)", "udp", ("127.0.0.1", "{udp_port}")),
     Row("raw-socket", "open a raw ICMP socket", "socket", ("raw",)),
     Row("packet-socket", "open an AF_PACKET socket", "socket", ("packet",)),
@@ -333,7 +336,9 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         udp = _listener(socket.SOCK_DGRAM)
         abstract = f"@agentstack-verify-{os.getpid()}-{secrets.token_hex(4)}"
         unix = _listener(socket.SOCK_STREAM, family=socket.AF_UNIX, address="\0" + abstract[1:])
-        sockets.extend([allowed, denied, udp, unix])
+        unix_path = base / "outside" / "agent.sock"
+        by_path = _listener(socket.SOCK_STREAM, family=socket.AF_UNIX, address=str(unix_path))
+        sockets.extend([allowed, denied, udp, unix, by_path])
         upstream = _Upstream(("127.0.0.1", 0), _Handler)
         upstream.received = []
         threading.Thread(target=upstream.serve_forever, daemon=True).start()
@@ -373,6 +378,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             "decoy": str(decoy.pid), "parent": str(os.getpid()),
             "disk": _root_block_device() or "", "base_url_env": BASE_URL_ENV,
             "abstract": abstract, "terminal": os.ttyname(terminal_slave),
+            "unix_path": str(unix_path),
             "upstream_port": str(upstream.server_address[1]),
             "claude_state": str(harness_policies["claude-code"].harness_state) + "/claude",
             "phantom_env": PHANTOM_ENV,
