@@ -195,6 +195,13 @@ def op_unix(address: str) -> str:
     return f"connected to unix socket {address}"
 
 
+def op_listen() -> str:
+    """listen() on a TCP socket never bound: the kernel picks a port on every address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.listen(1)
+        return f"listening on {sock.getsockname()}"
+
+
 def op_udp(host: str, port: str) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.sendto(b"probe", (host, int(port)))
@@ -505,6 +512,7 @@ OPS: dict[str, Callable[..., str]] = {
     "tiocsti": op_tiocsti, "http": op_http, "fastopen": op_fastopen,
     "stream_proto": op_stream_proto, "join_group": op_join_group, "terminal": op_terminal,
     "proxy": op_proxy, "outlive": op_outlive, "stat": op_stat, "git_plant": op_git_plant,
+    "listen": op_listen,
 }
 
 

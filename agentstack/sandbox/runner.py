@@ -120,7 +120,12 @@ def check_enforceable(policy: SandboxPolicy) -> Enforcement:
         try:
             from agentstack.sandbox.seccomp import build_program
 
-            program = build_program(allow_udp=not policy.network_block)
+            # With no port to bind, nothing may listen: listen() on an unbound socket would
+            # bind an ephemeral port itself, where Landlock's bind rules never look.
+            program = build_program(
+                allow_udp=not policy.network_block,
+                allow_listen=bool(policy.localhost_ports) or not policy.network_block,
+            )
         except ImportError as exc:
             raise ConfinementError(
                 f"seccomp is not usable: {exc}",

@@ -109,8 +109,12 @@ class Rule:
     why: str
 
 
-def rules(*, allow_udp: bool) -> list[Rule]:
+def rules(*, allow_udp: bool, allow_listen: bool = True) -> list[Rule]:
     out = [Rule(name, "always", "EPERM", why) for name, why in BLOCKED_SYSCALLS.items()]
+    if not allow_listen:
+        out.append(Rule("listen", "always (no sandbox.network.localhost_ports)", "EPERM",
+                        "listen() on an unbound TCP socket binds an ephemeral port on every "
+                        "address, past Landlock's bind rules"))
     out.append(Rule("clone3", "always", "ENOSYS", "libc falls back to clone(), whose flags "
                     "seccomp can inspect"))
     for flag in CLONE_NAMESPACES:
@@ -149,9 +153,12 @@ def _pyseccomp() -> Any:
     return pyseccomp
 
 
-@functools.lru_cache(maxsize=2)
-def build_program(*, allow_udp: bool = False) -> bytes:
+@functools.lru_cache(maxsize=4)
+def build_program(*, allow_udp: bool = False, allow_listen: bool = True) -> bytes:
     """The blocklist compiled to classic BPF for this machine's native architecture.
+
+    `allow_listen=False` (a policy that lets the process bind no port) refuses listen() too:
+    Landlock checks bind(), but listen() on an unbound socket binds an ephemeral port itself.
 
     Raises ImportError when pyseccomp or libseccomp is missing, OSError when libseccomp fails."""
     sc = _pyseccomp()
@@ -168,6 +175,8 @@ def build_program(*, allow_udp: bool = False) -> bytes:
             # A syscall this architecture does not have (iopl on aarch64) cannot be made.
             if exc.errno not in (errno.EDOM, errno.EINVAL, errno.EFAULT):
                 raise
+    if not allow_listen:
+        flt.add_rule(eperm, "listen")
     flt.add_rule(enosys, "clone3")
     for flag in CLONE_NAMESPACES.values():
         flt.add_rule(eperm, "clone", arg(0, masked, flag, flag))

@@ -58,6 +58,7 @@ class Row:
     expect: Literal["deny", "allow", "gone", "reported"] = "deny"
     modes: tuple[str, ...] = MODES
     harness: str | None = None  # run under that harness's profile (private state, install dir)
+    no_ports: bool = False  # under a policy without sandbox.network.localhost_ports
 
 
 ROWS: tuple[Row, ...] = (
@@ -118,6 +119,8 @@ ROWS: tuple[Row, ...] = (
         "Landlock does not mediate it, seccomp refuses socket(AF_UNIX))", "unix",
         ("{unix_path}",)),
     Row("udp", "send UDP to 127.0.0.1 (a real listener)", "udp", ("127.0.0.1", "{udp_port}")),
+    Row("listen-unbound", "listen() on a TCP socket never bound (the kernel would pick a port on "
+        "every address) under a policy with no localhost_ports", "listen", no_ports=True),
     Row("raw-socket", "open a raw ICMP socket", "socket", ("raw",)),
     Row("packet-socket", "open an AF_PACKET socket", "socket", ("packet",)),
     Row("netlink-audit", "open a NETLINK_AUDIT socket", "socket", ("netlink-audit",)),
@@ -290,7 +293,10 @@ class Scenario:
     denied_accepts: list[str] = field(default_factory=list)
 
     def policy_for(self, row: Row) -> SandboxPolicy:
-        return self.policy if row.harness is None else self.harness_policies[row.harness]
+        from dataclasses import replace
+
+        policy = self.policy if row.harness is None else self.harness_policies[row.harness]
+        return replace(policy, localhost_ports=()) if row.no_ports else policy
 
     def argv(self, row: Row, mode: str) -> list[str]:
         args = [a.format(**self.values) for a in row.args]
