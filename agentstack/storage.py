@@ -92,7 +92,7 @@ class StorageError(Refused, OSError):
         if self.recorded:
             lines.append("already recorded (kept): " + "; ".join(self.recorded))
         else:
-            lines.append("nothing was recorded")
+            lines.append("nothing was recorded in the trust log")
         if self.hint:
             lines.append(f"hint: {self.hint}")
         return lines
@@ -118,9 +118,22 @@ def storage_error(
     return StorageError(code=exc.errno, path=path, not_done=not_done, next_step=next_step)
 
 
+def as_refusal(exc: BaseException) -> StorageError | None:
+    """For a command's last line of defence: a storage `OSError` that no writer turned into a
+    StorageError yet (a `mkdir`, say), as one; None for anything else."""
+    if isinstance(exc, StorageError):
+        return exc
+    if not is_storage_error(exc):
+        return None
+    assert isinstance(exc, OSError)
+    path = exc.filename if isinstance(exc.filename, str) else "agentstack's state"
+    return StorageError(code=exc.errno, path=path, not_done=f"writing {path}")
+
+
 __all__ = [
     "STORAGE_ERRNOS",
     "StorageError",
+    "as_refusal",
     "is_storage_error",
     "note_recorded",
     "recorded",

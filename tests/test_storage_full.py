@@ -45,10 +45,10 @@ from pathlib import Path
 def sh(*argv):
     subprocess.run(argv, check=True)
 
-def cli(*args, cwd):
+def cli(*args, cwd, input="sk-value"):
     env = dict(os.environ, PYTHONPATH=REPO)
     done = subprocess.run([sys.executable, "-m", "agentstack", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, input=input)
     return {"code": done.returncode, "out": done.stdout, "err": done.stderr}
 
 def setenv(home, state):
@@ -123,6 +123,12 @@ def test_the_sandbox_fills_the_disk_then_revoke_refuses_cleanly(tmp_path: Path) 
         out["verify"] = cli("trust", "log", "--verify", cwd=root)
         out["status"] = cli("status", "--json", cwd=root)
         out["temps"] = sorted(p.name for p in state.iterdir() if p.name.startswith("."))
+        # Other commands that write state, on the same full disk: never a crash.
+        out["others"] = {
+            " ".join(args): cli(*args, cwd=root)
+            for args in (("run", "--", "/bin/true"), ("apply", "--write"), ("lock", "--update"),
+                         ("secret", "set", "k"))
+        }
         (root / "fill").unlink()
         (root / "fill2").unlink()
         out["revoke_again"] = cli("revoke", cwd=root)
@@ -141,6 +147,9 @@ def test_the_sandbox_fills_the_disk_then_revoke_refuses_cleanly(tmp_path: Path) 
     assert out["log_unchanged"] is True
     assert out["verify"]["code"] == 0, out["verify"]  # type: ignore[index]
     assert out["temps"] == []
+    for command, done in out["others"].items():  # type: ignore[attr-defined]
+        assert done["code"] in (0, 1), (command, done)
+        assert "internal error" not in done["err"], (command, done)
     assert json.loads(out["status"]["out"])["trust"] == "trusted"  # type: ignore[index]
     again = out["revoke_again"]
     assert again["code"] == 0, again  # type: ignore[index]
@@ -204,3 +213,16 @@ def test_storage_error_is_a_refusal_and_an_oserror() -> None:
     other = OSError(errno.EACCES, "denied")
     assert storage_error(other, "/x", "y") is other
     assert os.strerror(errno.EROFS) in str(storage_error(OSError(errno.EROFS, "ro"), "/x", "y"))
+
+
+def test_a_storage_oserror_nobody_converted_becomes_a_refusal() -> None:
+    import errno
+
+    from agentstack.storage import StorageError, as_refusal
+
+    raw = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/state/x")
+    refusal = as_refusal(raw)
+    assert isinstance(refusal, StorageError) and refusal.exit_code == 1
+    assert "/state/x" in refusal.message
+    assert as_refusal(OSError(errno.EACCES, "denied")) is None
+    assert as_refusal(ValueError("x")) is None

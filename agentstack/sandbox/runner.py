@@ -286,6 +286,18 @@ class Proxy:
 # ---------------------------------------------------------------------------------- running
 
 
+@contextlib.contextmanager
+def _nothing_started(where: str) -> Iterator[None]:
+    """A full disk (or a read-only or failing one) while setting a session up: exit 1, and
+    nothing was started."""
+    try:
+        yield
+    except OSError as exc:
+        from agentstack.storage import storage_error
+
+        raise storage_error(exc, where, "setting up the session (nothing was started)") from exc
+
+
 def prepare_state(policy: SandboxPolicy) -> None:
     """Create the harness's missing state paths (Landlock can only grant what exists), and refuse
     when a path the manifest grants does not exist."""
@@ -589,9 +601,10 @@ def _confined(
         )
     enforcement = check_enforceable(policy)
     before: set[int] = set()
-    run_dir = os.path.realpath(tempfile.mkdtemp(prefix="agentstack-run-"))
-    tmpdir = os.path.join(run_dir, "tmp")
-    os.mkdir(tmpdir, 0o700)
+    with _nothing_started(tempfile.gettempdir()):
+        run_dir = os.path.realpath(tempfile.mkdtemp(prefix="agentstack-run-"))
+        tmpdir = os.path.join(run_dir, "tmp")
+        os.mkdir(tmpdir, 0o700)
     proxy: Proxy | None = None
     group: Cgroup | None = None
     subreaper_was = None
@@ -602,7 +615,8 @@ def _confined(
         runtime = policy.with_runtime(tmpdir=tmpdir, proxy_port=proxy.port if proxy else None)
         extra_env = dict(proxy.child_env()) if proxy else {}
         if readonly_files:
-            ro_dir = _write_readonly(run_dir, readonly_files)
+            with _nothing_started(run_dir):
+                ro_dir = _write_readonly(run_dir, readonly_files)
             runtime = replace(runtime, grants=(
                 *runtime.grants, Grant(path=ro_dir, access="ro", source="run: read-only files")
             ))
@@ -613,7 +627,8 @@ def _confined(
                 *runtime.grants, Grant(path=terminal, access="rw", file=True,
                                        source="run: the session's own pseudo-terminal")
             ))
-        prepare_state(runtime)
+        with _nothing_started(runtime.harness_state or runtime.workdir):
+            prepare_state(runtime)
         if before_start is not None:
             before_start(runtime, proxy.route_urls() if proxy is not None else {})
         child_env = build_env(runtime, env, extra_env)
