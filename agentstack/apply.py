@@ -779,7 +779,18 @@ def remove_user_level(root: Path) -> list[Path]:
         changes=changes,
         ledger_path=apply_ledger_path(root),
     )
-    write(removal, force=True)
+    try:
+        write(removal, force=True)
+    except OSError as exc:
+        from agentstack.storage import storage_error
+
+        where = ", ".join(str(c.path) for c in changes)
+        raise storage_error(
+            exc, exc.filename or home, f"removing agentstack's harness-side trust entries for "
+            f"{root} from {where} (each file is replaced whole or not at all)",
+            next_step="make room (see 'df -h'), then run 'agentstack revoke' again: it removes "
+            "the entries that are left", restate=True,
+        ) from exc
     return [c.path for c in changes]
 
 

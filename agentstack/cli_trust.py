@@ -341,6 +341,11 @@ def revoke(
         targets = [one]
     else:
         targets = store.trusted_digests(root)
+        from agentstack.apply import remove_user_level  # what a revoke that failed left behind
+
+        if not targets and (left := remove_user_level(root)):
+            return echo("nothing left to revoke; removed agentstack's harness-side trust entries "
+                        f"for this project from {', '.join(map(str, left))}")
         if not targets:
             raise Refused(
                 f"nothing is trusted for {realpath}; nothing to revoke",

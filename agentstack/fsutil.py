@@ -122,6 +122,17 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, *,
     `mode`: the new file's permissions; by default an existing file's are kept (else 0644).
     `base`: the trusted directory; no component of `path` below it may be a link (LinkInPath)."""
     path = Path(path)
+    try:
+        _write_atomic(path, data, mode, base)
+    except OSError as exc:
+        from agentstack.storage import storage_error
+
+        raise storage_error(
+            exc, path, f"writing {path} (left as it was: it is replaced whole or not at all)"
+        ) from exc
+
+
+def _write_atomic(path: Path, data: bytes, mode: int | None, base: Path | None) -> None:
     with open_parent(path, base) as dir_fd:
         name = path.name
         final = _final_mode(dir_fd, name, mode)
@@ -142,7 +153,14 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, *,
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
-        os.fsync(dir_fd)
+        try:
+            os.fsync(dir_fd)
+        except OSError as exc:
+            from agentstack.storage import storage_error
+
+            raise storage_error(
+                exc, path, f"making {path} durable (it is written; the disk may not keep it)"
+            ) from exc
 
 
 def link_atomic(path: Path, target: str, *, base: Path | None = None) -> None:

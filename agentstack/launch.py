@@ -24,6 +24,7 @@ from agentstack import layout
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # manifest.SECRET_NAME_PATTERN
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FILE_BYTES = 64 * 1024 + 1  # agentstack.secrets.FILE_BYTES
 USAGE = "usage: python -I -m agentstack.launch [--secret KEY=NAME]... -- COMMAND [ARG]..."
 
 
@@ -59,7 +60,10 @@ def read_secret(directory: str, name: str) -> str:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077 or info.st_uid != os.geteuid():
             raise LaunchError(f"secret {name!r} is not a private regular file of yours")
-        value = handle.read(64 * 1024 + 1).decode("utf-8", "strict")
+        data = handle.read(_FILE_BYTES + 1)
+    if len(data) == _FILE_BYTES:  # padded to one size (agentstack.secrets.pad)
+        data = data[: max(data.find(b"\n"), 0)]
+    value = data.decode("utf-8", "strict")
     if not value or len(value) > 64 * 1024 or any(c in value for c in "\0\r\n"):
         raise LaunchError(f"secret {name!r} is empty, too long or spans lines")
     return value

@@ -1,7 +1,15 @@
 """The secret store: `$AGENTSTACK_HOME/secrets/NAME`, one file per secret (directory 0700, files
 0600), written atomically. Secrets are referenced as `secret:NAME` and never rendered into native
 configs; under `agentstack run` only the credential proxy (in the unconfined parent) reads them,
-and the sandbox denies the whole of `$AGENTSTACK_HOME` to the confined process."""
+and the sandbox denies the whole of `$AGENTSTACK_HOME` to the confined process.
+
+Landlock denies reading a secret, but not `stat()` (no Landlock right covers a file's attributes),
+and the store's paths are predictable. So that a size says nothing of a secret's length, every
+file is exactly `FILE_BYTES` long: the value, a newline, then random padding (random, not zeros,
+so a compressing file system allocates the same blocks for every secret). A value never holds a
+newline, so the first one ends it. A file from an older agentstack (the bare value) is still read,
+and `seal` rewrites it padded; `run` seals each secret it hands to the proxy before the sandbox
+starts."""
 
 from __future__ import annotations
 
@@ -16,9 +24,11 @@ from agentstack.errors import InvalidInput, Refused
 from agentstack.fsutil import write_atomic
 from agentstack.manifest import SECRET_NAME_PATTERN
 from agentstack.paths import agentstack_home
+from agentstack.storage import storage_error
 
 SECRETS_DIR = layout.SECRETS
 MAX_SECRET_BYTES = 64 * 1024
+FILE_BYTES = MAX_SECRET_BYTES + 1  # every stored secret file, whatever the value's length
 _NAME = re.compile(SECRET_NAME_PATTERN)
 
 
@@ -84,14 +94,24 @@ class SecretStore:
     # ------------------------------------------------------------------ operations
 
     def set(self, name: str, value: str) -> Path:
-        """Store `value` as NAME, atomically (0600)."""
+        """Store `value` as NAME, padded to FILE_BYTES: a 0600 temp file, fsync, rename over,
+        fsync the directory. A full disk or a read-only store is a StorageError (exit 1) and the
+        old value, if any, stays."""
         target = self.path(name)
-        data = self.check_value(value).encode("utf-8")
+        data = pad(self.check_value(value).encode("utf-8"))
+        try:
+            self._write(name, target, data)
+        except OSError as exc:
+            raise storage_error(
+                exc, self.directory, f"storing secret {name} (any old value is kept as it was)"
+            ) from exc
+        return target
+
+    def _write(self, name: str, target: Path, data: bytes) -> None:
         self._ensure_directory()
         # The one atomic writer: temp file beside it (O_EXCL|O_NOFOLLOW, 0600), fsync, rename
         # over, fsync the directory; a link in place of the directory is refused.
         write_atomic(target, data, 0o600, base=self.directory)
-        return target
 
     def get(self, name: str) -> str:
         path = self.path(name)
@@ -109,7 +129,14 @@ class SecretStore:
                     f"{path} is accessible to other users or not yours; refusing to use it",
                     hint=f"chmod 600 {path}",
                 )
-            return handle.read().decode("utf-8")
+            data = handle.read(FILE_BYTES + 1)
+        try:
+            return self.check_value(unpad(data).decode("utf-8"))
+        except (UnicodeDecodeError, InvalidInput, ValueError):
+            raise Refused(
+                f"{path} is not a secret agentstack stored (damaged, or written by hand)",
+                hint=f"store it again: agentstack secret set {name}",
+            ) from None
 
     def check(self, name: str) -> Path:
         """The path of a stored secret, after checking it is a private regular file of ours,
@@ -148,3 +175,24 @@ class SecretStore:
         except FileNotFoundError:
             return False
         return True
+
+
+def pad(value: bytes) -> bytes:
+    """The stored form of `value` (no newline in it): exactly FILE_BYTES long."""
+    if b"\n" in value or len(value) >= FILE_BYTES:
+        raise ValueError("a secret value is at most MAX_SECRET_BYTES and holds no newline")
+    return value + b"\n" + os.urandom(FILE_BYTES - len(value) - 1)
+
+
+def unpad(data: bytes) -> bytes:
+    """The value in a stored secret file: padded (this version) or bare (older versions)."""
+    if len(data) == FILE_BYTES:
+        end = data.find(b"\n")
+        if end < 0:
+            raise ValueError("a padded secret file without its end marker")
+        return data[:end]
+    if data.endswith(b"\n"):  # bare, with one line ending (as a hand-written file may have)
+        data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
+    if len(data) > MAX_SECRET_BYTES or b"\n" in data:
+        raise ValueError("not a stored secret")
+    return data

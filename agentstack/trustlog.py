@@ -23,6 +23,7 @@ Standard library + blake3 only: the guard hook imports this module on every tool
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -38,6 +39,7 @@ import blake3
 
 from agentstack.canonical import DIGEST_PREFIX, CanonicalError, b3, canonical_bytes, is_digest
 from agentstack.errors import Refused
+from agentstack.storage import note_recorded, storage_error
 
 FORMAT_VERSION = 1
 ACTIONS = ("trust", "revoke", "release", "discard", "receive")
@@ -426,8 +428,24 @@ class TrustLog:
         lock: str = "",
         extra: Mapping[str, str] | None = None,
     ) -> TrustRecord:
-        """Append one record; it is durable (fsynced) when this returns, and not before."""
+        """Append one record; it is durable (fsynced) when this returns, and not before.
+
+        All or nothing: when the storage refuses (a full disk, a quota, a read-only file system,
+        an I/O error) the line is taken back and `StorageError` (exit 1) says nothing was
+        recorded; the log stays valid either way."""
         template = self._validated(action, project, digest, lock, extra)
+        what = f"the {action} record for {digest}" + (f" and {project}" if project else "")
+        try:
+            record = self._append(template)
+        except OSError as exc:
+            raise storage_error(
+                exc, self.home, f"recording {what} in the trust log (nothing of it was written)"
+            ) from exc
+        where = f" for {project}" if project else ""
+        note_recorded(f"trust log record {record.seq} ({action} {digest}{where})")
+        return record
+
+    def _append(self, template: TrustRecord) -> TrustRecord:
         if not self.home.is_dir():
             self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
             _fsync_dir(self.home.parent)
@@ -454,26 +472,60 @@ class TrustLog:
                 if head is None:
                     # The head exists before the log does, so a missing head is always tampering.
                     self._write_head(0, GENESIS)
+                elif head.records < count:
+                    # Adopt the line an interrupted writer left before adding ours: two lines
+                    # past the head would read as tampering.
+                    self._write_head(count, hashes[-1])
                 prev = hashes[-1] if hashes else GENESIS
                 record = replace(template, seq=count, prev=prev, time=_utc(self._clock()))
                 line = _encode(record)
                 created = fd is None
                 if fd is None:
                     fd = os.open(self.path, _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
-                # One write on O_APPEND: the line lands whole or (on a crash) as a torn tail.
-                _write_all(fd, line)
-                os.fsync(fd)
-                if created:
-                    _fsync_dir(self.home)
+                keep = len(body)
+                try:
+                    # One write on O_APPEND: the line lands whole or (on a crash) as a torn tail.
+                    _write_all(fd, line)
+                    os.fsync(fd)
+                    if created:
+                        _fsync_dir(self.home)
+                    line_hash = b3(line)
+                    self._write_head(count + 1, line_hash, sync_dir=False)
+                except OSError as exc:
+                    # Not acknowledged: take the line back, so the log holds all of it or none.
+                    # (If even that fails, what is left is a torn tail or one line past the head:
+                    # both states a reader accepts and the next writer resolves.)
+                    try:
+                        os.ftruncate(fd, keep)
+                    except OSError:
+                        raise storage_error(
+                            exc,
+                            self.home,
+                            f"acknowledging {record.action} record {record.seq} in {HEAD_NAME}; "
+                            "taking the line back failed too, so it may be kept as the last "
+                            "record (see 'agentstack trust log --verify')",
+                        ) from exc
+                    with contextlib.suppress(OSError):
+                        os.fsync(fd)  # best effort: a line that came back would only be pending
+                    raise
             finally:
                 if fd is not None:
                     os.close(fd)
-            line_hash = b3(line)
-            self._write_head(count + 1, line_hash)
             hasher.update(line)
             self._verified = _Verified(
                 size=len(body) + len(line), digest=hasher.digest(), hashes=[*hashes, line_hash]
             )
+            try:
+                _fsync_dir(self.home)
+            except OSError as exc:
+                # The head names the record already; only its durability is in doubt.
+                note_recorded(f"trust log record {record.seq} ({record.action} {record.digest})")
+                raise storage_error(
+                    exc,
+                    self.head_path,
+                    f"making {HEAD_NAME} durable (the record is written and counted; check it "
+                    "with 'agentstack trust log --verify')",
+                ) from exc
         return record
 
     def repair_torn_tail(self) -> int:
@@ -547,7 +599,7 @@ class TrustLog:
             raise self._tampered((detailed if not detailed.ok else report).problem)
         return hashes, hasher
 
-    def _write_head(self, count: int, head: str) -> None:
+    def _write_head(self, count: int, head: str, *, sync_dir: bool = True) -> None:
         data = canonical_bytes({"v": FORMAT_VERSION, "count": count, "head": head}) + b"\n"
         tmp = self.home / f"{_HEAD_TMP_PREFIX}{os.urandom(8).hex()}{_HEAD_TMP_SUFFIX}"
         fd = os.open(
@@ -563,7 +615,8 @@ class TrustLog:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(self.home)
+        if sync_dir:
+            _fsync_dir(self.home)
 
     def _remove_stale_head_temps(self) -> None:
         # Only a writer killed mid-replace leaves these; we hold the lock, so none is in use.

@@ -408,7 +408,7 @@ def test_not_enforceable_is_an_error_never_a_warning(root: Path,
         runner.check_enforceable(policy)
     monkeypatch.undo()
 
-    def no_seccomp(*, allow_udp: bool = False) -> bytes:
+    def no_seccomp(*, allow_udp: bool = False, allow_listen: bool = True) -> bytes:
         raise ImportError("libseccomp.so.2: cannot open shared object file")
 
     monkeypatch.setattr(seccomp, "build_program", no_seccomp)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentstack.errors import InvalidInput, Refused
-from agentstack.secrets import SecretStore
+from agentstack.secrets import FILE_BYTES, MAX_SECRET_BYTES, SecretStore, pad, unpad
 from tests.conftest import run_cli
 
 
@@ -23,7 +27,9 @@ def test_set_list_rm_through_the_cli(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "sk-live-123" not in done.stdout + done.stderr
     path = _store_dir() / "anthropic"
-    assert path.read_bytes() == b"sk-live-123"  # one trailing newline from stdin is dropped
+    data = path.read_bytes()  # one trailing newline from stdin is dropped, then padded
+    assert data.startswith(b"sk-live-123\n") and len(data) == FILE_BYTES
+    assert SecretStore().get("anthropic") == "sk-live-123"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(_store_dir().stat().st_mode) == 0o700
     assert run_cli("secret", "set", "github.token", cwd=tmp_path, input="ghp_x").returncode == 0
@@ -101,3 +107,138 @@ def test_get_missing_secret_is_refused() -> None:
     with pytest.raises(Refused, match="no secret"):
         SecretStore().get("nope")
     assert SecretStore().names() == []
+
+
+# ------------------------------------------------------------------ sizes say nothing
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="\0\r\n", blacklist_categories=("Cs",)),
+               min_size=1, max_size=200))
+@settings(max_examples=60, deadline=None)
+def test_every_secret_file_has_one_size_and_reads_back(value: str) -> None:
+    raw = value.encode("utf-8")
+    stored = pad(raw)
+    assert len(stored) == FILE_BYTES and unpad(stored) == raw
+    assert pad(raw) != stored  # random padding: nothing to compress, nothing to compare
+
+
+def test_stat_of_a_stored_secret_tells_nothing_of_its_length(tmp_path: Path) -> None:
+    store = SecretStore(tmp_path / "home")
+    store.set("short", "x")
+    store.set("long", "y" * MAX_SECRET_BYTES)
+    store.set("mid", "sk-ant-" + "z" * 100)
+    infos = [os.stat(store.path(n)) for n in ("short", "long", "mid")]
+    assert {i.st_size for i in infos} == {FILE_BYTES}
+    assert len({i.st_blocks for i in infos}) == 1
+    assert store.get("short") == "x" and store.get("long") == "y" * MAX_SECRET_BYTES
+
+
+def test_a_bare_secret_from_an_older_version_is_read_and_sealed(tmp_path: Path) -> None:
+    store = SecretStore(tmp_path / "home")
+    store.set("old", "placeholder")
+    store.path("old").write_bytes(b"sk-old-value")
+    assert store.get("old") == "sk-old-value"
+    assert store.seal("old") is True and store.seal("old") is False
+    assert os.stat(store.path("old")).st_size == FILE_BYTES
+    assert store.get("old") == "sk-old-value"
+
+
+def test_a_damaged_secret_file_is_refused(tmp_path: Path) -> None:
+    store = SecretStore(tmp_path / "home")
+    store.set("bad", "v")
+    store.path("bad").write_bytes(b"x" * FILE_BYTES)  # padded size, no end marker
+    with pytest.raises(Refused, match="not a secret agentstack stored"):
+        store.get("bad")
+
+
+def test_a_full_disk_keeps_the_old_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from agentstack.storage import StorageError
+
+    store = SecretStore(tmp_path / "home")
+    store.set("k", "old")
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(StorageError) as caught:
+        store.set("k", "new")
+    monkeypatch.undo()
+    assert caught.value.exit_code == 1 and "storing secret k" in caught.value.message
+    assert store.get("k") == "old"
+    assert sorted(p.name for p in store.directory.iterdir()) == ["k"]
+
+
+def test_nono_would_inject_the_padding_so_run_hands_it_the_bare_value() -> None:
+    """Why `run` does not give nono the store's path: nono's file:// loader strips one line
+    ending and nothing else, so a padded file's padding would be sent upstream (measured with
+    the installed nono-py: random padding is not even UTF-8, so nono drops the route; printable
+    padding would be sent upstream). `run` passes the bare value through a memfd instead."""
+    import http.server
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from agentstack.sandbox.launch import load_nono
+
+    try:
+        nono = load_nono()
+    except ImportError:
+        pytest.skip("nono-py is not installed")
+    seen: list[str | None] = []
+
+    class Upstream(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("x-api-key"))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    padded = Path(tempfile.mkdtemp(dir="/var/tmp")) / "secret"
+    padded.write_bytes(pad(b"sk-real"))
+    padded.chmod(0o600)
+    memfd = os.memfd_create("secret", os.MFD_CLOEXEC)
+    os.write(memfd, b"sk-real")
+
+    def upstream_sees(key: str) -> str | None:
+        route = nono.RouteConfig(
+            prefix="m", upstream=f"http://127.0.0.1:{server.server_address[1]}",
+            credential_key=key, inject_mode=nono.InjectMode.HEADER, inject_header="x-api-key",
+            credential_format="{}", env_var="MOCK_KEY",
+        )
+        handle = nono.start_proxy(nono.ProxyConfig(allowed_hosts=[], routes=[route]))
+        try:
+            token = handle.credential_env_vars().get("MOCK_KEY")
+            if token is None:  # nono refused the file (random padding is not UTF-8)
+                return f"not loaded: {handle.diagnostics()}"
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{handle.port}/m/x", headers={"x-api-key": token}
+            )
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            before = len(seen)
+            try:
+                opener.open(request, timeout=10).read()
+            except (urllib.error.URLError, ConnectionError, OSError):
+                return None
+            return seen[-1] if len(seen) > before else None
+        finally:
+            handle.shutdown()
+
+    try:
+        assert upstream_sees(f"file://{padded}") != "sk-real"
+        padded.write_bytes(b"sk-real\n" + b"#" * 32)
+        assert upstream_sees(f"file://{padded}") != "sk-real"
+        assert upstream_sees(f"file:///proc/self/fd/{memfd}") == "sk-real"
+    finally:
+        os.close(memfd)
+        server.shutdown()
+        server.server_close()
+        shutil.rmtree(padded.parent, ignore_errors=True)

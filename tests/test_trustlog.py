@@ -495,11 +495,14 @@ def test_writer_killed_between_line_and_head_is_adopted(
     log.append("trust", PROJECT, digest(2))
     head_before = (log.home / "trust.head").read_bytes()
 
+    class Killed(BaseException):
+        """A kill, not an error: nothing of the writer runs after it (an OSError is rolled back)."""
+
     def crash(*args: object) -> None:
-        raise OSError("simulated crash before the head is replaced")
+        raise Killed("simulated crash before the head is replaced")
 
     monkeypatch.setattr(trustlog.os, "replace", crash)
-    with pytest.raises(OSError, match="simulated"):
+    with pytest.raises(Killed, match="simulated"):
         log.append("revoke", PROJECT, digest(1))
     monkeypatch.undo()
     assert (log.home / "trust.head").read_bytes() == head_before
@@ -764,3 +767,90 @@ def test_head_refuses_a_malformed_head_file(log: TrustLog) -> None:
     )
     with pytest.raises(TrustLogTampered, match="format version"):
         log.head()
+
+
+# ------------------------------------------------------------------ the storage refuses
+
+
+def _enospc(*args: object, **kwargs: object) -> None:
+    import errno
+
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("where", ["write", "fsync", "head"])
+def test_append_is_all_or_nothing_when_the_disk_is_full(
+    log: TrustLog, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A full disk at any step of an append leaves the log exactly as it was, and says so."""
+    import agentstack.trustlog as trustlog
+    from agentstack.storage import StorageError
+
+    log.append("trust", PROJECT, digest(1))
+    before = (log.path.read_bytes(), log.head_path.read_bytes())
+    if where == "write":
+        real_write = trustlog.os.write
+
+        def short_then_full(fd: int, data: bytes) -> int:
+            if len(data) > 10:
+                return real_write(fd, bytes(data[:10]))  # a partial line lands first
+            _enospc()
+            return 0
+
+        monkeypatch.setattr(trustlog.os, "write", short_then_full)
+    elif where == "fsync":
+        monkeypatch.setattr(trustlog.os, "fsync", _enospc)
+    else:
+        monkeypatch.setattr(trustlog.os, "replace", _enospc)
+    with pytest.raises(StorageError) as caught:
+        log.append("revoke", PROJECT, digest(1))
+    monkeypatch.undo()
+    assert caught.value.exit_code == EXIT_REFUSED
+    text = "\n".join(caught.value.diagnostics())
+    assert "the disk is full" in text and "revoke record" in text and "nothing of it" in text
+    assert "df -h" in text
+    assert (log.path.read_bytes(), log.head_path.read_bytes()) == before
+    assert not [p for p in log.home.iterdir() if p.name.startswith(".trust.head.")]
+    assert log.verify().ok and log.state_for(PROJECT, digest(1)) == "trusted"
+    assert log.append("revoke", PROJECT, digest(1)).seq == 1
+
+
+def test_repeated_failures_never_read_as_tampering(
+    log: TrustLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line left past the head (a writer killed before its head) is adopted before another is
+    written: a second failing append cannot leave two lines past the head."""
+    import agentstack.trustlog as trustlog
+    from agentstack.storage import StorageError
+
+    log.append("trust", PROJECT, digest(1))
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*args: object) -> None:
+        raise Killed
+
+    monkeypatch.setattr(trustlog.os, "replace", killed)
+    with pytest.raises(Killed):
+        log.append("revoke", PROJECT, digest(1))
+    monkeypatch.setattr(trustlog.os, "replace", _enospc)
+    for _ in range(3):
+        with pytest.raises(StorageError):
+            TrustLog(log.home).append("trust", PROJECT, digest(2))
+        report = TrustLog(log.home).verify()
+        assert report.ok and report.pending == 1 and report.count == 2
+    monkeypatch.undo()
+    assert TrustLog(log.home).append("trust", PROJECT, digest(2)).seq == 2
+    report = TrustLog(log.home).verify()
+    assert report.ok and report.pending == 0 and report.count == 3
+
+
+def test_a_read_only_home_refuses_before_anything_is_written(tmp_path: Path) -> None:
+    import errno
+
+    from agentstack.storage import StorageError, storage_error
+
+    exc = storage_error(OSError(errno.EROFS, "ro"), tmp_path, "recording x")
+    assert isinstance(exc, StorageError) and "read-only" in exc.message
+    assert "remount" in exc.hint

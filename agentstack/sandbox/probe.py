@@ -80,6 +80,12 @@ def op_append(path: str) -> str:
     return "appended"
 
 
+def op_stat(*paths: str) -> str:
+    """What stat() tells about files the process cannot read (Landlock does not cover it)."""
+    infos = [os.stat(path) for path in paths]
+    return " ".join(f"size={i.st_size},blocks={i.st_blocks}" for i in infos)
+
+
 def op_create(directory: str) -> str:
     path = os.path.join(directory, f"probe-{os.getpid()}.txt")
     with open(path, "xb") as handle:
@@ -187,6 +193,13 @@ def op_unix(address: str) -> str:
         sock.settimeout(5)
         sock.connect(target)
     return f"connected to unix socket {address}"
+
+
+def op_listen() -> str:
+    """listen() on a TCP socket never bound: the kernel picks a port on every address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.listen(1)
+        return f"listening on {sock.getsockname()}"
 
 
 def op_udp(host: str, port: str) -> str:
@@ -450,6 +463,32 @@ def op_outlive(pids_file: str, depth: str = "100") -> str:
     return f"left {len(pids)} processes running"
 
 
+# What git (or a tool that opens the directory) runs later, planted by `git_plant`; the row then
+# checks that `run`'s watch reports every one of them.
+PLANTS = {
+    ".git/commondir": "../../elsewhere\n",
+    ".git/hooks/post-checkout": "#!/bin/sh\necho planted\n",
+    ".git/info/attributes": "* filter=planted\n",
+    "nested/.git/config": "[core]\n\tfsmonitor = echo planted\n",
+    "wt/.git": "gitdir: /var/tmp/elsewhere/.git/worktrees/wt\n",
+    ".gitmodules": '[submodule "m"]\n\tpath = m\n\turl = ./m\n',
+    ".envrc": "echo planted\n",
+    ".vscode/tasks.json": '{"tasks": [{"runOptions": {"runOn": "folderOpen"}}]}\n',
+    ".claude/settings.json": '{"hooks": {}}\n',
+}
+
+
+def op_git_plant(workdir: str) -> str:
+    with open(os.path.join(workdir, ".git", "config"), "a", encoding="utf-8") as handle:
+        handle.write("[core]\n\tfsmonitor = echo planted\n")
+    for relative, text in PLANTS.items():
+        path = os.path.join(workdir, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return f"planted .git/config and {len(PLANTS)} files"
+
+
 def op_http(base_env: str, key_env: str, header: str) -> str:
     import urllib.request
 
@@ -472,7 +511,8 @@ OPS: dict[str, Callable[..., str]] = {
     "userfaultfd": op_userfaultfd, "perf": op_perf, "vm_read": op_vm_read, "setns": op_setns,
     "tiocsti": op_tiocsti, "http": op_http, "fastopen": op_fastopen,
     "stream_proto": op_stream_proto, "join_group": op_join_group, "terminal": op_terminal,
-    "proxy": op_proxy, "outlive": op_outlive,
+    "proxy": op_proxy, "outlive": op_outlive, "stat": op_stat, "git_plant": op_git_plant,
+    "listen": op_listen,
 }
 
 

@@ -120,7 +120,12 @@ def check_enforceable(policy: SandboxPolicy) -> Enforcement:
         try:
             from agentstack.sandbox.seccomp import build_program
 
-            program = build_program(allow_udp=not policy.network_block)
+            # With no port to bind, nothing may listen: listen() on an unbound socket would
+            # bind an ephemeral port itself, where Landlock's bind rules never look.
+            program = build_program(
+                allow_udp=not policy.network_block,
+                allow_listen=bool(policy.localhost_ports) or not policy.network_block,
+            )
         except ImportError as exc:
             raise ConfinementError(
                 f"seccomp is not usable: {exc}",
@@ -178,32 +183,47 @@ class Proxy:
         nono = load_nono()
         store = SecretStore(Path(policy.agentstack_home))
         routes = []
-        for cred in policy.credentials:
-            if not store.path(cred.secret).is_file():
-                raise ConfinementError(
-                    f"sandbox.credentials.{cred.name} needs secret:{cred.secret}, which is not "
-                    "set",
-                    hint=f"agentstack secret set {cred.secret}",
-                )
-            path = store.check(cred.secret)  # ownership and mode, without reading it
-            routes.append(
-                nono.RouteConfig(
-                    prefix=cred.name,
-                    upstream=cred.upstream.rstrip("/"),
-                    credential_key=f"file://{path}",
-                    inject_mode=nono.InjectMode.HEADER,
-                    inject_header=cred.header,
-                    credential_format="Bearer {}" if cred.header.lower() == "authorization"
-                    else "{}",
-                    env_var=cred.env,
-                )
-            )
+        # Each secret reaches nono through a memfd of this process (`file:///proc/self/fd/N`,
+        # read once while the proxy starts, closed before anything is launched), never by the
+        # store's path: the sandbox cannot read the store, but it can stat() it, so the store
+        # keeps every secret padded to one size, and nono would inject the padding.
+        handles: list[int] = []
         try:
-            self.handle = nono.start_proxy(
-                nono.ProxyConfig(allowed_hosts=list(policy.allow_domains), routes=routes)
-            )
-        except (RuntimeError, OSError, ValueError) as exc:
-            raise ConfinementError(f"the credential proxy did not start: {exc}") from None
+            for cred in policy.credentials:
+                if not store.path(cred.secret).is_file():
+                    raise ConfinementError(
+                        f"sandbox.credentials.{cred.name} needs secret:{cred.secret}, which is "
+                        "not set",
+                        hint=f"agentstack secret set {cred.secret}",
+                    )
+                store.seal(cred.secret)  # a secret an older agentstack stored bare: padded now
+                handle = os.memfd_create(f"agentstack-secret-{cred.name}", os.MFD_CLOEXEC)
+                handles.append(handle)
+                value = store.get(cred.secret).encode("utf-8")
+                view = memoryview(value)
+                while view:
+                    view = view[os.write(handle, view):]
+                routes.append(
+                    nono.RouteConfig(
+                        prefix=cred.name,
+                        upstream=cred.upstream.rstrip("/"),
+                        credential_key=f"file:///proc/self/fd/{handle}",
+                        inject_mode=nono.InjectMode.HEADER,
+                        inject_header=cred.header,
+                        credential_format="Bearer {}" if cred.header.lower() == "authorization"
+                        else "{}",
+                        env_var=cred.env,
+                    )
+                )
+            try:
+                self.handle = nono.start_proxy(
+                    nono.ProxyConfig(allowed_hosts=list(policy.allow_domains), routes=routes)
+                )
+            except (RuntimeError, OSError, ValueError) as exc:
+                raise ConfinementError(f"the credential proxy did not start: {exc}") from None
+        finally:
+            for handle in handles:
+                os.close(handle)
         problems = [d for d in self.handle.diagnostics() if d.get("severity") != "info"]
         if problems:
             self.handle.shutdown()
@@ -264,6 +284,18 @@ class Proxy:
 
 
 # ---------------------------------------------------------------------------------- running
+
+
+@contextlib.contextmanager
+def _nothing_started(where: str) -> Iterator[None]:
+    """A full disk (or a read-only or failing one) while setting a session up: exit 1, and
+    nothing was started."""
+    try:
+        yield
+    except OSError as exc:
+        from agentstack.storage import storage_error
+
+        raise storage_error(exc, where, "setting up the session (nothing was started)") from exc
 
 
 def prepare_state(policy: SandboxPolicy) -> None:
@@ -569,9 +601,10 @@ def _confined(
         )
     enforcement = check_enforceable(policy)
     before: set[int] = set()
-    run_dir = os.path.realpath(tempfile.mkdtemp(prefix="agentstack-run-"))
-    tmpdir = os.path.join(run_dir, "tmp")
-    os.mkdir(tmpdir, 0o700)
+    with _nothing_started(tempfile.gettempdir()):
+        run_dir = os.path.realpath(tempfile.mkdtemp(prefix="agentstack-run-"))
+        tmpdir = os.path.join(run_dir, "tmp")
+        os.mkdir(tmpdir, 0o700)
     proxy: Proxy | None = None
     group: Cgroup | None = None
     subreaper_was = None
@@ -582,7 +615,8 @@ def _confined(
         runtime = policy.with_runtime(tmpdir=tmpdir, proxy_port=proxy.port if proxy else None)
         extra_env = dict(proxy.child_env()) if proxy else {}
         if readonly_files:
-            ro_dir = _write_readonly(run_dir, readonly_files)
+            with _nothing_started(run_dir):
+                ro_dir = _write_readonly(run_dir, readonly_files)
             runtime = replace(runtime, grants=(
                 *runtime.grants, Grant(path=ro_dir, access="ro", source="run: read-only files")
             ))
@@ -593,7 +627,8 @@ def _confined(
                 *runtime.grants, Grant(path=terminal, access="rw", file=True,
                                        source="run: the session's own pseudo-terminal")
             ))
-        prepare_state(runtime)
+        with _nothing_started(runtime.harness_state or runtime.workdir):
+            prepare_state(runtime)
         if before_start is not None:
             before_start(runtime, proxy.route_urls() if proxy is not None else {})
         child_env = build_env(runtime, env, extra_env)

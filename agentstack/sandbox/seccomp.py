@@ -109,8 +109,12 @@ class Rule:
     why: str
 
 
-def rules(*, allow_udp: bool) -> list[Rule]:
+def rules(*, allow_udp: bool, allow_listen: bool = True) -> list[Rule]:
     out = [Rule(name, "always", "EPERM", why) for name, why in BLOCKED_SYSCALLS.items()]
+    if not allow_listen:
+        out.append(Rule("listen", "always (no sandbox.network.localhost_ports)", "EPERM",
+                        "listen() on an unbound TCP socket binds an ephemeral port on every "
+                        "address, past Landlock's bind rules"))
     out.append(Rule("clone3", "always", "ENOSYS", "libc falls back to clone(), whose flags "
                     "seccomp can inspect"))
     for flag in CLONE_NAMESPACES:
@@ -123,6 +127,9 @@ def rules(*, allow_udp: bool) -> list[Rule]:
     out.append(Rule("ioctl", "cmd == TIOCLINUX", "EPERM", "virtual-console control"))
     out.append(Rule("socket", "family not in AF_UNIX, AF_INET, AF_INET6, AF_NETLINK", "EPERM",
                     "packet, Bluetooth, vsock, AF_ALG and other families"))
+    out.append(Rule("socket", "AF_UNIX (socketpair() stays)", "EPERM",
+                    "Landlock does not mediate connect() to a pathname unix socket: a D-Bus "
+                    "session bus, docker.sock or a database socket would be reachable by path"))
     out.append(Rule("socket", "AF_NETLINK with protocol != NETLINK_ROUTE", "EPERM",
                     "kernel interfaces other than routing information"))
     for name in FASTOPEN_FLAG_ARG:
@@ -146,9 +153,12 @@ def _pyseccomp() -> Any:
     return pyseccomp
 
 
-@functools.lru_cache(maxsize=2)
-def build_program(*, allow_udp: bool = False) -> bytes:
+@functools.lru_cache(maxsize=4)
+def build_program(*, allow_udp: bool = False, allow_listen: bool = True) -> bytes:
     """The blocklist compiled to classic BPF for this machine's native architecture.
+
+    `allow_listen=False` (a policy that lets the process bind no port) refuses listen() too:
+    Landlock checks bind(), but listen() on an unbound socket binds an ephemeral port itself.
 
     Raises ImportError when pyseccomp or libseccomp is missing, OSError when libseccomp fails."""
     sc = _pyseccomp()
@@ -165,6 +175,8 @@ def build_program(*, allow_udp: bool = False) -> bytes:
             # A syscall this architecture does not have (iopl on aarch64) cannot be made.
             if exc.errno not in (errno.EDOM, errno.EINVAL, errno.EFAULT):
                 raise
+    if not allow_listen:
+        flt.add_rule(eperm, "listen")
     flt.add_rule(enosys, "clone3")
     for flag in CLONE_NAMESPACES.values():
         flt.add_rule(eperm, "clone", arg(0, masked, flag, flag))
@@ -177,6 +189,10 @@ def build_program(*, allow_udp: bool = False) -> bytes:
     for family in [0, *range(3, AF_INET6), *range(AF_INET6 + 1, AF_NETLINK)]:
         flt.add_rule(eperm, "socket", arg(0, masked, LOW32, family))
     flt.add_rule(eperm, "socket", arg(0, gt, AF_MAX_CHECKED))
+    # A unix socket of its own (socket(), not socketpair()) is how a process reaches a pathname
+    # socket, which Landlock (ABI <= 7) does not mediate: refused. socketpair() (a parent and its
+    # child talking, as Node and Python do for child processes) stays.
+    flt.add_rule(eperm, "socket", arg(0, masked, LOW32, AF_UNIX))
     flt.add_rule(eperm, "socket", arg(0, masked, LOW32, AF_NETLINK), arg(2, ne, NETLINK_ROUTE))
     for name, index in FASTOPEN_FLAG_ARG.items():
         flt.add_rule(eperm, name, arg(index, masked, MSG_FASTOPEN, MSG_FASTOPEN))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agentstack.sandbox import watch as _watch
 from agentstack.sandbox.policy import SandboxPolicy
 
 MODES = ("direct", "grandchild", "detached")
@@ -40,6 +41,7 @@ DENIED_LINE = re.compile(r"^DENIED (EACCES Permission denied|EPERM Operation not
 PROXY_DENIED_LINE = re.compile(r"^DENIED PROXY (403|407|404|dropped)$", re.MULTILINE)
 PROBE_NAME = ".agentstack-probe.py"
 SECRET_NAME = "VERIFY_KEY"  # noqa: S105 - the name of a decoy secret, not a secret
+SHORT_SECRET_NAME = "VERIFY_SHORT"  # noqa: S105 - a second one, one character long
 PHANTOM_ENV = "MOCK_API_KEY"
 BASE_URL_ENV = "MOCK_BASE_URL"
 ROW_TIMEOUT = 30.0
@@ -53,9 +55,10 @@ class Row:
     what: str
     op: str
     args: tuple[str, ...] = ()
-    expect: Literal["deny", "allow", "gone"] = "deny"
+    expect: Literal["deny", "allow", "gone", "reported"] = "deny"
     modes: tuple[str, ...] = MODES
     harness: str | None = None  # run under that harness's profile (private state, install dir)
+    no_ports: bool = False  # under a policy without sandbox.network.localhost_ports
 
 
 ROWS: tuple[Row, ...] = (
@@ -68,6 +71,10 @@ ROWS: tuple[Row, ...] = (
         ("{agentstack_home}/trust.jsonl",)),
     Row("secret-store", "read a file of the secret store", "read",
         ("{agentstack_home}/secrets/" + SECRET_NAME,)),
+    # Landlock cannot deny stat(): the store pads every secret to one size instead.
+    Row("secret-size", "stat() stored secrets of different lengths: one size, one block count",
+        "stat", ("{agentstack_home}/secrets/" + SECRET_NAME,
+                 "{agentstack_home}/secrets/" + SHORT_SECRET_NAME), expect="allow"),
     Row("etc-shadow", "read /etc/shadow", "read", ("/etc/shadow",)),
     Row("raw-disk", "read the block device under /", "read", ("{disk}",)),
     Row("proc-sys-write", "write /proc/sys/kernel/hostname", "append",
@@ -108,7 +115,12 @@ ROWS: tuple[Row, ...] = (
         ("smuggle", "127.0.0.1:{denied_port}")),
     Row("abstract-unix", "connect to an abstract unix socket outside (a real listener)",
         "unix", ("{abstract}",)),
+    Row("unix-path", "connect to a pathname unix socket outside every grant (a real listener; "
+        "Landlock does not mediate it, seccomp refuses socket(AF_UNIX))", "unix",
+        ("{unix_path}",)),
     Row("udp", "send UDP to 127.0.0.1 (a real listener)", "udp", ("127.0.0.1", "{udp_port}")),
+    Row("listen-unbound", "listen() on a TCP socket never bound (the kernel would pick a port on "
+        "every address) under a policy with no localhost_ports", "listen", no_ports=True),
     Row("raw-socket", "open a raw ICMP socket", "socket", ("raw",)),
     Row("packet-socket", "open an AF_PACKET socket", "socket", ("packet",)),
     Row("netlink-audit", "open a NETLINK_AUDIT socket", "socket", ("netlink-audit",)),
@@ -152,6 +164,12 @@ ROWS: tuple[Row, ...] = (
         ("{claude_state}",), expect="allow", modes=("direct",), harness="claude-code"),
     Row("outlive", "nothing outlives run: a 100-deep chain and a forking setsid() daemon",
         "outlive", ("{workdir}/.outlive-pids",), expect="gone", modes=("direct",)),
+    # Landlock cannot keep these read-only inside a writable workdir: run watches them instead,
+    # and the row passes only when the watch reports every one once the tree is gone.
+    Row("git-watch", "plant what git or an editor runs later (.git/config, commondir, hooks, "
+        "info/attributes, a nested repository, a worktree's .git file, .gitmodules, .envrc, "
+        ".vscode/tasks.json, .claude/settings.json): run reports each", "git_plant",
+        ("{workdir}",), expect="reported"),
     Row("workdir", "the workdir and TMPDIR are readable and writable", "workdir",
         expect="allow", modes=("direct",)),
     Row("allowed-port", "connect to the allowed localhost port", "connect",
@@ -275,7 +293,10 @@ class Scenario:
     denied_accepts: list[str] = field(default_factory=list)
 
     def policy_for(self, row: Row) -> SandboxPolicy:
-        return self.policy if row.harness is None else self.harness_policies[row.harness]
+        from dataclasses import replace
+
+        policy = self.policy if row.harness is None else self.harness_policies[row.harness]
+        return replace(policy, localhost_ports=()) if row.no_ports else policy
 
     def argv(self, row: Row, mode: str) -> list[str]:
         args = [a.format(**self.values) for a in row.args]
@@ -312,14 +333,18 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         (base / "sibling" / "notes.txt").write_text("DECOY-SIBLING\n")
         real_secret = "real-" + secrets.token_hex(16)
         SecretStore(state).set(SECRET_NAME, real_secret)
+        SecretStore(state).set(SHORT_SECRET_NAME, "x")
         shutil.copyfile(Path(__file__).with_name("probe.py"), workdir / PROBE_NAME)
+        _git_dir(workdir)
 
         denied_accepts: list[str] = []
         allowed, denied = _listener(), _listener(accepted=denied_accepts)
         udp = _listener(socket.SOCK_DGRAM)
         abstract = f"@agentstack-verify-{os.getpid()}-{secrets.token_hex(4)}"
         unix = _listener(socket.SOCK_STREAM, family=socket.AF_UNIX, address="\0" + abstract[1:])
-        sockets.extend([allowed, denied, udp, unix])
+        unix_path = base / "outside" / "agent.sock"
+        by_path = _listener(socket.SOCK_STREAM, family=socket.AF_UNIX, address=str(unix_path))
+        sockets.extend([allowed, denied, udp, unix, by_path])
         upstream = _Upstream(("127.0.0.1", 0), _Handler)
         upstream.received = []
         threading.Thread(target=upstream.serve_forever, daemon=True).start()
@@ -359,6 +384,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             "decoy": str(decoy.pid), "parent": str(os.getpid()),
             "disk": _root_block_device() or "", "base_url_env": BASE_URL_ENV,
             "abstract": abstract, "terminal": os.ttyname(terminal_slave),
+            "unix_path": str(unix_path),
             "upstream_port": str(upstream.server_address[1]),
             "claude_state": str(harness_policies["claude-code"].harness_state) + "/claude",
             "phantom_env": PHANTOM_ENV,
@@ -397,6 +423,7 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
                          skipped=True)
     before = len(sc.upstream.received)
     accepts_before = len(sc.denied_accepts)
+    watched = _watch.snapshot(sc.workdir) if row.expect == "reported" else {}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb"}
     with confined(sc.workdir, sc.policy_for(row), sc.argv(row, mode), env, interactive=False,
                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -412,6 +439,8 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
     text = out.decode("utf-8", "replace").strip()
     if row.expect == "gone":
         return _check_gone(row, mode, code, text, Path(row.args[0].format(**sc.values)))
+    if row.expect == "reported":
+        return _check_reported(sc, row, mode, code, text, watched)
     if row.expect == "deny":
         pattern = PROXY_DENIED_LINE if row.op == "proxy" else DENIED_LINE
         passed = code != 0 and bool(pattern.search(text)) and "ENOENT" not in text
@@ -427,9 +456,50 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
         return RowResult(row.name, mode, row.what, passed, code, text, detail)
     passed = code == 0 and text.startswith("ALLOWED")
     detail = "" if passed else "expected the operation to succeed"
+    if passed and row.op == "stat":
+        passed, detail = _check_sizes(text)
     if passed and row.name == "proxy":
         passed, detail = _check_proxy(sc, text, sc.upstream.received[before:])
     return RowResult(row.name, mode, row.what, passed, code, _redact(text, sc), detail)
+
+
+def _check_reported(sc: Scenario, row: Row, mode: str, code: int | None, text: str,
+                     before: dict[str, Any]) -> RowResult:
+    """Everything the probe planted is reported by the watch `run` uses (taken once `confined`
+    has returned, i.e. once the session's tree is gone); the plants are removed afterwards."""
+    from agentstack.sandbox.probe import PLANTS
+
+    changes = _watch.compare(before, _watch.snapshot(sc.workdir))
+    lines = _watch.report(changes)
+    reported = {c.path for c in changes if c.category in ("git-exec", "on-open", "harness")}
+    expected = {".git/config", *PLANTS}
+    missing = sorted(expected - reported)
+    _unplant(sc.workdir)
+    passed = code == 0 and text.startswith("ALLOWED") and not missing and bool(lines)
+    detail = "" if passed else (
+        f"not reported: {', '.join(missing)}" if missing else "the probe did not plant")
+    return RowResult(row.name, mode, row.what, passed, code,
+                     f"{text}; reported {len(reported)} paths", detail)
+
+
+def _git_dir(workdir: Path) -> None:
+    """A minimal git directory written by hand (no git is run): what the watch walks."""
+    git = workdir / ".git"
+    (git / "hooks").mkdir(parents=True, exist_ok=True)
+    (git / "info").mkdir(exist_ok=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = false\n")
+
+
+def _unplant(workdir: Path) -> None:
+    from agentstack.sandbox.probe import PLANTS
+
+    for relative in PLANTS:
+        with contextlib.suppress(OSError):
+            (workdir / relative).unlink()
+    for directory in ("nested", "wt", ".vscode", ".claude"):
+        shutil.rmtree(workdir / directory, ignore_errors=True)
+    _git_dir(workdir)
 
 
 def _check_gone(row: Row, mode: str, code: int | None, text: str, pids_file: Path) -> RowResult:
@@ -467,6 +537,16 @@ def _check_proxy(sc: Scenario, text: str, received: list[dict[str, str]]) -> tup
     if not match or match.group(1) == sc.real_secret:
         return False, "the process did not hold a phantom token"
     return True, "upstream got the real key; the process saw only a phantom token"
+
+
+def _check_sizes(text: str) -> tuple[bool, str]:
+    from agentstack.secrets import FILE_BYTES
+
+    seen = set(re.findall(r"size=(\d+),blocks=(\d+)", text))
+    sizes = {int(size) for size, _ in seen}
+    if sizes != {FILE_BYTES} or len(seen) != 1:
+        return False, f"stat() shows {sorted(seen)}: a secret's size tells its length"
+    return True, f"every secret is {FILE_BYTES} bytes in the same blocks"
 
 
 def _redact(text: str, sc: Scenario) -> str:
