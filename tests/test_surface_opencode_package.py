@@ -72,3 +72,57 @@ def test_the_guard_does_not_watch_the_file_opencode_rewrites(root: Path) -> None
     watched = snapshot_entries(root, document, {})
     assert str(root / PKG) not in watched
     assert str(root / ".opencode" / "opencode.json") in watched  # its neighbours still are
+
+
+# ------------------------------------------------------------------------ the real OpenCode
+
+
+@pytest.mark.slow
+def test_real_opencode_writing_its_package_file_is_not_drift_but_a_planted_dependency_is(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """Trusted and applied (the guard is an OpenCode plugin, so OpenCode writes
+    `.opencode/package.json` and runs npm install at start): `status` stays clean afterwards;
+    a dependency added to the file is a surface change `status` names."""
+    import subprocess
+
+    from tests.conftest import make_project, run_cli
+    from tests.harness.binaries import harness_bin
+    from tests.harness.mock_model import MockModel
+    from tests.test_adapters_opencode import opencode_env
+
+    harness_bin("opencode")
+    project = make_project(tmp_path / "proj", '[project]\nname = "oc"\nharnesses = ["opencode"]\n'
+                           '\n[instructions]\nfiles = ["base.md"]\n', {"base.md": "Be careful.\n"})
+    project = project.resolve()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    for args in (("lock",), ("trust", "--yes", "--accept-risk"), ("apply", "--write")):
+        result = run_cli(*args, cwd=project)
+        assert result.returncode == 0, result.stdout + result.stderr
+    with MockModel([]) as model:
+        config = isolated_home / ".config" / "opencode" / "opencode.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps({
+            "provider": {"mock": {"npm": "@ai-sdk/openai-compatible", "name": "mock",
+                                  "options": {"baseURL": model.openai_base_url,
+                                              "apiKey": "dummy"},
+                                  "models": {"mock-model": {"name": "mock"}}}},
+            "model": "mock/mock-model", "autoupdate": False, "share": "disabled"}))
+        run = subprocess.run([str(harness_bin("opencode")), "run", "hi"], cwd=project,
+                             env=opencode_env(isolated_home), capture_output=True, text=True,
+                             timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    written = json.loads((project / PKG).read_text())
+    assert "@opencode-ai/plugin" in written["dependencies"], written  # OpenCode wrote it
+    status = run_cli("status", cwd=project)
+    assert status.returncode == 0, status.stdout + status.stderr
+    from tests.test_surface import guard_denies
+
+    assert guard_denies(project, "opencode") is None  # the guard does not see OpenCode's write
+    written["dependencies"]["evildep"] = "file:../dep"
+    _write(project, written)
+    status = run_cli("status", cwd=project)
+    assert status.returncode == 1 and f"surface[{PKG}]" in status.stderr, status.stderr
+    with (project / "AGENTS.md").open("a") as handle:  # the same guard call does see drift
+        handle.write("planted\n")
+    assert guard_denies(project, "opencode") is not None
