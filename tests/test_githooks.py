@@ -184,6 +184,25 @@ def test_installing_runs_no_git_and_nothing_from_the_repository(
     assert not marker.exists()
 
 
+def test_a_linked_worktree_uses_the_common_hooks_directory(repo: Path, tmp_path: Path) -> None:
+    (repo / "f").write_text("x\n")
+    git("add", "f", cwd=repo)
+    git("commit", "-qm", "f", cwd=repo)
+    linked = tmp_path / "linked"
+    git("worktree", "add", "-q", str(linked), cwd=repo)
+    written = githooks.install(linked)
+    assert {p.parent for p in written} == {repo / ".git" / "hooks"}
+    assert str(linked.resolve()) in written[0].read_text()  # it checks the linked worktree
+
+
+def test_a_hook_for_another_project_is_not_taken_over(repo: Path) -> None:
+    (repo / "a").mkdir()
+    (repo / "b").mkdir()
+    githooks.install(repo / "a")
+    with pytest.raises(Refused, match="another project"):
+        githooks.install(repo / "b")
+
+
 def test_the_hook_is_quiet_outside_an_agentstack_project(repo: Path) -> None:
     assert githooks.check(repo) is None
 
