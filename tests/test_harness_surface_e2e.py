@@ -255,6 +255,10 @@ def test_codex_surface_reaches_the_model_or_runs_and_withdrawn_trust_stops_its_c
     withdrawn = _check(model, out, expected)
     assert not withdrawn["server-ran"], withdrawn
     assert not withdrawn["MARKER-DEV-INSTRUCTIONS"], withdrawn
+    # AGENTS.md and skills, which Codex reads regardless of trust, do not reach the model either:
+    # the user-level guard (kept on withdrawal) blocks the first prompt.
+    assert not any(withdrawn.values()), withdrawn
+    assert not model.requests, _requests_text(model)[:2000]
     # Reviewed and accepted: the real harness loads each one.
     _ok("lock", cwd=project)
     surface = json.loads(_ok("show", "--json", cwd=project))["surface"]
