@@ -41,10 +41,27 @@ DirOpt = Annotated[
 ]
 
 
+GitHooksOpt = Annotated[
+    bool,
+    typer.Option(
+        "--git-hooks",
+        help="Also install post-checkout/post-merge/post-rewrite hooks in this project's git "
+        "repository that re-check the surface and withdraw harness trust on a difference.",
+    ),
+]
+
+
 @shims_app.command("install")
-def shims_install(directory: DirOpt = None, as_json: JsonOpt = False) -> None:
+def shims_install(
+    directory: DirOpt = None, git_hooks: GitHooksOpt = False, as_json: JsonOpt = False
+) -> None:
     """Write a launcher for each harness binary agentstack renders for (`claude`, `codex`,
     `gemini`, `opencode`, `copilot`, …); put their directory first on PATH to use them."""
+    hooks: list[str] = []
+    if git_hooks:
+        from agentstack import githooks
+
+        hooks = [str(p) for p in githooks.install(_root_dir().resolve())]
     from agentstack import harnesses
     from agentstack.fsutil import write_atomic
     from agentstack.shim import MARKER
@@ -69,21 +86,28 @@ def shims_install(directory: DirOpt = None, as_json: JsonOpt = False) -> None:
         write_atomic(path, text.encode(), 0o755)
         written.append(str(path))
     if as_json:
-        print_json({"dir": str(target), "shims": written})
+        print_json({"dir": str(target), "shims": written, "git_hooks": hooks})
         return
-    for shown in written:
+    for shown in [*written, *hooks]:
         echo(f"wrote {shown}")
     echo(f'put the shims first on PATH, e.g. in your shell profile: export PATH="{target}:$PATH"')
 
 
 @shims_app.command("remove")
-def shims_remove(directory: DirOpt = None, as_json: JsonOpt = False) -> None:
-    """Remove the launchers `shims install` wrote (nothing else)."""
+def shims_remove(
+    directory: DirOpt = None, git_hooks: GitHooksOpt = False, as_json: JsonOpt = False
+) -> None:
+    """Remove the launchers `shims install` wrote (nothing else); with --git-hooks, also this
+    project's git hooks (chained hooks are put back)."""
     from agentstack import harnesses
     from agentstack.shim import MARKER
 
     target = _shim_dir(directory)
     removed = []
+    if git_hooks:
+        from agentstack import githooks
+
+        removed += [str(p) for p in githooks.remove(_root_dir().resolve())]
     for harness in harnesses.ALL:
         path = target / harness.binary
         try:

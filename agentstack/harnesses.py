@@ -42,6 +42,12 @@ class SurfaceEntry(NamedTuple):
     keys: str  # the key table in Harness.keys that applies ("" for non-settings)
     verified: str  # "run" | "src" | "docs"
     note: str
+    # Keys the harness writes into this file itself (a key path each, with the value it writes
+    # matching `harness_value`): left out of the pin, so the harness's own write is not drift.
+    # The guard does not watch such a file byte for byte; `status`, `run`, the shims, the git
+    # hooks and the digest see every other change.
+    harness_writes: tuple[tuple[str, ...], ...] = ()
+    harness_value: str = ""  # a regular expression the written value matches
 
 
 class Harness(NamedTuple):
@@ -166,8 +172,17 @@ _HOOKS_FILE: dict[str, str] = {"hooks": RUNS, "disableAllHooks": GUARD_OFF}
 _MCP_FILE: dict[str, str] = {"mcpServers": SERVER, "servers": SERVER, "mcp": SERVER}
 
 
-def _e(pattern: str, role: str, fmt: str, verified: str, note: str, keys: str = "") -> SurfaceEntry:
-    return SurfaceEntry(pattern, role, fmt, keys, verified, note)
+def _e(
+    pattern: str,
+    role: str,
+    fmt: str,
+    verified: str,
+    note: str,
+    keys: str = "",
+    writes: tuple[tuple[str, ...], ...] = (),
+    value: str = "",
+) -> SurfaceEntry:
+    return SurfaceEntry(pattern, role, fmt, keys, verified, note, writes, value)
 
 
 CLAUDE_CODE = Harness(
@@ -292,8 +307,27 @@ OPENCODE = Harness(
         _e(".claude/skills/**", "skills", "tree", "run", "skills"),
         _e(".opencode/agent/**", "agents", "tree", "docs", "agents"),
         _e(".opencode/command/**", "commands", "tree", "docs", "commands"),
+        # Measured with 1.18.33: with plugins present, OpenCode adds its own plugin package at its
+        # own version and runs `npm install` in `.opencode/` at start; the project's other
+        # dependencies are installed too (no install script ran, the root's or a dependency's).
+        _e(".opencode/package.json", "packages", "json", "run",
+           "npm packages installed at start (OpenCode adds its own plugin package)",
+           "opencode-package", (("dependencies", "@opencode-ai/plugin"),),
+           r"\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?"),
     ),
     keys={
+        "opencode-package": {
+            "dependencies": RUNS,
+            "devDependencies": RUNS,
+            "optionalDependencies": RUNS,
+            "peerDependencies": RUNS,
+            "bundleDependencies": RUNS,
+            "bundledDependencies": RUNS,
+            "overrides": RUNS,
+            "resolutions": RUNS,
+            "workspaces": RUNS,
+            "scripts": RUNS,
+        },
         "opencode": {
             "mcp": SERVER,
             "plugin": SERVER,

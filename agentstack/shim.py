@@ -42,17 +42,19 @@ def check(cwd: Path) -> str | None:
     root = next((c for c in (cwd, *cwd.parents) if (c / MANIFEST_NAME).is_file()), None)
     if root is None:
         return None  # not an agentstack project: not ours to judge
-    problem = _problem(root)
-    if problem is not None:
+    found = problem(root)
+    if found is not None:
         # Harness-side trust follows the digest: the next start without the shim shows the
         # harness's own prompt (where it has one) instead of loading what nobody reviewed.
         from agentstack.surface import withdraw_harness_trust
 
         withdraw_harness_trust(root)
-    return problem
+    return found
 
 
-def _problem(root: Path) -> str | None:
+def problem(root: Path) -> str | None:
+    """Why the harness must not start in project `root` (None: the surface is what the
+    trusted digest covers). Never raises: a check that failed did not pass."""
     from agentstack.errors import AgentstackError
 
     try:
@@ -81,10 +83,10 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: python -m agentstack.shim SHIM_DIR BINARY [ARGS...]\n")
         return 2
     shim_dir, name, args = Path(argv[0]), argv[1], argv[2:]
-    problem = check(Path.cwd().resolve())
-    if problem is not None:
+    reason = check(Path.cwd().resolve())
+    if reason is not None:
         sys.stderr.write(
-            f"agentstack: not starting {name}: {problem}\n"
+            f"agentstack: not starting {name}: {reason}\n"
             "agentstack: review with 'agentstack status' and 'agentstack trust'; the real binary "
             "is still on your PATH after the shim directory\n"
         )

@@ -389,7 +389,9 @@ def _pin_settings(
             "executable": False,
             "facts": [f"unparseable:{_detail(f'not valid {fmt.upper()}: {exc}')}"],
         }
-    foreign = foreign_settings(context.root, rel, doc, context.ledger)
+    foreign = _without_harness_writes(
+        rules, foreign_settings(context.root, rel, doc, context.ledger)
+    )
     if not foreign:
         return None
     facts: list[str] = []
@@ -404,6 +406,22 @@ def _pin_settings(
         "keys": sorted(_text(k) for k in foreign),
         "facts": sorted({_text(f) for f in facts}),
     }
+
+
+def _without_harness_writes(rules: list[_Rule], doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` without what the harness writes into the file itself (OpenCode's own plugin
+    package at a plain version): that write is the harness's, not the project's."""
+    for rule in rules:
+        for key in rule.entry.harness_writes:
+            value = _lookup(doc, list(key))
+            if isinstance(value, str) and re.fullmatch(rule.entry.harness_value, value):
+                _delete(doc, list(key))
+    return doc
+
+
+def _harness_rewrites(rules: list[_Rule]) -> bool:
+    """Whether the harness rewrites this file itself (so the guard must not watch its bytes)."""
+    return bool(rules) and all(r.entry.harness_writes for r in rules)
 
 
 def _commands(value: Any) -> list[str]:
@@ -458,6 +476,9 @@ def _key_facts(risk: str, key: str, value: Any) -> list[str]:
         return facts
     if risk == H.RUNS:
         commands = _commands(value)
+        if not commands and isinstance(value, dict):  # npm `scripts`, `dependencies`, ...
+            return [f"runs:{key}.{_text(str(k))}: {_detail(str(v))}" for k, v in
+                    sorted(value.items())] or [f"runs:{key}"]
         return [f"runs:{key}: {_detail(c)}" for c in commands] or [f"runs:{key}"]
     if risk == H.PERMISSION and isinstance(value, dict):
         facts = []
@@ -677,8 +698,11 @@ def snapshot_entries(
     def watchable(path: Path) -> bool:  # a FIFO would block the guard: its directory is listed
         return path.is_symlink() or path.is_file() or not path.exists()
 
+    def rewritten(parts: list[str]) -> bool:
+        return _harness_rewrites([r for r in rules if _match(r.parts, parts)])
+
     for pinned in (document.get("surface") or {}).values():
-        if watchable(root / pinned["path"]):
+        if watchable(root / pinned["path"]) and not rewritten(pinned["path"].split("/")):
             watch(root / pinned["path"], {"kind": "raw"})
     # Names a harness loads from a directory (the first literal segment after "**/").
     anywhere = sorted(
@@ -706,7 +730,12 @@ def snapshot_entries(
             path = Path(directory) / name
             if name in subdirs and not path.is_symlink():
                 continue
-            if any(_match(f, child) for f in files) and str(path) not in out and watchable(path):
+            if (
+                any(_match(f, child) for f in files)
+                and str(path) not in out
+                and watchable(path)
+                and not rewritten(child)
+            ):
                 watch(path, {"kind": "raw"})
     # A file agentstack renders keys into inside a surface tree (Copilot's
     # `.github/hooks/agentstack.json`) is watched whole like any other rendered surface file: a
@@ -725,7 +754,7 @@ def snapshot_entries(
         if not literal or any(c in p for p in literal for c in "*?["):
             continue
         path = root.joinpath(*literal)
-        if str(path) in out:
+        if str(path) in out or (rule.entry.format != "tree" and rewritten(rule.parts)):
             continue
         if path.is_symlink() or (path.is_file() and rule.entry.format == "tree"):
             watch(path, {"kind": "raw"})

@@ -13,6 +13,7 @@ Skips locally without the harness CLIs; fails in CI (CI=true).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import make_project, run_cli
-from tests.harness.binaries import harness_bin
+from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.drive import CODEX_OFFLINE_TOML, run_claude, run_codex
 from tests.harness.mock_model import MockModel
 
@@ -122,7 +123,8 @@ def test_claude_code_surface_reaches_the_model_or_runs(project: Path, isolated_h
     headless = _check(model, out, expected)
     # What runs before the first gate (a SessionStart hook, a server process) still runs:
     # measured with 2.1.332. The guard on UserPromptSubmit sees the changed surface and blocks the
-    # first request, so nothing the planted files carry reaches the model.
+    # first request, so nothing the planted files carry reaches the model. The shims and `run`
+    # refuse before the harness starts (test_the_shim_refuses_...).
     assert headless["hook-ran"] and headless["server-ran"], headless
     assert not any(v for k, v in headless.items() if expected[k] != "runs"), headless
     assert not _requests_text(model), "the drifted project sent a model request"
@@ -145,6 +147,43 @@ def test_claude_code_surface_reaches_the_model_or_runs(project: Path, isolated_h
     seen = _check(model, out, expected)
     assert all(seen.values()), seen
     assert (out / "hook-ran").read_text().strip() == "MARKER-ENV"  # env reached the hook
+
+
+def test_the_shim_refuses_a_drifted_project_before_claude_runs_anything(
+    project: Path, isolated_home: Path, tmp_path: Path
+) -> None:
+    """`claude -p` through the shim: the planted SessionStart hook and `.mcp.json` server never
+    run and the model gets no request; through the same shim an unchanged project starts."""
+    harness_bin("claude")
+    out = tmp_path / "out"
+    out.mkdir()
+    shims = isolated_home / "shims"
+    _ok("shims", "install", "--dir", str(shims), cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    env = harness_env(isolated_home, ANTHROPIC_API_KEY="sk-ant-offline-test",
+                      AGENTSTACK_HOME=os.environ["AGENTSTACK_HOME"],
+                      AGENTSTACK_CACHE=os.environ["AGENTSTACK_CACHE"],
+                      PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
+
+    def via_shim(model: MockModel) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["claude", "-p", "say hi", "--output-format", "json"], cwd=project,
+                              env={**env, "ANTHROPIC_BASE_URL": model.url}, capture_output=True,
+                              text=True, timeout=120)
+
+    with MockModel([]) as model:
+        started = via_shim(model)
+    assert started.returncode == 0, started.stderr
+    assert model.requests, "the unchanged project did not start through the shim"
+    expected = _claude_entries(project, out)
+    with MockModel([]) as model:
+        refused = via_shim(model)
+    assert refused.returncode == 1, refused.stderr
+    assert "agentstack: not starting claude" in refused.stderr
+    assert not (out / "hook-ran").exists() and not (out / "server-ran").exists()
+    assert not model.requests
+    assert expected
 
 
 def _codex_home(home: Path, model: MockModel) -> None:
@@ -216,6 +255,10 @@ def test_codex_surface_reaches_the_model_or_runs_and_withdrawn_trust_stops_its_c
     withdrawn = _check(model, out, expected)
     assert not withdrawn["server-ran"], withdrawn
     assert not withdrawn["MARKER-DEV-INSTRUCTIONS"], withdrawn
+    # AGENTS.md and skills, which Codex reads regardless of trust, do not reach the model either:
+    # the user-level guard (kept on withdrawal) blocks the first prompt.
+    assert not any(withdrawn.values()), withdrawn
+    assert not model.requests, _requests_text(model)[:2000]
     # Reviewed and accepted: the real harness loads each one.
     _ok("lock", cwd=project)
     surface = json.loads(_ok("show", "--json", cwd=project))["surface"]
