@@ -7,20 +7,17 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-
-from agentstack.cli import JsonOpt, _root_dir, app
+from agentstack.cli_base import JSON, Opt, app, root_dir
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
-shims_app = typer.Typer(
-    help="Launchers for the harness binaries (claude, codex, gemini, opencode, copilot, …) ahead "
+shims_app = app.group(
+    "shims",
+    "Launchers for the harness binaries (claude, codex, gemini, opencode, copilot, …) ahead "
     "on PATH that check the harness surface first.",
-    no_args_is_help=True,
 )
-app.add_typer(shims_app, name="shims")
 
 _SECRET_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _NAME = re.compile(r"[^a-z0-9._-]+")
@@ -35,14 +32,14 @@ def _shim_dir(directory: Path | None) -> Path:
     return (directory or agentstack_home() / "shims").expanduser().resolve()
 
 
-DirOpt = Annotated[
-    Path | None,
-    typer.Option("--dir", help="Where to put the launchers (default: $AGENTSTACK_HOME/shims)."),
-]
+DIR = Opt(
+    ("--dir",), "directory", "Where to put the launchers (default: $AGENTSTACK_HOME/shims).",
+    type=Path,
+)
 
 
-@shims_app.command("install")
-def shims_install(directory: DirOpt = None, as_json: JsonOpt = False) -> None:
+@shims_app.command(DIR, JSON, name="install")
+def shims_install(directory: Path | None = None, as_json: bool = False) -> None:
     """Write a launcher for each harness binary agentstack renders for (`claude`, `codex`,
     `gemini`, `opencode`, `copilot`, …); put their directory first on PATH to use them."""
     from agentstack import harnesses
@@ -76,8 +73,8 @@ def shims_install(directory: DirOpt = None, as_json: JsonOpt = False) -> None:
     echo(f'put the shims first on PATH, e.g. in your shell profile: export PATH="{target}:$PATH"')
 
 
-@shims_app.command("remove")
-def shims_remove(directory: DirOpt = None, as_json: JsonOpt = False) -> None:
+@shims_app.command(DIR, JSON, name="remove")
+def shims_remove(directory: Path | None = None, as_json: bool = False) -> None:
     """Remove the launchers `shims install` wrote (nothing else)."""
     from agentstack import harnesses
     from agentstack.shim import MARKER
@@ -259,13 +256,11 @@ def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
         write_atomic(path, data.encode("utf-8"), mode)
 
 
-@app.command()
-def adopt(
-    write: Annotated[
-        bool, typer.Option("--write", help="Edit agentstack.toml and the native files.")
-    ] = False,
-    as_json: JsonOpt = False,
-) -> None:
+@app.command(
+    Opt(("--write",), "write", "Edit agentstack.toml and the native files.", kind="flag"),
+    JSON,
+)
+def adopt(write: bool = False, as_json: bool = False) -> None:
     """Move the servers and hooks already in the project's native configs into agentstack.toml.
 
     Dry run by default; with --write, agentstack.toml is edited (comments kept) and the adopted
@@ -273,7 +268,7 @@ def adopt(
     them with 'agentstack lock' and 'agentstack trust', and 'apply --write' renders them back."""
     from agentstack.edit import ManifestEditor
 
-    root = _root_dir()
+    root = root_dir()
     items, left = plan_adoption(root)
     if write and items:
         editor = ManifestEditor(root)
