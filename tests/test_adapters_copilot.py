@@ -87,7 +87,7 @@ def _user_config(home: Path, text: str) -> Path:
 
 def _ops(root: Path, harnesses: list[str]) -> list[Any]:
     from agentstack.apply import render_operations
-    from agentstack.cli import _current
+    from agentstack.consent import current as _current
 
     _, _, document, digest = _current(root)
     return render_operations(root, document, digest, harnesses)
@@ -95,7 +95,7 @@ def _ops(root: Path, harnesses: list[str]) -> list[Any]:
 
 def test_mcp_json_shared_with_claude_code_merges(project: Path) -> None:
     from agentstack.apply import plan
-    from agentstack.cli import _current
+    from agentstack.consent import current as _current
 
     claude = {op.path: op for op in _ops(project, ["claude-code"])}[".mcp.json"]
     copilot = {op.path: op for op in _ops(project, ["copilot"])}[".mcp.json"]

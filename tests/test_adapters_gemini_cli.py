@@ -74,7 +74,7 @@ def _ok(*args: str, cwd: Path) -> None:
 
 def _render(root: Path) -> dict[str, Any]:
     from agentstack.apply import render_operations
-    from agentstack.cli import _current
+    from agentstack.consent import current as _current
 
     _, _, document, digest = _current(root)
     return {op.path: op for op in render_operations(root, document, digest, ["gemini-cli"])}

@@ -76,7 +76,7 @@ def _ok(*args: str, cwd: Path) -> None:
 
 def _render(root: Path, harnesses: list[str]) -> list[Any]:
     from agentstack.apply import render_operations
-    from agentstack.cli import _current
+    from agentstack.consent import current as _current
 
     _, _, document, digest = _current(root)
     return render_operations(root, document, digest, harnesses)
@@ -198,7 +198,7 @@ def test_plugin_is_fingerprinted(project: Path) -> None:
 def test_agents_md_shared_with_codex_is_one_block(tmp_path: Path) -> None:
     """Codex and OpenCode both read AGENTS.md: one block, one ledger entry, no conflict."""
     from agentstack.apply import plan
-    from agentstack.cli import _current
+    from agentstack.consent import current as _current
 
     root = _project(tmp_path, '["codex", "opencode"]')
     _, _, document, digest = _current(root)

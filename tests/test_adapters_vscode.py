@@ -116,7 +116,7 @@ def test_a_partial_apply_keeps_other_harnesses_keys_in_a_shared_file(
     from agentstack_adapters import OwnedKeys, registry
 
     from agentstack.apply import load_ledger, plan, write
-    from agentstack.cli import _current
+    from agentstack.consent import current as _current
 
     class Fake:
         def __init__(self, name: str) -> None:
