@@ -359,6 +359,8 @@ def parse(node: Command | Group, params: tuple[Opt | Arg, ...], argv: list[str])
         elif unknown:
             raise UsageError(node, "unrecognized arguments: " + " ".join(unknown))
         values = vars(namespace)
+        if rest_param.nargs == "+" and not rest:
+            raise UsageError(node, f"missing {rest_param.metavar}")
         values[rest_param.dest] = rest or None
     else:
         values = vars(parser.parse_args(argv))
