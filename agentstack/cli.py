@@ -5,17 +5,19 @@ it does not print (never pydantic, rich or GitPython)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentstack.cli_base import JSON, Arg, Opt, app, root_dir, state
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from agentstack.manifest import Manifest
+
 
 add_app = app.group("add", "Add an item to agentstack.toml (comments and layout are kept).")
 
@@ -316,6 +318,8 @@ def show(as_json: bool = False) -> None:
 
 
 def _load_document(path: Path) -> dict[str, Any]:
+    import json
+
     try:
         raw = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -389,7 +393,6 @@ def schema(which: str = "manifest") -> None:
     if which not in SCHEMA_FILES:
         raise InvalidInput(f"unknown schema {which!r}", hint="manifest, lock or boundary")
     print_json(schema_for(which))
-
 
 
 @app.command(

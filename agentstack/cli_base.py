@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     import argparse
+    from typing import Any
 
     from agentstack.trust import TrustStore
 
@@ -26,58 +26,75 @@ EXIT_USAGE = 2
 # ------------------------------------------------------------------ declarations
 
 
-@dataclass(frozen=True)
 class Opt:
     """An option. `kind`: "flag" (--x), "pair" (--x/--no-x, None when absent), "value" (--x V),
     "list" (--x V, repeatable)."""
 
-    flags: tuple[str, ...]
-    dest: str
-    help: str = ""
-    kind: str = "value"
-    metavar: str | None = None
-    type: Callable[[str], Any] = str
-    default: Any = None
-    required: bool = False
-    minimum: int | None = None
-    path_kind: str | None = None  # "dir": must not be a file; "file": must not be a directory
+    __slots__ = ("default", "dest", "flags", "help", "kind", "metavar", "minimum", "path_kind",
+                 "required", "type")
+
+    def __init__(
+        self,
+        flags: tuple[str, ...],
+        dest: str,
+        help: str = "",
+        *,
+        kind: str = "value",
+        metavar: str | None = None,
+        type: Callable[[str], Any] = str,
+        default: Any = None,
+        required: bool = False,
+        minimum: int | None = None,
+        path_kind: str | None = None,  # "dir": must not be a file; "file": must not be a directory
+    ) -> None:
+        self.flags, self.dest, self.help, self.kind = flags, dest, help, kind
+        self.metavar, self.type, self.default, self.required = metavar, type, default, required
+        self.minimum, self.path_kind = minimum, path_kind
 
 
-@dataclass(frozen=True)
 class Arg:
     """A positional argument; `nargs` "?" (optional), "*" (any number) or None (exactly one).
     `rest=True`: the words after `--` (and any unknown option words), as a list."""
 
-    dest: str
-    metavar: str
-    help: str = ""
-    nargs: str | None = None
-    type: Callable[[str], Any] = str
-    default: Any = None
-    rest: bool = False
+    __slots__ = ("default", "dest", "help", "metavar", "nargs", "rest", "type")
+
+    def __init__(
+        self,
+        dest: str,
+        metavar: str,
+        help: str = "",
+        *,
+        nargs: str | None = None,
+        type: Callable[[str], Any] = str,
+        default: Any = None,
+        rest: bool = False,
+    ) -> None:
+        self.dest, self.metavar, self.help, self.nargs = dest, metavar, help, nargs
+        self.type, self.default, self.rest = type, default, rest
 
 
-@dataclass
 class Command:
-    name: str
-    func: Callable[..., Any] | None
-    params: tuple[Opt | Arg, ...]
-    help: str
-    group: Group | None = None
+    def __init__(
+        self,
+        name: str,
+        func: Callable[..., Any] | None,
+        params: tuple[Opt | Arg, ...],
+        help: str,
+        group: Group | None = None,
+    ) -> None:
+        self.name, self.func, self.params, self.help, self.group = name, func, params, help, group
 
     @property
     def short(self) -> str:
         return first_sentence(self.help)
 
 
-@dataclass
 class Group:
-    name: str
-    help: str
-    commands: dict[str, Command | Group] = field(default_factory=dict)
-    # A group that is also a command (`trust` reviews; `trust list` lists).
-    callback: Command | None = None
-    parent: Group | None = None
+    def __init__(self, name: str, help: str, parent: Group | None = None) -> None:
+        self.name, self.help, self.parent = name, help, parent
+        self.commands: dict[str, Command | Group] = {}
+        # A group that is also a command (`trust` reviews; `trust list` lists).
+        self.callback: Command | None = None
 
     @property
     def short(self) -> str:

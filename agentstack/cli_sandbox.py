@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from agentstack.cli_base import JSON, Arg, Opt, app, root_dir, state, store
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    from typing import Any
+
     from agentstack.manifest import Manifest
     from agentstack.sandbox.policy import SandboxPolicy
+
 
 HARNESS = Opt(
     ("--harness",),
@@ -123,6 +124,9 @@ def run(
         # Only now: every process of the session is gone (run_confined kills the whole tree).
         _report_changes(watch.compare(before, watch.snapshot(root)))
     if code < 0:
+        import contextlib
+        import signal
+
         sys.stdout.flush()
         sys.stderr.flush()
         with contextlib.suppress(OSError, ValueError):  # SIGKILL cannot be reset: fine

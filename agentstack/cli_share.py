@@ -6,11 +6,14 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from agentstack.cli_base import JSON, Arg, Opt, app, ask, root_dir
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 keys_app = app.group("keys", "Signing keys and the signers you accept bundles from.")
 quarantine_app = app.group(

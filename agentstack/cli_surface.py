@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import re
-import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 from agentstack.cli_base import JSON, Opt, app, root_dir
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 shims_app = app.group(
     "shims",
@@ -42,6 +43,8 @@ DIR = Opt(
 def shims_install(directory: Path | None = None, as_json: bool = False) -> None:
     """Write a launcher for each harness binary agentstack renders for (`claude`, `codex`,
     `gemini`, `opencode`, `copilot`, …); put their directory first on PATH to use them."""
+    import shlex
+
     from agentstack import harnesses
     from agentstack.fsutil import write_atomic
     from agentstack.shim import MARKER
@@ -162,6 +165,7 @@ def _name(text: str, taken: set[str]) -> str:
 def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """What `adopt` would move into agentstack.toml (each with its source), and what it leaves
     for the user (with why). Reads only what is on the surface and not rendered by agentstack."""
+    import json
     import tomllib
 
     from agentstack.manifest import load_manifest
@@ -233,6 +237,8 @@ def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
     """Take adopted entries out of the native files (apply renders them back from the manifest)."""
+    import json
+
     import tomlkit
 
     from agentstack.fsutil import write_atomic

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from agentstack.cli_base import JSON, Arg, Opt, app, ask, root_dir, store
 from agentstack.cli_base import store as trust_store
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 trust_app = app.group(
     "trust", "Review the consent view (or what changed since you last trusted) and record trust."

@@ -6,16 +6,16 @@ its arguments are simple; anything else goes through `agentstack.cli.dispatch` (
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
 
 from agentstack.errors import EXIT_INTERNAL, AgentstackError
+
+TYPE_CHECKING = False  # typing, json and traceback are imported only when needed (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 LOCK_FLAGS = {"--check": "check", "--frozen": "frozen", "--update": "update", "--json": "as_json"}
 
@@ -28,10 +28,15 @@ def echo(message: str) -> None:
 
 
 def print_json(value: Any) -> None:
+    import json
+
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def crash_report(exc: BaseException) -> Path | None:
+    import time
+    import traceback
+
     from agentstack import __version__
     from agentstack.paths import agentstack_cache
 
