@@ -1,6 +1,7 @@
 """Benchmark the `agentstack` command's start-up and the one-step setup, as ratios measured in one run.
 
     python benchmarks/cli.py [--runs 15] [--warmup 2] [--ruler-version 0.3.44] [--tools DIR]
+                             [--compare REV] [--no-ruler]
 
 The agentstack under test is a NON-editable install, what a user gets: this checkout is built
 into a wheel (`pip wheel --no-deps`, from a copy of the sources) and installed into a throw-away
@@ -17,6 +18,9 @@ Interleaved round-robin (drift on a shared machine hits every command alike), it
 * cold (a fresh, unlocked copy of apply.py's sample each run) and re-apply (the same project again):
   `lock && trust --yes --accept-risk && apply --write` (three processes),
   `trust --lock --apply --yes --accept-risk` (one), and `ruler apply --agents claude,codex`.
+
+With `--compare REV`, the same read-only commands and `run` from a wheel of git revision REV are
+timed in the same rounds (before/after under the same load).
 
 Prints medians and the ratios: each command / `python -I -c pass`, and each setup / ruler.
 Exit status 0 whatever the figures are (a benchmark, not a test); 1 when something fails.
@@ -56,14 +60,21 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
     return check_output(argv, cwd, env, devnull=True)
 
 
-def wheel_venv(tmp: Path, base: dict[str, str]) -> tuple[str, str]:
-    """(python, agentstack console script) of a throw-away venv holding a wheel of this checkout."""
+def wheel_venv(tmp: Path, base: dict[str, str], rev: str | None = None) -> tuple[str, str]:
+    """(python, agentstack console script) of a throw-away venv holding a wheel of this checkout
+    (its working tree, or the git revision `rev`)."""
     src = tmp / "src"
-    for name in ("agentstack", "adapters"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        if (REPO / name).exists():
-            shutil.copy2(REPO / name, src / name)
+    if rev is None:
+        for name in ("agentstack", "adapters"):
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (REPO / name).exists():
+                shutil.copy2(REPO / name, src / name)
+    else:
+        src.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "agentstack", "adapters",
+                                  "pyproject.toml", "README.md"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
     wheels = tmp / "wheels"
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
          "-w", str(wheels), str(src)], tmp, base)  # fmt: skip
@@ -114,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="npm prefix for ruler (default <repo>/.tools/ruler)")
     parser.add_argument("--no-ruler", dest="ruler", action="store_false",
                         help="skip the rows against ruler (no node/npm)")
+    parser.add_argument("--compare", metavar="REV",
+                        help="also time --help, status, digest, show --json and run from a wheel "
+                        "of git revision REV (e.g. the commit before a change), in the same rounds")
     args = parser.parse_args(argv)
     if args.runs < 5:
         parser.error("--runs must be >= 5")
@@ -125,6 +139,11 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
     base.update(OFFLINE)
     print("building a wheel of this checkout into a throw-away venv ...")
     py, agentstack = wheel_venv(tmp, base)
+    before: str | None = None
+    if args.compare:
+        print(f"building a wheel of {args.compare} for the comparison rows ...")
+        (tmp / "before").mkdir()
+        before = wheel_venv(tmp / "before", base, args.compare)[1]
     node = shutil.which("node")
     ruler_cli: Path | None = None
     if args.ruler:
@@ -150,7 +169,7 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
         run([agentstack, "trust", "--lock", "--yes", "--accept-risk"], boxed, env_boxed)
         run([agentstack, "run", "--", "/bin/true"], boxed, env_boxed)
         samples = measure(tmp, args, py, agentstack, node, ruler_cli, base, ready, env_ready,
-                          boxed, env_boxed)
+                          boxed, env_boxed, before)
     finally:
         shutil.rmtree(var, ignore_errors=True)
     report(samples, args, py)
@@ -164,7 +183,7 @@ def tmp_dir_outside_tmp() -> str:
 def measure(
     tmp: Path, args: argparse.Namespace, py: str, agentstack: str, node: str | None,
     ruler_cli: Path | None, base: dict[str, str], ready: Path, env_ready: dict[str, str],
-    boxed: Path, env_boxed: dict[str, str],
+    boxed: Path, env_boxed: dict[str, str], before: str | None = None,
 ) -> dict[str, list[float]]:
     rounds = args.warmup + args.runs
     chain = [["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]]
@@ -215,6 +234,17 @@ def measure(
             "lock && trust && apply, re-apply": lambda: chain_run(*again["chain"], False),
             "trust --lock --apply, re-apply": lambda: one_run(*again["one"], False),
         }
+        if before is not None:
+            for name, argv, where, env in (
+                ("--help", ["--help"], ready, env_ready),
+                ("status", ["status"], ready, env_ready),
+                ("digest", ["digest"], ready, env_ready),
+                ("show --json", ["show", "--json"], ready, env_ready),
+                ("run -- /bin/true", ["run", "--", "/bin/true"], boxed, env_boxed),
+            ):
+                cases[f"{args.compare}: agentstack {name}"] = (
+                    lambda argv=argv, where=where, env=env: run([before, *argv], where, env)
+                )
         if ruler_cli is not None:
             cases["ruler apply, cold"] = lambda: ruler_run(*cold["ruler"][i])
             cases["ruler apply, re-apply"] = lambda: ruler_run(*again["ruler"])
@@ -236,12 +266,15 @@ def report(samples: dict[str, list[float]], args: argparse.Namespace, py: str) -
     for name, values in samples.items():
         print(f"{name:<36} {med[name] * 1000:>8.1f}ms {p90(values) * 1000:>8.1f}ms")
     anchor = med["python -I -c pass"]
-    print(f"\n{'ratio to python -I -c pass':<44} {'ratio':>7} {'goal':>7}")
+    print(f"\n{'ratio to python -I -c pass':<44} {'ratio':>7} {'goal':>7}"
+          + (f" {args.compare + ' (before)':>18}" if args.compare else ""))
     for name in ANCHORED:
         ratio = med[name] / anchor
         goal = GOALS[name]
+        old = med.get(f"{args.compare}: {name}")
         print(f"{name:<44} {ratio:>6.1f}x {'<=' + format(goal, '.0f') + 'x':>7} "
-              f"{'PASS' if ratio <= goal else 'MISS'}")
+              f"{'PASS' if ratio <= goal else 'MISS'}"
+              + (f" {old / anchor:>17.1f}x" if old is not None else ""))
     if "ruler apply, cold" in med:
         print(f"\n{'ratio to ruler apply --agents claude,codex':<44} {'ratio':>7} {'goal':>7}")
         for setup in SETUPS:
