@@ -181,3 +181,21 @@ def test_the_acceptance_rule(high: int, yes: bool, accept_risk: bool, tty: bool,
         assert asked == []
     else:
         assert asked == ["type accept-risk: " if high else "[y/N] "]
+
+
+def test_status_is_a_library_call(calm: Path) -> None:
+    from agentstack.status import project_checks, project_status, status_lines
+    from agentstack.trust import TrustStore
+
+    report = project_status(calm, TrustStore())
+    assert report["ok"] is False and report["trust"] == "untrusted" and report["lock"] == "fresh"
+    assert "next: 'agentstack trust' to review" in status_lines(report)
+    assert cli(calm, "trust", "--apply", "--yes")[0] == 0
+    report = project_status(calm, TrustStore())
+    assert report["ok"] is True and report["drift"] == [] and report["snapshot"] is True
+    rows = {c.name: c for c in project_checks(calm, TrustStore)}
+    assert rows["lock"].status == "ok" and rows["trust"].status == "ok"
+    (calm / "AGENTS.md").write_text("edited behind agentstack's back\n")
+    report = project_status(calm, TrustStore())
+    assert report["ok"] is False and report["drift"] == ["AGENTS.md"]
+    assert project_checks(None, TrustStore)[0].detail.startswith("not inside a project")
