@@ -1,140 +1,45 @@
-"""The `agentstack` command line. Heavy modules are imported inside each command, so `--help`
-loads nothing it does not print (and never GitPython)."""
+"""The `agentstack` command line: thin commands over the library (`agentstack.consent`,
+`agentstack.trust`, `agentstack.status`, ...). Parsing is the standard library's argparse
+(`agentstack.cli_base`); heavy modules are imported inside each command, so `--help` loads nothing
+it does not print (never pydantic, rich or GitPython)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import typer
-
+from agentstack.cli_base import JSON, Arg, Opt, app, root_dir, state
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from agentstack.manifest import Manifest
 
-app = typer.Typer(
-    name="agentstack",
-    help="Consent for what your coding agents run: lock it, review it, trust it.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-add_app = typer.Typer(
-    help="Add an item to agentstack.toml (comments and layout are kept).", no_args_is_help=True
-)
-app.add_typer(add_app, name="add")
 
-ProjectOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--project",
-        help="Project directory (default: search upward from the cwd).",
-        file_okay=False,
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+add_app = app.group("add", "Add an item to agentstack.toml (comments and layout are kept).")
 
-
-class _State:
-    def __init__(self) -> None:
-        self.project: Path | None = None
-        self.trust_digests: list[str] = []
-
-
-_state = _State()
-
-
-def _plain_help_types() -> None:
-    """Help names what to type (TEXT, DIR, KEY=VALUE), never Python types (`<bool>`,
-    `<list[str]>`); a flag shows no type at all."""
-    from typer import core
-
-    def display_type_rich(self: Any, ctx: Any) -> str | None:
-        if self.metavar is not None:  # an argument's metavar is already its name column
-            return None if self.param_type_name == "argument" else str(self.metavar)
-        desc = getattr(self, "type_descriptor", None)
-        annotation = getattr(desc, "annotation", None)
-        if desc is None or annotation is bool:
-            return None
-        if getattr(desc, "is_path", False):
-            label = "DIR" if str(getattr(desc, "path_type", "")) == "directory" else "PATH"
-        else:
-            label = "INTEGER" if annotation is int else "TEXT"
-        return label + ("..." if getattr(desc, "is_list", False) else "")
-
-    for cls in (core.TyperOption, core.TyperArgument):
-        if hasattr(cls, "display_type_rich"):
-            cls.display_type_rich = display_type_rich  # type: ignore[method-assign]
-
-
-_plain_help_types()
-
-
-def _version(value: bool) -> None:
-    if value:
-        from agentstack import __version__
-
-        sys.stdout.write(f"agentstack {__version__}\n")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", help="Print the version and exit.", callback=_version, is_eager=True
-        ),
-    ] = False,
-    project: ProjectOpt = None,
-    trust_digest: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--trust-digest",
-            metavar="DIGEST",
-            help="Treat this consent digest as trusted (CI); repeatable.",
-        ),
-    ] = None,
-) -> None:
-    _state.project = project
-    _state.trust_digests = list(trust_digest or [])
-
-
-def _root_dir() -> Path:
-    from agentstack.lock_command import project_root
-
-    return project_root(_state.project)
+# Kept for callers of the old private names; the library is `agentstack.consent.current`.
+_state = state
+_root_dir = root_dir
 
 
 def _current(root: Path) -> tuple[Manifest, dict[str, Any], dict[str, Any], str]:
-    from agentstack.consent import consent_digest, consent_document
-    from agentstack.lockfile import fresh_lock
-    from agentstack.manifest import load_manifest
+    from agentstack.consent import current
 
-    manifest = load_manifest(root)
-    lock = fresh_lock(root, manifest)
-    doc = consent_document(manifest, lock)
-    return manifest, lock, doc, consent_digest(doc)
+    return current(root)
 
 
 # ------------------------------------------------------------------ init / add / remove
 
 
-@app.command()
-def init(
-    harness: Annotated[
-        list[str] | None,
-        typer.Option("--harness", metavar="NAME", help="Harness target; repeatable."),
-    ] = None,
-    name: Annotated[
-        str | None, typer.Option(help="Project name (default: the directory name).")
-    ] = None,
-) -> None:
+@app.command(
+    Opt(("--harness",), "harness", "Harness target; repeatable.", kind="list", metavar="NAME"),
+    Opt(("--name",), "name", "Project name (default: the directory name)."),
+)
+def init(harness: list[str] | None = None, name: str | None = None) -> None:
     """Write a starter agentstack.toml."""
     import re
 
@@ -177,30 +82,27 @@ def _must_exist(rel: str, kind: str, what: str) -> None:
         raise InvalidInput(f"{rel}: no such {noun} in {root}; nothing was added", hint=hint)
 
 
-@add_app.command("server")
+@add_app.command(
+    Arg("name", "NAME", "The server's name."),
+    Arg("command", "-- CMD [ARG]...", "The command and its arguments.", nargs="*", rest=True),
+    Opt(("--url",), "url", "A remote (HTTP) server instead of a command."),
+    Opt(("--env",), "env", "KEY=VALUE or KEY=secret:NAME; repeatable.", kind="list",
+        metavar="KEY=VALUE"),
+    Opt(("--header",), "header", "NAME=VALUE or NAME=secret:NAME; repeatable.", kind="list",
+        metavar="NAME=VALUE"),
+    Opt(("--cwd",), "cwd", "Working directory, relative to the project."),
+    Opt(("--replace",), "replace", "Replace an existing server of that name.", kind="pair",
+        default=False),
+    name="server",
+)
 def add_server(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="The server's name.")],
-    command: Annotated[
-        list[str] | None,
-        typer.Argument(metavar="-- CMD [ARG]...", help="The command and its arguments."),
-    ] = None,
-    url: Annotated[
-        str | None, typer.Option(help="A remote (HTTP) server instead of a command.")
-    ] = None,
-    env: Annotated[
-        list[str] | None,
-        typer.Option("--env", metavar="KEY=VALUE", help="KEY=VALUE or KEY=secret:NAME; repeatable."),
-    ] = None,
-    header: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--header", metavar="NAME=VALUE", help="NAME=VALUE or NAME=secret:NAME; repeatable."
-        ),
-    ] = None,
-    cwd: Annotated[
-        str | None, typer.Option(help="Working directory, relative to the project.")
-    ] = None,
-    replace: Annotated[bool, typer.Option(help="Replace an existing server of that name.")] = False,
+    name: str,
+    command: list[str] | None = None,
+    url: str | None = None,
+    env: list[str] | None = None,
+    header: list[str] | None = None,
+    cwd: str | None = None,
+    replace: bool = False,
 ) -> None:
     """Add an MCP server: `add server NAME -- CMD ARG…` or `add server NAME --url URL`."""
     values: dict[str, Any] = {}
@@ -239,16 +141,23 @@ def add_server(
     echo(f"added servers.{name}; run 'agentstack lock'")
 
 
-@add_app.command("skill")
+@add_app.command(
+    Arg("name", "NAME", "The skill's name."),
+    Arg("path", "PATH", "A local skill directory.", nargs="?"),
+    Opt(("--git",), "git", "A git repository URL."),
+    Opt(("--rev",), "rev", "Tag, branch or full commit id."),
+    Opt(("--subdir",), "subdir", "Directory inside the repository."),
+    Opt(("--replace",), "replace", "Replace an existing skill of that name.", kind="pair",
+        default=False),
+    name="skill",
+)
 def add_skill(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="The skill's name.")],
-    path: Annotated[
-        str | None, typer.Argument(metavar="PATH", help="A local skill directory.")
-    ] = None,
-    git: Annotated[str | None, typer.Option(help="A git repository URL.")] = None,
-    rev: Annotated[str | None, typer.Option(help="Tag, branch or full commit id.")] = None,
-    subdir: Annotated[str | None, typer.Option(help="Directory inside the repository.")] = None,
-    replace: Annotated[bool, typer.Option(help="Replace an existing skill of that name.")] = False,
+    name: str,
+    path: str | None = None,
+    git: str | None = None,
+    rev: str | None = None,
+    subdir: str | None = None,
+    replace: bool = False,
 ) -> None:
     """Add a skill: `add skill NAME PATH` or `add skill NAME --git URL --rev REV [--subdir D]`."""
     if (path is None) == (git is None):
@@ -271,10 +180,8 @@ def add_skill(
     echo(f"added skills.{name}; run 'agentstack lock'")
 
 
-@add_app.command("instructions")
-def add_instructions(
-    path: Annotated[str, typer.Argument(metavar="PATH", help="A file in the project.")],
-) -> None:
+@add_app.command(Arg("path", "PATH", "A file in the project."), name="instructions")
+def add_instructions(path: str) -> None:
     """Append an instruction file (read by the model, in order)."""
     _must_exist(path, "file", "instructions")
     editor = _editor()
@@ -299,18 +206,22 @@ def add_instructions(
     echo(f"added {path} to instructions.files; run 'agentstack lock'")
 
 
-@add_app.command("hook")
+@add_app.command(
+    Arg("name", "NAME", "The hook's name."),
+    Arg("command", "-- CMD [ARG]...", "The command and its arguments.", nargs="+", rest=True),
+    Opt(("--event",), "event", "PreToolUse, PostToolUse, UserPromptSubmit, SessionStart or Stop.",
+        required=True),
+    Opt(("--matcher",), "matcher", "Tool-name regular expression."),
+    Opt(("--replace",), "replace", "Replace an existing hook of that name.", kind="pair",
+        default=False),
+    name="hook",
+)
 def add_hook(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="The hook's name.")],
-    command: Annotated[
-        list[str],
-        typer.Argument(metavar="-- CMD [ARG]...", help="The command and its arguments."),
-    ],
-    event: Annotated[
-        str, typer.Option(help="PreToolUse, PostToolUse, UserPromptSubmit, SessionStart or Stop.")
-    ],
-    matcher: Annotated[str | None, typer.Option(help="Tool-name regular expression.")] = None,
-    replace: Annotated[bool, typer.Option(help="Replace an existing hook of that name.")] = False,
+    name: str,
+    command: list[str] | None,
+    event: str,
+    matcher: str | None = None,
+    replace: bool = False,
 ) -> None:
     """Add a hook: `add hook NAME --event E [--matcher M] -- CMD…`."""
     values: dict[str, Any] = {"event": event}
@@ -326,11 +237,11 @@ def add_hook(
 _KINDS = {"server": "servers", "skill": "skills", "hook": "hooks", "instructions": "instructions"}
 
 
-@app.command()
-def remove(
-    kind: Annotated[str, typer.Argument(help="server, skill, hook or instructions")],
-    name: Annotated[str, typer.Argument(help="The item's name (for instructions: its path).")],
-) -> None:
+@app.command(
+    Arg("kind", "KIND", "server, skill, hook or instructions"),
+    Arg("name", "NAME", "The item's name (for instructions: its path)."),
+)
+def remove(kind: str, name: str) -> None:
     """Remove an item from agentstack.toml."""
     section = _KINDS.get(kind)
     if section is None:
@@ -347,30 +258,27 @@ def remove(
 # ------------------------------------------------------------------ lock / digest / show / diff
 
 
-@app.command()
+@app.command(
+    Opt(("--check",), "check", "Exit 1 if re-locking would change the lock.", kind="flag"),
+    Opt(("--frozen",), "frozen", "Use the lock as it is; exit 1 if it does not match.",
+        kind="flag"),
+    Opt(("--update",), "update", "Re-resolve git revisions to their newest commits.", kind="flag"),
+    JSON,
+    Opt(("--max-file-size",), "max_file_size", "Refuse a file larger than N bytes.", type=int,
+        minimum=1),
+    Opt(("--max-files",), "max_files", "Refuse to pin more than N files.", type=int, minimum=1),
+    Opt(("--max-total-size",), "max_total_size", "Refuse to pin more than N bytes in all.",
+        type=int, minimum=1),
+)
 def lock(
-    check: Annotated[
-        bool, typer.Option("--check", help="Exit 1 if re-locking would change the lock.")
-    ] = False,
-    frozen: Annotated[
-        bool, typer.Option("--frozen", help="Use the lock as it is; exit 1 if it does not match.")
-    ] = False,
-    update: Annotated[
-        bool, typer.Option("--update", help="Re-resolve git revisions to their newest commits.")
-    ] = False,
-    as_json: JsonOpt = False,
-    max_file_size: Annotated[
-        int | None,
-        typer.Option("--max-file-size", min=1, help="Refuse a file larger than N bytes."),
-    ] = None,
-    max_files: Annotated[
-        int | None, typer.Option("--max-files", min=1, help="Refuse to pin more than N files.")
-    ] = None,
-    max_total_size: Annotated[
-        int | None,
-        typer.Option("--max-total-size", min=1, help="Refuse to pin more than N bytes in all."),
-    ] = None,
-) -> None:
+    check: bool = False,
+    frozen: bool = False,
+    update: bool = False,
+    as_json: bool = False,
+    max_file_size: int | None = None,
+    max_files: int | None = None,
+    max_total_size: int | None = None,
+) -> int:
     """Resolve every item and pin it into agentstack.lock."""
     from agentstack.lock_command import limits_from, run_lock
 
@@ -382,12 +290,11 @@ def lock(
         as_json=as_json,
         limits=limits_from(max_file_size, max_files, max_total_size),
     )
-    if code:
-        raise typer.Exit(code)
+    return code
 
 
-@app.command()
-def digest(as_json: JsonOpt = False) -> None:
+@app.command(JSON)
+def digest(as_json: bool = False) -> None:
     """Print the consent digest (b3:<64 hex>) of the current manifest and lock."""
     root = _root_dir()
     _, _, _, value = _current(root)
@@ -397,8 +304,8 @@ def digest(as_json: JsonOpt = False) -> None:
         sys.stdout.write(value + "\n")
 
 
-@app.command()
-def show(as_json: JsonOpt = False) -> None:
+@app.command(JSON)
+def show(as_json: bool = False) -> None:
     """The consent view: what will run and what the model will read."""
     root = _root_dir()
     _, _, doc, value = _current(root)
@@ -411,6 +318,8 @@ def show(as_json: JsonOpt = False) -> None:
 
 
 def _load_document(path: Path) -> dict[str, Any]:
+    import json
+
     try:
         raw = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -428,17 +337,13 @@ def _load_document(path: Path) -> dict[str, Any]:
     return raw
 
 
-@app.command()
-def diff(
-    old: Annotated[
-        str | None,
-        typer.Argument(help="A trusted digest or a consent document (default: the last trusted)."),
-    ] = None,
-    new: Annotated[
-        Path | None, typer.Argument(help="A later document (default: the project).")
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
+@app.command(
+    Arg("old", "OLD", "A trusted digest or a consent document (default: the last trusted).",
+        nargs="?"),
+    Arg("new", "NEW", "A later document (default: the project).", nargs="?", type=Path),
+    JSON,
+)
+def diff(old: str | None = None, new: Path | None = None, as_json: bool = False) -> None:
     """Consent diff against the last trusted (or given) digest or document, risk findings first."""
     from agentstack.canonical import is_digest
     from agentstack.diff import consent_diff
@@ -480,10 +385,8 @@ def diff(
     console().print(diff_renderable(result, contents=Contents(ContentStore(), found)))
 
 
-@app.command()
-def schema(
-    which: Annotated[str, typer.Argument(help="manifest, lock or boundary")] = "manifest",
-) -> None:
+@app.command(Arg("which", "WHICH", "manifest, lock or boundary", nargs="?", default="manifest"))
+def schema(which: str = "manifest") -> None:
     """Print the JSON Schema of agentstack.toml (or of the lock, or of a boundary file)."""
     from agentstack.schemas import SCHEMA_FILES, schema_for
 
@@ -492,22 +395,19 @@ def schema(
     print_json(schema_for(which))
 
 
-# ------------------------------------------------------------------ entry point
-
-from agentstack import cli_apply, cli_trust  # noqa: E402,F401 - registers their commands
-from agentstack import cli_check as cli_check  # noqa: E402 - registers check
-from agentstack import cli_sandbox as cli_sandbox  # noqa: E402 - registers run, why, doctor and secret
-from agentstack import cli_share as cli_share  # noqa: E402 - registers keys, share, inspect, receive, quarantine
-from agentstack import cli_surface as cli_surface  # noqa: E402 - registers adopt and shims
-
-
-@app.command()
+@app.command(
+    Opt(("--harness",), "harness", "The calling harness.", default=""),
+    Opt(("--state",), "state", "The state directory.", default=""),
+    Opt(("--project",), "project", "The project rendered for.", default=""),
+    Opt(("--user-level",), "user_level", "No project.", kind="flag"),
+    Opt(("--event",), "event", "The hook event.", default="PreToolUse"),
+)
 def guard(
-    harness: Annotated[str, typer.Option("--harness", help="The calling harness.")] = "",
-    state: Annotated[str, typer.Option("--state", help="The state directory.")] = "",
-    project: Annotated[str, typer.Option("--project", help="The project rendered for.")] = "",
-    user_level: Annotated[bool, typer.Option("--user-level", help="No project.")] = False,
-    event: Annotated[str, typer.Option("--event", help="The hook event.")] = "PreToolUse",
+    harness: str = "",
+    state: str = "",
+    project: str = "",
+    user_level: bool = False,
+    event: str = "PreToolUse",
 ) -> None:
     """The pre-tool-use hook (stdin: the harness's JSON). Rendered hooks call
     `python -I -m agentstack._guard` directly; this is the same code."""
@@ -548,6 +448,35 @@ def dashdash_hint(argv: list[str]) -> str | None:
         f"{stray[0]} is not an option of 'agentstack add {rest[0]}': put the command after "
         f"'--', e.g. agentstack add {rest[0]} NAME -- CMD {stray[0]} …"
     )
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def load_commands() -> None:
+    """Declare every command: each `cli_*` module registers its own on `cli_base.app` (they
+    import `cli_base`, never each other or this module)."""
+    from agentstack import (  # noqa: F401 - imported for their declarations
+        cli_apply,
+        cli_check,
+        cli_sandbox,
+        cli_share,
+        cli_surface,
+        cli_trust,
+    )
+
+
+def dispatch(argv: list[str]) -> int | None:
+    """Run `agentstack ARGV` in this process: the exit code (usage errors: 2); a command's
+    AgentstackError propagates (`entry.run` maps it to its exit code)."""
+    from agentstack.cli_base import dispatch as parse_and_run
+
+    load_commands()
+    hint = dashdash_hint(argv)
+    if hint is not None:
+        echo(f"error: {hint}")
+        return 2
+    return parse_and_run(argv)
 
 
 def main() -> NoReturn:

@@ -4,33 +4,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
 
-import typer
-
-from agentstack.cli import JsonOpt, _current, _root_dir, app
+from agentstack.cli_base import JSON, Opt, app, root_dir
 from agentstack.entry import print_json
 from agentstack.errors import InvalidInput
 
 
-@app.command()
+@app.command(
+    Opt(("--boundary",), "boundary", "A boundary file (default: $AGENTSTACK_HOME/boundary.toml).",
+        type=Path, path_kind="file"),
+    Opt(("--allow-unsupported",), "allow_unsupported",
+        "Exit 0 when the only problem is something unmodelled.", kind="flag"),
+    JSON,
+)
 def check(
-    boundary: Annotated[
-        Path | None,
-        typer.Option(
-            "--boundary",
-            help="A boundary file (default: $AGENTSTACK_HOME/boundary.toml).",
-            dir_okay=False,
-        ),
-    ] = None,
-    allow_unsupported: Annotated[
-        bool,
-        typer.Option(
-            "--allow-unsupported", help="Exit 0 when the only problem is something unmodelled."
-        ),
-    ] = False,
-    as_json: JsonOpt = False,
-) -> None:
+    boundary: Path | None = None, allow_unsupported: bool = False, as_json: bool = False
+) -> int:
     """Check the setup against a boundary: within_boundary, exceeds_boundary with a
     counterexample per domain, or unsupported with the reason. Exit 0 only when within."""
     import os
@@ -45,8 +34,10 @@ def check(
         )
     home = os.path.realpath(str(Path.home()))
     compiled = load_boundary(path, home=home)
-    root = _root_dir()
-    _, _, document, _ = _current(root)
+    from agentstack.consent import current
+
+    root = root_dir()
+    _, _, document, _ = current(root)
     result = check_document(document, root, compiled, home=home)
     if as_json:
         print_json(result.to_json())
@@ -55,5 +46,4 @@ def check(
     ok = result.result == "within_boundary" or (
         result.result == "unsupported" and allow_unsupported
     )
-    if not ok:
-        raise typer.Exit(1)
+    return 0 if ok else 1

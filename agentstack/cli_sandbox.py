@@ -2,37 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
-from agentstack.cli import JsonOpt, _current, _root_dir, _state, app
+from agentstack.cli_base import JSON, Arg, Opt, app, root_dir, state, store
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    from typing import Any
+
     from agentstack.manifest import Manifest
     from agentstack.sandbox.policy import SandboxPolicy
 
-HarnessOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--harness",
-        help="claude-code, codex, gemini-cli, opencode, copilot, cursor or vscode: adds its state "
-        "paths and install directory (default: from the command, else the project's first).",
-    ),
-]
 
-
-def _store() -> Any:
-    from agentstack.cli_trust import _store as store
-
-    return store()
+HARNESS = Opt(
+    ("--harness",),
+    "harness",
+    "claude-code, codex, gemini-cli, opencode, copilot, cursor or vscode: adds its state "
+    "paths and install directory (default: from the command, else the project's first).",
+)
 
 
 def _pick_harness(manifest: Manifest, harness: str | None, command: list[str]) -> str | None:
@@ -63,33 +54,30 @@ def _policy(
 # ------------------------------------------------------------------ run
 
 
-@app.command(context_settings={"ignore_unknown_options": True})
+@app.command(
+    Arg("command", "-- CMD [ARG]...", "After --: the command and its arguments.", nargs="*",
+        rest=True),
+    HARNESS,
+    Opt(("--interactive",), "interactive",
+        "Keep the terminal and process group (default: when stdin is a terminal).", kind="pair"),
+)
 def run(
-    command: Annotated[
-        list[str] | None, typer.Argument(help="After --: the command and its arguments.")
-    ] = None,
-    harness: HarnessOpt = None,
-    interactive: Annotated[
-        bool | None,
-        typer.Option(
-            "--interactive/--no-interactive",
-            help="Keep the terminal and process group (default: when stdin is a terminal).",
-        ),
-    ] = None,
-) -> None:
+    command: list[str] | None = None, harness: str | None = None, interactive: bool | None = None
+) -> int:
     """Launch the harness (or CMD) under the kernel sandbox built from the trusted declaration.
 
     Refuses (exit 1) unless the current consent digest is trusted, and whenever any layer of the
     sandbox cannot be enforced. The command's exit status (or signal) is passed through."""
+    from agentstack.consent import current
     from agentstack.sandbox import profiles
     from agentstack.sandbox.runner import run_confined
 
-    root = _root_dir()
-    manifest, _, document, digest = _current(root)
-    state = _store().state(root, digest)
-    if not state.trusted:
+    root = root_dir()
+    manifest, _, document, digest = current(root)
+    trust_state = store().state(root, digest)
+    if not trust_state.trusted:
         raise Refused(
-            f"not trusted: {digest} ({state.state}) for {root}; agentstack run enforces only a "
+            f"not trusted: {digest} ({trust_state.state}) for {root}; agentstack run enforces only a "
             "trusted declaration",
             hint="review it with 'agentstack trust'",
         )
@@ -136,13 +124,16 @@ def run(
         # Only now: every process of the session is gone (run_confined kills the whole tree).
         _report_changes(watch.compare(before, watch.snapshot(root)))
     if code < 0:
+        import contextlib
+        import signal
+
         sys.stdout.flush()
         sys.stderr.flush()
         with contextlib.suppress(OSError, ValueError):  # SIGKILL cannot be reset: fine
             signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
-        raise typer.Exit(128 - code)
-    raise typer.Exit(code)
+        return 128 - code
+    return code
 
 
 def _seed_private_state(
@@ -205,15 +196,22 @@ def _report_changes(changes: list[Any]) -> None:
 # ------------------------------------------------------------------ why
 
 
-@app.command()
+@app.command(
+    Opt(("--path",), "path", "A file or directory."),
+    Opt(("--op",), "op", "read or write.", default="read"),
+    Opt(("--host",), "host", "A host name or IP address."),
+    Opt(("--port",), "port", "A TCP port.", type=int),
+    HARNESS,
+    JSON,
+)
 def why(
-    path: Annotated[str | None, typer.Option("--path", help="A file or directory.")] = None,
-    op: Annotated[str, typer.Option("--op", help="read or write.")] = "read",
-    host: Annotated[str | None, typer.Option("--host", help="A host name or IP address.")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="A TCP port.")] = None,
-    harness: HarnessOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+    path: str | None = None,
+    op: str = "read",
+    host: str | None = None,
+    port: int | None = None,
+    harness: str | None = None,
+    as_json: bool = False,
+) -> int:
     """Explain a sandbox decision: `why --path P --op read|write` or `why --host H [--port N]`.
 
     Uses the same policy object `run` enforces (the current manifest plus the profiles). Exit 0
@@ -226,7 +224,7 @@ def why(
         raise InvalidInput(f"--op {op!r}: use read or write")
     if port is not None and not 0 < port < 65536:
         raise InvalidInput(f"--port {port}: out of range")
-    root = _root_dir()
+    root = root_dir()
     manifest = load_manifest(root)
     chosen = harness
     if chosen is not None and chosen not in manifest.project.harnesses:
@@ -239,9 +237,9 @@ def why(
     if path is None and host is None:
         if as_json:
             print_json({"policy": policy.to_json(), "trust": trust})
-            return
+            return 0
         _print_policy(policy, trust)
-        return
+        return 0
     if path is not None:
         target = Path(path).expanduser()
         absolute = str(target if target.is_absolute() else Path.cwd() / target)
@@ -273,16 +271,17 @@ def why(
                 f"note: the current declaration is {trust}; 'agentstack run' refuses until "
                 "it is trusted"
             )
-    if not decision.allowed:
-        raise typer.Exit(1)
+    return 0 if decision.allowed else 1
 
 
 def _trust_note(root: Path) -> str:
     from agentstack.errors import AgentstackError
 
     try:
-        _, _, _, digest = _current(root)
-        return str(_store().state(root, digest).state)
+        from agentstack.consent import current
+
+        _, _, _, digest = current(root)
+        return str(store().state(root, digest).state)
     except AgentstackError:
         return "unknown (the lock is stale or the trust log unreadable)"
 
@@ -323,21 +322,18 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
 # ------------------------------------------------------------------ doctor
 
 
-@app.command()
-def doctor(
-    verify: Annotated[
-        bool, typer.Option("--verify", help="Also run the confinement suite (about a minute).")
-    ] = False,
-    as_json: JsonOpt = False,
-) -> None:
+@app.command(
+    Opt(("--verify",), "verify", "Also run the confinement suite (about a minute).", kind="flag"),
+    JSON,
+)
+def doctor(verify: bool = False, as_json: bool = False) -> int:
     """Landlock ABI, nono, seccomp, harness binaries, and the project's trust and lock state.
 
     Exit 1 when the sandbox cannot be enforced here (or, with --verify, when a row fails)."""
     from agentstack.sandbox import doctor as doc
 
     checks = doc.system_checks()
-    project = _project_checks()
-    checks.extend(project)
+    checks.extend(_project_checks())
     from agentstack.boundary import doctor_check
 
     checks.append(doctor_check())
@@ -384,86 +380,27 @@ def doctor(
                 f"{v['passed']} passed, {v['failed']} failed, {v['skipped']} skipped"
             )
         echo("\n".join(lines))
-    if failed:
-        raise typer.Exit(1)
-
-
-def _project_checks() -> list[Any]:
-    from agentstack.errors import AgentstackError, StaleLock
-    from agentstack.manifest import MANIFEST_NAME, find_project, load_manifest
-    from agentstack.sandbox.doctor import Check
-
-    try:
-        root = _root_dir() if _state.project is not None else find_project(Path.cwd())
-    except AgentstackError:
-        return [Check("project", "ok", f"not inside a project (no {MANIFEST_NAME} here or above)")]
-    out = [Check("project", "ok", str(root), {"root": str(root)})]
-    try:
-        manifest = load_manifest(root)
-    except AgentstackError as exc:
-        return [*out, Check("manifest", "fail", exc.message)]
-    try:
-        _, _, _, digest = _current(root)
-    except StaleLock as exc:
-        out.append(
-            Check(
-                "lock", "warn", f"stale: {exc.message} (run 'agentstack lock')", {"lock": "stale"}
-            )
-        )
-        digest = None
-    except AgentstackError as exc:
-        out.append(Check("lock", "warn", exc.message, {"lock": "unknown"}))
-        digest = None
-    else:
-        out.append(Check("lock", "ok", "fresh", {"lock": "fresh", "digest": digest}))
-    if digest is not None:
-        try:
-            state = _store().state(root, digest)
-        except AgentstackError as exc:
-            out.append(Check("trust", "fail", exc.message))
-        else:
-            out.append(
-                Check(
-                    "trust",
-                    "ok" if state.trusted else "warn",
-                    f"{state.state}: {digest}"
-                    + ("" if state.trusted else " ('agentstack trust' to review)"),
-                    {"trust": state.state, "digest": digest},
-                )
-            )
-    from agentstack.mcp_status import harness_mcp_checks
-
-    trusted = any(c.name == "trust" and c.status == "ok" for c in out)
-    out.extend(
-        harness_mcp_checks(root, manifest.project.harnesses, sorted(manifest.servers), trusted)
-    )
-    if not manifest.sandbox.enabled:
-        out.append(Check("sandbox policy", "warn", "sandbox.enabled = false: 'run' refuses"))
-    else:
-        for harness in [None, *manifest.project.harnesses]:
-            try:
-                policy = _policy(manifest, root, harness, None)
-            except AgentstackError as exc:
-                out.append(Check(f"policy {harness or 'command'}", "fail", exc.message))
-            else:
-                out.append(
-                    Check(
-                        f"policy {harness or 'command'}",
-                        "ok",
-                        f"{len(policy.grants)} grants, {len(policy.denies)} denies, "
-                        f"network {'blocked' if policy.network_block else 'OPEN'}",
-                    )
-                )
-    return out
+    return 1 if failed else 0
 
 
 # ------------------------------------------------------------------ secret
 
-secret_app = typer.Typer(
-    help="Secrets referenced as secret:NAME (stored under $AGENTSTACK_HOME/secrets, 0600).",
-    no_args_is_help=True,
+def _project_checks() -> list[Any]:
+    """doctor's project rows (agentstack.status): --project exactly, else the nearest project."""
+    from agentstack.errors import AgentstackError
+    from agentstack.manifest import find_project
+    from agentstack.status import project_checks
+
+    try:
+        root: Path | None = root_dir() if state.project is not None else find_project(Path.cwd())
+    except AgentstackError:
+        root = None
+    return project_checks(root, store)
+
+
+secret_app = app.group(
+    "secret", "Secrets referenced as secret:NAME (stored under $AGENTSTACK_HOME/secrets, 0600)."
 )
-app.add_typer(secret_app, name="secret")
 
 
 def _secret_store() -> Any:
@@ -472,10 +409,8 @@ def _secret_store() -> Any:
     return SecretStore()
 
 
-@secret_app.command("set")
-def secret_set(
-    name: Annotated[str, typer.Argument(help="The secret's name (as in secret:NAME).")],
-) -> None:
+@secret_app.command(Arg("name", "NAME", "The secret's name (as in secret:NAME)."), name="set")
+def secret_set(name: str) -> None:
     """Store a secret; the value comes from stdin, or a hidden prompt on a terminal."""
     store = _secret_store()
     store.check_name(name)
@@ -496,8 +431,8 @@ def secret_set(
     echo(f"stored secret {name} ({path}, mode 0600)")
 
 
-@secret_app.command("list")
-def secret_list(as_json: JsonOpt = False) -> None:
+@secret_app.command(JSON, name="list")
+def secret_list(as_json: bool = False) -> None:
     """Names of the stored secrets (never their values)."""
     names = _secret_store().names()
     if as_json:
@@ -509,8 +444,8 @@ def secret_list(as_json: JsonOpt = False) -> None:
     sys.stdout.write("".join(f"{n}\n" for n in names))
 
 
-@secret_app.command("rm")
-def secret_rm(name: Annotated[str, typer.Argument(help="The secret's name.")]) -> None:
+@secret_app.command(Arg("name", "NAME", "The secret's name."), name="rm")
+def secret_rm(name: str) -> None:
     """Delete a stored secret."""
     store = _secret_store()
     if not store.remove(name):

@@ -6,29 +6,26 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
 
-import typer
-
-from agentstack.cli import JsonOpt, _root_dir, app
+from agentstack.cli_base import JSON, Arg, Opt, app, ask, root_dir
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
-keys_app = typer.Typer(
-    help="Signing keys and the signers you accept bundles from.", no_args_is_help=True
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+keys_app = app.group("keys", "Signing keys and the signers you accept bundles from.")
+quarantine_app = app.group(
+    "quarantine", "Review received bundles and release them into a project."
 )
-app.add_typer(keys_app, name="keys")
-quarantine_app = typer.Typer(
-    help="Review received bundles and release them into a project.", no_args_is_help=True
-)
-app.add_typer(quarantine_app, name="quarantine")
 
 
 # ------------------------------------------------------------------------------ keys
 
 
-@keys_app.command("generate")
-def keys_generate(name: str, as_json: JsonOpt = False) -> None:
+@keys_app.command(Arg("name", "NAME"), JSON, name="generate")
+def keys_generate(name: str, as_json: bool = False) -> None:
     """Create an Ed25519 signing key (OpenSSH format, 0600) under $AGENTSTACK_HOME/keys."""
     from agentstack import keys
 
@@ -47,8 +44,8 @@ def keys_generate(name: str, as_json: JsonOpt = False) -> None:
     )
 
 
-@keys_app.command("list")
-def keys_list(as_json: JsonOpt = False) -> None:
+@keys_app.command(JSON, name="list")
+def keys_list(as_json: bool = False) -> None:
     """Your signing keys and the signers you trust."""
     from agentstack import keys
 
@@ -83,7 +80,7 @@ def keys_list(as_json: JsonOpt = False) -> None:
     sys.stdout.write("\n".join(out) + "\n")
 
 
-@keys_app.command("export")
+@keys_app.command(Arg("name", "NAME"), name="export")
 def keys_export(name: str) -> None:
     """Print a key's OpenSSH public key line."""
     from agentstack import keys
@@ -92,11 +89,12 @@ def keys_export(name: str) -> None:
     sys.stdout.write(key.public.openssh(name) + "\n")
 
 
-@keys_app.command("trust")
-def keys_trust(
-    principal: Annotated[str, typer.Argument(help="A name for the signer, such as an email.")],
-    pubkey: Annotated[str, typer.Argument(help="An OpenSSH public key line, or a .pub file.")],
-) -> None:
+@keys_app.command(
+    Arg("principal", "PRINCIPAL", "A name for the signer, such as an email."),
+    Arg("pubkey", "PUBKEY", "An OpenSSH public key line, or a .pub file."),
+    name="trust",
+)
+def keys_trust(principal: str, pubkey: str) -> None:
     """Accept bundles signed by PUBKEY, as PRINCIPAL (adds an allowed_signers line)."""
     from agentstack import keys
     from agentstack.sshsig import check_principal
@@ -110,7 +108,7 @@ def keys_trust(
         echo(f"{principal} ({key.fingerprint}) was already trusted")
 
 
-@keys_app.command("untrust")
+@keys_app.command(Arg("principal", "PRINCIPAL"), name="untrust")
 def keys_untrust(principal: str) -> None:
     """Stop accepting bundles from PRINCIPAL."""
     from agentstack import keys
@@ -158,24 +156,25 @@ def _signing_key(key: str | None, ssh_key: Path | None) -> Any:
     return keys.default_key()
 
 
-@app.command()
+@app.command(
+    Opt(("-o", "--output"), "output", "The .astack file (default: NAME-VERSION.astack).",
+        type=Path),
+    Opt(("--key",), "key", "A key from 'keys list'."),
+    Opt(("--ssh-key",), "ssh_key", "An unencrypted OpenSSH ed25519 key file.", type=Path),
+    Opt(("--name",), "name", "Bundle name (default: the project's)."),
+    Opt(("--version",), "version", "Bundle version, e.g. 3 or 1.4.0 (default: from the time)."),
+    Opt(("--expires",), "expires", "Lifetime (30d, 12h, 2w) or a UTC date (2027-01-31).",
+        default="90d"),
+    JSON,
+)
 def share(
-    output: Annotated[
-        Path | None,
-        typer.Option("-o", "--output", help="The .astack file (default: NAME-VERSION.astack)."),
-    ] = None,
-    key: Annotated[str | None, typer.Option("--key", help="A key from 'keys list'.")] = None,
-    ssh_key: Annotated[
-        Path | None, typer.Option("--ssh-key", help="An unencrypted OpenSSH ed25519 key file.")
-    ] = None,
-    name: Annotated[str | None, typer.Option(help="Bundle name (default: the project's).")] = None,
-    version: Annotated[
-        str | None, typer.Option(help="Bundle version, e.g. 3 or 1.4.0 (default: from the time).")
-    ] = None,
-    expires: Annotated[
-        str, typer.Option(help="Lifetime (30d, 12h, 2w) or a UTC date (2027-01-31).")
-    ] = "90d",
-    as_json: JsonOpt = False,
+    output: Path | None = None,
+    key: str | None = None,
+    ssh_key: Path | None = None,
+    name: str | None = None,
+    version: str | None = None,
+    expires: str = "90d",
+    as_json: bool = False,
 ) -> None:
     """Write a signed bundle of the locked, trusted setup (deterministic: same inputs, same bytes)."""
     import os
@@ -183,7 +182,7 @@ def share(
     from agentstack import bundle
     from agentstack.fsutil import write_atomic
 
-    root = _root_dir()
+    root = root_dir()
     signing_key = _signing_key(key, ssh_key)
     now = (
         float(os.environ["SOURCE_DATE_EPOCH"])
@@ -217,17 +216,13 @@ def share(
         )
 
 
-@app.command()
-def inspect(
-    bundle_path: Annotated[Path, typer.Argument(metavar="BUNDLE")],
-    statement: Annotated[
-        Path | None,
-        typer.Option(
-            "--statement", help="Write the signed statement to OUT and its signature to OUT.sig."
-        ),
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
+@app.command(
+    Arg("bundle_path", "BUNDLE", type=Path),
+    Opt(("--statement",), "statement",
+        "Write the signed statement to OUT and its signature to OUT.sig.", type=Path),
+    JSON,
+)
+def inspect(bundle_path: Path, statement: Path | None = None, as_json: bool = False) -> None:
     """Show a bundle's signed statement without receiving it (its members are not read)."""
     from agentstack import bundle
     from agentstack.fsutil import write_atomic
@@ -281,11 +276,8 @@ def inspect(
 # ------------------------------------------------------------------------------ receive
 
 
-@app.command()
-def receive(
-    bundle_path: Annotated[Path, typer.Argument(metavar="FILE")],
-    as_json: JsonOpt = False,
-) -> None:
+@app.command(Arg("bundle_path", "FILE", type=Path), JSON)
+def receive(bundle_path: Path, as_json: bool = False) -> None:
     """Verify a bundle, then hold it in quarantine (nothing in it runs); prints its id."""
     from agentstack.quarantine import receive as do_receive
 
@@ -314,8 +306,8 @@ def receive(
 # ------------------------------------------------------------------------------ quarantine
 
 
-@quarantine_app.command("list")
-def quarantine_list(as_json: JsonOpt = False) -> None:
+@quarantine_app.command(JSON, name="list")
+def quarantine_list(as_json: bool = False) -> None:
     """Bundles held in quarantine."""
     from agentstack.quarantine import list_held
 
@@ -368,16 +360,16 @@ def _boundary_report(held: Any, dest: Path | None) -> Any:
 
 def _diff_against(dest: Path | None, document: dict[str, Any]) -> tuple[Any, Any]:
     """The consent diff against what the user trusted at `dest`, when `dest` holds a project."""
+    from agentstack.consent import consent_digest
     from agentstack.diff import consent_diff
     from agentstack.manifest import MANIFEST_NAME
-    from agentstack.trust import TrustStore
+    from agentstack.trust import TrustStore, review
 
     if dest is None or not (dest / MANIFEST_NAME).is_file():
         return None, consent_diff(None, document)
-    store = TrustStore()
-    last = store.last_trusted(dest)
-    before = store.load_consent(last.digest) if last is not None else None
-    return last, consent_diff(before, document)
+    # The same review as 'agentstack trust' there: against the last digest trusted for DIR.
+    reviewed = review(TrustStore(), dest, document, consent_digest(document))
+    return reviewed.previous, reviewed.result
 
 
 def _review(held: Any, contents: Any, principals: list[str], dest: Path | None, out: Any) -> Any:
@@ -410,14 +402,13 @@ def _review(held: Any, contents: Any, principals: list[str], dest: Path | None, 
     return result
 
 
-@quarantine_app.command("show")
-def quarantine_show(
-    ident: Annotated[str, typer.Argument(metavar="ID")],
-    into: Annotated[
-        Path | None, typer.Option("--into", help="Also diff against what you trusted in DIR.")
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
+@quarantine_app.command(
+    Arg("ident", "ID"),
+    Opt(("--into",), "into", "Also diff against what you trusted in DIR.", type=Path),
+    JSON,
+    name="show",
+)
+def quarantine_show(ident: str, into: Path | None = None, as_json: bool = False) -> None:
     """The consent view of a quarantined bundle (and the diff against DIR's trusted setup)."""
     from agentstack.boundary import describe, report
     from agentstack.quarantine import find, verify_held
@@ -440,30 +431,29 @@ def quarantine_show(
         echo("boundary in force: " + "\n".join(describe(checked)))
 
 
-@quarantine_app.command("release")
+@quarantine_app.command(
+    Arg("ident", "ID"),
+    Opt(("--into",), "into", "The project directory to copy the setup into.", type=Path,
+        required=True),
+    Opt(("--trust",), "trust", "Also trust the digest for DIR.", kind="flag"),
+    Opt(("--force",), "force", "Replace differing files (backed up first).", kind="flag"),
+    Opt(("--allow-unknown-signer",), "allow_unknown_signer",
+        "Release a bundle from a signer you do not trust.", kind="flag"),
+    Opt(("--yes", "-y"), "yes", "Release without asking (after review).", kind="flag"),
+    Opt(("--accept-risk",), "accept_risk",
+        "Accept new high-risk findings (with --yes --trust).", kind="flag"),
+    JSON,
+    name="release",
+)
 def quarantine_release(
-    ident: Annotated[str, typer.Argument(metavar="ID")],
-    into: Annotated[
-        Path, typer.Option("--into", help="The project directory to copy the setup into.")
-    ],
-    trust: Annotated[bool, typer.Option("--trust", help="Also trust the digest for DIR.")] = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace differing files (backed up first).")
-    ] = False,
-    allow_unknown_signer: Annotated[
-        bool,
-        typer.Option(
-            "--allow-unknown-signer", help="Release a bundle from a signer you do not trust."
-        ),
-    ] = False,
-    yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Release without asking (after review).")
-    ] = False,
-    accept_risk: Annotated[
-        bool,
-        typer.Option("--accept-risk", help="Accept new high-risk findings (with --yes --trust)."),
-    ] = False,
-    as_json: JsonOpt = False,
+    ident: str,
+    into: Path,
+    trust: bool = False,
+    force: bool = False,
+    allow_unknown_signer: bool = False,
+    yes: bool = False,
+    accept_risk: bool = False,
+    as_json: bool = False,
 ) -> None:
     """Review, then copy a quarantined setup into DIR and record the decision in the trust log."""
     from agentstack.quarantine import find, release, verify_held
@@ -484,29 +474,22 @@ def quarantine_release(
         enforce(contents.document, dest)
     result = _review(held, contents, principals, dest, console(stderr=as_json))
     # The one rule of every review: trusting high-risk findings needs an explicit acceptance.
-    high = result.high_risk if trust else []
-    if not yes:
-        if not sys.stdin.isatty():
-            raise Refused(
-                "not released: no terminal to ask on",
-                hint="review the output above, then re-run with --yes"
-                + (" --accept-risk" if high else ""),
-            )
-        from agentstack.cli_trust import _ask
+    from agentstack.trust import require_acceptance
 
-        prompt = (
-            f"{len(high)} high-risk finding(s) above. Type 'accept-risk' to release "
-            f"{held.id[:12]} into {dest} and trust it: "
-            if high
-            else f"Release {held.id[:12]} into {dest}? [y/N] "
-        )
-        if _ask(prompt).lower() not in ({"accept-risk"} if high else {"y", "yes"}):
-            raise Refused("not released: declined")
-    elif high and not accept_risk:
-        raise Refused(
-            f"not released: {len(high)} new high-risk finding(s) need explicit acceptance",
-            hint="review them above, then re-run with --yes --accept-risk",
-        )
+    high = len(result.high_risk) if trust else 0
+    require_acceptance(
+        high,
+        yes=yes,
+        accept_risk=accept_risk,
+        interactive=sys.stdin.isatty(),
+        ask=ask,
+        prompt_high=f"{high} high-risk finding(s) above. Type 'accept-risk' to release "
+        f"{held.id[:12]} into {dest} and trust it: ",
+        prompt_plain=f"Release {held.id[:12]} into {dest}? [y/N] ",
+        refusal="not released",
+        new="new ",
+        high_declined="",
+    )
     done = release(
         held, dest, contents=contents, statement=statement, principals=principals,
         trust=trust, force=force, allow_unknown_signer=allow_unknown_signer,
@@ -529,8 +512,8 @@ def quarantine_release(
     )
 
 
-@quarantine_app.command("discard")
-def quarantine_discard(ident: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+@quarantine_app.command(Arg("ident", "ID"), name="discard")
+def quarantine_discard(ident: str) -> None:
     """Delete a quarantined bundle (recorded in the trust log)."""
     from agentstack.quarantine import discard, find
 

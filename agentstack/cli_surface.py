@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import re
-import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any
 
-import typer
-
-from agentstack.cli import JsonOpt, _root_dir, app
+from agentstack.cli_base import JSON, Opt, app, root_dir
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
-shims_app = typer.Typer(
-    help="Launchers for the harness binaries (claude, codex, gemini, opencode, copilot, …) ahead "
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+shims_app = app.group(
+    "shims",
+    "Launchers for the harness binaries (claude, codex, gemini, opencode, copilot, …) ahead "
     "on PATH that check the harness surface first.",
-    no_args_is_help=True,
 )
-app.add_typer(shims_app, name="shims")
 
 _SECRET_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _NAME = re.compile(r"[^a-z0-9._-]+")
@@ -35,33 +33,34 @@ def _shim_dir(directory: Path | None) -> Path:
     return (directory or agentstack_home() / "shims").expanduser().resolve()
 
 
-DirOpt = Annotated[
-    Path | None,
-    typer.Option("--dir", help="Where to put the launchers (default: $AGENTSTACK_HOME/shims)."),
-]
+DIR = Opt(
+    ("--dir",), "directory", "Where to put the launchers (default: $AGENTSTACK_HOME/shims).",
+    type=Path,
+)
 
 
-GitHooksOpt = Annotated[
-    bool,
-    typer.Option(
-        "--git-hooks",
-        help="Also install post-checkout/post-merge/post-rewrite hooks in this project's git "
-        "repository that re-check the surface and withdraw harness trust on a difference.",
-    ),
-]
+GIT_HOOKS = Opt(
+    ("--git-hooks",),
+    "git_hooks",
+    "Also install post-checkout/post-merge/post-rewrite hooks in this project's git "
+    "repository that re-check the surface and withdraw harness trust on a difference.",
+    kind="flag",
+)
 
 
-@shims_app.command("install")
+@shims_app.command(DIR, GIT_HOOKS, JSON, name="install")
 def shims_install(
-    directory: DirOpt = None, git_hooks: GitHooksOpt = False, as_json: JsonOpt = False
+    directory: Path | None = None, git_hooks: bool = False, as_json: bool = False
 ) -> None:
     """Write a launcher for each harness binary agentstack renders for (`claude`, `codex`,
     `gemini`, `opencode`, `copilot`, …); put their directory first on PATH to use them."""
+    import shlex
+
     hooks: list[str] = []
     if git_hooks:
         from agentstack import githooks
 
-        hooks = [str(p) for p in githooks.install(_root_dir().resolve())]
+        hooks = [str(p) for p in githooks.install(root_dir().resolve())]
     from agentstack import harnesses
     from agentstack.fsutil import write_atomic
     from agentstack.shim import MARKER
@@ -93,9 +92,9 @@ def shims_install(
     echo(f'put the shims first on PATH, e.g. in your shell profile: export PATH="{target}:$PATH"')
 
 
-@shims_app.command("remove")
+@shims_app.command(DIR, GIT_HOOKS, JSON, name="remove")
 def shims_remove(
-    directory: DirOpt = None, git_hooks: GitHooksOpt = False, as_json: JsonOpt = False
+    directory: Path | None = None, git_hooks: bool = False, as_json: bool = False
 ) -> None:
     """Remove the launchers `shims install` wrote (nothing else); with --git-hooks, also this
     project's git hooks (chained hooks are put back)."""
@@ -107,7 +106,7 @@ def shims_remove(
     if git_hooks:
         from agentstack import githooks
 
-        removed += [str(p) for p in githooks.remove(_root_dir().resolve())]
+        removed += [str(p) for p in githooks.remove(root_dir().resolve())]
     for harness in harnesses.ALL:
         path = target / harness.binary
         try:
@@ -189,6 +188,7 @@ def _name(text: str, taken: set[str]) -> str:
 def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """What `adopt` would move into agentstack.toml (each with its source), and what it leaves
     for the user (with why). Reads only what is on the surface and not rendered by agentstack."""
+    import json
     import tomllib
 
     from agentstack.manifest import load_manifest
@@ -260,6 +260,8 @@ def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
     """Take adopted entries out of the native files (apply renders them back from the manifest)."""
+    import json
+
     import tomlkit
 
     from agentstack.fsutil import write_atomic
@@ -283,13 +285,11 @@ def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
         write_atomic(path, data.encode("utf-8"), mode)
 
 
-@app.command()
-def adopt(
-    write: Annotated[
-        bool, typer.Option("--write", help="Edit agentstack.toml and the native files.")
-    ] = False,
-    as_json: JsonOpt = False,
-) -> None:
+@app.command(
+    Opt(("--write",), "write", "Edit agentstack.toml and the native files.", kind="flag"),
+    JSON,
+)
+def adopt(write: bool = False, as_json: bool = False) -> None:
     """Move the servers and hooks already in the project's native configs into agentstack.toml.
 
     Dry run by default; with --write, agentstack.toml is edited (comments kept) and the adopted
@@ -297,7 +297,7 @@ def adopt(
     them with 'agentstack lock' and 'agentstack trust', and 'apply --write' renders them back."""
     from agentstack.edit import ManifestEditor
 
-    root = _root_dir()
+    root = root_dir()
     items, left = plan_adoption(root)
     if write and items:
         editor = ManifestEditor(root)

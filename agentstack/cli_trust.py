@@ -1,98 +1,156 @@
-"""`trust`, `trust list`, `trust log`, `revoke` and `status`."""
+"""`trust` (and `trust --apply`), `trust list`, `trust log`, `revoke` and `status`: thin
+commands over `agentstack.trust` (the review rules) and `agentstack.status`."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
-from typing import Annotated, Any
 
-import typer
-
-from agentstack.cli import JsonOpt, _current, _root_dir, _state, app
+from agentstack.cli_base import JSON, Arg, Opt, app, ask, root_dir, store
+from agentstack.cli_base import store as trust_store
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
-trust_app = typer.Typer(
-    help="Review the consent view (or what changed since you last trusted) and record trust.",
-    invoke_without_command=True,
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+trust_app = app.group(
+    "trust", "Review the consent view (or what changed since you last trusted) and record trust."
 )
-app.add_typer(trust_app, name="trust")
 
 
-def _store() -> Any:
-    from agentstack.trust import TrustStore
-
-    TrustStore.check_explicit(_state.trust_digests, "--trust-digest")
-    return TrustStore(explicit=_state.trust_digests)
-
-
-def _lock_hash(root: Path) -> str:
-    from agentstack.canonical import b3
-    from agentstack.manifest import LOCK_NAME
-
-    return b3((root / LOCK_NAME).read_bytes())
-
-
-ACCEPT_WORD = "accept-risk"
-
-
-def _contents(root: Path, document: dict[str, Any]) -> Any:
-    """The bytes a review shows: the files on disk now (checked against the lock), then the
-    content store (what was trusted before)."""
-    from agentstack.contentstore import Contents, ContentStore, collect
-
-    return Contents(ContentStore(), collect(root, document))
-
-
-def _keep_contents(store: Any, contents: Any | None) -> None:
-    """After a trust decision: keep the trusted files' bytes, drop what nothing trusted names."""
-    from agentstack.contentstore import ContentStore, keep_trusted
-
-    content_store = contents.store if contents is not None else ContentStore()
-    if contents is not None:
-        content_store.put_all(contents.found)
-    with contextlib.suppress(OSError):  # a cache that cannot be pruned is only a cache
-        keep_trusted(content_store, store)
-
-
-def _ask(question: str) -> str:
-    sys.stderr.write(question)
-    sys.stderr.flush()
-    try:
-        return input().strip()
-    except EOFError:
-        return ""
-
-
-@trust_app.callback()
+@trust_app.default(
+    Opt(("--yes", "-y"), "yes", "Trust without asking (after review).", kind="flag"),
+    Opt(("--digest",), "digest", "Refuse unless the current digest is exactly this."),
+    Opt(("--accept-risk",), "accept_risk", "Accept high-risk findings (with --yes).", kind="flag"),
+    Opt(
+        ("--boundary",),
+        "boundary",
+        "Refuse unless the setup is within this boundary file (default: "
+        "$AGENTSTACK_HOME/boundary.toml when it exists).",
+        type=Path,
+        path_kind="file",
+    ),
+    Opt(
+        ("--apply",),
+        "apply",
+        "Then render the harness files, as 'apply --write' (one step: review, trust, apply).",
+        kind="flag",
+    ),
+    Opt(
+        ("--lock",),
+        "lock",
+        "Lock first when agentstack.lock is missing or stale (as 'agentstack lock').",
+        kind="flag",
+    ),
+    Opt(("--harness",), "harness", "With --apply: only this harness; repeatable.", kind="list"),
+    Opt(("--force",), "force", "With --apply: overwrite hand edits (backed up first).",
+        kind="flag"),
+    JSON,
+)
 def trust(
-    ctx: typer.Context,
-    yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Trust without asking (after review).")
-    ] = False,
-    digest: Annotated[
-        str | None,
-        typer.Option("--digest", help="Refuse unless the current digest is exactly this."),
-    ] = None,
-    accept_risk: Annotated[
-        bool, typer.Option("--accept-risk", help="Accept high-risk findings (with --yes).")
-    ] = False,
-    boundary: Annotated[
-        Path | None,
-        typer.Option(
-            "--boundary",
-            help="Refuse unless the setup is within this boundary file (default: "
-            "$AGENTSTACK_HOME/boundary.toml when it exists).",
-            dir_okay=False,
-        ),
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Review and record trust for the current consent digest."""
-    if ctx.invoked_subcommand is not None:
-        return
-    from agentstack.diff import consent_diff
+    yes: bool = False,
+    digest: str | None = None,
+    accept_risk: bool = False,
+    boundary: Path | None = None,
+    apply: bool = False,
+    lock: bool = False,
+    harness: list[str] | None = None,
+    force: bool = False,
+    as_json: bool = False,
+) -> int:
+    """Review and record trust for the current consent digest.
+
+    With --apply, the same process then writes the harness files ('apply --write'); with --lock,
+    it first brings a missing or stale agentstack.lock up to date. The review, its prompts and
+    its refusals are the same as without them."""
+    from agentstack import trust as rules
+    from agentstack.consent import current
+    from agentstack.errors import StaleLock
+
+    if (harness or force) and not apply:
+        raise InvalidInput("--harness and --force apply to --apply", hint="add --apply")
+    root = root_dir()
+    try:
+        _, _, document, value = current(root)
+    except StaleLock as exc:
+        if not lock:
+            raise StaleLock(
+                exc.message,
+                hint=(exc.hint + "; " if exc.hint else "")
+                + "or 'agentstack trust --lock' locks, then reviews",
+            ) from None
+        from agentstack.lock_command import run_lock
+
+        code = run_lock(project=root, check=False, frozen=False, update=False, as_json=False)
+        if code:
+            return code
+        _, _, document, value = current(root)
+    if digest is not None and digest != value:
+        raise Refused(
+            f"the current consent digest is {value}, not {digest}",
+            hint="the project changed since that digest was reviewed; run 'agentstack trust' "
+            "to review the change",
+        )
+    from agentstack.boundary import enforce as enforce_boundary
+
+    enforce_boundary(document, root, boundary_file=boundary)
+    the_store = store()
+    reviewed = rules.review(the_store, root, document, value)
+    result: dict[str, Any]
+    if reviewed.already_trusted:
+        result = {"digest": value, "project": str(root.resolve()), "state": "trusted",
+                  "recorded": False}
+        if not as_json:
+            echo(f"already trusted: {value} for {root.resolve()}")
+    else:
+        contents = _show_review(reviewed, as_json)
+        high = len(reviewed.high_risk)
+        rules.require_acceptance(
+            high,
+            yes=yes,
+            accept_risk=accept_risk,
+            interactive=sys.stdin.isatty(),
+            ask=ask,
+            prompt_high=f"{high} high-risk finding(s) above. To trust {value} for "
+            f"{root.resolve()}, type accept-risk (anything else declines): ",
+            prompt_plain=f"Trust {value} for {root.resolve()}? [y/N] ",
+        )
+        done, undeclared = rules.record(the_store, reviewed, contents)
+        for item in undeclared:
+            echo(
+                f"warning: {item} is not in agentstack.toml: the guard blocks every tool call "
+                "while it is there"
+            )
+        result = {
+            "digest": value,
+            "project": done.project,
+            "state": "trusted",
+            "recorded": True,
+            "seq": done.seq,
+            "findings": [f.to_json() for f in reviewed.result.findings],
+        }
+        if not as_json:
+            echo(f"trusted {value} for {done.project} (trust log record {done.seq})")
+    code = 0
+    if apply:
+        from agentstack.apply_command import run_apply
+
+        code, applied = run_apply(
+            root, document, value, the_store, harness=harness, write=True, force=force,
+            as_json=as_json, report_only=True,
+        )  # fmt: skip
+        result["apply"] = applied
+    if as_json:
+        print_json(result)
+    return code
+
+
+def _show_review(reviewed: Any, as_json: bool) -> Any:
+    """Print the review (the whole consent view the first time, else the diff against the last
+    trusted document; on stderr with --json). Returns the contents it showed."""
+    from agentstack.trust import harness_notes, review_contents, user_level_changes
     from agentstack.view import (
         consent_renderable,
         console,
@@ -101,35 +159,7 @@ def trust(
         outside_renderable,
     )
 
-    root = _root_dir()
-    _, _, document, current = _current(root)
-    if digest is not None and digest != current:
-        raise Refused(
-            f"the current consent digest is {current}, not {digest}",
-            hint="the project changed since that digest was reviewed; run 'agentstack trust' "
-            "to review the change",
-        )
-    from agentstack.boundary import enforce as enforce_boundary
-
-    enforce_boundary(document, root, boundary_file=boundary)
-    store = _store()
-    state = store.state(root, current)
-    if state.trusted and state.source == "log":
-        if as_json:
-            print_json(
-                {
-                    "digest": current,
-                    "project": str(root.resolve()),
-                    "state": "trusted",
-                    "recorded": False,
-                }
-            )
-        else:
-            echo(f"already trusted: {current} for {root.resolve()}")
-        return
-    previous = store.last_trusted(root)
-    before = store.load_consent(previous.digest) if previous is not None else None
-    result = consent_diff(before, document)
+    root, state, document, value = reviewed.root, reviewed.state, reviewed.document, reviewed.digest
     out = console(stderr=as_json)
     if state.moved_from:
         out.print(
@@ -144,36 +174,20 @@ def trust(
             "This digest was revoked for this project; trusting it again needs a new review.",
             markup=False,
         )
-    if state.state == "superseded":
-        from agentstack.diff import Finding
-
-        result.findings.insert(
-            0,
-            Finding(
-                severity="medium",
-                code="returns-to-earlier",
-                item="project",
-                message=f"returns to a setup you trusted on {state.trusted_on or 'an earlier date'}"
-                ", which a later trust replaced",
-            ),
-        )
-    contents = _contents(root, document)
-    if before is None:
-        out.print(consent_renderable(document, current))
-        out.print(findings_renderable(result))
+    contents = review_contents(root, document)
+    if reviewed.first:
+        out.print(consent_renderable(document, value))
+        out.print(findings_renderable(reviewed.result))
     else:
+        previous = reviewed.previous
         out.print(
             f"Changes since the digest you trusted on {previous.time if previous else ''}:",
             markup=False,
         )
-        out.print(diff_renderable(result, contents=contents))
-    # One rule for every review, first or later: high-risk findings need an explicit acceptance.
-    high = result.high_risk
-    from agentstack.cli_apply import harness_notes, user_level_changes
-
+        out.print(diff_renderable(reviewed.result, contents=contents))
     for note in harness_notes(document):
         out.print(note, markup=False)
-    outside = user_level_changes(root, document, current)
+    outside = user_level_changes(root, document, value)
     if outside:
         from agentstack.view import Wrapped, t
 
@@ -187,59 +201,15 @@ def trust(
             )
         )
         out.print(outside_renderable(outside))
-    if not yes:
-        if not sys.stdin.isatty():
-            raise Refused(
-                "not trusted: no terminal to ask on",
-                hint="review the output above, then re-run with --yes"
-                + (" --accept-risk" if high else ""),
-            )
-        if high:
-            prompt = (
-                f"{len(high)} high-risk finding(s) above. To trust {current} for "
-                f"{root.resolve()}, type accept-risk (anything else declines): "
-            )
-            if _ask(prompt).lower() != ACCEPT_WORD:
-                raise Refused(
-                    "not trusted: declined (high-risk findings need the word accept-risk)"
-                )
-        elif _ask(f"Trust {current} for {root.resolve()}? [y/N] ").lower() not in {"y", "yes"}:
-            raise Refused("not trusted: declined")
-    elif high and not accept_risk:
-        raise Refused(
-            f"not trusted: {len(high)} high-risk finding(s) need explicit acceptance",
-            hint="review them above, then re-run with --yes --accept-risk",
-        )
-    record = store.trust(root, current, document, _lock_hash(root))
-    _keep_contents(store, contents)
-    from agentstack.snapshot import write_snapshot
-
-    for item in write_snapshot(root, document, current):
-        echo(
-            f"warning: {item} is not in agentstack.toml: the guard blocks every tool call "
-            "while it is there"
-        )
-    if as_json:
-        print_json(
-            {
-                "digest": current,
-                "project": record.project,
-                "state": "trusted",
-                "recorded": True,
-                "seq": record.seq,
-                "findings": [f.to_json() for f in result.findings],
-            }
-        )
-    else:
-        echo(f"trusted {current} for {record.project} (trust log record {record.seq})")
+    return contents
 
 
-@trust_app.command("list")
-def trust_list(as_json: JsonOpt = False) -> None:
+@trust_app.command(JSON, name="list")
+def trust_list(as_json: bool = False) -> None:
     """Currently trusted digests, per project."""
     from agentstack.trust import current_trusts
 
-    store = _store()
+    store = trust_store()
     trusted = current_trusts(store.log.records())
     rows = [
         {"project": r.project, "digest": r.digest, "time": r.time, "action": r.action}
@@ -265,15 +235,14 @@ def trust_list(as_json: JsonOpt = False) -> None:
         out.print(Wrapped(t(f"trusted {row['time']}{note}"), 6, first=Text("    ")))
 
 
-@trust_app.command("log")
-def trust_log(
-    verify: Annotated[
-        bool, typer.Option("--verify", help="Check the hash chain and the head.")
-    ] = False,
-    as_json: JsonOpt = False,
-) -> None:
+@trust_app.command(
+    Opt(("--verify",), "verify", "Check the hash chain and the head.", kind="flag"),
+    JSON,
+    name="log",
+)
+def trust_log(verify: bool = False, as_json: bool = False) -> int:
     """Print the trust log; --verify checks its chain (exit 1 naming the first bad record)."""
-    store = _store()
+    store = trust_store()
     if verify:
         report = store.log.verify()
         if as_json:
@@ -290,42 +259,40 @@ def trust_log(
         if not report.ok:
             if not as_json:
                 echo(f"trust log does not verify: {report.problem}\nlog: {store.log.path}")
-            raise typer.Exit(1)
+            return 1
         if not as_json:
             echo(f"trust log verifies: {report.count} records, head {report.head}")
-        return
+        return 0
     records = store.log.records()
     if as_json:
         print_json({"records": [r.to_json() for r in records]})
-        return
+        return 0
     from agentstack.sanitize import sanitize
 
     for r in records:
         sys.stdout.write(
             sanitize(f"{r.seq:>5} {r.time} {r.action:<8} {r.digest} {r.project}") + "\n"
         )
+    return 0
 
 
-@app.command()
+@app.command(
+    Arg("digest_arg", "DIGEST", "Same as --digest.", nargs="?"),
+    Opt(("--digest",), "digest", "Revoke only this digest (default: every trusted one)."),
+    JSON,
+)
 def revoke(
-    digest_arg: Annotated[
-        str | None,
-        typer.Argument(metavar="DIGEST", help="Same as --digest.", show_default=False),
-    ] = None,
-    digest: Annotated[
-        str | None,
-        typer.Option("--digest", help="Revoke only this digest (default: every trusted one)."),
-    ] = None,
-    as_json: JsonOpt = False,
+    digest_arg: str | None = None, digest: str | None = None, as_json: bool = False
 ) -> None:
     """Withdraw trust: every digest trusted for this project (or --digest), and harness entries.
 
     The harness-side trust entries go whenever no digest matching the files on disk stays
     trusted; the output lists every digest revoked and every file changed."""
     from agentstack.canonical import is_digest
+    from agentstack.trust import keep_contents
 
-    root = _root_dir()
-    store = _store()
+    root = root_dir()
+    store = trust_store()
     realpath = str(root.resolve())
     if digest_arg is not None and digest is not None and digest_arg != digest:
         raise InvalidInput("give the digest once: as an argument or with --digest")
@@ -352,12 +319,14 @@ def revoke(
                 hint="see 'agentstack trust list'",
             )
     records = [store.revoke(root, value) for value in targets]
-    _keep_contents(store, None)
+    keep_contents(store, None)
     # The harness-side entries stay only while a digest matching the files on disk is trusted.
     from agentstack.errors import AgentstackError
 
     try:
-        current: str | None = _current(root)[3]
+        from agentstack.consent import current as consent_now
+
+        current: str | None = consent_now(root)[3]
     except AgentstackError:
         current = None  # a stale lock or a broken manifest: nothing on disk is trusted
     keep = current is not None and store.state(root, current).trusted
@@ -390,270 +359,22 @@ def revoke(
         echo(f"still trusted: {value} ('agentstack revoke' without --digest withdraws it too)")
 
 
-@app.command()
-def status(as_json: JsonOpt = False) -> None:
+@app.command(JSON)
+def status(as_json: bool = False) -> int:
     """Lock freshness, trust state of the current digest, and what changed since the trusted one.
 
     Exit 0 when the lock is fresh and its digest trusted; 1 otherwise."""
-    from agentstack.diff import changed_items, consent_diff
-    from agentstack.errors import StaleLock
+    from agentstack.status import project_status, status_lines
 
-    root = _root_dir()
-    store = _store()
-    report: dict[str, Any] = {"project": str(root.resolve())}
-    try:
-        _, _, document, current = _current(root)
-    except StaleLock as exc:
-        report.update(lock="stale", lock_problem=exc.message, digest=None, trust="unknown")
-        document, current = None, None
-    else:
-        report.update(lock="fresh", digest=current)
-        state = store.state(root, current)
-        report.update(trust=state.state, trust_source=state.source, moved_from=state.moved_from)
-    last = store.last_trusted(root)
-    report["last_trusted"] = last.digest if last else None
-    if document is not None and last is not None and last.digest != current:
-        before = store.load_consent(last.digest)
-        if before is not None:
-            changes = consent_diff(before, document)
-            report["findings"] = [f.to_json() for f in changes.findings]
-            report["changed"] = changed_items(changes)
-    report.update(_rendered_state(root))
-    report["missing_secrets"] = _missing_secrets(document)
-    report["export"] = _header_exports(document)
-    report["guard_expected"] = _snapshot_expected(root, report)
-    ok = (
-        report["lock"] == "fresh"
-        and report["trust"] == "trusted"
-        and not report["drift"]
-        and (report["snapshot"] or not _snapshot_expected(root, report))
-    )
-    if not ok and last is not None:
-        # Harness-side trust follows the digest: what the harness would load is not what was
-        # trusted, so it must not start with the folder pre-trusted (agentstack.surface).
-        from agentstack.surface import withdraw_harness_trust
-
-        report["withdrawn"] = [str(p) for p in withdraw_harness_trust(root)]
+    report = project_status(root_dir(), store())
+    ok = report.pop("ok")
     if as_json:
         print_json(report)
     else:
-        _print_status(report)
+        echo("\n".join(status_lines(report)))
         for path in report.get("withdrawn", []):
             echo(
                 f"withdrew agentstack's harness-side trust from {path} until the change is "
                 "reviewed ('agentstack trust', then 'agentstack apply --write')"
             )
-    if not ok:
-        raise typer.Exit(1)
-
-
-def _missing_secrets(document: dict[str, Any] | None) -> list[dict[str, str]]:
-    """Secrets the servers name that the store does not hold (the server cannot start)."""
-    if document is None:
-        return []
-    from agentstack.secrets import SecretStore
-
-    store = SecretStore()
-    missing = []
-    for name, server in sorted(document.get("servers", {}).items()):
-        for table in ("env", "headers"):
-            for key, source in sorted(server.get(table, {}).items()):
-                if "secret" in source and not store.exists(source["secret"]):
-                    missing.append(
-                        {"item": f"servers.{name}", "key": key, "secret": source["secret"]}
-                    )
-    return missing
-
-
-def _header_exports(document: dict[str, Any] | None) -> list[dict[str, str]]:
-    """A remote server's header secrets are sent by the harness itself, which reads them from its
-    environment: these variables must be exported where the harness starts."""
-    if document is None:
-        return []
-    from agentstack_adapters.common import secret_env_var
-
-    out = []
-    for name, server in sorted(document.get("servers", {}).items()):
-        for key, source in sorted(server.get("headers", {}).items()):
-            if "secret" in source:
-                out.append(
-                    {
-                        "item": f"servers.{name}",
-                        "header": key,
-                        "secret": source["secret"],
-                        "variable": secret_env_var(source["secret"]),
-                    }
-                )
-    return out
-
-
-def _snapshot_expected(root: Path, report: dict[str, Any]) -> bool:
-    """A guard snapshot exists once `trust` recorded trust or `apply --write` rendered files."""
-    from agentstack.apply import load_ledger
-
-    return report.get("trust_source") == "log" or bool(load_ledger(root).get("files"))
-
-
-def _rendered_state(root: Path) -> dict[str, Any]:
-    """Drift of every fingerprinted file (the guard's own check), per harness file, and rendered
-    files that git tracks (they are per machine and must not be committed)."""
-    import json as _json
-
-    from agentstack._guard import drifted
-    from agentstack.paths import project_state_dir
-
-    snapshot_path = project_state_dir(root) / "guard.json"
-    try:
-        snapshot = _json.loads(snapshot_path.read_bytes())
-    except (OSError, ValueError):
-        return {"drift": [], "drift_roles": {}, "rendered": [], "tracked": [], "snapshot": False}
-    real = str(root.resolve())
-    drift, rendered = [], []
-    roles: dict[str, str] = {}
-    for path, entry in sorted(snapshot.get("files", {}).items()):
-        shown = path[len(real) + 1 :] if path.startswith(real + "/") else path
-        if entry.get("role") == "rendered":
-            rendered.append(shown)
-        if drifted(path, entry):
-            drift.append(shown)
-            roles[shown] = str(entry.get("role", ""))
-    # Only files agentstack created are per machine; a user's own CLAUDE.md or AGENTS.md holding
-    # an agentstack block stays theirs to commit.
-    from agentstack.apply import load_ledger
-
-    created = {
-        path[len(real) + 1 :]
-        for path, recorded in load_ledger(root).get("files", {}).items()
-        if path.startswith(real + "/")
-        and (recorded.get("kind") == "whole" or recorded.get("created"))
-    }
-    tracked = _tracked(root, sorted(created & set(rendered)))
-    return {
-        "drift": drift,
-        "drift_roles": roles,
-        "rendered": rendered,
-        "tracked": tracked,
-        "snapshot": True,
-    }
-
-
-def _tracked(root: Path, paths: list[str]) -> list[str]:
-    """Which rendered files git tracks. Only called for a trusted project's own files, with
-    fsmonitor and hooks disabled on the command line (ls-files never runs repo hooks)."""
-    import subprocess
-
-    if not paths or not (root / ".git").exists():
-        return []
-    try:
-        result = subprocess.run(
-            [
-                "git",
-                "-c",
-                "core.fsmonitor=false",
-                "-c",
-                "core.hooksPath=/dev/null",
-                "ls-files",
-                "-z",
-                "--",
-                *paths,
-            ],
-            cwd=root,
-            capture_output=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return sorted(p for p in result.stdout.decode("utf-8", "replace").split("\0") if p)
-
-
-def _drift_line(path: str, report: dict[str, Any]) -> str:
-    """What changed, and whether agentstack itself made the change (add, lock) or something else
-    did it behind agentstack's back."""
-    role = report.get("drift_roles", {}).get(path, "")
-    if role == "rendered":
-        return (
-            f"{path} was edited behind agentstack's back (not by 'agentstack apply'): "
-            "'agentstack apply' shows how; 'agentstack apply --write --force' restores it"
-        )
-    if role == "watched":
-        return (
-            f"{path} changed outside agentstack, and agentstack.toml does not declare it: "
-            "remove it, or declare it, lock and trust"
-        )
-    if path in ("agentstack.toml", "agentstack.lock") and report["lock"] == "fresh":
-        return (
-            f"{path} changed since you trusted (an agentstack edit: add, remove or lock): "
-            "review it with 'agentstack trust'"
-        )
-    if report["lock"] == "fresh":
-        return f"{path} changed since you trusted it and is locked: review it with 'agentstack trust'"
-    return (
-        f"{path} changed since it was locked and trusted: run 'agentstack lock', then review "
-        "it with 'agentstack trust'"
-    )
-
-
-def _print_status(report: dict[str, Any]) -> None:
-    lines = [f"project   {report['project']}"]
-    if report["lock"] == "fresh":
-        lines.append(f"lock      fresh; digest {report['digest']}")
-    else:
-        lines.append(f"lock      STALE: {report['lock_problem']} (run 'agentstack lock')")
-    trust_line = {
-        "trusted": "trusted",
-        "revoked": "REVOKED",
-        "untrusted": "NOT TRUSTED",
-        "superseded": "NOT TRUSTED (an older setup; a later trust replaced it: review it again)",
-        "unknown": "unknown (the lock is stale)",
-    }[report["trust"]]
-    if report.get("trust_source") in ("env", "flag"):
-        trust_line += (
-            " (explicitly, by "
-            + (
-                "AGENTSTACK_TRUSTED_DIGESTS"
-                if report["trust_source"] == "env"
-                else "--trust-digest"
-            )
-            + ")"
-        )
-    if report.get("moved_from"):
-        trust_line += f"; it was trusted for {report['moved_from']} (trust binds the location)"
-    lines.append(f"trust     {trust_line}")
-    if report["last_trusted"] and report["last_trusted"] != report.get("digest"):
-        lines.append(f"last trusted digest {report['last_trusted']}")
-        for finding in report.get("findings", []):
-            lines.append(f"  {finding['severity']:<6} {finding['item']}: {finding['message']}")
-        if report.get("changed"):
-            lines.append("  changed: " + ", ".join(report["changed"]))
-    if report["trust"] == "trusted" and not report.get("snapshot") and report.get("guard_expected"):
-        lines.append(
-            "guard     no readable guard snapshot: the guard denies every tool call; "
-            "run 'agentstack apply --write'"
-        )
-    for path in report.get("drift", []):
-        lines.append(f"drift     {_drift_line(path, report)}")
-    if report.get("drift"):
-        lines.append("          (the guard blocks every tool call until this is resolved)")
-    for entry in report.get("missing_secrets", []):
-        lines.append(
-            f"secret    {entry['item']} needs secret:{entry['secret']} (as {entry['key']}), "
-            f"which is not stored: 'agentstack secret set {entry['secret']}'"
-        )
-    for entry in report.get("export", []):
-        lines.append(
-            f"export    {entry['variable']} where the harness starts: {entry['item']} sends "
-            f"header {entry['header']} from secret:{entry['secret']}; a remote server is not "
-            "started by agentstack, so the harness reads the value from its environment"
-        )
-    for path in report.get("tracked", []):
-        lines.append(
-            f"warning   {path} is tracked by git, but it is rendered per machine: "
-            f"'git rm --cached {path}'"
-        )
-    if report["trust"] != "trusted":
-        lines.append(
-            "next: 'agentstack trust' to review"
-            + (" after 'agentstack lock'" if report["lock"] != "fresh" else "")
-        )
-    echo("\n".join(lines))
+    return 0 if ok else 1

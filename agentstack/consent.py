@@ -285,3 +285,18 @@ def digest_form(
 
 def consent_digest(document: dict[str, Any], manifest_model: type[BaseModel] | None = None) -> str:
     return digest_of(digest_form(document, manifest_model))
+
+
+from pathlib import Path  # noqa: E402 - here with current(), which alone needs it
+
+
+def current(root: Path) -> tuple[Manifest, dict[str, Any], dict[str, Any], str]:
+    """The pipeline every command starts from: the project's manifest, its lock (refused when
+    stale: `StaleLock`), the consent document both make, and that document's digest."""
+    from agentstack.lockfile import fresh_lock
+    from agentstack.manifest import load_manifest
+
+    manifest = load_manifest(root)
+    lock = fresh_lock(root, manifest)
+    document = consent_document(manifest, lock)
+    return manifest, lock, document, consent_digest(document)

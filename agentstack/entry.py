@@ -1,21 +1,21 @@
 """The `agentstack` entry point: error handling for every command, and a fast path for `lock`.
 
-`lock` runs in CI and pre-commit hooks on every change, so it skips the CLI framework (typer and
-rich cost ~0.3 s to import) when its arguments are simple; anything else goes through `cli.app`.
+`lock` runs in CI and pre-commit hooks on every change, so it skips even the command table when
+its arguments are simple; anything else goes through `agentstack.cli.dispatch` (argparse).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
 
 from agentstack.errors import EXIT_INTERNAL, AgentstackError
+
+TYPE_CHECKING = False  # typing, json and traceback are imported only when needed (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 LOCK_FLAGS = {"--check": "check", "--frozen": "frozen", "--update": "update", "--json": "as_json"}
 
@@ -28,10 +28,15 @@ def echo(message: str) -> None:
 
 
 def print_json(value: Any) -> None:
+    import json
+
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def crash_report(exc: BaseException) -> Path | None:
+    import time
+    import traceback
+
     from agentstack import __version__
     from agentstack.paths import agentstack_cache
 
@@ -51,16 +56,24 @@ def crash_report(exc: BaseException) -> Path | None:
 
 def run(command: Callable[[], int | None]) -> NoReturn:
     """Run a command and map its outcome to the documented exit codes."""
+    sys.exit(outcome(command))
+
+
+def outcome(command: Callable[[], int | None]) -> int:
+    """A command's exit code: its own, or the documented one for what it raised (an
+    AgentstackError its code, a bug 3 with a crash report)."""
     try:
         code = command()
-    except SystemExit:
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
         raise
     except AgentstackError as exc:
         echo("error: " + "\n".join(exc.diagnostics()))
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except KeyboardInterrupt:
         echo("interrupted")
-        sys.exit(130)
+        return 130
     except Exception as exc:  # noqa: BLE001 - the one place a bug becomes exit 3
         report = crash_report(exc)
         where = f"; report written to {report}" if report else ""
@@ -68,8 +81,8 @@ def run(command: Callable[[], int | None]) -> NoReturn:
             f"internal error: {type(exc).__name__}: {exc}{where}\n"
             "this is a bug in agentstack; please report it with the crash report"
         )
-        sys.exit(EXIT_INTERNAL)
-    sys.exit(code or 0)
+        return EXIT_INTERNAL
+    return code or 0
 
 
 def _fast_lock(argv: list[str]) -> dict[str, Any] | None:
@@ -94,12 +107,7 @@ def main() -> NoReturn:
         from agentstack.lock_command import run_lock
 
         run(lambda: run_lock(**options))
-    from agentstack.cli import app, dashdash_hint
+    from agentstack.cli import dispatch
 
-    if not sys.argv[1:]:
-        sys.argv.append("--help")  # bare `agentstack`: the help, exit 0
-    hint = dashdash_hint(sys.argv[1:])
-    if hint is not None:
-        echo(f"error: {hint}")
-        sys.exit(2)
-    run(lambda: app(standalone_mode=True))
+    argv = sys.argv[1:]
+    run(lambda: dispatch(argv))  # bare `agentstack`: the help, exit 0

@@ -6,7 +6,7 @@ Exit codes (README.md, "Exit codes"): 0 done, 1 refused / does not hold, 2 usage
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -14,9 +14,11 @@ EXIT_INVALID = 2
 EXIT_INTERNAL = 3
 
 
-@dataclass(frozen=True, kw_only=True)
-class Problem:
-    """One bad field of one input file, addressed by a dotted path (`servers.github.args[2]`)."""
+class Problem(NamedTuple):
+    """One bad field of one input file, addressed by a dotted path (`servers.github.args[2]`).
+
+    (A NamedTuple, not a dataclass: every command imports this module, and `dataclasses` pulls in
+    `inspect`, which costs more than the interpreter's own start-up.)"""
 
     file: str
     path: str

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -153,3 +154,166 @@ def current_trusts(records: list[TrustRecord]) -> list[TrustRecord]:
         if record.action in ("trust", "revoke") and record.project:
             latest[(record.project, record.digest)] = record
     return [r for r in latest.values() if r.action == "trust"]
+
+
+# -------------------------------------------------------------------- the review
+# The rules of every trust decision, whoever asks (`trust`, `trust --apply`, `quarantine release
+# --trust`): what is reviewed (the whole consent view the first time, the diff against the last
+# trusted digest later), and that high-risk findings need an explicit acceptance.
+
+ACCEPT_WORD = "accept-risk"
+
+
+@dataclass
+class Review:
+    """What a trust decision for (project, digest) is about."""
+
+    root: Path
+    document: dict[str, Any]
+    digest: str
+    state: TrustState
+    previous: TrustRecord | None  # the last trusted record of the project, if any
+    before: dict[str, Any] | None  # its stored consent document (None: a first review)
+    result: Any  # agentstack.diff.ConsentDiff against `before`, risk findings first
+
+    @property
+    def first(self) -> bool:
+        """No earlier trusted document to compare with: the whole consent view is reviewed."""
+        return self.before is None
+
+    @property
+    def already_trusted(self) -> bool:
+        """Trusted in the log already: nothing to review, nothing to record."""
+        return self.state.trusted and self.state.source == "log"
+
+    @property
+    def high_risk(self) -> list[Any]:
+        return list(self.result.high_risk)
+
+
+def review(store: TrustStore, root: Path, document: dict[str, Any], digest: str) -> Review:
+    """The review of `digest` for `root`: its trust state and the diff against the last trusted
+    document (a return to a superseded setup is itself a finding)."""
+    from agentstack.diff import Finding, consent_diff
+
+    state = store.state(root, digest)
+    previous = store.last_trusted(root)
+    before = store.load_consent(previous.digest) if previous is not None else None
+    result = consent_diff(before, document)
+    if state.state == "superseded":
+        result.findings.insert(
+            0,
+            Finding(
+                severity="medium",
+                code="returns-to-earlier",
+                item="project",
+                message=f"returns to a setup you trusted on {state.trusted_on or 'an earlier date'}"
+                ", which a later trust replaced",
+            ),
+        )
+    return Review(root, document, digest, state, previous, before, result)
+
+
+def require_acceptance(
+    high: int,
+    *,
+    yes: bool,
+    accept_risk: bool,
+    interactive: bool,
+    ask: Callable[[str], str],
+    prompt_high: str,
+    prompt_plain: str,
+    refusal: str = "not trusted",
+    new: str = "",
+    high_declined: str = " (high-risk findings need the word accept-risk)",
+) -> None:
+    """The one acceptance rule: without --yes, ask on a terminal (high-risk findings need the
+    word accept-risk, anything else a yes); with --yes, high-risk findings need --accept-risk.
+    Raises Refused (nothing is recorded) otherwise."""
+    from agentstack.errors import Refused
+
+    if not yes:
+        if not interactive:
+            raise Refused(
+                f"{refusal}: no terminal to ask on",
+                hint="review the output above, then re-run with --yes"
+                + (" --accept-risk" if high else ""),
+            )
+        if high:
+            if ask(prompt_high).lower() != ACCEPT_WORD:
+                raise Refused(f"{refusal}: declined{high_declined}")
+        elif ask(prompt_plain).lower() not in {"y", "yes"}:
+            raise Refused(f"{refusal}: declined")
+    elif high and not accept_risk:
+        raise Refused(
+            f"{refusal}: {high} {new}high-risk finding(s) need explicit acceptance",
+            hint="review them above, then re-run with --yes --accept-risk",
+        )
+
+
+def lock_hash(root: Path) -> str:
+    from agentstack.canonical import b3
+    from agentstack.manifest import LOCK_NAME
+
+    return b3((root / LOCK_NAME).read_bytes())
+
+
+def review_contents(root: Path, document: dict[str, Any]) -> Any:
+    """The bytes a review shows: the files on disk now (checked against the lock), then the
+    content store (what was trusted before)."""
+    from agentstack.contentstore import Contents, ContentStore, collect
+
+    return Contents(ContentStore(), collect(root, document))
+
+
+def keep_contents(store: TrustStore, contents: Any | None) -> None:
+    """After a trust decision: keep the trusted files' bytes, drop what nothing trusted names."""
+    import contextlib
+
+    from agentstack.contentstore import ContentStore, keep_trusted
+
+    content_store = contents.store if contents is not None else ContentStore()
+    if contents is not None:
+        content_store.put_all(contents.found)
+    with contextlib.suppress(OSError):  # a cache that cannot be pruned is only a cache
+        keep_trusted(content_store, store)
+
+
+def record(store: TrustStore, reviewed: Review, contents: Any | None) -> tuple[TrustRecord, list[str]]:
+    """Record trust in a reviewed digest (after `require_acceptance`), keep the reviewed bytes,
+    and write the guard's snapshot. Returns the record and the undeclared files the guard will
+    block on."""
+    from agentstack.snapshot import write_snapshot
+
+    done = store.trust(reviewed.root, reviewed.digest, reviewed.document, lock_hash(reviewed.root))
+    keep_contents(store, contents)
+    return done, list(write_snapshot(reviewed.root, reviewed.document, reviewed.digest))
+
+
+def harness_notes(document: dict[str, Any]) -> list[str]:
+    """What the trust review should say about the manifest's harnesses (an adapter's optional
+    `review_note`), e.g. that a harness has no trust gate of its own."""
+    from agentstack_adapters import load_adapters
+
+    harnesses = list(document["project"]["harnesses"])
+    adapters = load_adapters(harnesses)
+    notes = [getattr(adapters.get(h), "review_note", None) for h in harnesses]
+    return [n for n in notes if isinstance(n, str) and n]
+
+
+def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> list[str]:
+    """What `apply --write` will change outside the project (shown in the trust review)."""
+    from agentstack_adapters import MEMBER, OwnedKeys
+
+    from agentstack.apply import render_operations
+    from agentstack.view import toml_value
+
+    lines = []
+    for op in render_operations(root.resolve(), document, digest):
+        if isinstance(op, OwnedKeys) and op.user_level:
+            for key, value in op.keys.items():
+                if len(key) >= 2 and key[-2] == MEMBER:  # one item added to a list
+                    lines.append(f"{op.path}: {'.'.join(key[:-2])} += {key[-1]}")
+                else:
+                    lines.append(f"{op.path}: {'.'.join(key)} = {toml_value(value)}")
+    return lines

@@ -90,9 +90,9 @@ def _locked(root: Path, *, secret: bool) -> Path:
 def current(root: Path) -> tuple[Any, dict[str, Any], dict[str, Any], str]:
     """(manifest, lock, consent document, digest) of the project now: the one call into the
     pipeline the adapter tests make."""
-    from agentstack.cli import _current
+    from agentstack.consent import current as consent_current
 
-    return _current(root)
+    return consent_current(root)
 
 
 def render(root: Path, harnesses: list[str]) -> list[Any]:

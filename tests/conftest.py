@@ -52,6 +52,27 @@ def run_cli(*args: str, cwd: Path, input: str | None = None,
     )
 
 
+def run_cli_in_process(*args: str, cwd: Path, input: str | None = None,
+                       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The same command in this process (no interpreter start-up): `agentstack.cli.dispatch`
+    with the exit-code mapping of `agentstack.entry`, stdout and stderr captured."""
+    import contextlib
+    import io
+
+    from agentstack.cli import dispatch
+    from agentstack.entry import outcome
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        for key, value in (env or {}).items():
+            patch.setenv(key, value)
+        patch.setattr(sys, "stdin", io.StringIO(input or ""))  # not a terminal: never prompts
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = outcome(lambda: dispatch(list(args)))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def cli() -> object:
     return run_cli

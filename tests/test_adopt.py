@@ -68,7 +68,7 @@ def test_adopt_write_moves_entries_under_the_manifest(project: Path) -> None:
     assert json.loads((project / ".claude" / "settings.json").read_text()) == {"model": "sonnet"}
     # Declared now: the review shows them as declared items; only the harmless key is foreign.
     ok(project, "lock")
-    from agentstack.cli import _current
+    from agentstack.consent import current as _current
 
     document = _current(project)[2]
     assert set(document["servers"]) >= {"files", "remote", "db"}

@@ -52,7 +52,7 @@ def _normalise(text: str, root: Path, home: Path, tmp: Path) -> str:
 )
 def test_golden_render(tmp_path: Path, isolated_home: Path, harness: str) -> None:
     from agentstack.apply import plan
-    from agentstack.cli import _current  # the same pipeline the command uses
+    from agentstack.consent import current as _current
 
     root = full_project(tmp_path, trust=False).resolve()
     _, _, document, digest = _current(root)
@@ -232,7 +232,7 @@ def test_revoke_removes_harness_side_trust(tmp_path: Path, isolated_home: Path) 
 
 def test_sigkill_during_apply_leaves_each_file_old_or_new(tmp_path: Path) -> None:
     from agentstack.apply import plan
-    from agentstack.cli import _current
+    from agentstack.consent import current as _current
 
     root = full_project(tmp_path).resolve()
     _ok("apply", "--write", cwd=root)

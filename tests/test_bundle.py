@@ -28,33 +28,9 @@ def _in_process(
 ) -> subprocess.CompletedProcess[str]:
     """The command run in this process (much faster than a new interpreter), with the exit code
     and messages `agentstack.entry.run` would give."""
-    import contextlib
-    import sys
+    from tests.conftest import run_cli_in_process
 
-    import click
-
-    from agentstack.cli import app
-    from agentstack.errors import AgentstackError
-
-    out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(cwd)
-        for key, value in env.items():
-            patch.setenv(key, value)
-        patch.setattr(sys, "stdin", io.StringIO(""))  # no terminal: never prompts
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                returned = app(list(args), standalone_mode=False, prog_name="agentstack")
-                code = returned if isinstance(returned, int) else 0
-            except AgentstackError as exc:
-                err.write("error: " + "\n".join(exc.diagnostics()) + "\n")
-                code = exc.exit_code
-            except click.exceptions.Exit as exc:
-                code = exc.exit_code
-            except click.ClickException as exc:
-                err.write(exc.format_message() + "\n")
-                code = 2
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+    return run_cli_in_process(*args, cwd=cwd, env=env)
 
 
 class Homes:

@@ -110,7 +110,7 @@ def _render(renderable: object, width: int) -> str:
 @pytest.mark.parametrize("width", [80, 120])
 def test_no_token_is_broken_across_lines(tmp_path: Path, width: int) -> None:
     root = _changed_project(tmp_path)
-    from agentstack.cli import _current
+    from agentstack.consent import current as _current
     from agentstack.trust import TrustStore
 
     _, _, after, digest = _current(root)
