@@ -103,7 +103,10 @@ class SecretStore:
             self._write(name, target, data)
         except OSError as exc:
             raise storage_error(
-                exc, self.directory, f"storing secret {name} (any old value is kept as it was)"
+                exc,
+                self.directory,
+                f"storing secret {name} (any old value is kept as it was)",
+                restate=True,
             ) from exc
         return target
 
@@ -112,6 +115,14 @@ class SecretStore:
         # The one atomic writer: temp file beside it (O_EXCL|O_NOFOLLOW, 0600), fsync, rename
         # over, fsync the directory; a link in place of the directory is refused.
         write_atomic(target, data, 0o600, base=self.directory)
+
+    def seal(self, name: str) -> bool:
+        """Rewrite NAME padded if an older agentstack stored it bare; True when rewritten."""
+        path = self.check(name)
+        if os.lstat(path).st_size == FILE_BYTES:
+            return False
+        self.set(name, self.get(name))
+        return True
 
     def get(self, name: str) -> str:
         path = self.path(name)
