@@ -21,7 +21,7 @@ import subprocess
 import termios
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -109,13 +109,32 @@ def interactive_claude(project: Path, home: Path, model: MockModel) -> Iterator[
         yield screen
 
 
+def _stop_detached(home: Path) -> None:
+    """Interactive Codex 0.171.0 starts an app-server daemon from `~/.codex/packages/` that
+    leaves the session (and outlives the TUI): stop the ones running from this test's home."""
+    prefix = str(home) + os.sep
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        except OSError:
+            continue
+        if argv0.startswith(prefix):
+            with suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGTERM)
+
+
 @contextmanager
 def interactive_codex(project: Path, home: Path, model: MockModel) -> Iterator[Screen]:
     _codex_home(home, model)
     env = harness_env(home, TERM="xterm-256color")
     env.pop("NO_COLOR", None)
-    with _on_pty([str(harness_bin("codex"))], project, env) as screen:
-        yield screen
+    try:
+        with _on_pty([str(harness_bin("codex"))], project, env) as screen:
+            yield screen
+    finally:
+        _stop_detached(home)
 
 
 def test_interactive_claude_asks_again_after_a_surface_change_and_runs_nothing_before(
