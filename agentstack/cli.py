@@ -16,7 +16,7 @@ TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-    from agentstack.manifest import Manifest
+    from agentstack.manifestview import ManifestView
 
 
 add_app = app.group("add", "Add an item to agentstack.toml (comments and layout are kept).")
@@ -26,7 +26,7 @@ _state = state
 _root_dir = root_dir
 
 
-def _current(root: Path) -> tuple[Manifest, dict[str, Any], dict[str, Any], str]:
+def _current(root: Path) -> tuple[ManifestView, dict[str, Any], dict[str, Any], str]:
     from agentstack.consent import current
 
     return current(root)

@@ -68,12 +68,12 @@ def run(
 
     Refuses (exit 1) unless the current consent digest is trusted, and whenever any layer of the
     sandbox cannot be enforced. The command's exit status (or signal) is passed through."""
-    from agentstack.consent import current
+    from agentstack.consent import current_validated
     from agentstack.sandbox import profiles
     from agentstack.sandbox.runner import run_confined
 
     root = root_dir()
-    manifest, _, document, digest = current(root)
+    manifest, _, document, digest = current_validated(root)
     trust_state = store().state(root, digest)
     if not trust_state.trusted:
         raise Refused(

@@ -290,9 +290,16 @@ def consent_digest(document: dict[str, Any], manifest_model: type[BaseModel] | N
 from pathlib import Path  # noqa: E402 - here with current(), which alone needs it
 
 
-def current(root: Path) -> tuple[Manifest, dict[str, Any], dict[str, Any], str]:
-    """The pipeline every command starts from: the project's manifest, its lock (refused when
-    stale: `StaleLock`), the consent document both make, and that document's digest."""
+def current(root: Path) -> tuple[ManifestView, dict[str, Any], dict[str, Any], str]:
+    """The pipeline every command starts from: the project's manifest (as validated plain data),
+    its lock (refused when stale: `StaleLock`), the consent document both make, and that
+    document's digest. An unchanged manifest is not validated again (`project_consent`)."""
+    return project_consent(root)
+
+
+def current_validated(root: Path) -> tuple[Manifest, dict[str, Any], dict[str, Any], str]:
+    """`current`, with the manifest as its validated pydantic models (for the code that needs the
+    models themselves, such as the sandbox policy); same lock, document and digest."""
     from agentstack.lockfile import fresh_lock
     from agentstack.manifest import load_manifest
 

@@ -75,6 +75,12 @@ def outcome(command: Callable[[], int | None]) -> int:
         echo("interrupted")
         return 130
     except Exception as exc:  # noqa: BLE001 - the one place a bug becomes exit 3
+        from agentstack.storage import as_refusal
+
+        refusal = as_refusal(exc)  # a full or read-only disk no writer named yet: a refusal
+        if refusal is not None:
+            echo("error: " + "\n".join(refusal.diagnostics()))
+            return refusal.exit_code
         report = crash_report(exc)
         where = f"; report written to {report}" if report else ""
         echo(

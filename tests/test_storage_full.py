@@ -226,3 +226,25 @@ def test_a_storage_oserror_nobody_converted_becomes_a_refusal() -> None:
     assert "/state/x" in refusal.message
     assert as_refusal(OSError(errno.EACCES, "denied")) is None
     assert as_refusal(ValueError("x")) is None
+
+
+def test_a_storage_error_no_writer_named_is_a_refusal_not_a_crash(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The last line of defence: an OSError for a full disk that no writer turned into a
+    StorageError (a bare mkdir, say) exits 1 with the storage message, never 3 with a report."""
+    import errno
+
+    from agentstack.entry import outcome
+
+    def full() -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", "/state/projects/x")
+
+    def bug() -> int:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    assert outcome(full) == 1
+    err = capsys.readouterr().err
+    assert "error:" in err and "/state/projects/x" in err and "internal error" not in err
+    assert outcome(bug) == 3  # any other OSError is still a bug, reported as one
+    assert "internal error" in capsys.readouterr().err
