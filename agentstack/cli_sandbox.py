@@ -159,12 +159,14 @@ def _seed_private_state(
 
 def _guard_state(root: Path) -> dict[str, bytes]:
     """Read-only copies of what the guard reads (the harness cannot reach $AGENTSTACK_HOME)."""
-    from agentstack.paths import agentstack_home, project_state_dir
+    from agentstack import layout
+    from agentstack.paths import agentstack_home, guard_snapshot_path
 
+    home = str(agentstack_home())
     files = {
-        "guard.json": project_state_dir(root) / "guard.json",
-        "trust.head": agentstack_home() / "trust.head",
-        "trust.jsonl": agentstack_home() / "trust.jsonl",
+        layout.GUARD_SNAPSHOT: guard_snapshot_path(root),
+        layout.TRUST_HEAD: Path(layout.trust_head(home)),
+        layout.TRUST_LOG: Path(layout.trust_log(home)),
     }
     copies: dict[str, bytes] = {}
     for name, path in files.items():

@@ -28,9 +28,10 @@ _NAME = re.compile(r"[^a-z0-9._-]+")
 
 
 def _shim_dir(directory: Path | None) -> Path:
+    from agentstack import layout
     from agentstack.paths import agentstack_home
 
-    return (directory or agentstack_home() / "shims").expanduser().resolve()
+    return (directory or Path(layout.shims_dir(str(agentstack_home())))).expanduser().resolve()
 
 
 DIR = Opt(

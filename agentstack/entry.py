@@ -37,19 +37,23 @@ def crash_report(exc: BaseException) -> Path | None:
     import time
     import traceback
 
-    from agentstack import __version__
+    from agentstack import __version__, layout
+    from agentstack.fsutil import write_atomic
     from agentstack.paths import agentstack_cache
 
     try:
-        directory = agentstack_cache() / "crash"
+        directory = Path(layout.crash_dir(str(agentstack_cache())))
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
-        path.write_text(
-            f"agentstack {__version__}\nargv: {sys.argv!r}\n\n"
-            + "".join(traceback.format_exception(exc)),
-            encoding="utf-8",
+        write_atomic(
+            path,
+            (
+                f"agentstack {__version__}\nargv: {sys.argv!r}\n\n"
+                + "".join(traceback.format_exception(exc))
+            ).encode("utf-8"),
+            0o600,
         )
-    except OSError:
+    except (OSError, AgentstackError):  # no report is better than a second failure
         return None
     return path
 

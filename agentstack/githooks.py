@@ -131,7 +131,7 @@ def _global_configs() -> list[Path]:
         files.append(Path(explicit))
     else:
         xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-        files += [Path(xdg) / "git" / "config", Path.home() / ".gitconfig"]
+        files += [Path(xdg, "git", "config"), Path.home() / ".gitconfig"]
     return files
 
 

@@ -113,9 +113,9 @@ def rendered_state(root: Path) -> dict[str, Any]:
     import json as _json
 
     from agentstack._guard import drifted
-    from agentstack.paths import project_state_dir
+    from agentstack.paths import guard_snapshot_path
 
-    snapshot_path = project_state_dir(root) / "guard.json"
+    snapshot_path = guard_snapshot_path(root)
     try:
         snapshot = _json.loads(snapshot_path.read_bytes())
     except (OSError, ValueError):

@@ -148,10 +148,10 @@ class _Context:
 
 
 def _read_ledger(root: Path) -> dict[str, dict[str, Any]]:
-    from agentstack.paths import project_state_dir
+    from agentstack.paths import apply_ledger_path
 
     try:
-        ledger = json.loads((project_state_dir(root) / "apply.json").read_bytes())
+        ledger = json.loads(apply_ledger_path(root).read_bytes())
     except (OSError, ValueError):
         return {}
     files = ledger.get("files") if isinstance(ledger, dict) else None
@@ -770,11 +770,11 @@ def drift(root: Path) -> list[str] | None:
     """Files of the guard snapshot that changed since trust/apply (the guard's own check), or
     None when there is no snapshot."""
     from agentstack._guard import drifted
-    from agentstack.paths import project_state_dir
+    from agentstack.paths import guard_snapshot_path
 
     root = root.resolve()
     try:
-        snapshot = json.loads((project_state_dir(root) / "guard.json").read_bytes())
+        snapshot = json.loads(guard_snapshot_path(root).read_bytes())
         files = snapshot["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from agentstack import layout
 from agentstack.canonical import canonical_bytes, is_digest
 from agentstack.errors import InvalidInput
 from agentstack.fsutil import write_atomic
@@ -114,7 +115,7 @@ class TrustStore:
     def consent_path(self, digest: str) -> Path:
         if not is_digest(digest):
             raise InvalidInput(f"{digest!r} is not a consent digest")
-        return self.home / "consents" / f"{digest.replace(':', '-')}.json"
+        return Path(layout.consent_file(str(self.home), digest))
 
     def save_consent(self, digest: str, document: dict[str, Any]) -> Path:
         """Store what was reviewed, so a later change is shown as a diff against it."""

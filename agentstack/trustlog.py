@@ -37,6 +37,7 @@ from typing import Any, Literal, NamedTuple
 
 import blake3
 
+from agentstack import layout
 from agentstack.canonical import DIGEST_PREFIX, CanonicalError, b3, canonical_bytes, is_digest
 from agentstack.errors import Refused
 from agentstack.storage import note_recorded, storage_error
@@ -49,10 +50,10 @@ GENESIS = b3(b"agentstack-trust-genesis")
 MAX_LINE_BYTES = 64 * 1024  # including the newline
 MAX_HEAD_BYTES = 4096
 
-LOG_NAME = "trust.jsonl"
-HEAD_NAME = "trust.head"
-LOCK_NAME = "trust.lock"
-TORN_NAME = "trust.jsonl.torn"
+LOG_NAME = layout.TRUST_LOG
+HEAD_NAME = layout.TRUST_HEAD
+LOCK_NAME = layout.TRUST_LOCK
+TORN_NAME = layout.TRUST_TORN
 _HEAD_TMP_PREFIX = ".trust.head."
 _HEAD_TMP_SUFFIX = ".tmp"
 

@@ -27,16 +27,21 @@ NOT_A_REPLACEMENT = {
     "sandbox/runner.py": "cgroup control files; the run's read-only copies (O_EXCL, fresh dir); "
     "the spec pipe",
     "sandbox/verify.py": "plants decoys in a throwaway home for the kernel check",
+    "treehash.py": "the stat cache: a cache, not state (losing it costs a re-hash), written "
+    "temp+rename without fsync so that a lock pays no flush for it; write errors ignored",
+    "manifestview.py": "the manifest cache: same as the stat cache (temp+rename, no fsync, "
+    "errors ignored; an entry is checked before use)",
+    "githooks.py": "moves the user's own hook aside to chain it (a rename, not a replacement; "
+    "the new hook itself goes through write_atomic)",
+    "consent.py": "write_manifest_defaults: a developer's code generator for the source tree",
+    "sandbox/private_state.py": "replaces files relative to the held state-root descriptor "
+    "(openat-style temp + rename), which a path-based writer cannot express",
     "trustlog.py": "the append-only log (O_APPEND) and its lock file; the head is replaced with "
     "its own temp+fsync+rename (migrates to write_atomic at merge)",
 }
 # Replacements of a file in other lanes this round; the lead points them at write_atomic at merge
 # and empties this set.
-MIGRATED_AT_MERGE = frozenset({
-    "entry.py",  # crash report: write_atomic(path, text.encode(), 0o600)
-    "treehash.py",  # the stat cache: write_atomic(self.path, payload, 0o600), errors still ignored
-    "sandbox/private_state.py",  # _write: its own temp + rename under a descriptor
-})
+MIGRATED_AT_MERGE: frozenset[str] = frozenset()
 
 
 def writes(source: str) -> list[tuple[int, str]]:

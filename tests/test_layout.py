@@ -30,18 +30,7 @@ ADAPTERS = REPO / "adapters"
 # empties this set: the scan below must then pass with it empty.
 MIGRATED_AT_MERGE = frozenset({
     "_guard.py",  # guard.json, trust.head, trust.jsonl, agentstack-run-, ro
-    "cli_sandbox.py",  # guard.json, trust.head, trust.jsonl (the run's read-only copies)
-    "cli_surface.py",  # shims
-    "cli_trust.py",  # guard.json
-    "entry.py",  # crash
-    "lockfile.py",  # statcache-v2.json
-    "sandbox/private_state.py",  # harness-state, projects
-    "sandbox/runner.py",  # agentstack-run-, ro
-    "sandbox/verify.py",  # trust.jsonl
     "snapshot.py",  # guard.json
-    "surface.py",  # guard.json, apply.json
-    "trust.py",  # consents
-    "trustlog.py",  # trust.jsonl, trust.head, trust.lock, trust.jsonl.torn
 })
 
 

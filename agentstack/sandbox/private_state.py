@@ -34,7 +34,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-STATE_DIR = "harness-state"
+from agentstack import layout as _layout
+
+STATE_DIR = _layout.HARNESS_STATE
 HARNESSES = ("claude-code", "codex")
 
 # The user's own settings that only change presentation or the model, copied into the private
@@ -87,9 +89,7 @@ ENV_NAMES = tuple(name for name, _ in Layout("/").env())
 
 
 def layout_for(agentstack_home: str, workdir: str) -> Layout:
-    from agentstack._guard import project_id
-
-    return Layout(os.path.join(agentstack_home, "projects", project_id(workdir), STATE_DIR))
+    return Layout(_layout.harness_state(agentstack_home, workdir))
 
 
 # ------------------------------------------------------------------------ safe file operations

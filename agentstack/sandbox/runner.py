@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from agentstack import layout
 from agentstack.sandbox import profiles
 from agentstack.sandbox.launch import ARMED, nono_module_path
 from agentstack.sandbox.policy import Grant, SandboxPolicy
@@ -42,7 +43,7 @@ KILL_TIMEOUT = 10.0
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 NO_PROXY = "localhost,127.0.0.1,::1"
-RUN_RO_ENV = "AGENTSTACK_RUN_RO"
+RUN_RO_ENV = layout.RUN_RO_ENV
 FileArg = int | IO[Any] | None
 # Called once the proxy runs, before anything is launched: (runtime policy, {route upstream: the
 # URL the confined process reaches it at}).
@@ -499,7 +500,7 @@ class Cgroup:
                 time.sleep(0.002)
 
 
-CGROUP_PREFIX = "agentstack-run-"
+CGROUP_PREFIX = layout.RUN_DIR_PREFIX  # a run's cgroup is named like its private directory
 
 
 def _own_cgroup_dir() -> str | None:
@@ -602,7 +603,7 @@ def _confined(
     enforcement = check_enforceable(policy)
     before: set[int] = set()
     with _nothing_started(tempfile.gettempdir()):
-        run_dir = os.path.realpath(tempfile.mkdtemp(prefix="agentstack-run-"))
+        run_dir = os.path.realpath(tempfile.mkdtemp(prefix=layout.RUN_DIR_PREFIX))
         tmpdir = os.path.join(run_dir, "tmp")
         os.mkdir(tmpdir, 0o700)
     proxy: Proxy | None = None
@@ -700,7 +701,7 @@ def _terminal_path(stdin: FileArg) -> str | None:
 
 
 def _write_readonly(run_dir: str, files: Mapping[str, bytes]) -> str:
-    directory = os.path.join(run_dir, "ro")
+    directory = os.path.join(run_dir, layout.RUN_READONLY)
     os.mkdir(directory, 0o700)
     for name, data in files.items():
         if not name or "/" in name or name in (".", "..") or "\0" in name:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agentstack import layout
 from agentstack.sandbox import watch as _watch
 from agentstack.sandbox.policy import SandboxPolicy
 
@@ -68,7 +69,7 @@ ROWS: tuple[Row, ...] = (
     Row("write-outside", "create a file outside the workdir", "create", ("{outside}",)),
     Row("sibling", "read an ungranted sibling of the workdir", "read", ("{sibling}/notes.txt",)),
     Row("trust-log", "append to $AGENTSTACK_HOME/trust.jsonl", "append",
-        ("{agentstack_home}/trust.jsonl",)),
+        ("{agentstack_home}/" + layout.TRUST_LOG,)),
     Row("secret-store", "read a file of the secret store", "read",
         ("{agentstack_home}/secrets/" + SECRET_NAME,)),
     # Landlock cannot deny stat(): the store pads every secret to one size instead.
@@ -329,7 +330,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
             (home / relative).parent.mkdir(parents=True, exist_ok=True)
             (home / relative).write_text(text)
         (home / ".aws" / "credentials").write_text("[default]\naws_secret_access_key=DECOY\n")
-        (state / "trust.jsonl").write_text('{"decoy": true}\n')
+        (state / layout.TRUST_LOG).write_text('{"decoy": true}\n')
         (base / "sibling" / "notes.txt").write_text("DECOY-SIBLING\n")
         real_secret = "real-" + secrets.token_hex(16)
         SecretStore(state).set(SECRET_NAME, real_secret)
