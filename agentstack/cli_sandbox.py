@@ -390,11 +390,11 @@ def doctor(verify: bool = False, as_json: bool = False) -> int:
 def _project_checks() -> list[Any]:
     """doctor's project rows (agentstack.status): --project exactly, else the nearest project."""
     from agentstack.errors import AgentstackError
-    from agentstack.manifest import find_project
+    from agentstack.paths import find_project
     from agentstack.status import project_checks
 
     try:
-        root: Path | None = root_dir() if state.project is not None else find_project(Path.cwd())
+        root: Path | None = root_dir() if state.project is not None else find_project()
     except AgentstackError:
         root = None
     return project_checks(root, store)

@@ -6,26 +6,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentstack.entry import echo, print_json
-from agentstack.errors import InvalidInput
 
 if TYPE_CHECKING:
     from agentstack.treehash import Limits
 
 
 def project_root(project: Path | None) -> Path:
-    """--project DIR exactly (no upward search), else the nearest agentstack.toml upward."""
-    from agentstack.manifestview import MANIFEST_NAME, find_project
+    """--project DIR exactly (no upward search), else the nearest agentstack.toml upward: the one
+    project finder (`agentstack.paths.find_project`)."""
+    from agentstack.paths import find_project
 
-    if project is not None:
-        root = project.resolve()
-        if not (root / MANIFEST_NAME).is_file():
-            raise InvalidInput(
-                f"--project {project}: no {MANIFEST_NAME} there",
-                hint="run 'agentstack init' there, or point --project at the "
-                "directory holding agentstack.toml",
-            )
-        return root
-    return find_project(Path.cwd())
+    return find_project(explicit=project)
 
 
 def limits_from(

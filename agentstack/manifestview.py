@@ -52,17 +52,11 @@ def secret_name(value: str) -> str:
 
 
 def find_project(start: Path) -> Path:
-    """The nearest directory at or above `start` holding agentstack.toml."""
-    from agentstack.errors import InvalidInput
+    """The nearest directory at or above `start` holding agentstack.toml (the one project
+    finder: `agentstack.paths.find_project`)."""
+    from agentstack.paths import find_project as find
 
-    here = start.resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / MANIFEST_NAME).is_file():
-            return candidate
-    raise InvalidInput(
-        f"no {MANIFEST_NAME} in {here} or any parent directory",
-        hint="run 'agentstack init' to create one, or pass --project DIR",
-    )
+    return find(start)
 
 
 def copy_json(value: Any) -> Any:

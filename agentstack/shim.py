@@ -37,11 +37,12 @@ def real_binary(name: str, shim_dir: Path, path: str | None) -> str | None:
 
 def check(cwd: Path) -> str | None:
     """Why the harness must not start in `cwd` (None: it may)."""
-    from agentstack.manifest import MANIFEST_NAME
+    from agentstack import layout
 
-    root = next((c for c in (cwd, *cwd.parents) if (c / MANIFEST_NAME).is_file()), None)
-    if root is None:
+    found_root = layout.find_project(str(cwd))  # the one project finder
+    if found_root is None:
         return None  # not an agentstack project: not ours to judge
+    root = Path(found_root)
     found = problem(root)
     if found is not None:
         # Harness-side trust follows the digest: the next start without the shim shows the
