@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
-
 from agentstack.errors import Refused
 
 from .base import Adapter
@@ -47,6 +45,10 @@ def load_adapters(names: list[str] | None = None) -> dict[str, Adapter]:
     """Built-ins, plus the third-party adapters for `names` (all when None). A plugin is imported
     only when a harness it serves is asked for, and never shadows a built-in."""
     adapters: dict[str, Adapter] = dict(BUILTIN)
+    if names is not None and all(name in BUILTIN for name in names):
+        return adapters  # no plugin could serve them (a plugin never shadows a built-in)
+    from importlib.metadata import entry_points  # ~20 ms: only when a plugin may be needed
+
     plugins: dict[str, str] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         if entry.name in BUILTIN or (names is not None and entry.name not in names):

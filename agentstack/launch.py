@@ -22,7 +22,7 @@ from typing import NoReturn
 
 from agentstack import layout
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # manifest.SECRET_NAME_PATTERN
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # manifestview.SECRET_NAME_PATTERN
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FILE_BYTES = 64 * 1024 + 1  # agentstack.secrets.FILE_BYTES
 USAGE = "usage: python -I -m agentstack.launch [--secret KEY=NAME]... -- COMMAND [ARG]..."

@@ -36,6 +36,9 @@ from agentstack.manifestview import (
     METADATA_HOSTS as METADATA_HOSTS,
 )
 from agentstack.manifestview import (
+    SECRET_NAME_PATTERN as SECRET_NAME_PATTERN,
+)
+from agentstack.manifestview import (
     SECRET_PREFIX as SECRET_PREFIX,
 )
 from agentstack.manifestview import (
@@ -59,7 +62,6 @@ HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionSta
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
-SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # noqa: S105
 FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 ABBREVIATED_COMMIT = re.compile(r"^[0-9a-fA-F]{4,39}$")
 # Revision-expression syntax (`v1^0`, `main~2`, `@{u}`, `HEAD:x`) is never a pin of its own.

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 MANIFEST_NAME = "agentstack.toml"
 LOCK_NAME = "agentstack.lock"
 SECRET_PREFIX = "secret:"  # noqa: S105 - a reference prefix, not a secret
+SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # noqa: S105
 # Hosts that reach cloud metadata services (link-local reach, a risk finding).
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data"})
 
