@@ -34,17 +34,20 @@ Standard library only on this path (an import-hygiene test enforces it): it star
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import signal
+import stat as _stat  # loaded by `os` already
 import sys
 import time
 
-# Every import is paid on every tool call: `typing` only for the type checker, and sha256 from
-# CPython's own module rather than through hashlib (which loads OpenSSL).
+# Every import is paid on every tool call, so the trusted-and-unchanged path imports nothing that
+# `python -I -c pass` does not, beyond CPython's builtin `_signal` and the `_json` and `_sha256`
+# accelerators: no `json` package (its decoder and encoder load `re`, and `re` loads `enum`), no
+# `signal` (it builds enums), no `re`, `tomllib`, `typing` or `pathlib` (each is imported where a
+# slower path needs it), and the hook runs `-c` rather than `-m` (which loads `runpy`). An
+# import-hygiene test pins this.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
     from typing import Any, NoReturn
 
 
@@ -84,6 +87,88 @@ FIX_DRIFT = (
 
 class Deny(Exception):
     """A decision to block, with the reason shown to the model and the user."""
+
+
+# ------------------------------------------------------------------------------------ JSON
+
+
+class _Decoder:
+    """What `_json.make_scanner` reads from a decoder: json.loads's defaults, exactly."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {
+        "-Infinity": float("-inf"),
+        "Infinity": float("inf"),
+        "NaN": float("nan"),
+    }.__getitem__
+
+
+_scan: Any = None
+
+
+def loads(text: str) -> Any:
+    """json.loads(text) for a str, through the same C scanner, without importing `json` (whose
+    decoder compiles regular expressions): same values, same errors (ValueError)."""
+    global _scan
+    if _scan is None:
+        try:
+            from _json import make_scanner
+
+            _scan = make_scanner(_Decoder)
+        except ImportError:  # an interpreter without the accelerator
+            import json
+
+            return json.loads(text)
+    if text.startswith("\ufeff"):
+        raise ValueError("Unexpected UTF-8 BOM (decode using utf-8-sig)")
+    start = len(text) - len(text.lstrip(" \t\n\r"))
+    try:
+        value, end = _scan(text, start)
+    except StopIteration:
+        raise ValueError(f"Expecting value at {start}") from None
+    except SystemError:
+        # The scanner builds its error from json.decoder, found only when already imported:
+        # malformed JSON, then, is left to json.loads, which raises what it always raises.
+        import json
+
+        return json.loads(text)
+    if text[end:].strip(" \t\n\r"):
+        raise ValueError(f"Extra data at {end}")
+    return value
+
+
+def dumps(value: Any, **options: Any) -> str:
+    import json
+
+    return json.dumps(value, **options)
+
+
+_REGEX: dict[str, re.Pattern[str]] = {}
+_PATTERNS = {
+    "control": r"[\x00-\x20\x7f]",
+    "host_label": r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?",
+    "ipv4": r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}",
+    "url_in_text": r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*|www\.[^\s\"'<>]+",
+    "not_server_char": r"[^A-Za-z0-9_-]",
+    "patch_header": r"\*\*\*\s*(Add File|Update File|Delete File|Move to):\s*(.+)",
+    "url": r"([A-Za-z][A-Za-z0-9+.-]*):(//)?([^/?#]*)([/?#].*)?",
+    "ipv6": r"\[([0-9A-Fa-f:.]+)\](?::([0-9]{0,5}))?",
+    "port": r"[0-9]{0,5}",
+}
+
+
+def _rx(name: str) -> re.Pattern[str]:
+    """A compiled pattern, compiled (and `re` imported) the first time a check needs it."""
+    pattern = _REGEX.get(name)
+    if pattern is None:
+        import re
+
+        pattern = _REGEX[name] = re.compile(_PATTERNS[name])
+    return pattern
 
 
 # ------------------------------------------------------------------------------- protocol
@@ -127,7 +212,7 @@ def deny_body(harness: str, reason: str, event: str = PRE_TOOL) -> dict[str, Any
 
 def emit_deny(harness: str, reason: str, event: str = PRE_TOOL) -> NoReturn:
     reason = "agentstack guard: " + reason
-    data = (json.dumps(deny_body(harness, reason, event)) + "\n").encode()
+    data = (dumps(deny_body(harness, reason, event)) + "\n").encode()
     try:
         os.write(1, data)
         os.write(2, (reason + "\n").encode("utf-8", "replace"))
@@ -147,9 +232,19 @@ def _sha(data: bytes) -> str:
 
 
 def _canonical(value: Any) -> bytes:
-    return json.dumps(
+    return dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
     ).encode("utf-8")
+
+
+def _canonical_names(names: list[str]) -> bytes:
+    """_canonical(names) for a list of strings, without loading `json` (its encoder's own C
+    string encoder, so the bytes are the same)."""
+    try:
+        from _json import encode_basestring
+    except ImportError:
+        return _canonical(names)
+    return ("[" + ",".join(map(encode_basestring, names)) + "]").encode("utf-8")
 
 
 def _key_value(doc: Any, path: list[str]) -> Any:
@@ -170,12 +265,14 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
         if kind == "listing":  # a surface directory: a new entry in it (or a named one) is drift
             names = os.listdir(path)
             wanted = entry.get("names")
-            return _sha(_canonical(sorted(n for n in names if wanted is None or n in wanted)))
+            return _sha(_canonical_names(sorted(n for n in names if wanted is None or n in wanted)))
         with open(path, "rb") as handle:
             data = handle.read()
     except FileNotFoundError:
         if kind == "keys":  # a missing config file holds none of the keys: compare as empty
             return _sha(_canonical(keys_view({}, entry)))
+        if kind == "listing" and entry.get("names") is not None:
+            return _sha(b"[]")  # a directory gone holds none of the surface names
         return None
     if kind == "manifest":  # by meaning: comments, whitespace and quoting do not count
         import tomllib
@@ -183,7 +280,7 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
         return _sha(_canonical(tomllib.loads(data.decode("utf-8"))))
     if kind == "keys":
         if entry["format"] == "json":
-            doc = json.loads(data.decode("utf-8") or "{}")
+            doc = loads(data.decode("utf-8") or "{}")
         else:
             import tomllib
 
@@ -208,8 +305,8 @@ def keys_view(doc: Any, entry: dict[str, Any]) -> dict[str, Any]:
     """What of a shared config file the guard compares: the values of the keys agentstack owns,
     and the shape of each guarded container (a server or hook added next to them shows)."""
     return {
-        "owned": {k: _key_value(doc, json.loads(k)) for k in entry["keys"]},
-        "guarded": {g: shape(_key_value(doc, json.loads(g))) for g in entry.get("guarded", [])},
+        "owned": {k: _key_value(doc, loads(k)) for k in entry["keys"]},
+        "guarded": {g: shape(_key_value(doc, loads(g))) for g in entry.get("guarded", [])},
     }
 
 
@@ -218,30 +315,139 @@ def stat_key(st: os.stat_result) -> list[int]:
 
 
 def fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
-    """Used when the snapshot is written: the stat key, the content hash and when it was taken."""
+    """Used when the snapshot is written: the stat key, the content hash and when it was taken.
+    An absent path also records its anchor: the nearest existing directory above it, whose stat
+    (taken before the path was found absent) proves it still absent without probing it."""
     started = time.time_ns()
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return {**entry, "stat": None, "hash": None, "hashed_ns": started}
+        anchor = _anchor_of(path)
+        if os.path.lexists(path):  # it appeared meanwhile
+            return fingerprint(path, entry)
+        absent = _sha(_canonical(keys_view({}, entry))) if entry["kind"] == "keys" else None
+        taken = {**entry, "stat": None, "hash": absent, "hashed_ns": started}
+        return {**taken, "anchor": anchor} if anchor is not None else taken
     return {**entry, "stat": stat_key(st), "hash": content_hash(path, entry), "hashed_ns": started}
 
 
+def _anchor_of(path: str) -> list[Any] | None:
+    """[the nearest existing ancestor directory of `path`, its stat key], or None when it is not a
+    plain directory (a link's own stat would not change when its target's entries do)."""
+    here = os.path.dirname(path)
+    while True:
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            parent = os.path.dirname(here)
+            if parent == here:
+                return None
+            here = parent
+            continue
+        except OSError:
+            return None
+        return [here, stat_key(st)] if _stat.S_ISDIR(st.st_mode) else None
+
+
+def _racy(key: list[int], hashed_ns: int) -> bool:
+    """The stat key's timestamps are too close to when it was taken to prove anything: a change in
+    the same timestamp tick would leave them as they are."""
+    return max(key[3], key[4]) >= hashed_ns - RACY_SLACK_NS
+
+
 def drifted(path: str, entry: dict[str, Any]) -> bool:
+    return recheck(path, entry, time.time_ns(), None) is None
+
+
+def recheck(
+    path: str, entry: dict[str, Any], started: int, files: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """None when `path` is no longer what was trusted; else the snapshot entries to record for it
+    ({} when the stat alone proved it unchanged). `files`: the whole snapshot, to judge
+    directories created since it was taken (None: not judged)."""
     try:
         st: os.stat_result | None = os.lstat(path)
     except FileNotFoundError:
         st = None
-    if (
-        st is not None
-        and entry.get("stat") == stat_key(st)
-        and max(st.st_mtime_ns, st.st_ctime_ns) < int(entry["hashed_ns"]) - RACY_SLACK_NS
-    ):
-        return False  # same stat, not racy: unchanged without reading a byte
+    if st is not None:
+        key = stat_key(st)
+        if entry.get("stat") == key and not _racy(key, int(entry["hashed_ns"])):
+            return {}  # same stat, not racy: unchanged without reading a byte
     try:
-        return content_hash(path, entry) != entry.get("hash")
+        if content_hash(path, entry) != entry.get("hash"):
+            return None
+        found: dict[str, Any] = {}
+        if (
+            entry["kind"] == "listing"
+            and entry.get("names") is not None
+            and files is not None
+            and st is not None
+            and _stat.S_ISDIR(st.st_mode)
+        ):
+            new = _new_directories(path, entry["names"], files, started)
+            if new is None:
+                return None
+            found = new
     except (OSError, ValueError):
-        return True  # unreadable or unparseable now: not what was trusted
+        return None  # unreadable or unparseable now: not what was trusted
+    fresh = {k: v for k, v in entry.items() if k != "anchor"}
+    fresh["hashed_ns"] = started
+    if st is None:
+        anchor = _anchor_of(path)
+        if os.path.lexists(path):
+            return {}  # it appeared meanwhile: the next call judges it
+        fresh["stat"] = None
+        if anchor is not None:
+            fresh["anchor"] = anchor
+    else:
+        fresh["stat"] = stat_key(st)
+    found[path] = fresh
+    return found
+
+
+MAX_NEW_DIRECTORIES = 10_000
+
+
+def _new_directories(
+    directory: str, names: list[str], files: dict[str, Any], started: int
+) -> dict[str, Any] | None:
+    """Directories below the watched `directory` that the snapshot does not watch (created since
+    it was taken), as entries to watch from now on; None when one of them holds a surface name
+    (a nested CLAUDE.md, a `.claude/` ...) that the snapshot does not pin: that is drift."""
+    wanted = set(names)
+    out: dict[str, Any] = {}
+    stack: list[tuple[str, list[int] | None]] = [(directory, None)]
+    while stack:
+        here, key = stack.pop()
+        with os.scandir(here) as listing:
+            children = [(child.name, child.is_dir(follow_symlinks=False)) for child in listing]
+        if key is not None:  # a new directory: its surface names are none (else drift, below)
+            out[here] = {
+                "kind": "listing",
+                "names": names,
+                "role": "surface",
+                "stat": key,
+                "hash": _sha(_canonical_names(sorted(n for n, _ in children if n in wanted))),
+                "hashed_ns": started,
+            }
+        for name, is_dir in children:
+            full = os.path.join(here, name)
+            if key is not None and name in wanted and full not in files:
+                return None
+            if not is_dir or name == ".git" or full in files:
+                continue  # a watched directory is judged by its own entry
+            if len(out) + len(stack) < MAX_NEW_DIRECTORIES:
+                stack.append((full, stat_key(os.lstat(full))))  # the stat before the listing
+            else:  # too many to watch: judged (listed) on every call, never recorded
+                if _new_directories(full, names, {**files, full: {}}, started) is None:
+                    return None
+    return out
+
+
+def _settled(entry: dict[str, Any]) -> bool:
+    """The entry proves its file unchanged from its stat alone (no longer racy)."""
+    key = entry.get("stat") or (entry.get("anchor") or [None, None])[1]
+    return key is not None and not _racy(key, int(entry["hashed_ns"]))
 
 
 # ------------------------------------------------------------------------------- where state is
@@ -283,9 +489,11 @@ def enclosing_project(directory: str, state_home: str) -> str | None:
         here = parent
 
 
-def _read_snapshot_bytes(path: str) -> bytes:
+def _read_snapshot_bytes(path: str, stat_out: list[list[int]] | None = None) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        if stat_out is not None:
+            stat_out.append(stat_key(os.fstat(fd)))
         chunks = []
         size = 0
         while size <= 16 * 1024 * 1024:
@@ -301,8 +509,8 @@ def _read_snapshot_bytes(path: str) -> bytes:
 
 def parse_snapshot(data: bytes, path: str) -> dict[str, Any]:
     try:
-        snapshot = json.loads(data)
-    except ValueError as exc:
+        snapshot = loads(data.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError included
         raise Deny(
             f"the guard snapshot {path} is unreadable ({exc}); run 'agentstack apply --write' "
             "to write it again"
@@ -331,9 +539,20 @@ NOT_TRUSTED = (
 
 def load_state(state_home: str, root: str) -> tuple[dict[str, Any], str]:
     """(snapshot, the directory holding the trust log to check it against)."""
+    snapshot, trust_home, _ = _load_state(state_home, root)
+    return snapshot, trust_home
+
+
+def _load_state(
+    state_home: str, root: str
+) -> tuple[dict[str, Any], str, tuple[str, list[int]] | None]:
+    """load_state, and (the snapshot's path, its stat when read) when the guard may refresh it
+    there: not for the read-only copies under `agentstack run`."""
     path = snapshot_path(state_home, root)
     try:
-        return parse_snapshot(_read_snapshot_bytes(path), path), state_home
+        read: list[list[int]] = []
+        snapshot = parse_snapshot(_read_snapshot_bytes(path, read), path)
+        return snapshot, state_home, (path, read[0])
     except FileNotFoundError:
         raise Deny(NOT_TRUSTED) from None
     except PermissionError:
@@ -341,7 +560,7 @@ def load_state(state_home: str, root: str) -> tuple[dict[str, Any], str]:
         copies = _run_copies()
         path = os.path.join(copies, "guard.json")
         try:
-            return parse_snapshot(_read_snapshot_bytes(path), path), copies
+            return parse_snapshot(_read_snapshot_bytes(path), path), copies, None
         except OSError as exc:
             raise Deny(f"the read-only copy of the guard snapshot is unreadable ({exc})") from None
     except OSError as exc:
@@ -372,8 +591,6 @@ def _run_copies() -> str:
     temp_dir, run_name = os.path.split(run_dir)
     if os.path.realpath(ro) != ro or leaf != "ro" or not run_name.startswith("agentstack-run-"):
         raise Deny(refusal + f" ({pointer!r} is not one)")
-    import stat as _stat
-
     try:
         parent = os.lstat(temp_dir)
         run = os.lstat(run_dir)
@@ -443,7 +660,7 @@ def _log_unchanged(snapshot: dict[str, Any], state_home: str) -> bool:
     catches a record whose writer died before it could update the head.)"""
     try:
         with open(os.path.join(state_home, "trust.head"), "rb") as handle:
-            head = json.loads(handle.read(4096))
+            head = loads(handle.read(4096).decode("utf-8"))
         size = os.stat(os.path.join(state_home, "trust.jsonl")).st_size
     except (OSError, ValueError):
         return False
@@ -454,10 +671,34 @@ def _log_unchanged(snapshot: dict[str, Any], state_home: str) -> bool:
     ]
 
 
-def check_files(snapshot: dict[str, Any]) -> None:
-    changed = [
-        (path, entry) for path, entry in sorted(snapshot["files"].items()) if drifted(path, entry)
-    ]
+def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = None) -> None:
+    """Deny when a fingerprinted file, or a directory's surface, is not what was trusted.
+    `refreshed` receives the entries whose stat had to be re-proved by their content (and the
+    directories created since), for the guard to record once they are no longer racy."""
+    files = snapshot["files"]
+    started = time.time_ns()
+    anchors: dict[str, os.stat_result | None] = {}
+    changed = []
+    for path, entry in files.items():
+        anchor = entry.get("anchor")
+        if anchor is not None and entry.get("stat") is None:
+            # Absent at the snapshot: still absent while the directory above it is unchanged.
+            if anchor[0] not in anchors:
+                try:
+                    anchors[anchor[0]] = os.lstat(anchor[0])
+                except OSError:
+                    anchors[anchor[0]] = None
+            st = anchors[anchor[0]]
+            if st is not None:
+                key = stat_key(st)
+                if key == anchor[1] and not _racy(key, int(entry["hashed_ns"])):
+                    continue
+        found = recheck(path, entry, started, files)
+        if found is None:
+            changed.append((path, entry))
+        elif refreshed is not None:
+            refreshed.update(found)
+    changed.sort(key=lambda item: item[0])
     if changed:
         root = snapshot["project"]
         shown = [os.path.relpath(p, root) if p.startswith(root + os.sep) else p for p, _ in changed]
@@ -644,17 +885,11 @@ SURFACE_FILES = frozenset(
 )
 SURFACE_PAIRS = frozenset({(".github", "hooks"), (".github", "copilot"), (".config", "opencode")})
 GLOB_CHARS = frozenset("*?[{")
-_CONTROL = re.compile(r"[\x00-\x20\x7f]")
-_HOST_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?")
-_IPV4 = re.compile(
-    r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"
-)
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*|www\.[^\s\"'<>]+")
 
 
 def _normalise_server(name: str) -> str:
     """The server part of an MCP tool name, as Claude Code and Codex form it."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
+    return _rx("not_server_char").sub("_", name)
 
 
 def resolve_server(tool: str, servers: list[str]) -> str:
@@ -718,7 +953,7 @@ def _tool_of(harness: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         tool, arguments = event.get("toolName"), event.get("toolArgs")
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments)
+                arguments = loads(arguments)
             except ValueError:
                 raise Deny("the tool's arguments are not JSON") from None
     else:
@@ -816,7 +1051,7 @@ def check_call(
         elif kind == "urls":
             if not isinstance(value, str):
                 raise Deny(f"tool {tool!r}: {key!r} is not a string; denied")
-            for url in _URL_IN_TEXT.findall(value):
+            for url in _rx("url_in_text").findall(value):
                 check_url(policy, url if "://" in url else "https://" + url)
         elif kind == "pattern":
             base = arguments.get("path", arguments.get("dir_path", cwd))
@@ -951,9 +1186,7 @@ def check_patch(policy: dict[str, Any], arguments: dict[str, Any], cwd: str) -> 
             continue
         if stripped in ("*** Begin Patch", "*** End Patch", "*** End of File"):
             continue
-        match = re.fullmatch(
-            r"\*\*\*\s*(Add File|Update File|Delete File|Move to):\s*(.+)", stripped
-        )
+        match = _rx("patch_header").fullmatch(stripped)
         if match is None:
             raise Deny(f"apply_patch header {stripped[:80]!r} is not one the guard knows; denied")
         targets.append(match.group(2).strip())
@@ -971,31 +1204,31 @@ def check_url(policy: dict[str, Any], url: Any) -> None:
     if not isinstance(url, str) or not url or len(url) > 8192:
         raise Deny("the URL is not a string; denied")
     shown = url[:120]
-    if _CONTROL.search(url) or "\\" in url or not url.isascii():
+    if _rx("control").search(url) or "\\" in url or not url.isascii():
         raise Deny(
             f"URL {shown!r} holds whitespace, control characters, a backslash or non-ASCII; denied"
         )
-    match = re.fullmatch(r"([A-Za-z][A-Za-z0-9+.-]*):(//)?([^/?#]*)([/?#].*)?", url)
+    match = _rx("url").fullmatch(url)
     if match is None or match.group(1).lower() not in ("http", "https") or not match.group(2):
         raise Deny(f"URL {shown!r} is not an http(s) URL with a host; denied")
     authority = match.group(3)
     if "@" in authority or "%" in authority:
         raise Deny(f"URL {shown!r} carries user info or an encoded host; denied")
     if authority.startswith("["):
-        literal = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::([0-9]{0,5}))?", authority)
+        literal = _rx("ipv6").fullmatch(authority)
         if literal is None:
             raise Deny(f"URL {shown!r} has a malformed IPv6 host; denied")
         host = "[" + literal.group(1).lower() + "]"
     else:
         parts = authority.rsplit(":", 1) if ":" in authority else [authority]
-        if len(parts) == 2 and not re.fullmatch(r"[0-9]{0,5}", parts[1]):
+        if len(parts) == 2 and not _rx("port").fullmatch(parts[1]):
             raise Deny(f"URL {shown!r} has a malformed port; denied")
         host = parts[0].lower()
         labels = host.split(".")
-        if not host or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        if not host or not all(_rx("host_label").fullmatch(label) for label in labels):
             raise Deny(f"URL {shown!r} has a host that is not a plain name; denied")
         numeric = labels[-1].isdigit() or labels[-1].startswith("0x")
-        if numeric and not _IPV4.fullmatch(host):
+        if numeric and not _rx("ipv4").fullmatch(host):
             raise Deny(f"URL {shown!r} has an IPv4 address in a shorthand form; denied")
     if not policy["network_block"]:
         return
@@ -1039,7 +1272,7 @@ def decide(
     if len(raw) > MAX_INPUT:
         raise Deny("hook input is too large")
     try:
-        event = json.loads(raw.decode("utf-8"))
+        event = loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise Deny("hook input is not JSON") from None
     if not isinstance(event, dict):
@@ -1062,13 +1295,59 @@ def decide(
         if project is None:
             return
     root = os.path.realpath(project)
-    snapshot, trust_home = load_state(state, root)
+    snapshot, trust_home, writable = _load_state(state, root)
     if snapshot.get("project") != root:
         raise Deny(f"the guard snapshot is for {snapshot.get('project')}, not {root}")
     check_trust(snapshot, trust_home)
-    check_files(snapshot)
+    refreshed: dict[str, Any] = {}
+    check_files(snapshot, refreshed)
     if event_name == PRE_TOOL:
         check_call(snapshot, event, cwd, harness)
+    if writable is not None and any(_settled(entry) for entry in refreshed.values()):
+        # What had to be re-proved by its content is now settled: record it, so the next call
+        # proves it by its stat alone (the steady state, from the first call after `apply`).
+        try:  # noqa: SIM105 - contextlib is one import more on every call
+            refresh_snapshot(
+                writable[0], writable[1], {**snapshot, "files": {**snapshot["files"], **refreshed}}
+            )
+        except OSError:
+            pass  # a state directory it cannot write: the decision stands, the next call re-proves
+
+
+def refresh_snapshot(path: str, read_key: list[int], snapshot: dict[str, Any]) -> bool:
+    """Replace the snapshot at `path` with `snapshot` the way agentstack.fsutil.write_atomic does
+    (a temp file created O_CREAT|O_EXCL|O_NOFOLLOW beside it, fsync'd, renamed over it, the
+    directory fsync'd), unless the file is no longer the one read (stat key `read_key`): `trust` or
+    `apply` wrote a newer one, which wins. True when written."""
+    directory, name = os.path.split(path)
+    data = dumps(snapshot, indent=1, sort_keys=True).encode("utf-8")
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        tmp = f".{name}.agentstack-{os.getpid()}-{time.time_ns()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if stat_key(os.stat(name, dir_fd=dir_fd, follow_symlinks=False)) != read_key:
+                os.unlink(tmp, dir_fd=dir_fd)
+                return False
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:  # noqa: SIM105
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+        os.fsync(dir_fd)
+        return True
+    finally:
+        os.close(dir_fd)
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
@@ -1133,8 +1412,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
         def on_alarm(signum: int, frame: object) -> None:
             raise Deny(f"the guard did not decide within {ALARM_S} s")
 
-        signal.signal(signal.SIGALRM, on_alarm)
-        signal.alarm(ALARM_S)
+        # `_signal`, not `signal`: the same calls without building the Signals enums.
+        import _signal
+
+        _signal.signal(_signal.SIGALRM, on_alarm)
+        _signal.alarm(ALARM_S)
         options = parse_args(args)
         decide(
             options.get("harness", ""),
@@ -1143,7 +1425,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
             project=options.get("project"),
             event_name=options.get("event", PRE_TOOL),
         )
-        signal.alarm(0)
+        _signal.alarm(0)
     except Deny as deny:
         emit_deny(harness, str(deny), event_name)
     except BaseException as exc:  # noqa: BLE001 - fail closed on anything, even a bug

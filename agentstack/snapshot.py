@@ -245,7 +245,8 @@ def _fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
     if expected_hash != taken["hash"]:
         # Something agentstack did not render sits in a guarded container: the guard must see a
         # difference on every call, so the stat shortcut is disabled for this file.
-        taken = {**taken, "stat": None}
+        taken = {k: v for k, v in taken.items() if k != "anchor"}
+        taken["stat"] = None
     return {**taken, "hash": expected_hash}
 
 
