@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from agentstack.apply import GUARD_CODE
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.drive import NOTES_SERVER
@@ -94,7 +95,7 @@ def test_render_launches_secrets_and_guards_the_hook_switches(project: Path,
     guard = settings.keys[("hooks",)]["BeforeTool"][0]
     assert guard["matcher"] == ".*"
     assert shlex.split(guard["hooks"][0]["command"])[3:] == [
-        "agentstack._guard", "--harness", "gemini-cli", "--state",
+        GUARD_CODE, "--harness", "gemini-cli", "--state",
         os.environ["AGENTSTACK_HOME"], "--project", str(project)]
     assert guard["hooks"][0]["timeout"] == 10_000  # milliseconds
     assert ("hooksConfig",) in settings.guarded and ("mcpServers",) in settings.guarded
@@ -106,7 +107,7 @@ def test_render_launches_secrets_and_guards_the_hook_switches(project: Path,
     (user_hook,) = user_guard["hooks"]
     # The user-level guard names no project: it finds the enclosing agentstack project itself.
     assert shlex.split(user_hook["command"])[3:] == [
-        "agentstack._guard", "--harness", "gemini-cli", "--state",
+        GUARD_CODE, "--harness", "gemini-cli", "--state",
         os.environ["AGENTSTACK_HOME"], "--user-level"]
     assert {**user_hook, "command": ""} == {**guard["hooks"][0], "command": ""}
     assert ops["GEMINI.md"].text == "Be careful.\n"

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from agentstack.apply import GUARD_CODE
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.binaries import harness_bin, harness_env, in_ci
 from tests.harness.drive import NOTES_SERVER
@@ -96,7 +97,7 @@ def test_render_argv_arrays_launcher_and_plugin(project: Path) -> None:
     assert "NOTES_TOKEN" not in notes["environment"]
     assert {("mcp",), ("plugin",), ("plugins",), ("provider",)} <= set(config.guarded)
     plugin = ops[".opencode/plugins/agentstack-guard.js"].content.decode()
-    assert json.dumps([sys.executable, "-I", "-m", "agentstack._guard", "--harness",
+    assert json.dumps([sys.executable, "-I", "-c", GUARD_CODE, "--harness",
                        "opencode", "--state", os.environ["AGENTSTACK_HOME"],
                        "--project", str(project)]) in plugin
     assert ops["AGENTS.md"].text == "Be careful.\n"
