@@ -32,8 +32,6 @@ agentstack project encloses the directory.
 Standard library only on this path (an import-hygiene test enforces it): it starts in tens of ms.
 """
 
-from __future__ import annotations
-
 import os
 import stat as _stat  # loaded by `os` already
 import sys
@@ -45,10 +43,14 @@ import time
 # `signal` (it builds enums), no `re`, `tomllib`, `typing` or `pathlib` (each is imported where a
 # slower path needs it), and the hook runs `-c` rather than `-m` (which loads `runpy`). An
 # import-hygiene test pins this.
+# Annotations are evaluated (no `from __future__ import annotations`: one import more), so the
+# typing names are plain `object` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
     from typing import Any, NoReturn
+else:
+    Any = NoReturn = object
 
 
 def _load_sha256() -> Any:
@@ -118,7 +120,7 @@ def loads(text: str) -> Any:
         try:
             from _json import make_scanner
 
-            _scan = make_scanner(_Decoder)
+            _scan = make_scanner(_Decoder)  # type: ignore[arg-type]
         except ImportError:  # an interpreter without the accelerator
             import json
 
@@ -141,13 +143,47 @@ def loads(text: str) -> Any:
     return value
 
 
-def dumps(value: Any, **options: Any) -> str:
-    import json
-
-    return json.dumps(value, **options)
+def _not_serializable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-_REGEX: dict[str, re.Pattern[str]] = {}
+def dumps(
+    value: Any,
+    *,
+    sort_keys: bool = False,
+    separators: tuple[str, str] = (", ", ": "),
+    ensure_ascii: bool = True,
+    default: Any = None,
+) -> str:
+    """json.dumps(value, ...) without an indent, through the same C encoder json.dumps uses,
+    without importing `json`: the same text."""
+    try:
+        from _json import encode_basestring, encode_basestring_ascii, make_encoder
+    except ImportError:
+        import json
+
+        return json.dumps(
+            value,
+            sort_keys=sort_keys,
+            separators=separators,
+            ensure_ascii=ensure_ascii,
+            default=default,
+        )
+    encode = make_encoder(
+        {},
+        default or _not_serializable,
+        encode_basestring_ascii if ensure_ascii else encode_basestring,
+        None,
+        separators[1],
+        separators[0],
+        sort_keys,
+        False,
+        True,
+    )
+    return "".join(encode(value, 0))
+
+
+_REGEX: "dict[str, re.Pattern[str]]" = {}
 _PATTERNS = {
     "control": r"[\x00-\x20\x7f]",
     "host_label": r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?",
@@ -161,7 +197,7 @@ _PATTERNS = {
 }
 
 
-def _rx(name: str) -> re.Pattern[str]:
+def _rx(name: str) -> "re.Pattern[str]":
     """A compiled pattern, compiled (and `re` imported) the first time a check needs it."""
     pattern = _REGEX.get(name)
     if pattern is None:
@@ -275,9 +311,9 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
             return _sha(b"[]")  # a directory gone holds none of the surface names
         return None
     if kind == "manifest":  # by meaning: comments, whitespace and quoting do not count
-        import tomllib
-
-        return _sha(_canonical(tomllib.loads(data.decode("utf-8"))))
+        if entry.get("raw") is not None and _sha(data) == entry["raw"]:
+            return str(entry["hash"])  # the same bytes as when it was hashed: the same meaning
+        return _manifest_hash(data)
     if kind == "keys":
         if entry["format"] == "json":
             doc = loads(data.decode("utf-8") or "{}")
@@ -294,6 +330,12 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
     # The executable bit counts too: a rendered script made executable is not what was trusted.
     executable = os.stat(path).st_mode & 0o100
     return _sha((b"x:" if executable else b"-:") + data)
+
+
+def _manifest_hash(data: bytes) -> str:
+    import tomllib
+
+    return _sha(_canonical(tomllib.loads(data.decode("utf-8"))))
 
 
 def shape(value: Any) -> Any:
@@ -328,6 +370,18 @@ def fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
         absent = _sha(_canonical(keys_view({}, entry))) if entry["kind"] == "keys" else None
         taken = {**entry, "stat": None, "hash": absent, "hashed_ns": started}
         return {**taken, "anchor": anchor} if anchor is not None else taken
+    if entry["kind"] == "manifest" and _stat.S_ISREG(st.st_mode):
+        # Its meaning and its bytes, from one read: unchanged bytes need no TOML parse later.
+        with open(path, "rb") as handle:
+            data = handle.read()
+        meaning = _manifest_hash(data)
+        return {
+            **entry,
+            "stat": stat_key(st),
+            "hash": meaning,
+            "raw": _sha(data),
+            "hashed_ns": started,
+        }
     return {**entry, "stat": stat_key(st), "hash": content_hash(path, entry), "hashed_ns": started}
 
 
@@ -623,15 +677,19 @@ def _run_copies() -> str:
 # ---------------------------------------------------------------------------------- trust
 
 
-def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
+def check_trust(snapshot: dict[str, Any], state_home: str) -> list[Any] | None:
+    """Deny unless trust holds. Returns the log's head when it had moved on and was re-verified
+    (read before the verification, so it is never newer than what was verified), for the guard
+    to record: the next call then needs no verification. None when nothing is to be recorded."""
     digest = snapshot["digest"]
     source = snapshot.get("trust_source")
     if source not in ("log", "explicit") or not isinstance(digest, str):
         raise Deny("the guard snapshot records no trust; run 'agentstack trust'")
-    if _log_unchanged(snapshot, state_home):
+    current = _log_head(state_home)
+    if current is not None and snapshot.get("trust_head") == current:
         # The log trusted this digest (or, for CI trust recorded at apply time, held no revocation
         # of it) and nothing was appended since.
-        return
+        return None
     # The log moved on: read it, verified. A revocation recorded there wins, even over CI trust
     # recorded at apply time. (blake3 is loaded only on this path.)
     from pathlib import Path
@@ -641,7 +699,7 @@ def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
     log = TrustLog(Path(state_home))
     explicit = source == "explicit"
     if explicit and not os.path.lexists(log.path):
-        return
+        return None
     try:
         state = log.state_for(snapshot["project"], digest)
     except Exception as exc:  # noqa: BLE001 - a log that does not verify trusts nothing
@@ -653,22 +711,27 @@ def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
         raise Deny(f"trust in {digest} was revoked; run 'agentstack trust' to review again")
     if state != "trusted" and not explicit:
         raise Deny(f"{digest} is not trusted for {snapshot['project']}; run 'agentstack trust'")
+    return current
 
 
 def _log_unchanged(snapshot: dict[str, Any], state_home: str) -> bool:
     """The head and the log's size are what they were when the snapshot was written. (The size
     catches a record whose writer died before it could update the head.)"""
+    current = _log_head(state_home)
+    return current is not None and snapshot.get("trust_head") == current
+
+
+def _log_head(state_home: str) -> list[Any] | None:
+    """[count, head, size of the log] as the snapshot records them; None when unreadable."""
     try:
         with open(os.path.join(state_home, "trust.head"), "rb") as handle:
             head = loads(handle.read(4096).decode("utf-8"))
         size = os.stat(os.path.join(state_home, "trust.jsonl")).st_size
     except (OSError, ValueError):
-        return False
-    return isinstance(head, dict) and snapshot.get("trust_head") == [
-        head.get("count"),
-        head.get("head"),
-        size,
-    ]
+        return None
+    if not isinstance(head, dict):
+        return None
+    return [head.get("count"), head.get("head"), size]
 
 
 def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = None) -> None:
@@ -1298,18 +1361,22 @@ def decide(
     snapshot, trust_home, writable = _load_state(state, root)
     if snapshot.get("project") != root:
         raise Deny(f"the guard snapshot is for {snapshot.get('project')}, not {root}")
-    check_trust(snapshot, trust_home)
+    trust_head = check_trust(snapshot, trust_home)
     refreshed: dict[str, Any] = {}
     check_files(snapshot, refreshed)
     if event_name == PRE_TOOL:
         check_call(snapshot, event, cwd, harness)
-    if writable is not None and any(_settled(entry) for entry in refreshed.values()):
-        # What had to be re-proved by its content is now settled: record it, so the next call
-        # proves it by its stat alone (the steady state, from the first call after `apply`).
+    if writable is not None and (
+        trust_head is not None or any(_settled(entry) for entry in refreshed.values())
+    ):
+        # What had to be re-proved (by content, or the trust log by verification) is settled now:
+        # record it, so the next call proves it by stats alone (the steady state, from the first
+        # call after `apply`, or after another project's `trust`).
+        fresh = {**snapshot, "files": {**snapshot["files"], **refreshed}}
+        if trust_head is not None:
+            fresh["trust_head"] = trust_head
         try:  # noqa: SIM105 - contextlib is one import more on every call
-            refresh_snapshot(
-                writable[0], writable[1], {**snapshot, "files": {**snapshot["files"], **refreshed}}
-            )
+            refresh_snapshot(writable[0], writable[1], fresh)
         except OSError:
             pass  # a state directory it cannot write: the decision stands, the next call re-proves
 
@@ -1320,7 +1387,7 @@ def refresh_snapshot(path: str, read_key: list[int], snapshot: dict[str, Any]) -
     directory fsync'd), unless the file is no longer the one read (stat key `read_key`): `trust` or
     `apply` wrote a newer one, which wins. True when written."""
     directory, name = os.path.split(path)
-    data = dumps(snapshot, indent=1, sort_keys=True).encode("utf-8")
+    data = dumps(snapshot, sort_keys=True).encode("utf-8")
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         tmp = f".{name}.agentstack-{os.getpid()}-{time.time_ns()}"
@@ -1413,7 +1480,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
             raise Deny(f"the guard did not decide within {ALARM_S} s")
 
         # `_signal`, not `signal`: the same calls without building the Signals enums.
-        import _signal
+        import _signal  # type: ignore[import-not-found]
 
         _signal.signal(_signal.SIGALRM, on_alarm)
         _signal.alarm(ALARM_S)
