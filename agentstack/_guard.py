@@ -467,34 +467,39 @@ def _new_directories(
 ) -> dict[str, Any] | None:
     """Directories below the watched `directory` that the snapshot does not watch (created since
     it was taken), as entries to watch from now on; None when one of them holds a surface name
-    (a nested CLAUDE.md, a `.claude/` ...) that the snapshot does not pin: that is drift."""
+    (a nested CLAUDE.md, a `.claude/` ...) that the snapshot does not pin: that is drift. Beyond
+    MAX_NEW_DIRECTORIES new directories, the rest are judged now but not recorded."""
     wanted = set(names)
     out: dict[str, Any] = {}
     stack: list[tuple[str, list[int] | None]] = [(directory, None)]
     while stack:
         here, key = stack.pop()
-        with os.scandir(here) as listing:
-            children = [(child.name, child.is_dir(follow_symlinks=False)) for child in listing]
-        if key is not None:  # a new directory: its surface names are none (else drift, below)
-            out[here] = {
-                "kind": "listing",
-                "names": names,
-                "role": "surface",
-                "stat": key,
-                "hash": _sha(_canonical_names(sorted(n for n, _ in children if n in wanted))),
-                "hashed_ns": started,
-            }
+        try:
+            with os.scandir(here) as listing:
+                children = [(c.name, c.is_dir(follow_symlinks=False)) for c in listing]
+        except FileNotFoundError:
+            continue  # gone again: it holds nothing
+        if key is not None:  # a new directory: no surface name may be in it
+            for name, _ in children:
+                if name in wanted and os.path.join(here, name) not in files:
+                    return None
+            if len(out) < MAX_NEW_DIRECTORIES:
+                out[here] = {
+                    "kind": "listing",
+                    "names": names,
+                    "role": "surface",
+                    "stat": key,
+                    "hash": _sha(_canonical_names(sorted(n for n, _ in children if n in wanted))),
+                    "hashed_ns": started,
+                }
         for name, is_dir in children:
             full = os.path.join(here, name)
-            if key is not None and name in wanted and full not in files:
-                return None
             if not is_dir or name == ".git" or full in files:
                 continue  # a watched directory is judged by its own entry
-            if len(out) + len(stack) < MAX_NEW_DIRECTORIES:
-                stack.append((full, stat_key(os.lstat(full))))  # the stat before the listing
-            else:  # too many to watch: judged (listed) on every call, never recorded
-                if _new_directories(full, names, {**files, full: {}}, started) is None:
-                    return None
+            try:
+                stack.append((full, stat_key(os.lstat(full))))  # its stat before its listing
+            except FileNotFoundError:
+                continue
     return out
 
 

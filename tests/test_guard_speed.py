@@ -304,3 +304,31 @@ def test_the_rendered_command_survives_every_config_format() -> None:
     check = subprocess.run([sys.executable, "-I", "-c", argv[3], "--harness", "nope", "--project", "/x"],
                            input=b"{}", capture_output=True, timeout=30)
     assert check.returncode == 2 and b"unknown harness" in check.stderr
+
+
+# --------------------------------------------------------------------- a trust log that moved on
+
+
+@pytest.mark.slow
+def test_a_log_that_moved_on_is_verified_once_and_a_revocation_still_wins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentstack.trustlog import TrustLog
+
+    scene = Project(tmp_path / "a")
+    for key, value in scene.env.items():
+        monkeypatch.setenv(key, value)
+    scene.settle()
+    other = make_project(tmp_path / "b" / "proj", MANIFEST, FILES).resolve()
+    for args in (["lock"], ["trust", "--yes", "--accept-risk"]):
+        assert run_cli(*args, cwd=other, env=scene.env).returncode == 0
+    recorded = scene.snapshot()["trust_head"]
+    scene.decide()  # verifies the log, then records its head
+    assert scene.snapshot()["trust_head"] != recorded
+    monkeypatch.setattr(TrustLog, "state_for", lambda *a: pytest.fail("verified again"))
+    scene.decide()
+    monkeypatch.undo()
+    for key, value in scene.env.items():
+        monkeypatch.setenv(key, value)
+    assert run_cli("revoke", cwd=scene.root, env=scene.env).returncode == 0
+    with pytest.raises(_guard.Deny):
+        scene.decide()
