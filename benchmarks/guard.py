@@ -91,25 +91,51 @@ def wheel_venv(tmp: Path, base: dict[str, str]) -> str:
     """A throwaway venv with this checkout installed from a wheel (not editable)."""
     wheels = tmp / "wheels"
     check_run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(wheels), str(REPO)],
-        tmp, base,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(REPO),
+        ],
+        tmp,
+        base,
     )
     (wheel,) = wheels.glob("*.whl")
     venv = tmp / "wheel-venv"
     check_run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp, base)
     python = str(venv / "bin" / "python")
-    site = check_run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                     tmp, base).stdout.decode().strip()
-    check_run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site,
-               str(wheel)], tmp, base)
+    site = (
+        check_run(
+            [python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            tmp,
+            base,
+        )
+        .stdout.decode()
+        .strip()
+    )
+    check_run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, str(wheel)],
+        tmp,
+        base,
+    )
     # The guard's one slow path (a trust log that moved on) verifies it with blake3: copied in
     # from this interpreter, as installed.
     import blake3
 
     shutil.copytree(Path(blake3.__file__).parent, Path(site) / "blake3")
-    where = check_run([python, "-I", "-c", "import agentstack._guard as g; print(g.__file__)"],
-                      tmp, base).stdout.decode().strip()
+    where = (
+        check_run(
+            [python, "-I", "-c", "import agentstack._guard as g; print(g.__file__)"], tmp, base
+        )
+        .stdout.decode()
+        .strip()
+    )
     if not where.startswith(site):
         raise BenchError(f"the wheel venv imports the guard from {where}, not {site}")
     print(f"guard under test: {where} (from {wheel.name}, not editable)")
@@ -149,13 +175,23 @@ def run_once(argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes) -> f
     return elapsed
 
 
-def imports_beyond_python(python: str, argv: list[str], cwd: Path, env: dict[str, str],
-                          stdin: bytes) -> list[str]:
+def imports_beyond_python(
+    python: str, argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes
+) -> list[str]:
     def modules(command: list[str]) -> list[str]:
-        proc = subprocess.run([python, "-X", "importtime", *command[1:]], cwd=cwd, env=env,
-                              input=stdin, capture_output=True, check=False)
-        return [line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines()
-                if line.startswith("import time:")]
+        proc = subprocess.run(
+            [python, "-X", "importtime", *command[1:]],
+            cwd=cwd,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            check=False,
+        )
+        return [
+            line.split("|")[-1].strip()
+            for line in proc.stderr.decode().splitlines()
+            if line.startswith("import time:")
+        ]
 
     bare = set(modules([python, "-I", "-c", "pass"]))
     return [m for m in modules(argv) if m not in bare]
@@ -166,8 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=40, help="timed rounds (default 40)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed rounds first (default 5)")
     parser.add_argument("--skill-files", type=int, default=25, help="files in the skill (>= 2)")
-    parser.add_argument("--keep", type=Path, metavar="DIR",
-                        help="work in DIR (created; must not exist) and leave it there")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="work in DIR (created; must not exist) and leave it there",
+    )
     args = parser.parse_args(argv)
     if args.runs < 2 or args.warmup < 0 or args.skill_files < 2:
         parser.error("--runs must be >= 2, --warmup >= 0, --skill-files >= 2")
@@ -182,9 +222,12 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
 
     base = {k: v for k, v in os.environ.items() if k not in HARNESS_VARS}
     base.pop("PYTHONDONTWRITEBYTECODE", None)
-    base.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=str(tmp / "pycache"),
-                XDG_CONFIG_HOME=str(tmp / "nowhere/config"),
-                XDG_CACHE_HOME=str(tmp / "nowhere/cache"))
+    base.update(
+        PYTHONPATH=str(REPO),
+        PYTHONPYCACHEPREFIX=str(tmp / "pycache"),
+        XDG_CONFIG_HOME=str(tmp / "nowhere/config"),
+        XDG_CACHE_HOME=str(tmp / "nowhere/cache"),
+    )
     python = wheel_venv(tmp, base)
     cli = [sys.executable, "-m", "agentstack"]  # set-up only: this checkout's CLI
     projects: dict[str, Path] = {}
@@ -194,8 +237,12 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         home = tmp / case / "home"
         home.mkdir(parents=True)
         projects[case] = tmp / case / "project"
-        envs[case] = {**base, "HOME": str(home), "AGENTSTACK_HOME": str(home / ".config/agentstack"),
-                      "AGENTSTACK_CACHE": str(home / ".cache/agentstack")}
+        envs[case] = {
+            **base,
+            "HOME": str(home),
+            "AGENTSTACK_HOME": str(home / ".config/agentstack"),
+            "AGENTSTACK_CACHE": str(home / ".cache/agentstack"),
+        }
         make_project(projects[case], "guard-bench", args.skill_files)
         for command in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
             check_run([*cli, *command], projects[case], envs[case])
@@ -209,10 +256,24 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         raise BenchError(f"only {len(rendered)} rendered files (< {MIN_RENDERED})")
     commands: dict[str, tuple[list[str], Path, dict[str, str], bytes]] = {}
     for case in CASES:
-        event = json.dumps({"cwd": str(projects[case]), "hook_event_name": "PreToolUse",
-                            "tool_name": "Bash", "tool_input": {"command": "ls"}}).encode()
-        guard = [python, *guard_command()[1:], "--harness", "claude-code", "--state",
-                 envs[case]["AGENTSTACK_HOME"], "--project", str(projects[case])]
+        event = json.dumps(
+            {
+                "cwd": str(projects[case]),
+                "hook_event_name": "PreToolUse",
+                "tool_name": "Bash",
+                "tool_input": {"command": "ls"},
+            }
+        ).encode()
+        guard = [
+            python,
+            *guard_command()[1:],
+            "--harness",
+            "claude-code",
+            "--state",
+            envs[case]["AGENTSTACK_HOME"],
+            "--project",
+            str(projects[case]),
+        ]
         commands[f"guard {case}"] = (guard, projects[case], envs[case], event)
     steady = commands["guard steady"]
     commands = {
@@ -221,24 +282,30 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         **commands,
     }
     reread, probed, total = census(snapshots["first"])
-    print(f"as apply wrote it: of {total} entries, {reread} must be re-proved by content and"
-          f" {probed} probed (racy: written within 1 s of the files)")
+    print(
+        f"as apply wrote it: of {total} entries, {reread} must be re-proved by content and"
+        f" {probed} probed (racy: written within 1 s of the files)"
+    )
 
     time.sleep(max(0.0, applied + RACY_WAIT_S - time.monotonic()))
     for case in ("steady", "moved"):  # the first call after the window settles them
         run_once(*commands[f"guard {case}"])
     for case in ("steady", "moved"):
         reread, probed, total = census(snapshots[case])
-        print(f"{case} after its first call: of {total} entries, {reread} re-proved by content,"
-              f" {probed} probed")
+        print(
+            f"{case} after its first call: of {total} entries, {reread} re-proved by content,"
+            f" {probed} probed"
+        )
         if reread or probed:
             raise BenchError(f"the first call did not settle the {case} snapshot")
     other = tmp / "moved" / "other"  # trusted under the same AGENTSTACK_HOME: the log moves on
     make_project(other, "other", 2)
     check_run([*cli, "lock"], other, envs["moved"])
     check_run([*cli, "trust", "--yes", "--accept-risk"], other, envs["moved"])
-    restore = {"guard first": (snapshots["first"], as_applied),
-               "guard moved": (snapshots["moved"], snapshots["moved"].read_bytes())}
+    restore = {
+        "guard first": (snapshots["first"], as_applied),
+        "guard moved": (snapshots["moved"], snapshots["moved"].read_bytes()),
+    }
 
     samples: dict[str, list[float]] = {label: [] for label in commands}
     for round_ in range(args.warmup + args.runs):
@@ -255,21 +322,33 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
 
     med = {label: statistics.median(values) for label, values in samples.items()}
     anchor = med["python -I -c pass"]
-    print(f"\n{args.warmup} warm-up + {args.runs} timed rounds, interleaved (every command once"
-          " per round), subprocess.run with the event on stdin (fork/exec included)")
-    print(f"{'command':<34} {'median ms':>9} {'min ms':>8} {'p90 ms':>8} {'/ python -I -c pass':>20}")
+    print(
+        f"\n{args.warmup} warm-up + {args.runs} timed rounds, interleaved (every command once"
+        " per round), subprocess.run with the event on stdin (fork/exec included)"
+    )
+    print(
+        f"{'command':<34} {'median ms':>9} {'min ms':>8} {'p90 ms':>8} {'/ python -I -c pass':>20}"
+    )
     for label, values in samples.items():
-        print(f"{LABELS[label]:<34} {med[label] * 1e3:9.2f} {min(values) * 1e3:8.2f}"
-              f" {p90(values) * 1e3:8.2f} {med[label] / anchor:19.2f}x")
-    paired = {label: statistics.median(g / b for g, b in zip(values, samples["python -I -c pass"],
-                                                              strict=True))
-              for label, values in samples.items() if label.startswith("guard")}
+        print(
+            f"{LABELS[label]:<34} {med[label] * 1e3:9.2f} {min(values) * 1e3:8.2f}"
+            f" {p90(values) * 1e3:8.2f} {med[label] / anchor:19.2f}x"
+        )
+    paired = {
+        label: statistics.median(
+            g / b for g, b in zip(values, samples["python -I -c pass"], strict=True)
+        )
+        for label, values in samples.items()
+        if label.startswith("guard")
+    }
     print()
     for label in ("guard steady", "guard first", "guard moved"):
         ratio = med[label] / anchor
         goal = " PASS" if ratio <= GOAL else " MISS"
-        print(f"  {LABELS[label]:<32} {ratio:5.2f}x python -I -c pass (median of paired ratios"
-              f" {paired[label]:5.2f}x; goal <= {GOAL}x){goal}")
+        print(
+            f"  {LABELS[label]:<32} {ratio:5.2f}x python -I -c pass (median of paired ratios"
+            f" {paired[label]:5.2f}x; goal <= {GOAL}x){goal}"
+        )
 
     extra = imports_beyond_python(python, *steady)
     print(f"\nmodules a steady call imports beyond `python -I -c pass`: {', '.join(extra)}")
