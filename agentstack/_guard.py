@@ -751,9 +751,26 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
     started = time.time_ns()
     anchors: dict[str, os.stat_result | None] = {}
     changed = []
+    lstat = os.lstat
     for path, entry in files.items():
+        key = entry.get("stat")
+        if key is not None:  # the steady case, inline: the same stat, not racy
+            try:
+                st = lstat(path)
+            except OSError:
+                pass  # judged below
+            else:
+                if (
+                    st.st_mtime_ns == key[3]
+                    and st.st_ctime_ns == key[4]
+                    and st.st_ino == key[1]
+                    and st.st_size == key[2]
+                    and st.st_dev == key[0]
+                    and max(key[3], key[4]) < int(entry["hashed_ns"]) - RACY_SLACK_NS
+                ):
+                    continue
         anchor = entry.get("anchor")
-        if anchor is not None and entry.get("stat") is None:
+        if anchor is not None and key is None:
             # Absent at the snapshot: still absent while the directory above it is unchanged.
             if anchor[0] not in anchors:
                 try:
