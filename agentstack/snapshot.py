@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentstack._guard import SNAPSHOT_VERSION, _canonical, _sha, fingerprint, keys_view
+from agentstack._guard import SNAPSHOT_VERSION, _sha
+from agentstack._guard_more import _canonical, fingerprint, keys_view
 from agentstack.fsutil import write_atomic
 from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
 from agentstack.paths import agentstack_home, ensure_private_dir, project_state_dir

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agentstack import _guard
+from agentstack import _guard, _guard_more
 from agentstack.apply import guard_command
 from tests.conftest import REPO, make_project, run_cli
 
@@ -136,7 +136,7 @@ def test_first_call_after_apply_settles_the_snapshot(tmp_path: Path,
 
     before = fresh.snapshot_path.stat().st_mtime_ns
     monkeypatch.setattr(_guard.os, "lstat", lstat)
-    monkeypatch.setattr(_guard, "content_hash", no_read)
+    monkeypatch.setattr(_guard_more, "content_hash", no_read)
     fresh.decide()
     monkeypatch.undo()
     assert not absent.intersection(probed)
@@ -193,7 +193,7 @@ def test_read_only_run_copies_decide_and_are_never_written(project: Project, tmp
 
     monkeypatch.setattr(_guard, "_read_snapshot_bytes", closed)
     monkeypatch.setattr(_guard, "_run_copies", lambda: str(copies))
-    monkeypatch.setattr(_guard, "refresh_snapshot", lambda *a: pytest.fail("wrote the state"))
+    monkeypatch.setattr(_guard_more, "refresh_snapshot", lambda *a: pytest.fail("wrote the state"))
     before = (copies / "guard.json").read_bytes()
     project.decide()
     (project.root / "src" / "app.py").write_text("x = 2\n")  # not pinned: no decision changes
@@ -270,7 +270,8 @@ def test_a_new_plain_directory_is_watched_from_then_on(project: Project) -> None
 
 # ------------------------------------------------------------------------- what it imports
 
-SLOW_MODULES = ("tomllib", "runpy", "enum", "re", "typing", "pathlib", "json", "signal",
+SLOW_MODULES = ("agentstack._guard_more", "tomllib", "runpy", "enum", "re", "typing", "pathlib",
+                "json", "signal",
                 "contextlib", "hashlib", "functools", "collections", "importlib.util", "pwd")
 
 
