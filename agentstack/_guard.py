@@ -20,7 +20,10 @@ S/projects/<id>/guard.json (never inside the project):
    still trusts the digest; CI trust (an explicit digest) was recorded at `apply` time, and a
    revocation in the log wins over it;
 2. nothing fingerprinted changed: the manifest (by meaning), the lock, and every rendered, pinned
-   or watched file (stat first; bytes re-hashed only when the stat changed or is racily clean);
+   or watched file (stat first; bytes re-hashed only when the stat changed or is racily clean;
+   a missing file proved missing by the stat of the directory above it), and no surface name in a
+   directory created since; what had to be re-proved is recorded once settled (`refresh_snapshot`),
+   so the next call needs stats only;
 3. on a tool call, the call itself, parsed exactly and totally (`check_call`): an MCP tool must
    resolve to exactly one locked server; file tools respect the sandbox paths and never write the
    harness's configuration or git's execution files; web tools go only to allowed hosts; a tool it
@@ -29,23 +32,28 @@ A hook rendered for a project denies when the project's snapshot is missing. Onl
 guard (`--user-level`, kept by Codex so a revoked project stays blocked) allows, and only where no
 agentstack project encloses the directory.
 
-Standard library only on this path (an import-hygiene test enforces it): it starts in tens of ms.
+Standard library only on this path (an import-hygiene test enforces it); a trusted, unchanged call
+takes about as long as `python -I -c pass` (benchmarks/guard.py).
 """
 
-from __future__ import annotations
-
-import json
 import os
-import re
-import signal
+import stat as _stat  # loaded by `os` already
 import sys
 import time
 
-# Every import is paid on every tool call: `typing` only for the type checker, and sha256 from
-# CPython's own module rather than through hashlib (which loads OpenSSL).
+# Every import is paid on every tool call, so the trusted-and-unchanged path imports nothing that
+# `python -I -c pass` does not, beyond CPython's builtin `_signal` and the `_json` and `_sha256`
+# accelerators: no `json` package (its decoder and encoder load `re`, and `re` loads `enum`), no
+# `signal` (it builds enums), no `re`, `tomllib`, `typing` or `pathlib` (each is imported where a
+# slower path needs it), and the hook runs `-c` rather than `-m` (which loads `runpy`). An
+# import-hygiene test pins this.
+# Annotations are evaluated (no `from __future__ import annotations`: one import more), so the
+# typing names are plain `object` at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
+else:
+    Any = NoReturn = object
 
 
 def _load_sha256() -> Any:
@@ -84,6 +92,121 @@ FIX_DRIFT = (
 
 class Deny(Exception):
     """A decision to block, with the reason shown to the model and the user."""
+
+
+_MORE: Any = None
+
+
+def _more() -> Any:
+    """agentstack._guard_more: the slower paths, loaded only when a call needs one."""
+    global _MORE
+    if _MORE is None:
+        from agentstack import _guard_more
+
+        _MORE = _guard_more
+    return _MORE
+
+
+def __getattr__(name: str) -> Any:
+    """The names of the slower paths, re-exported (`_guard.check_url`, `_guard.fingerprint` ...)."""
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return getattr(_more(), name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+# ------------------------------------------------------------------------------------ JSON
+
+
+class _Decoder:
+    """What `_json.make_scanner` reads from a decoder: json.loads's defaults, exactly."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {
+        "-Infinity": float("-inf"),
+        "Infinity": float("inf"),
+        "NaN": float("nan"),
+    }.__getitem__
+
+
+_scan: Any = None
+
+
+def loads(text: str) -> Any:
+    """json.loads(text) for a str, through the same C scanner, without importing `json` (whose
+    decoder compiles regular expressions): same values, same errors (ValueError)."""
+    global _scan
+    if _scan is None:
+        try:
+            from _json import make_scanner
+
+            _scan = make_scanner(_Decoder)  # type: ignore[arg-type]
+        except ImportError:  # an interpreter without the accelerator
+            import json
+
+            return json.loads(text)
+    if text.startswith("\ufeff"):
+        raise ValueError("Unexpected UTF-8 BOM (decode using utf-8-sig)")
+    start = len(text) - len(text.lstrip(" \t\n\r"))
+    try:
+        value, end = _scan(text, start)
+    except StopIteration:
+        raise ValueError(f"Expecting value at {start}") from None
+    except SystemError:
+        # The scanner builds its error from json.decoder, found only when already imported:
+        # malformed JSON, then, is left to json.loads, which raises what it always raises.
+        import json
+
+        return json.loads(text)
+    if text[end:].strip(" \t\n\r"):
+        raise ValueError(f"Extra data at {end}")
+    return value
+
+
+def _not_serializable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def dumps(
+    value: Any,
+    *,
+    sort_keys: bool = False,
+    separators: tuple[str, str] = (", ", ": "),
+    ensure_ascii: bool = True,
+    default: Any = None,
+) -> str:
+    """json.dumps(value, ...) without an indent, through the same C encoder json.dumps uses,
+    without importing `json`: the same text."""
+    try:
+        from _json import encode_basestring, encode_basestring_ascii, make_encoder
+    except ImportError:
+        import json
+
+        return json.dumps(
+            value,
+            sort_keys=sort_keys,
+            separators=separators,
+            ensure_ascii=ensure_ascii,
+            default=default,
+        )
+    encode = make_encoder(
+        {},
+        default or _not_serializable,
+        encode_basestring_ascii if ensure_ascii else encode_basestring,
+        None,
+        separators[1],
+        separators[0],
+        sort_keys,
+        False,
+        True,
+    )
+    return "".join(encode(value, 0))
 
 
 # ------------------------------------------------------------------------------- protocol
@@ -127,7 +250,7 @@ def deny_body(harness: str, reason: str, event: str = PRE_TOOL) -> dict[str, Any
 
 def emit_deny(harness: str, reason: str, event: str = PRE_TOOL) -> NoReturn:
     reason = "agentstack guard: " + reason
-    data = (json.dumps(deny_body(harness, reason, event)) + "\n").encode()
+    data = (dumps(deny_body(harness, reason, event)) + "\n").encode()
     try:
         os.write(1, data)
         os.write(2, (reason + "\n").encode("utf-8", "replace"))
@@ -146,102 +269,70 @@ def _sha(data: bytes) -> str:
     return str(_sha256(data).hexdigest())
 
 
-def _canonical(value: Any) -> bytes:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    ).encode("utf-8")
-
-
-def _key_value(doc: Any, path: list[str]) -> Any:
-    node = doc
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def content_hash(path: str, entry: dict[str, Any]) -> str | None:
-    """The hash of what matters in `path` for this kind of entry; None when it is missing."""
-    kind = entry["kind"]
-    try:
-        if os.path.islink(path):
-            return _sha(b"link:" + os.fsencode(os.readlink(path)))
-        if kind == "listing":  # a surface directory: a new entry in it (or a named one) is drift
-            names = os.listdir(path)
-            wanted = entry.get("names")
-            return _sha(_canonical(sorted(n for n in names if wanted is None or n in wanted)))
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        if kind == "keys":  # a missing config file holds none of the keys: compare as empty
-            return _sha(_canonical(keys_view({}, entry)))
-        return None
-    if kind == "manifest":  # by meaning: comments, whitespace and quoting do not count
-        import tomllib
-
-        return _sha(_canonical(tomllib.loads(data.decode("utf-8"))))
-    if kind == "keys":
-        if entry["format"] == "json":
-            doc = json.loads(data.decode("utf-8") or "{}")
-        else:
-            import tomllib
-
-            doc = tomllib.loads(data.decode("utf-8"))
-        return _sha(_canonical(keys_view(doc, entry)))
-    if kind == "block":
-        text = data.decode("utf-8", "replace")
-        start = text.find(BLOCK_BEGIN)
-        end = text.find(BLOCK_END, start)
-        return _sha(text[start:end].encode()) if start >= 0 and end >= 0 else _sha(b"")
-    # The executable bit counts too: a rendered script made executable is not what was trusted.
-    executable = os.stat(path).st_mode & 0o100
-    return _sha((b"x:" if executable else b"-:") + data)
-
-
-def shape(value: Any) -> Any:
-    """A guarded container as the guard sees it: the names in it (or the value itself)."""
-    return sorted(value) if isinstance(value, dict) else value
-
-
-def keys_view(doc: Any, entry: dict[str, Any]) -> dict[str, Any]:
-    """What of a shared config file the guard compares: the values of the keys agentstack owns,
-    and the shape of each guarded container (a server or hook added next to them shows)."""
-    return {
-        "owned": {k: _key_value(doc, json.loads(k)) for k in entry["keys"]},
-        "guarded": {g: shape(_key_value(doc, json.loads(g))) for g in entry.get("guarded", [])},
-    }
-
-
 def stat_key(st: os.stat_result) -> list[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
-    """Used when the snapshot is written: the stat key, the content hash and when it was taken."""
-    started = time.time_ns()
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return {**entry, "stat": None, "hash": None, "hashed_ns": started}
-    return {**entry, "stat": stat_key(st), "hash": content_hash(path, entry), "hashed_ns": started}
+def _racy(key: list[int], hashed_ns: int) -> bool:
+    """The stat key's timestamps are too close to when it was taken to prove anything: a change in
+    the same timestamp tick would leave them as they are."""
+    return max(key[3], key[4]) >= hashed_ns - RACY_SLACK_NS
 
 
 def drifted(path: str, entry: dict[str, Any]) -> bool:
+    return recheck(path, entry, time.time_ns(), None) is None
+
+
+def recheck(
+    path: str, entry: dict[str, Any], started: int, files: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """None when `path` is no longer what was trusted; else the snapshot entries to record for it
+    ({} when the stat alone proved it unchanged). `files`: the whole snapshot, to judge
+    directories created since it was taken (None: not judged)."""
     try:
         st: os.stat_result | None = os.lstat(path)
     except FileNotFoundError:
         st = None
-    if (
-        st is not None
-        and entry.get("stat") == stat_key(st)
-        and max(st.st_mtime_ns, st.st_ctime_ns) < int(entry["hashed_ns"]) - RACY_SLACK_NS
-    ):
-        return False  # same stat, not racy: unchanged without reading a byte
+    if st is not None:
+        key = stat_key(st)
+        if entry.get("stat") == key and not _racy(key, int(entry["hashed_ns"])):
+            return {}  # same stat, not racy: unchanged without reading a byte
     try:
-        return content_hash(path, entry) != entry.get("hash")
+        if _more().content_hash(path, entry) != entry.get("hash"):
+            return None
+        found: dict[str, Any] = {}
+        if (
+            entry["kind"] == "listing"
+            and entry.get("names") is not None
+            and files is not None
+            and st is not None
+            and _stat.S_ISDIR(st.st_mode)
+        ):
+            new = _more()._new_directories(path, entry["names"], files, started)
+            if new is None:
+                return None
+            found = new
     except (OSError, ValueError):
-        return True  # unreadable or unparseable now: not what was trusted
+        return None  # unreadable or unparseable now: not what was trusted
+    fresh = {k: v for k, v in entry.items() if k != "anchor"}
+    fresh["hashed_ns"] = started
+    if st is None:
+        anchor = _more()._anchor_of(path)
+        if os.path.lexists(path):
+            return {}  # it appeared meanwhile: the next call judges it
+        fresh["stat"] = None
+        if anchor is not None:
+            fresh["anchor"] = anchor
+    else:
+        fresh["stat"] = stat_key(st)
+    found[path] = fresh
+    return found
+
+
+def _settled(entry: dict[str, Any]) -> bool:
+    """The entry proves its file unchanged from its stat alone (no longer racy)."""
+    key = entry.get("stat") or (entry.get("anchor") or [None, None])[1]
+    return key is not None and not _racy(key, int(entry["hashed_ns"]))
 
 
 # ------------------------------------------------------------------------------- where state is
@@ -283,9 +374,11 @@ def enclosing_project(directory: str, state_home: str) -> str | None:
         here = parent
 
 
-def _read_snapshot_bytes(path: str) -> bytes:
+def _read_snapshot_bytes(path: str, stat_out: list[list[int]] | None = None) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        if stat_out is not None:
+            stat_out.append(stat_key(os.fstat(fd)))
         chunks = []
         size = 0
         while size <= 16 * 1024 * 1024:
@@ -301,8 +394,8 @@ def _read_snapshot_bytes(path: str) -> bytes:
 
 def parse_snapshot(data: bytes, path: str) -> dict[str, Any]:
     try:
-        snapshot = json.loads(data)
-    except ValueError as exc:
+        snapshot = loads(data.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError included
         raise Deny(
             f"the guard snapshot {path} is unreadable ({exc}); run 'agentstack apply --write' "
             "to write it again"
@@ -331,9 +424,20 @@ NOT_TRUSTED = (
 
 def load_state(state_home: str, root: str) -> tuple[dict[str, Any], str]:
     """(snapshot, the directory holding the trust log to check it against)."""
+    snapshot, trust_home, _ = _load_state(state_home, root)
+    return snapshot, trust_home
+
+
+def _load_state(
+    state_home: str, root: str
+) -> tuple[dict[str, Any], str, tuple[str, list[int]] | None]:
+    """load_state, and (the snapshot's path, its stat when read) when the guard may refresh it
+    there: not for the read-only copies under `agentstack run`."""
     path = snapshot_path(state_home, root)
     try:
-        return parse_snapshot(_read_snapshot_bytes(path), path), state_home
+        read: list[list[int]] = []
+        snapshot = parse_snapshot(_read_snapshot_bytes(path, read), path)
+        return snapshot, state_home, (path, read[0])
     except FileNotFoundError:
         raise Deny(NOT_TRUSTED) from None
     except PermissionError:
@@ -341,7 +445,7 @@ def load_state(state_home: str, root: str) -> tuple[dict[str, Any], str]:
         copies = _run_copies()
         path = os.path.join(copies, "guard.json")
         try:
-            return parse_snapshot(_read_snapshot_bytes(path), path), copies
+            return parse_snapshot(_read_snapshot_bytes(path), path), copies, None
         except OSError as exc:
             raise Deny(f"the read-only copy of the guard snapshot is unreadable ({exc})") from None
     except OSError as exc:
@@ -372,8 +476,6 @@ def _run_copies() -> str:
     temp_dir, run_name = os.path.split(run_dir)
     if os.path.realpath(ro) != ro or leaf != "ro" or not run_name.startswith("agentstack-run-"):
         raise Deny(refusal + f" ({pointer!r} is not one)")
-    import stat as _stat
-
     try:
         parent = os.lstat(temp_dir)
         run = os.lstat(run_dir)
@@ -406,15 +508,19 @@ def _run_copies() -> str:
 # ---------------------------------------------------------------------------------- trust
 
 
-def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
+def check_trust(snapshot: dict[str, Any], state_home: str) -> list[Any] | None:
+    """Deny unless trust holds. Returns the log's head when it had moved on and was re-verified
+    (read before the verification, so it is never newer than what was verified), for the guard
+    to record: the next call then needs no verification. None when nothing is to be recorded."""
     digest = snapshot["digest"]
     source = snapshot.get("trust_source")
     if source not in ("log", "explicit") or not isinstance(digest, str):
         raise Deny("the guard snapshot records no trust; run 'agentstack trust'")
-    if _log_unchanged(snapshot, state_home):
+    current = _log_head(state_home)
+    if current is not None and snapshot.get("trust_head") == current:
         # The log trusted this digest (or, for CI trust recorded at apply time, held no revocation
         # of it) and nothing was appended since.
-        return
+        return None
     # The log moved on: read it, verified. A revocation recorded there wins, even over CI trust
     # recorded at apply time. (blake3 is loaded only on this path.)
     from pathlib import Path
@@ -424,7 +530,7 @@ def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
     log = TrustLog(Path(state_home))
     explicit = source == "explicit"
     if explicit and not os.path.lexists(log.path):
-        return
+        return None
     try:
         state = log.state_for(snapshot["project"], digest)
     except Exception as exc:  # noqa: BLE001 - a log that does not verify trusts nothing
@@ -436,28 +542,74 @@ def check_trust(snapshot: dict[str, Any], state_home: str) -> None:
         raise Deny(f"trust in {digest} was revoked; run 'agentstack trust' to review again")
     if state != "trusted" and not explicit:
         raise Deny(f"{digest} is not trusted for {snapshot['project']}; run 'agentstack trust'")
+    return current
 
 
 def _log_unchanged(snapshot: dict[str, Any], state_home: str) -> bool:
     """The head and the log's size are what they were when the snapshot was written. (The size
     catches a record whose writer died before it could update the head.)"""
+    current = _log_head(state_home)
+    return current is not None and snapshot.get("trust_head") == current
+
+
+def _log_head(state_home: str) -> list[Any] | None:
+    """[count, head, size of the log] as the snapshot records them; None when unreadable."""
     try:
         with open(os.path.join(state_home, "trust.head"), "rb") as handle:
-            head = json.loads(handle.read(4096))
+            head = loads(handle.read(4096).decode("utf-8"))
         size = os.stat(os.path.join(state_home, "trust.jsonl")).st_size
     except (OSError, ValueError):
-        return False
-    return isinstance(head, dict) and snapshot.get("trust_head") == [
-        head.get("count"),
-        head.get("head"),
-        size,
-    ]
+        return None
+    if not isinstance(head, dict):
+        return None
+    return [head.get("count"), head.get("head"), size]
 
 
-def check_files(snapshot: dict[str, Any]) -> None:
-    changed = [
-        (path, entry) for path, entry in sorted(snapshot["files"].items()) if drifted(path, entry)
-    ]
+def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = None) -> None:
+    """Deny when a fingerprinted file, or a directory's surface, is not what was trusted.
+    `refreshed` receives the entries whose stat had to be re-proved by their content (and the
+    directories created since), for the guard to record once they are no longer racy."""
+    files = snapshot["files"]
+    started = time.time_ns()
+    anchors: dict[str, os.stat_result | None] = {}
+    changed = []
+    lstat = os.lstat
+    for path, entry in files.items():
+        key = entry.get("stat")
+        if key is not None:  # the steady case, inline: the same stat, not racy
+            try:
+                now = lstat(path)
+            except OSError:
+                pass  # judged below
+            else:
+                if (
+                    now.st_mtime_ns == key[3]
+                    and now.st_ctime_ns == key[4]
+                    and now.st_ino == key[1]
+                    and now.st_size == key[2]
+                    and now.st_dev == key[0]
+                    and max(key[3], key[4]) < int(entry["hashed_ns"]) - RACY_SLACK_NS
+                ):
+                    continue
+        anchor = entry.get("anchor")
+        if anchor is not None and key is None:
+            # Absent at the snapshot: still absent while the directory above it is unchanged.
+            if anchor[0] not in anchors:
+                try:
+                    anchors[anchor[0]] = os.lstat(anchor[0])
+                except OSError:
+                    anchors[anchor[0]] = None
+            st = anchors[anchor[0]]
+            if st is not None:
+                key = stat_key(st)
+                if key == anchor[1] and not _racy(key, int(entry["hashed_ns"])):
+                    continue
+        found = recheck(path, entry, started, files)
+        if found is None:
+            changed.append((path, entry))
+        elif refreshed is not None:
+            refreshed.update(found)
+    changed.sort(key=lambda item: item[0])
     if changed:
         root = snapshot["project"]
         shown = [os.path.relpath(p, root) if p.startswith(root + os.sep) else p for p, _ in changed]
@@ -611,106 +763,6 @@ NAMING_KEYS = frozenset(
         "namespace",
     }
 )
-# Where a file tool must never write, wherever it is: what a harness loads as configuration (its
-# hooks and servers run code) and what git executes.
-SURFACE_DIRS = frozenset(
-    {
-        ".git",
-        ".claude",
-        ".codex",
-        ".agents",
-        ".gemini",
-        ".cursor",
-        ".opencode",
-        ".copilot",
-        ".vscode",
-        ".windsurf",
-        ".kiro",
-        ".roo",
-        ".qwen",
-    }
-)
-SURFACE_FILES = frozenset(
-    {
-        ".mcp.json",
-        ".claude.json",
-        "opencode.json",
-        "opencode.jsonc",
-        ".envrc",
-        ".gitmodules",
-        "agentstack.toml",
-        "agentstack.lock",
-    }
-)
-SURFACE_PAIRS = frozenset({(".github", "hooks"), (".github", "copilot"), (".config", "opencode")})
-GLOB_CHARS = frozenset("*?[{")
-_CONTROL = re.compile(r"[\x00-\x20\x7f]")
-_HOST_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?")
-_IPV4 = re.compile(
-    r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"
-)
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*|www\.[^\s\"'<>]+")
-
-
-def _normalise_server(name: str) -> str:
-    """The server part of an MCP tool name, as Claude Code and Codex form it."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
-
-
-def resolve_server(tool: str, servers: list[str]) -> str:
-    """The one locked server an `mcp__<server>__<tool>` name belongs to, or Deny.
-
-    Both harnesses name an MCP tool `mcp__` + the server's name with every character outside
-    [A-Za-z0-9_-] replaced by `_` + `__` + the tool's name. A name is accepted only when it can be
-    read one way: the server part is a locked server's name, unchanged by that replacement (else a
-    server named with `_` where the locked one has `.` would read the same), and no other split
-    point exists (no `__` or leading `_` after it, none inside the server's name), so no server
-    outside the lock could have produced the same name."""
-    rest = tool[5:]
-    candidates = [s for s in servers if rest.startswith(_normalise_server(s) + "__")]
-    if not candidates:
-        server = rest.split("__", 1)[0]
-        raise Deny(
-            f"tool {tool!r} belongs to MCP server {server!r}, which is not in agentstack.lock; "
-            "add it to agentstack.toml, lock and trust it"
-        )
-    if len(candidates) > 1:
-        raise Deny(f"tool {tool!r} could belong to more than one locked server; denied")
-    (server,) = candidates
-    name = _normalise_server(server)
-    tool_part = rest[len(name) + 2 :]
-    if (
-        name != server
-        or "__" in name
-        or name.endswith("_")
-        or not tool_part
-        or "__" in tool_part
-        or tool_part.startswith("_")
-        or sum(1 for s in servers if _normalise_server(s) == name) != 1
-    ):
-        raise Deny(
-            f"tool {tool!r} cannot be tied to exactly one locked server (a server outside the "
-            "lock could have the same tool name); name servers with [a-z0-9-] only"
-        )
-    return server
-
-
-def copilot_server(tool: str, servers: list[str]) -> str:
-    """The one locked server a Copilot `<server>-<tool>` name belongs to, or Deny. The name is
-    accepted only when it splits one way: a locked server's name, one '-', a tool name without
-    '-' (else a server outside the lock, named with a '-', could produce the same name)."""
-    server, _, rest = tool.partition("-")
-    if server not in servers:
-        raise Deny(
-            f"tool {tool!r} belongs to MCP server {server!r}, which is not in agentstack.lock; "
-            "add it to agentstack.toml, lock and trust it"
-        )
-    if not rest or "-" in rest:
-        raise Deny(
-            f"tool {tool!r} cannot be tied to exactly one locked server (a server outside the "
-            "lock could have the same tool name); for Copilot, name servers and tools without '-'"
-        )
-    return server
 
 
 def _tool_of(harness: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -718,7 +770,7 @@ def _tool_of(harness: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         tool, arguments = event.get("toolName"), event.get("toolArgs")
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments)
+                arguments = loads(arguments)
             except ValueError:
                 raise Deny("the tool's arguments are not JSON") from None
     else:
@@ -763,13 +815,13 @@ def check_call(
     if tool[:3].lower() == "mcp":
         if not tool.startswith("mcp__"):
             raise Deny(f"tool {tool!r} looks like an MCP tool but is not named as one; denied")
-        resolve_server(tool, servers)
+        _more().resolve_server(tool, servers)
         return
     if "-" in tool and (harness == "copilot" or os.environ.get("COPILOT_CLI") == "1"):
         # Copilot CLI names MCP tools `<server>-<tool>`, also in the Claude Code hook files it
         # runs (there only its COPILOT_CLI=1 tells; a project that sets it can only add denials:
         # Claude Code's own tools have no '-'). Its own tools have no '-' either.
-        copilot_server(tool, servers)
+        _more().copilot_server(tool, servers)
         if harness == "copilot":
             return
     spec = TOOLS.get(harness, {}).get(tool)
@@ -779,7 +831,7 @@ def check_call(
             if extra:
                 raise Deny(f"tool {tool!r} was given {extra[0]!r}, which it has not; denied")
             return
-        named = _names_something(arguments)
+        named = _more()._names_something(arguments)
         if named:
             raise Deny(
                 f"tool {tool!r} is not one the guard knows, and its input names {named}; denied"
@@ -794,7 +846,7 @@ def check_call(
         optional = kind.endswith("?")
         kind = kind.rstrip("?")
         if kind == "patch":
-            check_patch(policy, arguments, cwd)
+            _more().check_patch(policy, arguments, cwd)
             continue
         if kind in ("regex", "opaque"):  # a search pattern; a resource the locked server names
             continue
@@ -812,205 +864,23 @@ def check_call(
                     "agentstack.lock; add it to agentstack.toml, lock and trust it"
                 )
         elif kind == "url":
-            check_url(policy, value)
+            _more().check_url(policy, value)
         elif kind == "urls":
             if not isinstance(value, str):
                 raise Deny(f"tool {tool!r}: {key!r} is not a string; denied")
-            for url in _URL_IN_TEXT.findall(value):
-                check_url(policy, url if "://" in url else "https://" + url)
+            for url in _more()._rx("url_in_text").findall(value):
+                _more().check_url(policy, url if "://" in url else "https://" + url)
         elif kind == "pattern":
             base = arguments.get("path", arguments.get("dir_path", cwd))
-            check_pattern(policy, _path_text(base, "path"), _path_text(value, key), cwd)
+            _more().check_pattern(
+                policy, _more()._path_text(base, "path"), _more()._path_text(value, key), cwd
+            )
         else:
             values = value if key == "paths" and isinstance(value, list) else [value]
             for one in values:
-                check_path(policy, _absolute(_path_text(one, key), cwd), kind)
-
-
-def _names_something(value: Any, depth: int = 0) -> str:
-    """What an unknown tool's input names: a path, a URL or a server; "" when nothing."""
-    if depth > 32:
-        return "too deep a structure"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in NAMING_KEYS:
-                return f"{key!r}"
-            found = _names_something(item, depth + 1)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for item in value:
-            found = _names_something(item, depth + 1)
-            if found:
-                return found
-    elif isinstance(value, str):
-        if value.startswith(("/", "~", "./", "../", "\\", "file:")) or "://" in value:
-            return f"{value[:80]!r}"
-        if len(value) > 2 and value[1] == ":" and value[0].isalpha():
-            return f"{value[:80]!r}"
-    return ""
-
-
-def _path_text(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not value or "\0" in value:
-        raise Deny(f"{key!r} is not a path (a non-empty string); denied")
-    return value
-
-
-def _absolute(path: str, cwd: str) -> str:
-    """A tool's path as the harness reads it: `~` and `~/` are the home directory (any other `~`
-    form is ambiguous), a relative path is relative to the session's directory."""
-    if path.startswith("~"):
-        if path != "~" and not path.startswith("~/"):
-            raise Deny(f"{path!r} names another user's home; denied")
-        path = _home() + path[1:]
-    return os.path.normpath(os.path.join(cwd, path))
-
-
-def _home() -> str:
-    """The home `~` means. $HOME is what the harness expands `~` with, but the project's settings
-    can set it: when it is not this account's home, `~` could be read two ways, and is denied."""
-    import pwd
-
-    account = pwd.getpwuid(os.getuid()).pw_dir
-    env = os.environ.get("HOME") or account
-    if os.path.realpath(env) != os.path.realpath(account):
-        raise Deny(
-            "a path starts with '~', but $HOME is not this account's home directory, so it could "
-            "be read two ways; give the absolute path"
-        )
-    return account
-
-
-def _under(path: str, prefixes: list[str]) -> bool:
-    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
-
-
-def _surface(path: str) -> bool:
-    parts = path.split("/")
-    if any(p in SURFACE_DIRS for p in parts[:-1]) or parts[-1] in SURFACE_DIRS:
-        return True
-    if parts[-1] in SURFACE_FILES:
-        return True
-    return any((a, b) in SURFACE_PAIRS for a, b in zip(parts, parts[1:], strict=False))  # noqa: RUF007
-
-
-def check_path(policy: dict[str, Any], path: str, op: str) -> None:
-    real = os.path.realpath(path)
-    if _under(real, policy["deny"]) or _under(os.path.abspath(path), policy["deny"]):
-        raise Deny(f"{op} of {path} is denied by the sandbox policy (a protected location)")
-    if op == "write" and (_surface(os.path.abspath(path)) or _surface(real)):
-        raise Deny(
-            f"write of {path} is denied: it is harness configuration or a file git executes "
-            "(declare hooks, servers and settings in agentstack.toml instead)"
-        )
-    allowed = policy["write"] if op == "write" else policy["read"] + policy["write"]
-    if not _under(real, allowed):
-        raise Deny(
-            f"{op} of {path} is outside what the sandbox policy grants; add it to "
-            f"[sandbox] {op}_dirs in agentstack.toml if it is needed"
-        )
-
-
-def check_pattern(policy: dict[str, Any], base: str, pattern: str, cwd: str) -> None:
-    """A glob pattern is read where its fixed part points: the components before the first one
-    with a wildcard, joined to the tool's base directory, checked like a path. A `..` after a
-    wildcard could climb anywhere: denied."""
-    if pattern.startswith("~"):
-        full = _absolute(pattern, cwd)
-    else:
-        full = os.path.join(_absolute(base, cwd), pattern)
-    fixed: list[str] = []
-    parts = full.split("/")
-    for index, part in enumerate(parts):
-        if any(c in GLOB_CHARS for c in part) or "\\" in part:
-            if ".." in parts[index:]:
-                raise Deny(f"pattern {pattern!r} climbs with '..' after a wildcard; denied")
-            break
-        fixed.append(part)
-    check_path(policy, os.path.normpath("/".join(fixed) or "/"), "read")
-
-
-def check_patch(policy: dict[str, Any], arguments: dict[str, Any], cwd: str) -> None:
-    """apply_patch: every file the patch adds, updates, deletes or moves to is a write."""
-    # Wherever the harness puts the patch text (`input`, `patch`, `command` as a string or in an
-    # argv list, or any other key): it must be there exactly once.
-    texts = []
-    for value in arguments.values():
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str) and "*** Begin Patch" in item:
-                texts.append(item)
-    if len(texts) != 1:
-        raise Deny("apply_patch input holds no single patch the guard can read; denied")
-    base = arguments.get("workdir", cwd)
-    base = _absolute(_path_text(base, "workdir"), cwd)
-    targets = []
-    for line in texts[0].splitlines():
-        stripped = line.strip()
-        if not stripped.startswith("***"):
-            continue
-        if stripped in ("*** Begin Patch", "*** End Patch", "*** End of File"):
-            continue
-        match = re.fullmatch(
-            r"\*\*\*\s*(Add File|Update File|Delete File|Move to):\s*(.+)", stripped
-        )
-        if match is None:
-            raise Deny(f"apply_patch header {stripped[:80]!r} is not one the guard knows; denied")
-        targets.append(match.group(2).strip())
-    if not targets:
-        raise Deny("apply_patch names no file; denied")
-    for target in targets:
-        check_path(policy, _absolute(_path_text(target, "patch file"), base), "write")
-
-
-def check_url(policy: dict[str, Any], url: Any) -> None:
-    """A URL read the way a WHATWG parser (Node's) reads it, or denied when it could be read more
-    than one way: only http(s) with `//`, no whitespace, control characters or backslashes
-    (WHATWG strips or rewrites them), no user info, no percent-encoded or non-ASCII host (decoded
-    and IDNA-mapped), no IPv4 shorthand (`0x7f.1`, `2130706433`), no trailing dot."""
-    if not isinstance(url, str) or not url or len(url) > 8192:
-        raise Deny("the URL is not a string; denied")
-    shown = url[:120]
-    if _CONTROL.search(url) or "\\" in url or not url.isascii():
-        raise Deny(
-            f"URL {shown!r} holds whitespace, control characters, a backslash or non-ASCII; denied"
-        )
-    match = re.fullmatch(r"([A-Za-z][A-Za-z0-9+.-]*):(//)?([^/?#]*)([/?#].*)?", url)
-    if match is None or match.group(1).lower() not in ("http", "https") or not match.group(2):
-        raise Deny(f"URL {shown!r} is not an http(s) URL with a host; denied")
-    authority = match.group(3)
-    if "@" in authority or "%" in authority:
-        raise Deny(f"URL {shown!r} carries user info or an encoded host; denied")
-    if authority.startswith("["):
-        literal = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::([0-9]{0,5}))?", authority)
-        if literal is None:
-            raise Deny(f"URL {shown!r} has a malformed IPv6 host; denied")
-        host = "[" + literal.group(1).lower() + "]"
-    else:
-        parts = authority.rsplit(":", 1) if ":" in authority else [authority]
-        if len(parts) == 2 and not re.fullmatch(r"[0-9]{0,5}", parts[1]):
-            raise Deny(f"URL {shown!r} has a malformed port; denied")
-        host = parts[0].lower()
-        labels = host.split(".")
-        if not host or not all(_HOST_LABEL.fullmatch(label) for label in labels):
-            raise Deny(f"URL {shown!r} has a host that is not a plain name; denied")
-        numeric = labels[-1].isdigit() or labels[-1].startswith("0x")
-        if numeric and not _IPV4.fullmatch(host):
-            raise Deny(f"URL {shown!r} has an IPv4 address in a shorthand form; denied")
-    if not policy["network_block"]:
-        return
-    for allowed in policy["hosts"]:
-        allowed = allowed.lower()
-        if host == allowed or (allowed.startswith("*.") and host.endswith(allowed[1:])):
-            return
-    raise Deny(
-        f"{host!r} is not an allowed host of the sandbox policy; add it to "
-        "[sandbox.network] allow_domains in agentstack.toml if it is needed"
-    )
-
-
-def check_host(policy: dict[str, Any], url: str) -> None:  # the earlier name, kept for callers
-    check_url(policy, url)
+                _more().check_path(
+                    policy, _more()._absolute(_more()._path_text(one, key), cwd), kind
+                )
 
 
 # ---------------------------------------------------------------------------------- main
@@ -1039,7 +909,7 @@ def decide(
     if len(raw) > MAX_INPUT:
         raise Deny("hook input is too large")
     try:
-        event = json.loads(raw.decode("utf-8"))
+        event = loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise Deny("hook input is not JSON") from None
     if not isinstance(event, dict):
@@ -1062,13 +932,27 @@ def decide(
         if project is None:
             return
     root = os.path.realpath(project)
-    snapshot, trust_home = load_state(state, root)
+    snapshot, trust_home, writable = _load_state(state, root)
     if snapshot.get("project") != root:
         raise Deny(f"the guard snapshot is for {snapshot.get('project')}, not {root}")
-    check_trust(snapshot, trust_home)
-    check_files(snapshot)
+    trust_head = check_trust(snapshot, trust_home)
+    refreshed: dict[str, Any] = {}
+    check_files(snapshot, refreshed)
     if event_name == PRE_TOOL:
         check_call(snapshot, event, cwd, harness)
+    if writable is not None and (
+        trust_head is not None or any(_settled(entry) for entry in refreshed.values())
+    ):
+        # What had to be re-proved (by content, or the trust log by verification) is settled now:
+        # record it, so the next call proves it by stats alone (the steady state, from the first
+        # call after `apply`, or after another project's `trust`).
+        fresh = {**snapshot, "files": {**snapshot["files"], **refreshed}}
+        if trust_head is not None:
+            fresh["trust_head"] = trust_head
+        try:  # noqa: SIM105 - contextlib is one import more on every call
+            _more().refresh_snapshot(writable[0], writable[1], fresh)
+        except OSError:
+            pass  # a state directory it cannot write: the decision stands, the next call re-proves
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
@@ -1133,8 +1017,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
         def on_alarm(signum: int, frame: object) -> None:
             raise Deny(f"the guard did not decide within {ALARM_S} s")
 
-        signal.signal(signal.SIGALRM, on_alarm)
-        signal.alarm(ALARM_S)
+        # `_signal`, not `signal`: the same calls without building the Signals enums.
+        import _signal  # type: ignore[import-not-found]
+
+        _signal.signal(_signal.SIGALRM, on_alarm)
+        _signal.alarm(ALARM_S)
         options = parse_args(args)
         decide(
             options.get("harness", ""),
@@ -1143,7 +1030,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
             project=options.get("project"),
             event_name=options.get("event", PRE_TOOL),
         )
-        signal.alarm(0)
+        _signal.alarm(0)
     except Deny as deny:
         emit_deny(harness, str(deny), event_name)
     except BaseException as exc:  # noqa: BLE001 - fail closed on anything, even a bug

@@ -58,9 +58,14 @@ class ApplyConflict(Refused):
     """A managed file or key was edited by hand since agentstack last wrote it."""
 
 
+GUARD_CODE = "from agentstack._guard import main; main()"
+
+
 def guard_command() -> list[str]:
-    """The guard hook: the absolute interpreter, isolated mode, no PATH lookup and no shim."""
-    return [sys.executable, "-I", "-m", "agentstack._guard"]
+    """The guard hook: the absolute interpreter, isolated mode, no PATH lookup and no shim. `-c`
+    with an import rather than `-m` (which loads `runpy` on every tool call); the module is the
+    same `agentstack._guard`, loaded from its cached bytecode."""
+    return [sys.executable, "-I", "-c", GUARD_CODE]
 
 
 # ------------------------------------------------------------------------------------ keys

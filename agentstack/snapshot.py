@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentstack._guard import SNAPSHOT_VERSION, _canonical, _sha, fingerprint, keys_view
+from agentstack._guard import SNAPSHOT_VERSION, _sha
+from agentstack._guard_more import _canonical, fingerprint, keys_view
 from agentstack.fsutil import write_atomic
 from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
 from agentstack.paths import agentstack_home, ensure_private_dir, project_state_dir
@@ -245,7 +246,8 @@ def _fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
     if expected_hash != taken["hash"]:
         # Something agentstack did not render sits in a guarded container: the guard must see a
         # difference on every call, so the stat shortcut is disabled for this file.
-        taken = {**taken, "stat": None}
+        taken = {k: v for k, v in taken.items() if k != "anchor"}
+        taken["stat"] = None
     return {**taken, "hash": expected_hash}
 
 

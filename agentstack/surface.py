@@ -681,8 +681,8 @@ def snapshot_entries(
     skill, agent or command is drift). Files agentstack renders into are watched whole as well:
     what is foreign in them was reviewed with the digest, and any change to them is drift. (A
     reviewed foreign server's tools stay denied: the guard allows only locked servers' tools.)
-    A directory created after the snapshot is not watched by the guard; `status`, `run` and every
-    digest see what it holds."""
+    A directory created after the snapshot is walked by the guard when the watched directory
+    above it changes (a surface name in it is drift); `status`, `run` and every digest see it."""
     root = root.resolve()
     rules = _rules(list(document["project"]["harnesses"]))
     out: dict[str, dict[str, Any]] = {}

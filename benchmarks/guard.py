@@ -1,29 +1,31 @@
-"""Benchmark the pre-tool-use guard against bare interpreter start-up, on a trusted, unchanged project.
+"""Benchmark the pre-tool-use guard against bare interpreter start-up, as a user installs it.
 
-    python benchmarks/guard.py [--runs 50] [--warmup 5] [--skill-files 25] [--timer auto] [--keep DIR]
+    python benchmarks/guard.py [--runs 40] [--warmup 5] [--skill-files 25] [--keep DIR]
 
-Generates, in a fresh temporary directory outside the repository, three identical projects, each
-with its own HOME, AGENTSTACK_HOME and AGENTSTACK_CACHE. Each manifest has harnesses
+Builds a wheel of this checkout (`pip wheel --no-deps`) and installs it, not editable, into a
+throwaway venv: the interpreter a user's hook runs. (The guard is standard library only, so
+`--no-deps` is enough to time it; blake3, for its one slow path, is copied in.) In a fresh temporary directory outside the repository it then
+generates identical projects, each with its own HOME and AGENTSTACK_HOME: harnesses
 ["claude-code", "codex"], two stdio servers, one instruction file and one local skill of N files
-(rendered twice: .claude/skills and .agents/skills), so `agentstack apply --write` renders at least
-50 files in the project (counted from the apply ledger). Each project is locked, trusted and applied.
-Then:
+(rendered twice: .claude/skills and .agents/skills), so `agentstack apply --write` renders at
+least 50 files in the project. Each is locked, trusted and applied with this checkout's CLI.
 
-* fresh:  the snapshot was written right after the files, so every fingerprinted file is "racily
-          clean" and the guard re-hashes all of them on every call;
-* steady: 1.1 s later `agentstack apply --write` ran again (nothing to write, but it re-snapshots),
-          so every stat is older than the snapshot and the guard reads no file bytes;
-* moved:  as steady, then a second project was locked and trusted under the same AGENTSTACK_HOME,
-          so the trust log moved on and the guard takes its slow path (it re-verifies the log).
+Cases, each timed against `python -I -c pass` of the same (wheel) venv, in the same run:
 
-The guard runs exactly as the harness runs it, `python -I -m agentstack._guard --harness
-claude-code`, with a PreToolUse Bash event on stdin and the project as cwd; it must exit 0. It is
-timed against `python -I -S -c pass` and `python -I -c pass` (same interpreter, same stdin, cwd and
-environment), in the same run: with hyperfine when it is on PATH (Debian: `apt-get install
-hyperfine`), and with an interleaved Python loop (time.perf_counter_ns). Prints medians and minimums,
-the ratios to both baselines, PASS/MISS against the goal (guard within 1.5x of `python -I -c pass`)
-and the guard's ten slowest imports (`-X importtime`). Exit status 0 whatever the figures are;
-non-zero only when something fails (a command errors, the guard denies, too few files rendered).
+* first:  the first tool call after `apply --write`, once the racy window (1 s) has passed: the
+          snapshot apply wrote is restored before every sample (untimed), so every sample
+          re-proves the racy entries by their content and records them (the guard's own refresh);
+* steady: every later call: stats only, no file read, no absent file probed;
+* moved:  the first call after another project was trusted under the same state directory: the
+          trust log moved on, so the guard re-verifies it (its one slow path, with blake3) and
+          records the new head (restored before every sample, as for `first`).
+
+The guard runs exactly as `apply` renders it (`agentstack.apply.guard_command()`, with the wheel
+venv's interpreter) with a PreToolUse Bash event on stdin and the project as cwd; it must allow.
+Rounds are interleaved (baseline, then each case, every round), medians reported, with the ratio
+to `python -I -c pass` and the goal (<= 1.0x). Also prints the modules one steady call imports
+beyond `python -I -c pass` (`-X importtime`). Exit status 0 whatever the figures are; non-zero
+only when something fails (a command errors, the guard denies, the refresh does not happen).
 """
 
 from __future__ import annotations
@@ -31,8 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -42,10 +42,10 @@ from pathlib import Path
 
 from common import REPO, BenchError, check_run, in_workdir, machine, p90, write
 
-GOAL_VS_PYTHON_I = 1.5  # the guard may take at most 1.5x as long as `python -I -c pass`
+GOAL = 1.0  # the guard within 1.0x `python -I -c pass`, same venv
 MIN_RENDERED = 50
 RACY_WAIT_S = 1.1  # agentstack._guard.RACY_SLACK_NS is 1 s
-HARNESS_VARS = (  # variables that would steer the guard, the CLI or the harness paths elsewhere
+HARNESS_VARS = (
     "CLAUDE_PROJECT_DIR",
     "GEMINI_PROJECT_DIR",
     "AGENTSTACK_RUN_RO",
@@ -55,10 +55,14 @@ HARNESS_VARS = (  # variables that would steer the guard, the CLI or the harness
     "XDG_CONFIG_HOME",
     "XDG_CACHE_HOME",
 )
-CASES = ("fresh", "steady", "moved")
-
-
-# ---------------------------------------------------------------------------------- set-up
+CASES = ("first", "steady", "moved")
+LABELS = {
+    "python -I -c pass": "python -I -c pass (wheel venv)",
+    "python -I -S -c pass": "python -I -S -c pass (no site)",
+    "guard first": "guard, first call after apply",
+    "guard steady": "guard, steady",
+    "guard moved": "guard, first call after log moved",
+}
 
 
 def make_project(project: Path, name: str, skill_files: int) -> None:
@@ -66,418 +70,290 @@ def make_project(project: Path, name: str, skill_files: int) -> None:
     write(
         project / "agentstack.toml",
         "# generated by benchmarks/guard.py\n"
-        "[project]\n"
-        f'name = "{name}"\n'
-        'harnesses = ["claude-code", "codex"]\n'
-        "\n"
-        "[servers.notes]\n"
-        'command = "python3"\n'
-        'args = ["servers/notes.py"]\n'
-        'env = { NOTES_LOG_LEVEL = "info" }\n'
-        "\n"
-        "[servers.clock]\n"
-        'command = "python3"\n'
-        'args = ["servers/clock.py", "--utc"]\n'
-        "\n"
-        "[skills.kit]\n"
-        'path = "skills/kit"\n'
-        "\n"
-        "[instructions]\n"
-        'files = ["instructions/project.md"]\n',
+        f'[project]\nname = "{name}"\nharnesses = ["claude-code", "codex"]\n\n'
+        '[servers.notes]\ncommand = "python3"\nargs = ["servers/notes.py"]\n'
+        'env = { NOTES_LOG_LEVEL = "info" }\n\n'
+        '[servers.clock]\ncommand = "python3"\nargs = ["servers/clock.py", "--utc"]\n\n'
+        '[skills.kit]\npath = "skills/kit"\n\n'
+        '[instructions]\nfiles = ["instructions/project.md"]\n',
     )
     write(project / "servers/notes.py", "import sys\n\nsys.stdout.write('notes\\n')\n")
     write(project / "servers/clock.py", "import time\n\nprint(time.time())\n")
     write(project / "instructions/project.md", "# Project\n\nRun the tests before committing.\n")
     skill = project / "skills/kit"
-    write(
-        skill / "SKILL.md",
-        "---\nname: kit\ndescription: A generated skill for the guard benchmark.\n---\n\n# kit\n",
-    )
+    write(skill / "SKILL.md", "---\nname: kit\ndescription: A generated skill.\n---\n\n# kit\n")
     write(skill / "scripts/run.sh", "#!/bin/sh\necho kit\n", 0o755)
     for i in range(skill_files - 2):
         write(skill / f"reference/doc{i:02d}.md", f"# Reference {i}\n\n" + "Some text.\n" * (i + 1))
 
 
-def case_env(base: dict[str, str], home: Path) -> dict[str, str]:
-    return {
-        **base,
-        "HOME": str(home),
-        "AGENTSTACK_HOME": str(home / ".config/agentstack"),
-        "AGENTSTACK_CACHE": str(home / ".cache/agentstack"),
-    }
+def wheel_venv(tmp: Path, base: dict[str, str]) -> str:
+    """A throwaway venv with this checkout installed from a wheel (not editable)."""
+    wheels = tmp / "wheels"
+    check_run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(REPO),
+        ],
+        tmp,
+        base,
+    )
+    (wheel,) = wheels.glob("*.whl")
+    venv = tmp / "wheel-venv"
+    check_run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp, base)
+    python = str(venv / "bin" / "python")
+    site = (
+        check_run(
+            [python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            tmp,
+            base,
+        )
+        .stdout.decode()
+        .strip()
+    )
+    check_run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, str(wheel)],
+        tmp,
+        base,
+    )
+    # The guard's one slow path (a trust log that moved on) verifies it with blake3: copied in
+    # from this interpreter, as installed.
+    import blake3
+
+    shutil.copytree(Path(blake3.__file__).parent, Path(site) / "blake3")
+    where = (
+        check_run(
+            [python, "-I", "-c", "import agentstack._guard as g; print(g.__file__)"], tmp, base
+        )
+        .stdout.decode()
+        .strip()
+    )
+    if not where.startswith(site):
+        raise BenchError(f"the wheel venv imports the guard from {where}, not {site}")
+    print(f"guard under test: {where} (from {wheel.name}, not editable)")
+    return python
 
 
-def state_dir(env: dict[str, str]) -> Path:
-    dirs = list((Path(env["AGENTSTACK_HOME"]) / "projects").glob("*/apply.json"))
-    if len(dirs) != 1:
-        raise BenchError(f"expected one apply ledger under {env['AGENTSTACK_HOME']}, found {dirs}")
-    return dirs[0].parent
+def census(snapshot: Path) -> tuple[int, int, int]:
+    """By the guard's own rules: (entries it must re-prove by content, absent entries it must
+    probe, all entries)."""
+    from agentstack import _guard
 
-
-def racy_census(snapshot: Path) -> tuple[int, int, int]:
-    """By the guard's own rule: (files it reads and hashes on every call, absent files it compares
-    as empty, all entries)."""
     files = json.loads(snapshot.read_bytes())["files"]
-    reread = absent = 0
+    reread = probed = 0
     for path, entry in files.items():
+        if entry.get("stat") is None:  # absent: proved by its anchor's stat, once settled
+            probed += not _guard._settled(entry)
+            continue
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            absent += 1
+            probed += 1
             continue
-        key = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-        racy = max(st.st_mtime_ns, st.st_ctime_ns) >= int(entry["hashed_ns"]) - 1_000_000_000
-        if entry.get("stat") != key or racy:
+        if entry.get("stat") != _guard.stat_key(st) or not _guard._settled(entry):
             reread += 1
-    return reread, absent, len(files)
+    return reread, probed, len(files)
 
 
-def wheel_like_python(tmp: Path, base: dict[str, str]) -> str:
-    """An interpreter that imports agentstack as a regular (non-editable) install would: a venv
-    whose .pth lists this checkout and .venv's site-packages as plain paths, so `site` runs no
-    import hook (the editable install's finder costs ~20 ms of every `python -I` start-up)."""
-    venv = tmp / "wheel-like"
-    check_run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp, base)
-    site_packages = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
-    (
-        venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-    ).joinpath("agentstack-bench.pth").write_text(
-        "\n".join([str(REPO), *site_packages]) + "\n", encoding="utf-8"
-    )
-    return str(venv / "bin" / "python")
-
-
-# ---------------------------------------------------------------------------------- timing
-
-
-class Command:
-    def __init__(self, label: str, argv: list[str], cwd: Path, env: dict[str, str], event: Path):
-        self.label, self.argv, self.cwd, self.env, self.event = label, argv, cwd, env, event
-        self.stdin = event.read_bytes()
-
-    def shell(self, base: dict[str, str]) -> str:
-        """The same command for hyperfine's shell: cd, the variables that differ, stdin redirect."""
-        assigns = " ".join(
-            f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()) if base.get(k) != v
+def run_once(argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes) -> float:
+    start = time.perf_counter_ns()
+    proc = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
+    elapsed = (time.perf_counter_ns() - start) / 1e9
+    if proc.returncode != 0 or proc.stdout:
+        raise BenchError(
+            f"{argv[:4]} did not allow (exit {proc.returncode}):"
+            f" {(proc.stdout + proc.stderr).decode('utf-8', 'replace')[-2000:]}"
         )
-        return (
-            f"cd {shlex.quote(str(self.cwd))} && {assigns} {shlex.join(self.argv)}"
-            f" < {shlex.quote(str(self.event))}"
+    return elapsed
+
+
+def imports_beyond_python(
+    python: str, argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes
+) -> list[str]:
+    def modules(command: list[str]) -> list[str]:
+        proc = subprocess.run(
+            [python, "-X", "importtime", *command[1:]],
+            cwd=cwd,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            check=False,
         )
-
-
-def python_loop(commands: list[Command], warmup: int, runs: int) -> dict[str, list[float]]:
-    """Interleaved round-robin, so drift on a shared machine hits every command alike."""
-    samples: dict[str, list[float]] = {c.label: [] for c in commands}
-    for round_ in range(warmup + runs):
-        for c in commands:
-            start = time.perf_counter_ns()
-            proc = subprocess.run(
-                c.argv, cwd=c.cwd, env=c.env, input=c.stdin, capture_output=True, check=False
-            )
-            elapsed = (time.perf_counter_ns() - start) / 1e9
-            if proc.returncode != 0:
-                raise BenchError(f"{c.label} exited {proc.returncode}: {proc.stdout!r}")
-            if round_ >= warmup:
-                samples[c.label].append(elapsed)
-    return samples
-
-
-def hyperfine(
-    commands: list[Command], base: dict[str, str], warmup: int, runs: int, out: Path
-) -> dict[str, list[float]]:
-    """hyperfine through its shell (Debian's 1.15 has no --input; hyperfine subtracts the shell's
-    own start-up). Commands run one after the other, each with its warm-up, as hyperfine does."""
-    argv = ["hyperfine", "--warmup", str(warmup), "--runs", str(runs), "--export-json", str(out)]
-    argv += ["--style", "basic"]
-    for c in commands:
-        argv += ["--command-name", c.label, c.shell(base)]
-    proc = subprocess.run(argv, env=base, capture_output=True, check=False)
-    if proc.returncode != 0:
-        raise BenchError("hyperfine failed:\n" + proc.stderr.decode("utf-8", "replace")[-4000:])
-    results = json.loads(out.read_bytes())["results"]
-    return {r["command"]: r["times"] for r in results}
-
-
-# ---------------------------------------------------------------------------------- report
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:8.1f}"
-
-
-def report(title: str, samples: dict[str, list[float]], labels: dict[str, str]) -> None:
-    """Medians, minimums and ratios. A wheel-like row's `/ -I -c` is against the wheel-like
-    `python -I -c pass`; `/ -I -S -c` is always against the one bare interpreter start."""
-    med = {label: statistics.median(values) for label, values in samples.items()}
-    bare = med["python -I -S -c pass"]
-
-    def site_of(label: str) -> float:
-        return med[
-            "wheel-like: python -I -c pass"
-            if label.startswith("wheel-like:")
-            else "python -I -c pass"
+        return [
+            line.split("|")[-1].strip()
+            for line in proc.stderr.decode().splitlines()
+            if line.startswith("import time:")
         ]
 
-    print(f"\n{title}")
-    print(
-        f"{'command':<40} {'median ms':>9} {'min ms':>8} {'p90 ms':>8}"
-        f" {'/ -I -c':>8} {'/ -I -S -c':>10}"
-    )
-    for label, values in samples.items():
-        print(
-            f"{labels.get(label, label):<40} {ms(med[label]):>9} {ms(min(values)):>8}"
-            f" {ms(p90(values)):>8} {med[label] / site_of(label):7.2f}x {med[label] / bare:9.2f}x"
-        )
-    for label in med:
-        if "guard" not in label:
-            continue
-        ratio = med[label] / site_of(label)
-        verdict = "PASS" if ratio <= GOAL_VS_PYTHON_I else "MISS"
-        print(
-            f"  {label:<25} / python -I -c pass = {ratio:5.2f}x (goal <= {GOAL_VS_PYTHON_I}x)"
-            f" {verdict}; / python -I -S -c pass = {med[label] / bare:5.2f}x;"
-            f" minus python -I -c pass = {(med[label] - site_of(label)) * 1000:5.1f} ms"
-        )
-
-
-def importtime(command: Command, top: int, repeat: int) -> None:
-    """The `top` modules by cumulative import time (median of `repeat` runs, in microseconds)."""
-    argv = [command.argv[0], "-X", "importtime", *command.argv[1:]]
-    runs: dict[str, list[tuple[int, int]]] = {}
-    order: dict[str, int] = {}
-    for _ in range(repeat):
-        proc = subprocess.run(
-            argv, cwd=command.cwd, env=command.env, input=command.stdin, capture_output=True
-        )
-        if proc.returncode != 0:
-            raise BenchError(f"{command.label} with -X importtime exited {proc.returncode}")
-        for line in proc.stderr.decode("utf-8", "replace").splitlines():
-            m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
-            if m:
-                runs.setdefault(m[4], []).append((int(m[2]), int(m[1])))
-                order.setdefault(m[4], len(m[3]) // 2)
-    rows = [
-        (
-            statistics.median(c for c, _ in v),
-            statistics.median(s for _, s in v),
-            order[name],
-            name,
-        )
-        for name, v in runs.items()
-    ]
-    total_self = sum(r[1] for r in rows)
-    agentstack = [r[3] for r in rows if r[3].startswith("agentstack")]
-    print(
-        f"\n{command.label}: {len(rows)} modules imported, {total_self / 1000:.1f} ms of import"
-        f" time (self times summed); agentstack modules: {', '.join(agentstack) or 'none'}"
-    )
-    print(f"  {'cumulative ms':>13} {'self ms':>8}  module (indent = depth)")
-    for cumulative, own, depth, name in sorted(rows, reverse=True)[:top]:
-        print(f"  {cumulative / 1000:13.1f} {own / 1000:8.1f}  {'  ' * depth}{name}")
-
-
-# ------------------------------------------------------------------------------------ main
+    bare = set(modules([python, "-I", "-c", "pass"]))
+    return [m for m in modules(argv) if m not in bare]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=50, help="timed runs per command (default 50)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
-    parser.add_argument(
-        "--skill-files", type=int, default=25, help="files in the skill (default 25; >= 2)"
-    )
-    parser.add_argument(
-        "--timer",
-        choices=("auto", "hyperfine", "python"),
-        default="auto",
-        help="auto (default): hyperfine when on PATH, and the interleaved Python loop always",
-    )
-    parser.add_argument(
-        "--no-wheel-like",
-        dest="wheel_like",
-        action="store_false",
-        help="skip the extra rows for a regular (non-editable) install layout",
-    )
+    parser.add_argument("--runs", type=int, default=40, help="timed rounds (default 40)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed rounds first (default 5)")
+    parser.add_argument("--skill-files", type=int, default=25, help="files in the skill (>= 2)")
     parser.add_argument(
         "--keep",
         type=Path,
         metavar="DIR",
-        help="work in DIR (created; must not exist) and leave it there: the snapshots hold absolute"
-        " paths, so the projects are built where they are kept",
+        help="work in DIR (created; must not exist) and leave it there",
     )
     args = parser.parse_args(argv)
     if args.runs < 2 or args.warmup < 0 or args.skill_files < 2:
         parser.error("--runs must be >= 2, --warmup >= 0, --skill-files >= 2")
     if args.keep is not None and args.keep.exists():
         parser.error(f"--keep {args.keep}: already exists")
-    if args.timer == "hyperfine" and shutil.which("hyperfine") is None:
-        parser.error("hyperfine is not on PATH (Debian: apt-get install hyperfine)")
-
     return in_workdir(args.keep, "agentstack-guard-bench-", lambda tmp: run(tmp, args))
 
 
 def run(tmp: Path, args: argparse.Namespace) -> int:
-    py = sys.executable
+    sys.path.insert(0, str(REPO))
+    from agentstack.apply import guard_command
+
     base = {k: v for k, v in os.environ.items() if k not in HARNESS_VARS}
     base.pop("PYTHONDONTWRITEBYTECODE", None)
     base.update(
-        # The CLI commands (not timed) run this checkout and keep bytecode out of the repository.
-        # The guard runs with -I, which ignores both: it imports whatever `sys.executable -I`
-        # resolves `agentstack` to (the editable install), as the harness does.
         PYTHONPATH=str(REPO),
         PYTHONPYCACHEPREFIX=str(tmp / "pycache"),
         XDG_CONFIG_HOME=str(tmp / "nowhere/config"),
         XDG_CACHE_HOME=str(tmp / "nowhere/cache"),
     )
-    guard_mod = (
-        check_run([py, "-I", "-c", "import agentstack._guard as g; print(g.__file__)"], tmp, base)
-        .stdout.decode()
-        .strip()
-    )
-    print(f"guard under test: {guard_mod}")
-    if not guard_mod.startswith(str(REPO) + os.sep):
-        print(f"  warning: not this checkout ({REPO}): the guard is the installed agentstack")
-
-    cli = [py, "-m", "agentstack"]
+    python = wheel_venv(tmp, base)
+    cli = [sys.executable, "-m", "agentstack"]  # set-up only: this checkout's CLI
     projects: dict[str, Path] = {}
     envs: dict[str, dict[str, str]] = {}
+    snapshots: dict[str, Path] = {}
     for case in CASES:
+        home = tmp / case / "home"
+        home.mkdir(parents=True)
         projects[case] = tmp / case / "project"
-        envs[case] = case_env(base, tmp / case / "home")
-        Path(envs[case]["HOME"]).mkdir(parents=True)
+        envs[case] = {
+            **base,
+            "HOME": str(home),
+            "AGENTSTACK_HOME": str(home / ".config/agentstack"),
+            "AGENTSTACK_CACHE": str(home / ".cache/agentstack"),
+        }
         make_project(projects[case], "guard-bench", args.skill_files)
         for command in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
             check_run([*cli, *command], projects[case], envs[case])
+        (snapshots[case],) = (home / ".config/agentstack/projects").glob("*/guard.json")
     applied = time.monotonic()
-
-    ledger = json.loads((state_dir(envs["fresh"]) / "apply.json").read_bytes())["files"]
-    in_project = [p for p in ledger if p.startswith(str(projects["fresh"]) + os.sep)]
+    as_applied = snapshots["first"].read_bytes()  # the snapshot exactly as apply wrote it
+    ledger = json.loads((snapshots["first"].parent / "apply.json").read_bytes())["files"]
+    rendered = [p for p in ledger if p.startswith(str(projects["first"]) + os.sep)]
+    print(f"rendered files in the project (apply ledger): {len(rendered)}")
+    if len(rendered) < MIN_RENDERED:
+        raise BenchError(f"only {len(rendered)} rendered files (< {MIN_RENDERED})")
+    commands: dict[str, tuple[list[str], Path, dict[str, str], bytes]] = {}
+    for case in CASES:
+        event = json.dumps(
+            {
+                "cwd": str(projects[case]),
+                "hook_event_name": "PreToolUse",
+                "tool_name": "Bash",
+                "tool_input": {"command": "ls"},
+            }
+        ).encode()
+        guard = [
+            python,
+            *guard_command()[1:],
+            "--harness",
+            "claude-code",
+            "--state",
+            envs[case]["AGENTSTACK_HOME"],
+            "--project",
+            str(projects[case]),
+        ]
+        commands[f"guard {case}"] = (guard, projects[case], envs[case], event)
+    steady = commands["guard steady"]
+    commands = {
+        "python -I -c pass": ([python, "-I", "-c", "pass"], *steady[1:]),
+        "python -I -S -c pass": ([python, "-I", "-S", "-c", "pass"], *steady[1:]),
+        **commands,
+    }
+    reread, probed, total = census(snapshots["first"])
     print(
-        f"rendered files (apply ledger): {len(ledger)}, of which {len(in_project)} in the project"
-        f" and {len(ledger) - len(in_project)} user-level (~/.claude.json, ~/.codex/config.toml)"
+        f"as apply wrote it: of {total} entries, {reread} must be re-proved by content and"
+        f" {probed} probed (racy: written within 1 s of the files)"
     )
-    if len(in_project) < MIN_RENDERED:
-        raise BenchError(f"only {len(in_project)} rendered files in the project (< {MIN_RENDERED})")
 
-    # steady and moved: re-snapshot once every file is more than the racy slack older.
     time.sleep(max(0.0, applied + RACY_WAIT_S - time.monotonic()))
+    for case in ("steady", "moved"):  # the first call after the window settles them
+        run_once(*commands[f"guard {case}"])
     for case in ("steady", "moved"):
-        rendered = [p.replace(str(projects["fresh"]), str(projects[case]), 1) for p in in_project]
-        before = {p: os.stat(p).st_mtime_ns for p in rendered if os.path.exists(p)}
-        snap = state_dir(envs[case]) / "guard.json"
-        stamp = snap.stat().st_mtime_ns
-        out = check_run([*cli, "apply", "--write"], projects[case], envs[case])
-        if b"0 file(s) changed" not in out.stdout + out.stderr:
-            raise BenchError(f"the second apply --write changed files: {out.stderr.decode()}")
-        if snap.stat().st_mtime_ns == stamp:
-            raise BenchError("the second apply --write did not rewrite the guard snapshot")
-        if {p: os.stat(p).st_mtime_ns for p in before} != before:
-            raise BenchError("the second apply --write rewrote a rendered file")
-
-    # moved: another project trusted under the same AGENTSTACK_HOME moves the trust log on.
-    head = Path(envs["moved"]["AGENTSTACK_HOME"]) / "trust.head"
-    head_before = head.read_bytes()
-    other = tmp / "moved" / "other"
+        reread, probed, total = census(snapshots[case])
+        print(
+            f"{case} after its first call: of {total} entries, {reread} re-proved by content,"
+            f" {probed} probed"
+        )
+        if reread or probed:
+            raise BenchError(f"the first call did not settle the {case} snapshot")
+    other = tmp / "moved" / "other"  # trusted under the same AGENTSTACK_HOME: the log moves on
     make_project(other, "other", 2)
     check_run([*cli, "lock"], other, envs["moved"])
     check_run([*cli, "trust", "--yes", "--accept-risk"], other, envs["moved"])
-    if head.read_bytes() == head_before:
-        raise BenchError("trusting a second project did not move the trust log head")
-
-    for case in CASES:
-        reread, absent, total = racy_census(state_dir(envs[case]) / "guard.json")
-        print(
-            f"  {case:<6}: of {total} fingerprinted files the guard reads and hashes {reread} on"
-            f" every call ({absent} absent, compared as empty; the rest by lstat alone)"
-        )
-
-    commands: list[Command] = []
-    for case in CASES:
-        event = tmp / case / "event.json"
-        event.write_text(
-            json.dumps(
-                {
-                    "cwd": str(projects[case]),
-                    "hook_event_name": "PreToolUse",
-                    "tool_name": "Bash",
-                    "tool_input": {"command": "ls"},
-                }
-            ),
-            encoding="utf-8",
-        )
-        # As rendered: the state directory and the project are arguments.
-        guard_argv = [py, "-I", "-m", "agentstack._guard", "--harness", "claude-code",
-                      "--state", envs[case]["AGENTSTACK_HOME"], "--project", str(projects[case])]
-        commands.append(Command(f"guard {case}", guard_argv, projects[case], envs[case], event))
-    steady = commands[1]
-    baselines = [
-        Command(label, [py, *flags, "-c", "pass"], steady.cwd, steady.env, steady.event)
-        for label, flags in (("python -I -S -c pass", ["-I", "-S"]), ("python -I -c pass", ["-I"]))
-    ]
-    commands = baselines + commands
-    if args.wheel_like:
-        wpy = wheel_like_python(tmp, base)
-        commands.append(
-            Command(
-                "wheel-like: python -I -c pass",
-                [wpy, "-I", "-c", "pass"],
-                steady.cwd,
-                steady.env,
-                steady.event,
-            )
-        )
-        for c in commands[2:5]:
-            commands.append(
-                Command(f"wheel-like: {c.label}", [wpy, *c.argv[1:]], c.cwd, c.env, c.event)
-            )
-    for c in commands:  # every guard call must be allowed: exit 0, nothing on stdout
-        proc = subprocess.run(c.argv, cwd=c.cwd, env=c.env, input=c.stdin, capture_output=True)
-        if proc.returncode != 0 or proc.stdout:
-            raise BenchError(
-                f"{c.label} did not allow the call (exit {proc.returncode}):"
-                f" {(proc.stdout + proc.stderr).decode('utf-8', 'replace')[-2000:]}"
-            )
-    print("every guard case allows the Bash call (exit 0, no output)")
-
-    labels = {
-        "guard fresh": "guard, fresh (all files re-hashed)",
-        "guard steady": "guard, steady (stat only)",
-        "guard moved": "guard, steady, trust log moved on",
-        "wheel-like: guard fresh": "wheel-like: guard, fresh",
-        "wheel-like: guard steady": "wheel-like: guard, steady",
-        "wheel-like: guard moved": "wheel-like: guard, trust log moved on",
+    restore = {
+        "guard first": (snapshots["first"], as_applied),
+        "guard moved": (snapshots["moved"], snapshots["moved"].read_bytes()),
     }
-    hf = shutil.which("hyperfine") if args.timer in ("auto", "hyperfine") else None
-    hf_version = ""
-    if hf is not None:
-        hf_version = check_run([hf, "--version"], tmp, base).stdout.decode().strip()
-        samples = hyperfine(commands, base, args.warmup, args.runs, tmp / "hyperfine.json")
-        report(
-            f"{hf_version}: --warmup {args.warmup} --runs {args.runs}, each command in turn,"
-            " through sh with '< event.json' (shell start-up subtracted)",
-            samples,
-            labels,
-        )
-    if args.timer in ("auto", "python"):
-        samples = python_loop(commands, args.warmup, args.runs)
-        report(
-            f"Python loop: {args.warmup} warm-up + {args.runs} timed rounds, interleaved"
-            " round-robin, subprocess.run with stdin from a pipe (fork/exec included)",
-            samples,
-            labels,
-        )
 
+    samples: dict[str, list[float]] = {label: [] for label in commands}
+    for round_ in range(args.warmup + args.runs):
+        for label, command in commands.items():
+            if label in restore:  # untimed: back to the snapshot before the first call
+                path, data = restore[label]
+                path.with_suffix(".bench").write_bytes(data)
+                os.replace(path.with_suffix(".bench"), path)
+            elapsed = run_once(*command)
+            if label in restore and restore[label][0].read_bytes() == restore[label][1]:
+                raise BenchError(f"{label}: the call did not refresh the snapshot")
+            if round_ >= args.warmup:
+                samples[label].append(elapsed)
+
+    med = {label: statistics.median(values) for label, values in samples.items()}
+    anchor = med["python -I -c pass"]
     print(
-        "\nslowest imports of one guard call (-X importtime, per-module median of 5 runs;"
-        " cumulative includes children):"
+        f"\n{args.warmup} warm-up + {args.runs} timed rounds, interleaved (every command once"
+        " per round), subprocess.run with the event on stdin (fork/exec included)"
     )
-    for c in commands:
-        if c.label in ("guard steady", "guard moved", "wheel-like: guard steady"):
-            importtime(c, 10, 5)
+    print(
+        f"{'command':<34} {'median ms':>9} {'min ms':>8} {'p90 ms':>8} {'/ python -I -c pass':>20}"
+    )
+    for label, values in samples.items():
+        print(
+            f"{LABELS[label]:<34} {med[label] * 1e3:9.2f} {min(values) * 1e3:8.2f}"
+            f" {p90(values) * 1e3:8.2f} {med[label] / anchor:19.2f}x"
+        )
+    paired = {
+        label: statistics.median(
+            g / b for g, b in zip(values, samples["python -I -c pass"], strict=True)
+        )
+        for label, values in samples.items()
+        if label.startswith("guard")
+    }
+    print()
+    for label in ("guard steady", "guard first", "guard moved"):
+        ratio = med[label] / anchor
+        goal = " PASS" if ratio <= GOAL else " MISS"
+        print(
+            f"  {LABELS[label]:<32} {ratio:5.2f}x python -I -c pass (median of paired ratios"
+            f" {paired[label]:5.2f}x; goal <= {GOAL}x){goal}"
+        )
 
+    extra = imports_beyond_python(python, *steady)
+    print(f"\nmodules a steady call imports beyond `python -I -c pass`: {', '.join(extra)}")
     print("\nmachine:")
-    for key, value in machine([("hyperfine", hf_version or "not used")]):
+    for key, value in machine([]):
         print(f"  {key:<10} {value}")
     return 0
 

@@ -84,7 +84,7 @@ def test_apply_writes_trusted_folder_into_jsonc_and_revoke_removes_only_it(
     assert data == {"trustedFolders": ["/elsewhere", str(project)], "banner": "never"}
     assert run_cli("apply", "--check", cwd=project).returncode == 0  # idempotent
     hook = json.loads((isolated_home / ".copilot/hooks/agentstack-guard.json").read_text())
-    assert "agentstack._guard --harness copilot" in hook["hooks"]["preToolUse"][0]["bash"]
+    assert "agentstack._guard import main; main()' --harness copilot" in hook["hooks"]["preToolUse"][0]["bash"]
     _ok("revoke", cwd=project)
     text = config.read_text()
     assert text.startswith(HEADER)

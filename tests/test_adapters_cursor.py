@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agentstack.apply import GUARD_CODE
 from tests.adapter_support import locked_project, trust_and_apply
 from tests.conftest import run_cli
 
@@ -74,7 +75,7 @@ def test_rendered_files_use_only_documented_keys(tmp_path: Path) -> None:
         (guard,) = hooks["hooks"][event]
         assert guard["failClosed"] is True  # Cursor fails open without it
         assert shlex.split(guard["command"])[3:] == [
-            "agentstack._guard", "--harness", "cursor", "--state", os.environ["AGENTSTACK_HOME"],
+            GUARD_CODE, "--harness", "cursor", "--state", os.environ["AGENTSTACK_HOME"],
             "--project", str(root)]
     assert hooks["hooks"]["postToolUse"] == [{"command": "true", "timeout": 30,
                                               "matcher": "Edit|Write"}]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from agentstack.apply import GUARD_CODE
 from tests.adapter_support import TOUCH, drive, guard_snapshot, mcp_list, notes_project, rendered
 from tests.adapter_support import ok as _ok
 from tests.conftest import run_cli
@@ -55,7 +56,7 @@ def test_render_launches_secrets_and_guards_the_hook_switches(project: Path,
     guard = settings.keys[("hooks",)]["BeforeTool"][0]
     assert guard["matcher"] == ".*"
     assert shlex.split(guard["hooks"][0]["command"])[3:] == [
-        "agentstack._guard", "--harness", "gemini-cli", "--state",
+        GUARD_CODE, "--harness", "gemini-cli", "--state",
         os.environ["AGENTSTACK_HOME"], "--project", str(project)]
     assert guard["hooks"][0]["timeout"] == 10_000  # milliseconds
     assert ("hooksConfig",) in settings.guarded and ("mcpServers",) in settings.guarded
@@ -67,7 +68,7 @@ def test_render_launches_secrets_and_guards_the_hook_switches(project: Path,
     (user_hook,) = user_guard["hooks"]
     # The user-level guard names no project: it finds the enclosing agentstack project itself.
     assert shlex.split(user_hook["command"])[3:] == [
-        "agentstack._guard", "--harness", "gemini-cli", "--state",
+        GUARD_CODE, "--harness", "gemini-cli", "--state",
         os.environ["AGENTSTACK_HOME"], "--user-level"]
     assert {**user_hook, "command": ""} == {**guard["hooks"][0], "command": ""}
     assert ops["GEMINI.md"].text == "Be careful.\n"

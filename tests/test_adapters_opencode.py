@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from agentstack.apply import GUARD_CODE
 from tests.adapter_support import TOUCH, current, drive, guard_snapshot, mcp_list, notes_project
 from tests.adapter_support import ok as _ok
 from tests.adapter_support import render as _render
@@ -55,7 +56,7 @@ def test_render_argv_arrays_launcher_and_plugin(project: Path) -> None:
     assert "NOTES_TOKEN" not in notes["environment"]
     assert {("mcp",), ("plugin",), ("plugins",), ("provider",)} <= set(config.guarded)
     plugin = ops[".opencode/plugins/agentstack-guard.js"].content.decode()
-    assert json.dumps([sys.executable, "-I", "-m", "agentstack._guard", "--harness",
+    assert json.dumps([sys.executable, "-I", "-c", GUARD_CODE, "--harness",
                        "opencode", "--state", os.environ["AGENTSTACK_HOME"],
                        "--project", str(project)]) in plugin
     assert ops["AGENTS.md"].text == "Be careful.\n"

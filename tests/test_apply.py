@@ -111,7 +111,7 @@ def test_apply_write_check_and_idempotence(tmp_path: Path, isolated_home: Path) 
     settings = json.loads((root / ".claude/settings.local.json").read_text())
     assert settings["enabledMcpjsonServers"] == ["clock", "docs", "notes"]
     guard = settings["hooks"]["PreToolUse"][0]["hooks"][0]
-    assert guard["command"].startswith(sys.executable + " -I -m agentstack._guard --harness")
+    assert guard["command"].startswith(sys.executable + " -I -c 'from agentstack._guard import")
     assert guard["onFailure"] == "block"
     assert os.access(root / ".claude/skills/release-notes/scripts/collect.sh", os.X_OK)
     assert "@.claude/agentstack/instructions.md" in (root / "CLAUDE.md").read_text()
@@ -224,7 +224,7 @@ def test_revoke_removes_harness_side_trust(tmp_path: Path, isolated_home: Path) 
     assert "trust_level" not in text and f"{real}/.codex/hooks.json" not in text
     assert text.startswith("# mine\nmodel = \"o4\"")
     # The user-level guard stays: it keeps this (revoked) project blocked in Codex.
-    assert "agentstack._guard --harness codex" in text
+    assert "agentstack._guard import main; main()' --harness codex" in text
     assert f"{codex_user}:pre_tool_use:0:0" in text
     # agentstack created ~/.claude.json here, and nothing else is in it: it is removed.
     assert not (isolated_home / ".claude.json").exists()

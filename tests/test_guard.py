@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentstack.apply import guard_command
 from tests.conftest import REPO, make_project, run_cli
 
 MANIFEST = """\
@@ -49,8 +50,7 @@ DENY_SHAPES = {
 
 def guard_argv(harness: str, project: Path | None, *, event: str | None = None) -> list[str]:
     """The guard as `apply` renders it: state directory and project fixed as arguments."""
-    argv = [sys.executable, "-I", "-m", "agentstack._guard", "--harness", harness,
-            "--state", os.environ["AGENTSTACK_HOME"]]
+    argv = [*guard_command(), "--harness", harness, "--state", os.environ["AGENTSTACK_HOME"]]
     argv += ["--project", str(project)] if project is not None else ["--user-level"]
     return argv + (["--event", event] if event else [])
 

@@ -3,7 +3,7 @@
 // blocked (thrown) unless the guard allows it, and on any error.
 import { spawnSync } from "node:child_process";
 
-const GUARD = ["<python>", "-I", "-m", "agentstack._guard", "--harness", "opencode", "--state", "<home>/.config/agentstack", "--project", "<project>"];
+const GUARD = ["<python>", "-I", "-c", "from agentstack._guard import main; main()", "--harness", "opencode", "--state", "<home>/.config/agentstack", "--project", "<project>"];
 const TIMEOUT_MS = 10000;
 
 // OpenCode names an MCP tool `<server>_<tool>`: the server is the longest connected one whose
