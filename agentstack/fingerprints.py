@@ -6,26 +6,18 @@ a file is fingerprinted and found drifted. Standard library only.
 and the guard checks with them: one object each (a test asserts the identity), so a change to the
 markers or to a key view cannot make the guard silently miss an edit of what apply wrote.
 
-The definitions live in `agentstack._guard` today (its hot path is being reworked separately) and
-are re-exported here; library code imports them from this module, never `_guard`'s private names.
+The definitions live with the guard (`agentstack._guard` and, off its hot path,
+`agentstack._guard_more`), because the guard must stay one cheap module per tool call; they are
+re-exported here, and library code imports them from this module, never `_guard`'s private names.
 """
 
 from __future__ import annotations
 
-from agentstack._guard import (
-    BLOCK_BEGIN,
-    BLOCK_END,
-    SNAPSHOT_VERSION,
-    content_hash,
-    drifted,
-    fingerprint,
-    keys_view,
-    shape,
-    stat_key,
-)
-from agentstack._guard import _canonical as canonical
-from agentstack._guard import _key_value as key_value
+from agentstack._guard import BLOCK_BEGIN, BLOCK_END, SNAPSHOT_VERSION, drifted, stat_key
 from agentstack._guard import _sha as sha256_hex
+from agentstack._guard_more import _canonical as canonical
+from agentstack._guard_more import _key_value as key_value
+from agentstack._guard_more import content_hash, fingerprint, keys_view, shape
 
 __all__ = [
     "BLOCK_BEGIN",

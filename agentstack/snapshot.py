@@ -14,38 +14,23 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentstack._guard import SNAPSHOT_VERSION, _sha
-from agentstack._guard_more import _canonical, fingerprint, keys_view
+from agentstack.fingerprints import SNAPSHOT_VERSION, fingerprint, keys_view
+from agentstack.fingerprints import canonical as _canonical
+from agentstack.fingerprints import sha256_hex as _sha
 from agentstack.fsutil import write_atomic
 from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
-from agentstack.paths import agentstack_home, ensure_private_dir, project_state_dir
-
-# Credential stores and histories the guard never lets a file tool touch (nono's deny groups, the
-# same list the sandbox closes), plus agentstack's own state.
-CREDENTIAL_PATHS = (
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".kube",
-    ".docker",
-    ".git-credentials",
-    ".netrc",
-    ".npmrc",
-    ".pypirc",
-    ".vault-token",
-    ".config/op",
-    ".password-store",
-    ".local/share/keyrings",
-    ".mozilla",
-    ".config/google-chrome",
-    ".config/chromium",
-    ".bash_history",
-    ".zsh_history",
-    ".python_history",
-    ".node_repl_history",
+from agentstack.paths import (
+    agentstack_home,
+    ensure_private_dir,
+    guard_snapshot_path,
+    project_state_dir,
 )
+from agentstack.sandbox.credentials import GUARD_DENY_PATHS
+
+# Credential stores, histories and shell start-up files the guard never lets a file tool touch: the
+# very list `agentstack run` closes at the kernel (the sandbox's credential list and nono's deny
+# groups, `agentstack.sandbox.credentials`), plus agentstack's own state.
+CREDENTIAL_PATHS = GUARD_DENY_PATHS
 SYSTEM_READ = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/tmp", "/var/tmp")  # noqa: S108
 
 
@@ -290,7 +275,7 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         if entry["kind"] == "keys"
         for item in foreign_entries(path, entry)
     ]
-    directory = ensure_private_dir(project_state_dir(root))
+    ensure_private_dir(project_state_dir(root))
     data = json.dumps(snapshot, indent=1, sort_keys=True).encode("utf-8")
-    write_atomic(directory / "guard.json", data, 0o600)
+    write_atomic(guard_snapshot_path(root), data, 0o600)
     return foreign

@@ -112,7 +112,7 @@ def rendered_state(root: Path) -> dict[str, Any]:
     files that git tracks (they are per machine and must not be committed)."""
     import json as _json
 
-    from agentstack._guard import drifted
+    from agentstack.fingerprints import drifted
     from agentstack.paths import guard_snapshot_path
 
     snapshot_path = guard_snapshot_path(root)

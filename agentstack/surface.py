@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from agentstack import harnesses as H
-from agentstack._guard import BLOCK_BEGIN, BLOCK_END
 from agentstack.canonical import b3
+from agentstack.fingerprints import BLOCK_BEGIN, BLOCK_END
 
 MAX_DETAIL = 160
 MAX_IMPORT_DEPTH = 5
@@ -769,7 +769,7 @@ def snapshot_entries(
 def drift(root: Path) -> list[str] | None:
     """Files of the guard snapshot that changed since trust/apply (the guard's own check), or
     None when there is no snapshot."""
-    from agentstack._guard import drifted
+    from agentstack.fingerprints import drifted
     from agentstack.paths import guard_snapshot_path
 
     root = root.resolve()

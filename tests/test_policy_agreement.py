@@ -17,14 +17,6 @@ import pytest
 from agentstack import _guard, snapshot
 from agentstack.sandbox.credentials import CREDENTIAL_PATHS
 
-# The guard's list is a hand-copied subset today; the lead points snapshot.compile_policy at
-# sandbox.credentials (and nono's groups) at merge, after which these pass and the marks go.
-GUARD_LIST_IS_A_COPY = pytest.mark.xfail(
-    strict=True,
-    reason="snapshot.CREDENTIAL_PATHS is a hand-copied subset of the sandbox's list "
-    "(migrated at merge: compile from agentstack.sandbox.credentials and nono's groups)",
-)
-
 
 def _policy(home: Path, root: Path) -> dict[str, object]:
     document = {"sandbox": {
@@ -58,7 +50,6 @@ def test_a_granted_home_is_readable_to_the_guard(isolated_home: Path) -> None:
     assert _denied(policy, str(home / ".ssh" / "id_ed25519"), "read")
 
 
-@GUARD_LIST_IS_A_COPY
 def test_the_guard_denies_every_credential_path_the_sandbox_denies(isolated_home: Path) -> None:
     home, root = _home(isolated_home)
     policy = _policy(home, root)
@@ -69,7 +60,6 @@ def test_the_guard_denies_every_credential_path_the_sandbox_denies(isolated_home
     assert open_to_the_guard == []
 
 
-@GUARD_LIST_IS_A_COPY
 def test_the_guard_denies_every_path_of_nonos_deny_groups(isolated_home: Path) -> None:
     pytest.importorskip("nono_py")
     from agentstack.sandbox.resolve import nono_deny_paths
@@ -85,8 +75,22 @@ def test_the_guard_denies_every_path_of_nonos_deny_groups(isolated_home: Path) -
 
 def test_one_list_of_cloud_metadata_names() -> None:
     """The risk model (a server or grant reaching a metadata host) and the sandbox's network rule
-    must name the same hosts. (Two copies today; the lead makes them one object at merge.)"""
+    must name the same hosts: one object."""
     from agentstack.manifest import METADATA_HOSTS
     from agentstack.sandbox.policy import METADATA_NAMES
 
-    assert set(METADATA_HOSTS) == set(METADATA_NAMES)
+    assert METADATA_NAMES is METADATA_HOSTS
+
+
+def test_the_guards_copy_of_nonos_groups_is_nonos_list(isolated_home: Path) -> None:
+    """`credentials.NONO_DENY_PATHS` (what the guard uses, without importing nono) is exactly the
+    home part of nono's deny groups as `run` reads them: a nono upgrade that adds a path fails
+    here until the copy follows."""
+    pytest.importorskip("nono_py")
+    from agentstack.sandbox.credentials import NONO_DENY_PATHS
+    from agentstack.sandbox.resolve import nono_deny_paths
+
+    home = str(isolated_home)
+    from_nono = [p for p, _ in nono_deny_paths(home)]
+    assert all(p.startswith(home + "/") for p in from_nono)  # nothing outside the home to copy
+    assert sorted(p[len(home) + 1 :] for p in from_nono) == sorted(NONO_DENY_PATHS)

@@ -157,7 +157,7 @@ def test_new_localhost_port_is_a_finding(document: dict[str, Any]) -> None:
     assert "widened-port" in codes
 
 
-@pytest.mark.parametrize("path", ["~/src", "/usr/share", "build", "~/.cargo"])
+@pytest.mark.parametrize("path", ["~/src", "/usr/share", "build", "~/.cargo/bin", "~/.rustup"])
 def test_ordinary_paths_are_not_sensitive(path: str) -> None:
     assert sensitive_path(path) is None
 
@@ -174,3 +174,10 @@ def test_reexecution_is_compared_on_what_runs(tmp_path: Path, document: dict[str
     changed["servers"]["local"]["env"]["LOG_LEVEL"] = {"literal": "trace"}
     findings = consent_diff(document, changed).findings
     assert any(f.code == "changed-executable" and "env LOG_LEVEL" in f.message for f in findings)
+
+
+def test_a_grant_over_a_credential_file_the_sandbox_closes_is_sensitive() -> None:
+    """The risk model reads the one credential list the guard and the sandbox share: granting a
+    directory that holds one (`~/.cargo` holds `credentials`) reaches it."""
+    assert sensitive_path("~/.cargo") is not None
+    assert sensitive_path("~/.config/gh/hosts.yml") is not None

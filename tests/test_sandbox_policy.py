@@ -496,15 +496,16 @@ def test_why_cli(tmp_path: Path) -> None:
 
 
 def test_the_credential_list_covers_the_guards() -> None:
-    """One list: the sandbox's covers every path the guard treats as a credential."""
+    """One list: the guard's credential paths are what the sandbox closes (its credential list
+    and nono's deny groups), nothing more and nothing less."""
     from agentstack import snapshot
-    from agentstack.sandbox.credentials import CREDENTIAL_PATHS
+    from agentstack.sandbox.credentials import CREDENTIAL_PATHS, NONO_DENY_PATHS
+
+    assert set(snapshot.CREDENTIAL_PATHS) == set(CREDENTIAL_PATHS) | set(NONO_DENY_PATHS)
 
     def covered(path: str) -> bool:
-        return any(path == c or path.startswith(c + "/") for c in CREDENTIAL_PATHS)
+        return any(path == c or path.startswith(c + "/") for c in snapshot.CREDENTIAL_PATHS)
 
-    missing = [p for p in snapshot.CREDENTIAL_PATHS if not covered(p)]
-    assert not missing, f"sandbox.credentials.CREDENTIAL_PATHS misses {missing}"
     for path in (".codex/auth.json", ".claude/.credentials.json", ".config/gh"):
         assert covered(path)
 

@@ -1,6 +1,6 @@
 """The kernel sandbox behind `agentstack run`, `why` and `doctor`.
 
-- `policy`: `SandboxPolicy`, the one policy object (standard library only; the guard reads it).
+- `policy`: `SandboxPolicy`, the one policy object (standard library only).
 - `resolve`: `resolve_policy(manifest.sandbox, root, harness=...)` builds it from the manifest and
   the system and harness profiles (`profiles`).
 - `runner`: `run_confined(root, policy, argv, env, interactive)` enforces it: Landlock through

@@ -80,4 +80,58 @@ HARNESS_HOMES: tuple[str, ...] = (
     ".codex",
 )
 
-__all__ = ["CREDENTIAL_PATHS", "HARNESS_HOMES"]
+# The home-relative paths of nono's deny groups (`resolve.NONO_DENY_GROUPS`, nono-py 0.16), copied
+# so that the guard can use them without importing nono; `run` reads nono's own list, and a test
+# keeps this copy equal to it.
+NONO_DENY_PATHS: tuple[str, ...] = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".gcloud",
+    ".kube",
+    ".docker",
+    ".git-credentials",
+    ".netrc",
+    ".npmrc",
+    ".vault-token",
+    ".credentials",
+    ".secrets",
+    ".keys",
+    ".pki",
+    ".terraform.d",
+    ".config/op",
+    ".password-store",
+    ".1password",
+    ".op",
+    ".local/share/keyrings",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".mozilla/firefox",
+    ".config/microsoft-edge",
+    ".config/BraveSoftware",
+    ".bash_history",
+    ".zsh_history",
+    ".history",
+    ".python_history",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".zlogout",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".config/fish",
+    ".env",
+    ".envrc",
+)
+
+# What the guard's file rules never let a file tool touch under the home directory: the sandbox's
+# list and nono's groups, so the guard and the kernel close the same files.
+GUARD_DENY_PATHS: tuple[str, ...] = tuple(dict.fromkeys((*CREDENTIAL_PATHS, *NONO_DENY_PATHS)))
+
+__all__ = ["CREDENTIAL_PATHS", "GUARD_DENY_PATHS", "HARNESS_HOMES", "NONO_DENY_PATHS"]

@@ -16,13 +16,15 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from agentstack.manifestview import METADATA_HOSTS
+
 POLICY_FORMAT = 1
 Access = Literal["ro", "rw"]
 Op = Literal["read", "write"]
 OPS: tuple[Op, ...] = ("read", "write")
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
-METADATA_NAMES = frozenset({"metadata.google.internal", "metadata", "instance-data"})
+METADATA_NAMES = METADATA_HOSTS  # one list with the risk model (`manifestview.METADATA_HOSTS`)
 
 # What each deny source protects; used in explanations.
 DENY_REASONS = {
