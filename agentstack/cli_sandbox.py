@@ -27,31 +27,17 @@ HARNESS = Opt(
 
 
 def _pick_harness(manifest: Manifest, harness: str | None, command: list[str]) -> str | None:
-    from agentstack.sandbox.resolve import harness_for_command
+    from agentstack.sandbox.session import pick_harness
 
-    chosen = harness or harness_for_command(command)
-    if chosen is None and not command:
-        chosen = manifest.project.harnesses[0] if manifest.project.harnesses else None
-        if chosen is None:
-            raise InvalidInput("nothing to run: give a command after --, or --harness H")
-    if chosen is not None and chosen not in manifest.project.harnesses:
-        raise Refused(
-            f"the trusted declaration does not target {chosen} (project.harnesses: "
-            f"{', '.join(manifest.project.harnesses) or 'none'})",
-            hint=f"add {chosen!r} to project.harnesses, lock and trust, or pick another harness",
-        )
-    return chosen
+    return pick_harness(manifest, harness, command)
 
 
 def _policy(
     manifest: Manifest, root: Path, harness: str | None, command: str | None
 ) -> SandboxPolicy:
-    from agentstack.sandbox.resolve import resolve_policy
+    from agentstack.sandbox.session import policy_for
 
-    return resolve_policy(manifest.sandbox, root, harness=harness, command=command)
-
-
-# ------------------------------------------------------------------ run
+    return policy_for(manifest, root, harness, command)
 
 
 @app.command(
@@ -68,61 +54,12 @@ def run(
 
     Refuses (exit 1) unless the current consent digest is trusted, and whenever any layer of the
     sandbox cannot be enforced. The command's exit status (or signal) is passed through."""
-    from agentstack.consent import current_validated
-    from agentstack.sandbox import profiles
-    from agentstack.sandbox.runner import run_confined
+    from agentstack.sandbox.session import run_session
 
-    root = root_dir()
-    manifest, _, document, digest = current_validated(root)
-    trust_state = store().state(root, digest)
-    if not trust_state.trusted:
-        raise Refused(
-            f"not trusted: {digest} ({trust_state.state}) for {root}; agentstack run enforces only a "
-            "trusted declaration",
-            hint="review it with 'agentstack trust'",
-        )
-    from agentstack.surface import check_before_start
-
-    check_before_start(root)  # the harness surface (rendered files included) is what was trusted
-    if not manifest.sandbox.enabled:
-        raise Refused(
-            "sandbox.enabled is false in the trusted declaration; agentstack run never launches "
-            "anything unconfined",
-            hint="set [sandbox] enabled = true (then lock and trust), or run the harness yourself",
-        )
-    argv = list(command or [])
-    chosen = _pick_harness(manifest, harness, argv)
-    if not argv:
-        assert chosen is not None
-        profile = profiles.PROFILES[chosen]
-        binary = (
-            profiles.find_binary(profile.binary, os.environ.get("PATH")) if profile.binary else None
-        )
-        if binary is None:
-            raise Refused(
-                f"{chosen}: {profile.binary or 'its binary'} is not on PATH (nor in the "
-                "checkout's .tools)",
-                hint="install it, or give the command after --",
-            )
-        argv = [binary]
-    elif "/" not in argv[0]:
-        # The same lookup as doctor: PATH, then the checkout's .tools (install-harnesses).
-        argv[0] = profiles.find_binary(argv[0], os.environ.get("PATH")) or argv[0]
-    policy = _policy(manifest, root, chosen, argv[0])
-    if interactive is None:
-        interactive = sys.stdin.isatty()
-    from agentstack.sandbox import watch
-
-    before = watch.snapshot(root)
-    try:
-        code = run_confined(
-            root, policy, argv, os.environ, interactive, readonly_files=_guard_state(root),
-            before_start=lambda runtime, routes: _seed_private_state(
-                runtime, root, document, digest, routes),
-        )
-    finally:
-        # Only now: every process of the session is gone (run_confined kills the whole tree).
-        _report_changes(watch.compare(before, watch.snapshot(root)))
+    code = run_session(
+        root_dir(), command, harness=harness, interactive=interactive, trust_store=store(),
+        say=echo,
+    )
     if code < 0:
         import contextlib
         import signal
@@ -134,65 +71,6 @@ def run(
         os.kill(os.getpid(), -code)
         return 128 - code
     return code
-
-
-def _seed_private_state(
-    policy: SandboxPolicy, root: Path, document: dict[str, Any], digest: str,
-    routes: dict[str, str],
-) -> None:
-    """Rewrite the harness's private user-level state before the session (see private_state)."""
-    if policy.harness_state is None:
-        return
-    from agentstack.sandbox.private_state import Layout, rendered_user_keys, seed
-
-    layout = Layout(policy.harness_state)
-    try:
-        keys = rendered_user_keys(root, document, digest, layout)
-        seed(layout, workdir=policy.workdir, home=policy.home, user_keys=keys, route_urls=routes)
-    except OSError as exc:
-        raise Refused(
-            f"cannot prepare the harness's private state in {layout.root}: {exc}",
-            hint="check that directory (it is agentstack's; deleting it resets the harness's "
-            "state for this project)",
-        ) from None
-
-
-def _guard_state(root: Path) -> dict[str, bytes]:
-    """Read-only copies of what the guard reads (the harness cannot reach $AGENTSTACK_HOME)."""
-    from agentstack import layout
-    from agentstack.paths import agentstack_home, guard_snapshot_path
-
-    home = str(agentstack_home())
-    files = {
-        layout.GUARD_SNAPSHOT: guard_snapshot_path(root),
-        layout.TRUST_HEAD: Path(layout.trust_head(home)),
-        layout.TRUST_LOG: Path(layout.trust_log(home)),
-    }
-    copies: dict[str, bytes] = {}
-    for name, path in files.items():
-        try:
-            copies[name] = path.read_bytes()
-        except FileNotFoundError:
-            continue  # no snapshot yet: the guard, finding none, denies (fail closed)
-    return copies
-
-
-def _report_changes(changes: list[Any]) -> None:
-    from agentstack.sandbox import watch
-
-    for line in watch.report(changes):
-        if line.startswith(watch.MESSAGES["git-state"]):
-            echo(f"agentstack: note: the sandboxed process {line}")
-            continue
-        echo(f"agentstack: WARNING: the sandboxed process {line}")
-    if any(c.category == "git-exec" for c in changes):
-        echo(
-            "review them before running any git command here (git config, hooks, fsmonitor and "
-            "submodules run with your full privileges)"
-        )
-    if any(c.category in ("on-open", "harness") for c in changes):
-        echo("review them before opening this directory with those tools or the harness "
-             "outside agentstack run")
 
 
 # ------------------------------------------------------------------ why

@@ -22,6 +22,8 @@ NOT_A_REPLACEMENT = {
     "writes git loose objects the way git does (read-only, renamed in), and installs released "
     "files through its own descriptor walk (candidate for write_atomic/link_atomic with "
     "base=dest)",
+    "_guard_more.py": "the guard settles its own snapshot with write_atomic's steps (O_EXCL|"
+    "O_NOFOLLOW temp, fsync, rename, directory fsync), without importing the library into the hook",
     "_guard.py": "the proof that it cannot create a file in a run's directory (O_EXCL probe)",
     "sandbox/probe.py": "the probe run inside the sandbox: its writes are what it tests",
     "sandbox/runner.py": "cgroup control files; the run's read-only copies (O_EXCL, fresh dir); "
