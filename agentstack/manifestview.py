@@ -202,12 +202,86 @@ class InstructionsView(Section):
         return self.data["files"]  # type: ignore[no-any-return]
 
 
+class NetworkView(Section):
+    __slots__ = ()
+
+    @property
+    def block(self) -> bool:
+        return self.data["block"]  # type: ignore[no-any-return]
+
+    @property
+    def allow_domains(self) -> list[str]:
+        return self.data["allow_domains"]  # type: ignore[no-any-return]
+
+    @property
+    def localhost_ports(self) -> list[int]:
+        return self.data["localhost_ports"]  # type: ignore[no-any-return]
+
+
+class CredentialView(Section):
+    __slots__ = ()
+
+    @property
+    def upstream(self) -> str:
+        return self.data["upstream"]  # type: ignore[no-any-return]
+
+    @property
+    def secret(self) -> str:
+        return self.data["secret"]  # type: ignore[no-any-return]
+
+    @property
+    def header(self) -> str:
+        return self.data["header"]  # type: ignore[no-any-return]
+
+    @property
+    def env(self) -> str:
+        return self.data["env"]  # type: ignore[no-any-return]
+
+    @property
+    def base_url_env(self) -> str | None:
+        return self.data["base_url_env"]  # type: ignore[no-any-return]
+
+
 class SandboxView(Section):
+    """`[sandbox]` as the sandbox's policy reads it (the same attributes as the model)."""
+
     __slots__ = ()
 
     @property
     def allow_domains(self) -> list[str]:
         return self.data["network"]["allow_domains"]  # type: ignore[no-any-return]
+
+    @property
+    def enabled(self) -> bool:
+        return self.data["enabled"]  # type: ignore[no-any-return]
+
+    @property
+    def read_dirs(self) -> list[str]:
+        return self.data["read_dirs"]  # type: ignore[no-any-return]
+
+    @property
+    def write_dirs(self) -> list[str]:
+        return self.data["write_dirs"]  # type: ignore[no-any-return]
+
+    @property
+    def read_files(self) -> list[str]:
+        return self.data["read_files"]  # type: ignore[no-any-return]
+
+    @property
+    def write_files(self) -> list[str]:
+        return self.data["write_files"]  # type: ignore[no-any-return]
+
+    @property
+    def env(self) -> list[str]:
+        return self.data["env"]  # type: ignore[no-any-return]
+
+    @property
+    def network(self) -> NetworkView:
+        return NetworkView(self.data["network"])
+
+    @property
+    def credentials(self) -> dict[str, CredentialView]:
+        return {name: CredentialView(value) for name, value in self.data["credentials"].items()}
 
 
 class ManifestView(Section):

@@ -714,3 +714,43 @@ def test_codex_providers_under_a_route_are_pointed_at_the_proxy(root: Path, home
     assert providers["a"]["base_url"] == "http://127.0.0.1:5/openai/v1"
     assert providers["b"]["base_url"] == "http://127.0.0.1:99/v1"  # another port: untouched
     assert providers["c"]["base_url"] == "http://127.0.0.1:5/openai"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"write_dirs": ["."], "env": ["LANG", "TERM"],
+         "network": {"block": True, "allow_domains": ["api.anthropic.com"]}},
+        {"read_dirs": ["~/shared"], "read_files": ["~/notes.txt"],
+         "write_files": ["out.log"], "network": {"block": False, "localhost_ports": [8080, 22]},
+         "credentials": {
+             "api": {"upstream": "https://api.example.com", "secret": "api-key",
+                     "env": "EXAMPLE_API_KEY", "base_url_env": "EXAMPLE_BASE_URL"},
+             "gw": {"upstream": "http://127.0.0.1:9000", "secret": "gw", "header": "X-Key",
+                    "env": "GW_KEY"},
+         }},
+    ],
+)
+def test_the_manifest_view_resolves_to_the_same_policy_as_the_model(
+    root: Path, home: Path, state: Path, values: dict[str, object]
+) -> None:
+    """`run` builds its policy from the cached plain-data view of the manifest (no pydantic);
+    it must be exactly the policy the validated model gives."""
+    from agentstack.manifestview import SandboxView
+
+    model = _sandbox(**values)
+    view = SandboxView(model.model_dump(mode="json"))
+    assert view.enabled is model.enabled
+    assert resolve_policy(view, root) == resolve_policy(model, root)
+
+
+def test_nono_version_is_the_installed_distributions() -> None:
+    """`run` reads nono-py's version from its dist-info name (fast); it is metadata's answer."""
+    from importlib.metadata import version
+
+    from agentstack.sandbox.runner import nono_version
+
+    pytest.importorskip("nono_py")
+    nono_version.cache_clear()
+    assert nono_version() == version("nono-py")

@@ -25,7 +25,10 @@ from agentstack.sandbox.policy import (
 )
 
 if TYPE_CHECKING:
-    from agentstack.manifest import Sandbox
+    from agentstack.manifest import Sandbox as SandboxModel
+    from agentstack.manifestview import SandboxView
+
+    Sandbox = SandboxModel | SandboxView  # the validated model, or its plain-data view
 
 # nono's required Linux deny groups (credentials, keyrings, browser data, shell history/configs).
 NONO_DENY_GROUPS = (
@@ -237,7 +240,7 @@ def resolve_policy(
                 env=cred.env,
                 base_url_env=cred.base_url_env,
             )
-            for name, cred in sorted(sandbox.credentials.items())
+            for name, cred in sorted(_credentials(sandbox).items())
         ),
         env_pass=_env_names(sandbox),
         env_set=env_set,
@@ -296,6 +299,11 @@ def _unique_denies(denies: list[Deny]) -> list[Deny]:
             seen.add(deny.path)
             out.append(deny)
     return out
+
+
+def _credentials(sandbox: Sandbox) -> dict[str, Any]:
+    """`sandbox.credentials`, model or view alike (both carry the same attributes)."""
+    return dict(sandbox.credentials)
 
 
 def _env_names(sandbox: Sandbox) -> tuple[str, ...]:

@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any
 from agentstack.errors import InvalidInput, Refused
 
 if TYPE_CHECKING:
-    from agentstack.manifest import Manifest
+    from agentstack.manifest import Manifest as ManifestModel
+    from agentstack.manifestview import ManifestView
+
+    Manifest = ManifestModel | ManifestView
     from agentstack.sandbox.policy import SandboxPolicy
     from agentstack.sandbox.watch import Change
     from agentstack.trust import TrustStore
@@ -129,13 +132,13 @@ def run_session(
     minus the signal that ended it. Refuses (exit 1) unless the current consent digest is trusted
     and the harness surface is what was trusted, and whenever any layer of the sandbox cannot be
     enforced. `say` hears the after-session report."""
-    from agentstack.consent import current_validated
+    from agentstack.consent import current
     from agentstack.sandbox import profiles, watch
     from agentstack.sandbox.runner import run_confined
     from agentstack.surface import check_before_start
 
     env = os.environ if environ is None else environ
-    manifest, _, document, digest = current_validated(root)
+    manifest, _, document, digest = current(root)  # no pydantic when the manifest is unchanged
     trust_state = trust_store.state(root, digest)
     if not trust_state.trusted:
         raise Refused(
