@@ -604,13 +604,6 @@ def parse_manifest(data: bytes, file: str = MANIFEST_NAME) -> Manifest:
 
 
 def load_manifest(root: Path) -> Manifest:
-    path = root / MANIFEST_NAME
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        from agentstack.errors import InvalidInput
+    from agentstack.manifestview import read_manifest
 
-        raise InvalidInput(
-            f"{path}: no manifest", hint="run 'agentstack init' to create one"
-        ) from None
-    return parse_manifest(data, MANIFEST_NAME)
+    return parse_manifest(read_manifest(root), MANIFEST_NAME)

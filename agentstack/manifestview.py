@@ -614,15 +614,19 @@ def view_of_bytes(data: bytes, file: str = MANIFEST_NAME, *, cache: bool = True)
     return view
 
 
-def load_view(root: Path, *, cache: bool = True) -> ManifestView:
-    """`load_manifest(root)` as a view, validated only when the bytes are new to this cache."""
+def read_manifest(root: Path) -> bytes:
+    """The bytes of the project's agentstack.toml (InvalidInput, saying what to do, when none)."""
     path = root / MANIFEST_NAME
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         from agentstack.errors import InvalidInput
 
         raise InvalidInput(
             f"{path}: no manifest", hint="run 'agentstack init' to create one"
         ) from None
-    return view_of_bytes(data, MANIFEST_NAME, cache=cache)
+
+
+def load_view(root: Path, *, cache: bool = True) -> ManifestView:
+    """`load_manifest(root)` as a view, validated only when the bytes are new to this cache."""
+    return view_of_bytes(read_manifest(root), MANIFEST_NAME, cache=cache)
