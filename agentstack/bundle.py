@@ -368,7 +368,7 @@ class BuiltBundle:
 def collect_members(root: Path, lock: dict[str, Any]) -> list[tuple[Member, bytes]]:
     """Every member of the bundle of the project at `root` with its bytes, read from the disk
     and checked against the lock entry that pins it."""
-    from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
+    from agentstack.manifestview import LOCK_NAME, MANIFEST_NAME
     from agentstack.paths import agentstack_cache
 
     found: dict[str, tuple[Member, bytes]] = {}

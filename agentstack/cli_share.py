@@ -362,7 +362,7 @@ def _diff_against(dest: Path | None, document: dict[str, Any]) -> tuple[Any, Any
     """The consent diff against what the user trusted at `dest`, when `dest` holds a project."""
     from agentstack.consent import consent_digest
     from agentstack.diff import consent_diff
-    from agentstack.manifest import MANIFEST_NAME
+    from agentstack.manifestview import MANIFEST_NAME
     from agentstack.trust import TrustStore, review
 
     if dest is None or not (dest / MANIFEST_NAME).is_file():

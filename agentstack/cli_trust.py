@@ -3,6 +3,7 @@ commands over `agentstack.trust` (the review rules) and `agentstack.status`."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -93,9 +94,14 @@ def trust(
             hint="the project changed since that digest was reviewed; run 'agentstack trust' "
             "to review the change",
         )
-    from agentstack.boundary import enforce as enforce_boundary
+    from agentstack import layout
+    from agentstack.paths import agentstack_home
 
-    enforce_boundary(document, root, boundary_file=boundary)
+    if boundary is not None or os.path.isfile(layout.boundary_file(str(agentstack_home()))):
+        # Only then: the boundary module (and its models) costs ~0.1 s of start-up.
+        from agentstack.boundary import enforce as enforce_boundary
+
+        enforce_boundary(document, root, boundary_file=boundary)
     the_store = store()
     reviewed = rules.review(the_store, root, document, value)
     result: dict[str, Any]

@@ -301,7 +301,7 @@ def remove(project: Path) -> list[Path]:
 
 def check(project: Path) -> str | None:
     """Run from a hook: the problem found (trust withdrawn then), or None."""
-    from agentstack.manifest import MANIFEST_NAME
+    from agentstack.manifestview import MANIFEST_NAME
     from agentstack.shim import problem
     from agentstack.surface import withdraw_harness_trust
 

@@ -506,7 +506,7 @@ def _existing(dest: Path, rel: str) -> tuple[str, bytes, bool] | None:
 
 
 def plan_release(contents: Contents, qdir: Path, dest: Path) -> Plan:
-    from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
+    from agentstack.manifestview import LOCK_NAME, MANIFEST_NAME
 
     wanted: dict[str, tuple[str, bytes, bool]] = {}
     wanted[MANIFEST_NAME] = ("file", _read_member(qdir, bundle.MANIFEST_MEMBER), False)
@@ -672,7 +672,7 @@ def release(
         _backup(dest, blocked, backup)
     for url, objects in contents.git_objects.items():
         seed_mirror(url, {sha: _read_member(held.path, path) for sha, path in objects.items()})
-    from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
+    from agentstack.manifestview import LOCK_NAME, MANIFEST_NAME
 
     sources = {
         MANIFEST_NAME: ("file", bundle.MANIFEST_MEMBER, False),

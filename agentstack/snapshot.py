@@ -18,7 +18,7 @@ from agentstack.fingerprints import SNAPSHOT_VERSION, fingerprint, keys_view
 from agentstack.fingerprints import canonical as _canonical
 from agentstack.fingerprints import sha256_hex as _sha
 from agentstack.fsutil import write_atomic
-from agentstack.manifest import LOCK_NAME, MANIFEST_NAME
+from agentstack.manifestview import LOCK_NAME, MANIFEST_NAME
 from agentstack.paths import (
     agentstack_home,
     ensure_private_dir,

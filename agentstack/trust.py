@@ -254,7 +254,7 @@ def require_acceptance(
 
 def lock_hash(root: Path) -> str:
     from agentstack.canonical import b3
-    from agentstack.manifest import LOCK_NAME
+    from agentstack.manifestview import LOCK_NAME
 
     return b3((root / LOCK_NAME).read_bytes())
 
