@@ -16,6 +16,7 @@ from .common import (
     header_values,
     hook_groups,
     instructions_text,
+    servers_file,
     skill_files,
     stdio_server,
 )
@@ -48,12 +49,7 @@ class ClaudeCodeAdapter:
     def render(self, context: RenderContext) -> list[FileOperation]:
         servers = context.consent["servers"]
         ops: list[FileOperation] = [
-            OwnedKeys(
-                path=".mcp.json",
-                format="json",
-                keys={("mcpServers", n): _server(context, s) for n, s in sorted(servers.items())},
-                guarded=(("mcpServers",),),
-            )
+            servers_file(context, ".mcp.json", "mcpServers", _server)
         ]
         settings: dict[tuple[str, ...], Any] = {
             ("enabledMcpjsonServers",): sorted(servers),

@@ -25,7 +25,14 @@ from typing import Any
 
 from .base import MEMBER, FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .claude_code import _server as mcp_json_server
-from .common import GUARD_TIMEOUT_S, guard_command, hook_command, instructions_text, skill_files
+from .common import (
+    GUARD_TIMEOUT_S,
+    guard_command,
+    hook_command,
+    instructions_text,
+    servers_file,
+    skill_files,
+)
 
 NAME = "copilot"
 HOOKS_FILE = ".github/hooks/agentstack.json"
@@ -72,17 +79,9 @@ class CopilotAdapter:
         return NAME
 
     def render(self, context: RenderContext) -> list[FileOperation]:
-        servers = context.consent["servers"]
         ops: list[FileOperation] = [
-            OwnedKeys(
-                path=".mcp.json",
-                format="json",
-                keys={
-                    ("mcpServers", n): mcp_json_server(context, s)
-                    for n, s in sorted(servers.items())
-                },
-                guarded=(("mcpServers",),),
-            ),
+            # The same entries as Claude Code's `.mcp.json`: the two merge.
+            servers_file(context, ".mcp.json", "mcpServers", mcp_json_server),
             hooks_file_operation(context),
         ]
         ops.extend(skill_files(context, ".agents/skills"))

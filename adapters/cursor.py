@@ -20,6 +20,7 @@ from .common import (
     header_values,
     hook_command,
     instructions_text,
+    servers_file,
     skill_files,
     stdio_server,
 )
@@ -85,14 +86,8 @@ class CursorAdapter:
         return NAME
 
     def render(self, context: RenderContext) -> list[FileOperation]:
-        servers = context.consent["servers"]
         ops: list[FileOperation] = [
-            OwnedKeys(
-                path=".cursor/mcp.json",
-                format="json",
-                keys={("mcpServers", n): _server(context, s) for n, s in sorted(servers.items())},
-                guarded=(("mcpServers",),),
-            ),
+            servers_file(context, ".cursor/mcp.json", "mcpServers", _server),
             OwnedKeys(
                 path=".cursor/hooks.json",
                 format="json",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
-from .common import header_values, instructions_text, skill_files, stdio_server
+from .base import FileOperation, OwnedBlock, RenderContext
+from .common import header_values, instructions_text, servers_file, skill_files, stdio_server
 from .copilot import hooks_file_operation
 
 NAME = "vscode"
@@ -38,14 +38,8 @@ class VSCodeAdapter:
         return NAME
 
     def render(self, context: RenderContext) -> list[FileOperation]:
-        servers = context.consent["servers"]
         ops: list[FileOperation] = [
-            OwnedKeys(
-                path=".vscode/mcp.json",
-                format="json",
-                keys={("servers", n): _server(context, s) for n, s in sorted(servers.items())},
-                guarded=(("servers",),),
-            ),
+            servers_file(context, ".vscode/mcp.json", "servers", _server),
             # The same file, byte for byte, as Copilot CLI's: the two merge.
             hooks_file_operation(context),
         ]

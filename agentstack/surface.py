@@ -29,7 +29,7 @@ from typing import Any
 
 from agentstack import harnesses as H
 from agentstack.canonical import b3
-from agentstack.fingerprints import BLOCK_BEGIN, BLOCK_END
+from agentstack.fingerprints import BLOCK_BEGIN, BLOCK_END, key_value
 
 MAX_DETAIL = 160
 MAX_IMPORT_DEPTH = 5
@@ -325,15 +325,6 @@ def _tree_facts(rules: list[_Rule], rel: str, data: bytes, executable: bool) -> 
 # --------------------------------------------------------------------------- settings
 
 
-def _lookup(doc: Any, key: list[str]) -> Any:
-    node = doc
-    for part in key:
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def _delete(doc: dict[str, Any], key: list[str]) -> None:
     parents: list[tuple[dict[str, Any], str]] = []
     node: Any = doc
@@ -413,7 +404,7 @@ def _without_harness_writes(rules: list[_Rule], doc: dict[str, Any]) -> dict[str
     package at a plain version): that write is the harness's, not the project's."""
     for rule in rules:
         for key in rule.entry.harness_writes:
-            value = _lookup(doc, list(key))
+            value = key_value(doc, list(key))  # the guard's own lookup rule
             if isinstance(value, str) and re.fullmatch(rule.entry.harness_value, value):
                 _delete(doc, list(key))
     return doc
