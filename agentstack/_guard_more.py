@@ -194,8 +194,9 @@ def _new_directories(
 ) -> dict[str, Any] | None:
     """Directories below the watched `directory` that the snapshot does not watch (created since
     it was taken), as entries to watch from now on; None when one of them holds a surface name
-    (a nested CLAUDE.md, a `.claude/` ...) that the snapshot does not pin: that is drift. Beyond
-    MAX_NEW_DIRECTORIES new directories, the rest are judged now but not recorded."""
+    (a nested CLAUDE.md, a `.claude/` ...) that the snapshot does not pin: that is drift. More
+    than MAX_NEW_DIRECTORIES new directories is drift too: a directory the guard cannot record
+    would go unwatched from the next call on (a surface file created in it later unseen)."""
     wanted = set(names)
     out: dict[str, Any] = {}
     stack: list[tuple[str, list[int] | None]] = [(directory, None)]
@@ -210,15 +211,16 @@ def _new_directories(
             for name, _ in children:
                 if name in wanted and os.path.join(here, name) not in files:
                     return None
-            if len(out) < MAX_NEW_DIRECTORIES:
-                out[here] = {
-                    "kind": "listing",
-                    "names": names,
-                    "role": "surface",
-                    "stat": key,
-                    "hash": _sha(_canonical_names(sorted(n for n, _ in children if n in wanted))),
-                    "hashed_ns": started,
-                }
+            if len(out) >= MAX_NEW_DIRECTORIES:
+                return None  # fail closed: re-apply to take a new snapshot
+            out[here] = {
+                "kind": "listing",
+                "names": names,
+                "role": "surface",
+                "stat": key,
+                "hash": _sha(_canonical_names(sorted(n for n, _ in children if n in wanted))),
+                "hashed_ns": started,
+            }
         for name, is_dir in children:
             full = os.path.join(here, name)
             if not is_dir or name == ".git" or full in files:

@@ -21,15 +21,21 @@ import sys
 from typing import NoReturn
 
 from agentstack import layout
+from agentstack.manifestview import SECRET_NAME_PATTERN
+from agentstack.secrets import FILE_BYTES, unpad
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # manifestview.SECRET_NAME_PATTERN
+_NAME = re.compile(SECRET_NAME_PATTERN)
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_FILE_BYTES = 64 * 1024 + 1  # agentstack.secrets.FILE_BYTES
 USAGE = "usage: python -I -m agentstack.launch [--secret KEY=NAME]... -- COMMAND [ARG]..."
 
 
 class LaunchError(Exception):
     pass
+
+
+class NotThere(LaunchError):
+    """The secret is not stored, or the store cannot be opened here (EACCES/EPERM: inside
+    `agentstack run` the kernel closes it): a value given in the environment may stand in."""
 
 
 def secrets_dir() -> str:
@@ -43,7 +49,7 @@ def read_secret(directory: str, name: str) -> str:
     try:
         info = os.lstat(directory)
     except FileNotFoundError:
-        raise LaunchError(f"no secret {name!r}: run 'agentstack secret set {name}'") from None
+        raise NotThere(f"no secret {name!r}: run 'agentstack secret set {name}'") from None
     except OSError as exc:
         raise LaunchError(f"cannot read the secret store {directory}: {exc.strerror}") from None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
@@ -53,17 +59,20 @@ def read_secret(directory: str, name: str) -> str:
     try:
         fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise LaunchError(f"no secret {name!r}: run 'agentstack secret set {name}'") from None
+        raise NotThere(f"no secret {name!r}: run 'agentstack secret set {name}'") from None
+    except PermissionError as exc:
+        raise NotThere(f"cannot read secret {name!r}: {exc.strerror}") from None
     except OSError as exc:
         raise LaunchError(f"cannot read secret {name!r}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077 or info.st_uid != os.geteuid():
             raise LaunchError(f"secret {name!r} is not a private regular file of yours")
-        data = handle.read(_FILE_BYTES + 1)
-    if len(data) == _FILE_BYTES:  # padded to one size (agentstack.secrets.pad)
-        data = data[: max(data.find(b"\n"), 0)]
-    value = data.decode("utf-8", "strict")
+        data = handle.read(FILE_BYTES + 1)
+    try:
+        value = unpad(data).decode("utf-8", "strict")  # the store's own reading of its files
+    except (ValueError, UnicodeDecodeError):
+        raise LaunchError(f"secret {name!r} is not a stored secret") from None
     if not value or len(value) > 64 * 1024 or any(c in value for c in "\0\r\n"):
         raise LaunchError(f"secret {name!r} is empty, too long or spans lines")
     return value
@@ -97,8 +106,11 @@ def environment(secrets: dict[str, str]) -> dict[str, str]:
     for key, name in secrets.items():
         try:
             env[key] = read_secret(directory, name)
-        except LaunchError:
-            if key in os.environ:  # given explicitly (e.g. inside `agentstack run`)
+        except NotThere:
+            # Not stored, or the kernel closes the store (inside `agentstack run`): a value given
+            # in the environment stands in. A store that is not private or a damaged secret file
+            # refuses: never an ambient variable in place of a secret that failed its checks.
+            if key in os.environ:
                 continue
             raise
     return env

@@ -651,6 +651,29 @@ def test_gitlinks_are_read_from_the_index(tmp_path: Path, version: str) -> None:
     assert gitlinks(str(tmp_path / "bad")) in ([], ["<unparsable index>"])
 
 
+def test_a_fifo_or_link_at_the_index_never_hangs_or_misleads_the_watch(tmp_path: Path) -> None:
+    """The index is the project's (a confined session can replace it): a FIFO there must not
+    block `run`'s after-session watch (its report would never print), nor a link be followed."""
+    import threading
+
+    from agentstack.sandbox import watch
+
+    root = tmp_path / "project"
+    (root / ".git" / "hooks").mkdir(parents=True)
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    os.mkfifo(root / ".git" / "index")
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(watch.snapshot(root)), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the watch blocked on a FIFO at .git/index"
+    assert watch.gitlinks(str(root / ".git" / "index")) == ["<not a regular file>"]
+    (root / ".git" / "index").unlink()
+    (tmp_path / "real-index").write_bytes(b"DIRC")
+    (root / ".git" / "index").symlink_to(tmp_path / "real-index")
+    assert watch.gitlinks(str(root / ".git" / "index")) == []  # a link is not read through
+
+
 def test_the_watch_never_follows_links_and_skips_object_stores(tmp_path: Path) -> None:
     from agentstack.sandbox import watch
 

@@ -124,3 +124,25 @@ def test_real_claude_starts_a_server_that_needs_a_secret(tmp_path: Path,
     assert "env_vars" not in rendered
     status = run_cli("status", cwd=root)
     assert status.returncode == 0, status.stderr
+
+
+def test_a_secret_that_fails_the_stores_checks_is_never_replaced_by_the_environment(
+    isolated_home: Path,
+) -> None:
+    """Only a secret that is not stored (or a store the kernel closes) may be stood in for by a
+    value in the environment; a store that is not private, or a damaged secret file, refuses."""
+    assert run_cli("secret", "set", "tok", cwd=isolated_home, input="v4lue\n").returncode == 0
+    store = Path(os.environ["AGENTSTACK_HOME"]) / "secrets"
+    env = dict(os.environ, TOKEN="ambient")
+    command = ("--secret", "TOKEN=tok", "--", "sh", "-c", 'printf %s "$TOKEN"')
+    store.chmod(0o755)  # readable by others: not the store agentstack keeps
+    refused = _run_launcher(*command, env=env)
+    assert refused.returncode == 1 and "ambient" not in refused.stdout
+    assert "not a private directory" in refused.stderr
+    store.chmod(0o700)
+    (store / "tok").write_bytes(b"one\ntwo\nthree\n")  # damaged: several lines
+    damaged = _run_launcher(*command, env=env)
+    assert damaged.returncode == 1 and "ambient" not in damaged.stdout
+    (store / "tok").write_bytes(b"bare-value\n")  # an older, unpadded file with its line ending
+    bare = _run_launcher(*command, env=env)
+    assert bare.returncode == 0 and bare.stdout == "bare-value"

@@ -80,7 +80,11 @@ def _file_fingerprint(path: str, info: os.stat_result) -> str:
 
     mode = "x" if info.st_mode & 0o111 else "-"
     if info.st_size > MAX_FILE:
-        return f"{mode}:size={info.st_size}:mtime={info.st_mtime_ns}"
+        # Not hashed: the inode and ctime too, which no process can set back (mtime it can).
+        return (
+            f"{mode}:size={info.st_size}:mtime={info.st_mtime_ns}:ctime={info.st_ctime_ns}"
+            f":ino={info.st_ino}"
+        )
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
@@ -218,11 +222,14 @@ def compare(before: dict[str, Entry], after: dict[str, Entry]) -> list[Change]:
 def gitlinks(index_path: str) -> list[str]:
     """Paths of the gitlink (submodule) entries of a git index (versions 2-4); [] when it
     cannot be read. Parsed, never handed to git."""
-    try:
-        with open(index_path, "rb") as handle:
-            data = handle.read(MAX_FILE)
+    try:  # the project's file: never follow a link, never block on a FIFO, regular files only
+        fd = os.open(index_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return []
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return ["<not a regular file>"]
+        data = handle.read(MAX_FILE)
     out: list[str] = []
     try:
         out.extend(_gitlinks(data))
