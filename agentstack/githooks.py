@@ -302,12 +302,14 @@ def remove(project: Path) -> list[Path]:
 def check(project: Path) -> str | None:
     """Run from a hook: the problem found (trust withdrawn then), or None."""
     from agentstack.manifestview import MANIFEST_NAME
+    from agentstack.paths import guard_snapshot_path
     from agentstack.shim import problem
     from agentstack.surface import withdraw_harness_trust
 
     root = project.resolve()
-    if not (root / MANIFEST_NAME).is_file():
-        return None
+    if not os.path.lexists(root / MANIFEST_NAME) and not os.path.lexists(guard_snapshot_path(root)):
+        return None  # never an agentstack project on this machine
+    # A manifest deleted (or replaced by a link or a directory) by the commit is a problem too.
     found = problem(root)
     if found is not None:
         withdraw_harness_trust(root)

@@ -38,8 +38,11 @@ def real_binary(name: str, shim_dir: Path, path: str | None) -> str | None:
 def check(cwd: Path) -> str | None:
     """Why the harness must not start in `cwd` (None: it may)."""
     from agentstack import layout
+    from agentstack._guard import enclosing_project
 
-    found_root = layout.find_project(str(cwd))  # the one project finder
+    # A project holds a manifest, or this machine holds a snapshot for it: a commit that deletes
+    # agentstack.toml must not switch the check off while the harness-side trust stays.
+    found_root = enclosing_project(str(cwd), layout.home())
     if found_root is None:
         return None  # not an agentstack project: not ours to judge
     root = Path(found_root)
@@ -59,15 +62,11 @@ def problem(root: Path) -> str | None:
     from agentstack.errors import AgentstackError
 
     try:
-        from agentstack.consent import consent_digest, consent_document
-        from agentstack.lockfile import fresh_lock
-        from agentstack.manifest import load_manifest
+        from agentstack.consent import current
         from agentstack.surface import check_before_start
         from agentstack.trust import TrustStore
 
-        manifest = load_manifest(root)
-        lock = fresh_lock(root, manifest)
-        digest = consent_digest(consent_document(manifest, lock))
+        _, _, _, digest = current(root)  # a missing manifest is a refusal here
         state = TrustStore().state(root, digest)
         if not state.trusted:
             return f"{digest} is not trusted for {root} ({state.state}); run 'agentstack trust'"

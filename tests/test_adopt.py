@@ -142,3 +142,27 @@ def test_shims_never_overwrite_a_file_they_did_not_write(project: Path, tmp_path
     (shims / "claude").write_text("#!/bin/sh\nmine\n")
     assert cli(project, "shims", "install", "--dir", str(shims)).code == 1
     assert (shims / "claude").read_text() == "#!/bin/sh\nmine\n"
+
+
+def test_a_deleted_manifest_does_not_switch_the_shim_or_the_git_hook_off(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """A commit that deletes agentstack.toml (and plants hooks) must not make the project look
+    like no project at all while Claude's workspace trust stays: this machine's snapshot still
+    names it, so the shim and the git hook refuse and withdraw the harness trust."""
+    from agentstack import githooks, shim
+
+    project = copy_example("minimal", tmp_path).resolve()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    ok(project, "lock")
+    ok(project, "trust", "--yes", "--accept-risk")
+    ok(project, "apply", "--write")
+    claude_json = Path.home() / ".claude.json"  # where apply writes Claude's workspace trust
+    assert "hasTrustDialogAccepted" in claude_json.read_text()
+    assert shim.check(project) is None
+    (project / "agentstack.toml").unlink()
+    found = shim.check(project / "servers")
+    assert found is not None and "manifest" in found
+    assert not claude_json.exists() or "hasTrustDialogAccepted" not in claude_json.read_text()
+    assert githooks.check(project) is not None
+    assert githooks.check(project.parent / "elsewhere-never-a-project") is None
