@@ -545,13 +545,6 @@ def check_trust(snapshot: dict[str, Any], state_home: str) -> list[Any] | None:
     return current
 
 
-def _log_unchanged(snapshot: dict[str, Any], state_home: str) -> bool:
-    """The head and the log's size are what they were when the snapshot was written. (The size
-    catches a record whose writer died before it could update the head.)"""
-    current = _log_head(state_home)
-    return current is not None and snapshot.get("trust_head") == current
-
-
 def _log_head(state_home: str) -> list[Any] | None:
     """[count, head, size of the log] as the snapshot records them; None when unreadable."""
     try:

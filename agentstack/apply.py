@@ -642,10 +642,33 @@ def _backup(plan: Plan, change: FileChange) -> Path | None:
     return target
 
 
+def guard_code_inside(root: Path) -> str | None:
+    """Where agentstack's own code (the guard the hooks run: its interpreter, environment and
+    package) lies inside the project at `root`, or None. Everything in the project is writable by
+    the agent, so a guard loaded from there (a changed module, a `.pth` file in its
+    site-packages) would be the agent's to change."""
+    import agentstack
+
+    real_root = os.path.realpath(root)
+    for path in (sys.prefix, sys.executable, os.path.dirname(agentstack.__file__)):
+        real = os.path.realpath(path)
+        if real == real_root or real.startswith(real_root + os.sep):
+            return real
+    return None
+
+
 def write(
     plan: Plan, *, force: bool = False, after_each: Callable[[FileChange], None] | None = None
 ) -> list[Path]:
     """Write every pending change; refuse on conflicts unless `force` (then back them up)."""
+    inside = guard_code_inside(plan.root)
+    if inside is not None:
+        raise Refused(
+            f"agentstack itself is installed inside this project ({inside}): the guard the hooks "
+            "run would load code the agent can change; nothing was written",
+            hint="install agentstack outside the project (e.g. 'pipx install agentstack-consent', "
+            "or a virtualenv in another directory) and apply from there",
+        )
     if plan.conflicts and not force:
         raise ApplyConflict(
             "hand edits would be lost: "

@@ -133,3 +133,22 @@ def test_write_atomic_walks_without_following(tmp_path: Path) -> None:
     fsutil.write_atomic(base / "real" / "final", b"new", base=base)
     assert not (base / "real" / "final").is_symlink() and list(elsewhere.iterdir()) == []
     assert sorted(p.name for p in (base / "real").iterdir()) == ["a", "file", "final"]
+
+
+def test_apply_refuses_when_the_guards_own_code_lies_inside_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hooks run agentstack's interpreter and package: when they live inside the project
+    (a virtualenv in the checkout), the agent could rewrite the guard, so apply writes nothing."""
+    import sys
+
+    from agentstack import apply
+
+    root = tmp_path / "project"
+    (root / ".venv" / "bin").mkdir(parents=True)
+    assert apply.guard_code_inside(root) is None  # this test's own interpreter lives elsewhere
+    monkeypatch.setattr(sys, "prefix", str(root / ".venv"))
+    assert apply.guard_code_inside(root) == os.path.realpath(root / ".venv")
+    plan = apply.Plan(root=root.resolve(), digest="b3:x", changes=[], ledger_path=root / "l")
+    with pytest.raises(apply.Refused, match="installed inside this project"):
+        apply.write(plan)
