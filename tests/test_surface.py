@@ -567,6 +567,27 @@ def test_symlinks_and_imports_are_pinned(project: Path, tmp_path: Path) -> None:
     assert digest(project) != first
 
 
+def test_an_import_cannot_hide_behind_a_fence_a_character_or_a_link(project: Path) -> None:
+    """What Claude Code may import is pinned even when the text is written to look like code, the
+    path holds characters outside a narrow set, or the imported file is a link in the project."""
+    from agentstack.surface import scan
+
+    docs = project / "docs"
+    docs.mkdir(exist_ok=True)
+    for name in ("hidden.md", "a+b.md", "target.md"):
+        (docs / name).write_text(f"text of {name}\n")
+    os.symlink("target.md", docs / "link.md")
+    (project / "CLAUDE.md").write_text(
+        "```x```\n@docs/hidden.md\nsee @docs/a+b.md, and @docs/link.md.\n"
+    )
+    found = scan(project, ["claude-code"])
+    assert {"docs/hidden.md", "docs/a+b.md", "docs/link.md"} <= set(found), sorted(found)
+    assert found["docs/link.md"]["kind"] == "text"  # the target's bytes, not a dropped import
+    before = found["docs/link.md"]["digest"]
+    (docs / "target.md").write_text("changed\n")
+    assert scan(project, ["claude-code"])["docs/link.md"]["digest"] != before
+
+
 def test_only_the_targeted_harnesses_surfaces_are_scanned(project: Path) -> None:
     from agentstack.surface import scan
 
