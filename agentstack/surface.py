@@ -113,6 +113,18 @@ def _match(pattern: list[str], parts: list[str]) -> bool:
     return bool(parts) and fnmatch.fnmatchcase(parts[0], head) and _match(pattern[1:], parts[1:])
 
 
+def _leads_into(pattern: list[str], parts: list[str]) -> bool:
+    """`parts` is a directory a path matching `pattern` passes through, its last name matched by
+    a named segment of the pattern (`x/.claude` for `**/.claude/settings.json`), not by a `**`."""
+    if not parts:
+        return bool(pattern)
+    if not pattern:
+        return False
+    if pattern[0] == "**":
+        return any(_leads_into(pattern[1:], parts[i:]) for i in range(len(parts)))
+    return fnmatch.fnmatchcase(parts[0], pattern[0]) and _leads_into(pattern[1:], parts[1:])
+
+
 @dataclass(frozen=True)
 class _Rule:
     harness: H.Harness
@@ -201,21 +213,36 @@ def scan(
     literals = [(r, r.literals) for r in rules]
     context = _context(root, lock)
     found: dict[str, list[_Rule]] = {}
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != ".git")
-        rel_dir = os.path.relpath(directory, root)
-        base = [] if rel_dir == "." else rel_dir.split(os.sep)
-        names = list(files) + [d for d in dirs if os.path.islink(os.path.join(directory, d))]
-        for name in names:
-            parts = [*base, name]
-            if not anchors.intersection(parts) and not any(
-                fnmatch.fnmatchcase(p, a) for p in parts for a in anchors if "*" in a
-            ):
-                continue
-            present = set(parts)
-            matched = [r for r, need in literals if need <= present and _match(r.parts, parts)]
-            if matched:
-                found["/".join(parts)] = matched
+    # A link to a directory on an anchored surface path (`.claude -> config`) is what the harness
+    # reads through: the link itself is pinned, and a target inside the project is walked under
+    # the link's name (os.walk does not follow links, and the target's own path matches no rule).
+    walks: list[tuple[str, list[str]]] = [(str(root), [])]
+    followed: set[str] = set()
+    while walks:
+        top, logical = walks.pop()
+        for directory, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != ".git")
+            rel_dir = os.path.relpath(directory, top)
+            base = [*logical, *([] if rel_dir == "." else rel_dir.split(os.sep))]
+            names = list(files) + [d for d in dirs if os.path.islink(os.path.join(directory, d))]
+            for name in dirs:
+                link = os.path.join(directory, name)
+                if not os.path.islink(link):
+                    continue
+                parts = [*base, name]
+                leading = [r for r in rules if _leads_into(r.parts, parts)]
+                if not leading:
+                    continue
+                found.setdefault("/".join(parts), leading)
+                real = os.path.realpath(link)
+                if (
+                    real.startswith(str(root) + os.sep)
+                    and os.path.isdir(real)
+                    and real not in followed
+                ):
+                    followed.add(real)
+                    walks.append((real, parts))
+            _match_names(names, base, anchors, literals, found)
     out: dict[str, dict[str, Any]] = {}
     pending_imports: list[tuple[str, int]] = []
     for rel in sorted(found, key=os.fsencode):
@@ -232,6 +259,26 @@ def scan(
         if imported is not None:
             out[rel] = imported
     return {surface_key(rel): out[rel] for rel in sorted(out, key=lambda r: _text(r).encode())}
+
+
+def _match_names(
+    names: list[str],
+    base: list[str],
+    anchors: set[str],
+    literals: list[tuple[_Rule, frozenset[str]]],
+    found: dict[str, list[_Rule]],
+) -> None:
+    """Record in `found` each of `names` (in the directory `base`) that a surface rule matches."""
+    for name in names:
+        parts = [*base, name]
+        if not anchors.intersection(parts) and not any(
+            fnmatch.fnmatchcase(p, a) for p in parts for a in anchors if "*" in a
+        ):
+            continue
+        present = set(parts)
+        matched = [r for r, need in literals if need <= present and _match(r.parts, parts)]
+        if matched:
+            found["/".join(parts)] = matched
 
 
 def _base(rules: list[_Rule], rel: str) -> dict[str, Any]:

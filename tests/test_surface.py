@@ -588,6 +588,27 @@ def test_an_import_cannot_hide_behind_a_fence_a_character_or_a_link(project: Pat
     assert scan(project, ["claude-code"])["docs/link.md"]["digest"] != before
 
 
+def test_a_linked_surface_directory_is_pinned_through_the_link(project: Path) -> None:
+    """`.claude -> config`: Claude Code reads `.claude/settings.json` through the link, so it is
+    pinned under that name (and the link itself), with its findings, and an edit of the target
+    moves the digest. (`apply` refuses to write through the link, so nothing is unlocked.)"""
+    from agentstack.surface import scan
+
+    (project / "config").mkdir()
+    (project / "config" / "settings.json").write_text(json.dumps({"hooks": HOOK}))
+    os.symlink("config", project / ".claude")
+    found = scan(project, ["claude-code"])
+    assert ".claude" in found and found[".claude"]["kind"] == "link"
+    assert ".claude/settings.json" in found, sorted(found)
+    assert any(f.startswith("runs") or "hook" in f for f in found[".claude/settings.json"]["facts"])
+    ok(project, "lock")
+    first = digest(project)
+    (project / "config" / "settings.json").write_text(json.dumps({"hooks": HOOK, "env": {"A": "1"}}))
+    ok(project, "lock")
+    assert digest(project) != first
+    assert cli(project, "apply", "--write").code == 1  # never writes through the link
+
+
 def test_only_the_targeted_harnesses_surfaces_are_scanned(project: Path) -> None:
     from agentstack.surface import scan
 
