@@ -18,7 +18,7 @@ import os
 import shlex
 import stat
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentstack.errors import Refused
@@ -91,7 +91,7 @@ def parse_config(text: str) -> list[tuple[str, str, str | None]]:
 class _Found:
     value: str | None = None
     source: Path | None = None
-    includes: list[Path] = field(default_factory=list)
+    conditional: bool = False  # the value came through an `includeIf` (not evaluated here)
 
 
 def _read_config(path: Path, found: _Found, depth: int = 0) -> None:
@@ -105,21 +105,20 @@ def _read_config(path: Path, found: _Found, depth: int = 0) -> None:
         return
     for section, key, value in parse_config(text):
         if section == "core" and key == "hookspath" and value is not None:
-            found.value, found.source = value, path
+            found.value, found.source, found.conditional = value, path, False
         elif (section == "include" or section.startswith("includeif.")) and key == "path":
             if value is None or depth >= _MAX_INCLUDES:
                 continue
-            # `includeIf` conditions are not evaluated: every included file counts (a hooks path
-            # set in one of them makes the answer uncertain, and we refuse rather than guess).
+            # `includeIf` conditions are not evaluated: a hooks path set under one makes the
+            # answer uncertain, and `hooks_dir` refuses rather than guess.
             included = Path(os.path.expanduser(value))
             if not included.is_absolute():
                 included = path.parent / included
-            found.includes.append(included)
             inner = _Found()
             _read_config(included, inner, depth + 1)
-            found.includes.extend(inner.includes)
             if inner.value is not None:
                 found.value, found.source = inner.value, inner.source
+                found.conditional = inner.conditional or section.startswith("includeif.")
 
 
 def _global_configs() -> list[Path]:
@@ -182,6 +181,13 @@ def hooks_dir(worktree: Path) -> HooksDir:
     for path in _global_configs():
         _read_config(path, shared)
     value, source = local.value, local.source
+    for one in (local, shared):
+        if one.conditional:
+            raise Refused(
+                f"core.hooksPath comes from an includeIf in {one.source}, whose condition "
+                "agentstack does not evaluate; not guessing where git runs hooks",
+                hint="set core.hooksPath unconditionally in the repository, or add the hooks by hand",
+            )
     if value is None and shared.value is not None:
         raise Refused(
             f"core.hooksPath is set to {shared.value!r} in {shared.source}, which other "

@@ -616,15 +616,19 @@ def view_of_bytes(data: bytes, file: str = MANIFEST_NAME, *, cache: bool = True)
 
 def read_manifest(root: Path) -> bytes:
     """The bytes of the project's agentstack.toml (InvalidInput, saying what to do, when none)."""
-    path = root / MANIFEST_NAME
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        from agentstack.errors import InvalidInput
+    from agentstack.errors import InvalidInput
 
+    path = root / MANIFEST_NAME
+    try:  # never blocks on a FIFO or a device the project put in its place
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
         raise InvalidInput(
             f"{path}: no manifest", hint="run 'agentstack init' to create one"
         ) from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise InvalidInput(f"{path}: not a regular file", hint="replace it with a manifest")
+        return handle.read()
 
 
 def load_view(root: Path, *, cache: bool = True) -> ManifestView:

@@ -160,10 +160,19 @@ def test_refuses_a_shared_hooks_path(repo: Path, isolated_home: Path, tmp_path: 
 def test_a_hooks_path_from_an_included_file_counts(repo: Path, tmp_path: Path) -> None:
     included = tmp_path / "inc.config"
     included.write_text(f"[core]\n\thooksPath = {tmp_path}/inc-hooks\n")
+    config = (repo / ".git" / "config").read_text()
     with (repo / ".git" / "config").open("a") as handle:
-        handle.write(f'[includeIf "gitdir:/nowhere/"]\n\tpath = {included}\n')
+        handle.write(f"[include]\n\tpath = {included}\n")
     written = githooks.install(repo)
     assert {p.parent for p in written} == {tmp_path / "inc-hooks"}
+    githooks.remove(repo)
+    # Under an `includeIf` whose condition agentstack does not evaluate (here false for git,
+    # which would never run hooks there): a refusal, not hooks installed where git never looks.
+    (repo / ".git" / "config").write_text(
+        config + f'[includeIf "gitdir:/nowhere/"]\n\tpath = {included}\n'
+    )
+    with pytest.raises(Refused, match="includeIf"):
+        githooks.install(repo)
 
 
 def test_installing_runs_no_git_and_nothing_from_the_repository(

@@ -445,3 +445,14 @@ def test_consent_digest_of_an_unchanged_project_reads_no_file(
     monkeypatch.setattr(treehash, "_hash_fd", forbidden)
     monkeypatch.chdir(root)
     assert project_consent(Path("."))[3] == expected  # a relative root hits the cache too
+
+
+def test_a_fifo_in_place_of_the_manifest_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """The shims and the git hooks read agentstack.toml of whatever directory they start in: a
+    FIFO there must be a refusal, not a hang."""
+    from agentstack.errors import InvalidInput
+    from agentstack.manifestview import read_manifest
+
+    os.mkfifo(tmp_path / "agentstack.toml")
+    with pytest.raises(InvalidInput, match="not a regular file"):
+        read_manifest(tmp_path)
