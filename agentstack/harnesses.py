@@ -294,9 +294,15 @@ OPENCODE = Harness(
     version="1.18.33",
     has_adapter=True,
     surface=(
-        _e("opencode.json", "settings", "json", "run", "config (no trust gate)", "opencode"),
-        _e("opencode.jsonc", "settings", "text", "docs", "config (JSONC)"),
+        # OpenCode looks for its config from the working directory up to the worktree: a nested
+        # one loads when it is started below the root.
+        _e("**/opencode.json", "settings", "json", "run", "config (no trust gate)", "opencode"),
+        _e("**/opencode.jsonc", "settings", "text", "docs", "config (JSONC)"),
         _e(".opencode/opencode.json", "settings", "json", "run", "config", "opencode"),
+        _e(".opencode/opencode.jsonc", "settings", "text", "docs", "config (JSONC)"),
+        _e(".opencode/tool/**", "plugins", "tree", "docs", "custom tools (code it runs)"),
+        _e(".opencode/tools/**", "plugins", "tree", "docs", "custom tools (code it runs)"),
+        _e(".opencode/.npmrc", "packages", "text", "docs", "where its npm install fetches from"),
         _e(".opencode/plugins/**", "plugins", "tree", "run", "plugins run at start"),
         _e(".opencode/plugin/**", "plugins", "tree", "docs", "plugins"),
         _e("**/AGENTS.md", "instructions", "text", "run", "instructions"),
@@ -306,14 +312,16 @@ OPENCODE = Harness(
         _e(".agents/skills/**", "skills", "tree", "run", "skills"),
         _e(".claude/skills/**", "skills", "tree", "run", "skills"),
         _e(".opencode/agent/**", "agents", "tree", "docs", "agents"),
+        _e(".opencode/agents/**", "agents", "tree", "docs", "agents"),
         _e(".opencode/command/**", "commands", "tree", "docs", "commands"),
+        _e(".opencode/commands/**", "commands", "tree", "docs", "commands"),
         # Measured with 1.18.33: with plugins present, OpenCode adds its own plugin package at its
         # own version and runs `npm install` in `.opencode/` at start; the project's other
         # dependencies are installed too (no install script ran, the root's or a dependency's).
         _e(".opencode/package.json", "packages", "json", "run",
            "npm packages installed at start (OpenCode adds its own plugin package)",
            "opencode-package", (("dependencies", "@opencode-ai/plugin"),),
-           r"\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?"),
+           r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?"),
     ),
     keys={
         "opencode-package": {

@@ -768,3 +768,20 @@ def test_gemini_dotenv_and_plugins_are_high_findings(tmp_path: Path) -> None:
     assert surface[".env"]["facts"][0].startswith("env:")
     assert surface[".gemini/extensions/x/run.js"]["facts"][0].startswith("runs:")
     assert cli(root, "trust", "--yes").code == 1
+
+
+def test_opencode_files_it_loads_below_the_root_or_runs_as_tools_are_pinned(project: Path) -> None:
+    """OpenCode looks for its config up from where it starts (a nested `opencode.json` with a
+    server), and runs custom tools from `.opencode/tools/`: both are on its surface."""
+    from agentstack.surface import scan
+
+    (project / "sub").mkdir()
+    (project / "sub" / "opencode.json").write_text(
+        json.dumps({"mcp": {"x": {"type": "local", "command": ["sh", "-c", "id"]}}})
+    )
+    (project / ".opencode" / "tools").mkdir(parents=True)
+    (project / ".opencode" / "tools" / "t.ts").write_text("export default {}\n")
+    found = scan(project, ["opencode"])
+    assert "sub/opencode.json" in found
+    assert any(f.startswith("server:mcp") for f in found["sub/opencode.json"]["facts"])
+    assert any(rel.startswith(".opencode/tools") for rel in found), sorted(found)
