@@ -61,6 +61,11 @@ class Harness(NamedTuple):
     surface: tuple[SurfaceEntry, ...]
     keys: dict[str, dict[str, str]]  # key table name -> top-level key -> risk class
     trust_entries: tuple[str, ...]  # harness-side trust agentstack writes (while trusted)
+    # What the harness, started in the project, also loads from each directory above it up to
+    # the top of the checkout (the directory holding `.git`): patterns relative to that
+    # directory, each one of `surface`'s (without its leading `**/`), measured with the real
+    # harness started in a subdirectory of a git checkout.
+    above: tuple[str, ...] = ()
 
 
 _CLAUDE_SETTINGS: dict[str, str] = {
@@ -213,6 +218,18 @@ CLAUDE_CODE = Harness(
         "~/.claude.json projects.<root>.hasTrustDialogAccepted",
         ".claude/settings.local.json enabledMcpjsonServers",
     ),
+    # Measured with 2.1.332: memory, rules, skills and agents reach the model and `.mcp.json`'s
+    # servers start; `.claude/settings.json` above the project is not read (its hooks do not run).
+    above=(
+        ".mcp.json",
+        "CLAUDE.md",
+        "CLAUDE.local.md",
+        ".claude/CLAUDE.md",
+        ".claude/rules/**",
+        ".claude/skills/**",
+        ".claude/agents/**",
+        ".claude/commands/**",
+    ),
 )
 
 CODEX = Harness(
@@ -242,6 +259,10 @@ CODEX = Harness(
         '~/.codex/config.toml projects."<root>".trust_level',
         '~/.codex/config.toml hooks.state."<hook>".trusted_hash',
     ),
+    # Measured with 0.171.0: instructions and skills reach the model; `.codex/config.toml` above
+    # the project is read only where Codex trusts that directory itself (agentstack trusts the
+    # project's root only).
+    above=("AGENTS.md", "AGENTS.override.md", ".agents/skills/**", ".codex/skills/**"),
 )
 
 _GEMINI_SETTINGS = {
@@ -278,6 +299,10 @@ GEMINI_CLI = Harness(
     ),
     keys={"gemini": _GEMINI_SETTINGS},
     trust_entries=("~/.gemini/trustedFolders.json",),
+    # Measured with 0.61.0: the GEMINI.md hierarchy reaches the model; `.gemini/settings.json`
+    # above the project is not read (its servers and hooks do not start).
+    # Its `.env` is looked for from the working directory up (docs).
+    above=("GEMINI.md", ".gemini/.env", ".env"),
 )
 
 OPENCODE = Harness(
@@ -318,10 +343,16 @@ OPENCODE = Harness(
         # Measured with 1.18.33: with plugins present, OpenCode adds its own plugin package at its
         # own version and runs `npm install` in `.opencode/` at start; the project's other
         # dependencies are installed too (no install script ran, the root's or a dependency's).
-        _e(".opencode/package.json", "packages", "json", "run",
-           "npm packages installed at start (OpenCode adds its own plugin package)",
-           "opencode-package", (("dependencies", "@opencode-ai/plugin"),),
-           r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?"),
+        _e(
+            ".opencode/package.json",
+            "packages",
+            "json",
+            "run",
+            "npm packages installed at start (OpenCode adds its own plugin package)",
+            "opencode-package",
+            (("dependencies", "@opencode-ai/plugin"),),
+            r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?",
+        ),
     ),
     keys={
         "opencode-package": {
@@ -346,10 +377,13 @@ OPENCODE = Harness(
             "command": RUNS,
             "formatter": RUNS,
             "lsp": RUNS,
-        }
+        },
     },
     trust_entries=(),
 )
+# Measured with 1.18.33: OpenCode reads its config, its `.opencode/` directory, instructions and
+# skills from every directory up to the worktree's top (`opencode.json`'s servers start there).
+OPENCODE = OPENCODE._replace(above=tuple(e.pattern.removeprefix("**/") for e in OPENCODE.surface))
 
 COPILOT = Harness(
     name="copilot",
@@ -375,9 +409,34 @@ COPILOT = Harness(
         _e(".github/skills/**", "skills", "tree", "run", "skills"),
         _e(".agents/skills/**", "skills", "tree", "run", "skills"),
         _e(".claude/skills/**", "skills", "tree", "run", "skills"),
+        _e(".claude/agents/**", "agents", "tree", "run", "Claude Code subagents"),
+        _e(".claude/commands/**", "commands", "tree", "run", "Claude Code commands"),
+        _e(".claude/rules/**", "rules", "tree", "run", "Claude Code rules"),
+        _e(".github/agents/**", "agents", "tree", "run", "custom agents"),
+        _e(".github/prompts/**", "commands", "tree", "docs", "prompt files"),
     ),
     keys={"mcp": _MCP_FILE, "hooks": _HOOKS_FILE},
     trust_entries=("~/.copilot/config.json trustedFolders",),
+    # Measured with 1.0.102: instructions, rules, skills and agents reach the model, and in a
+    # folder it trusts, the hooks of `.github/hooks/` and `.github/copilot/settings.json` run;
+    # servers above the project (`.github/mcp.json`, `.mcp.json`) and Claude Code's hooks do not.
+    above=(
+        ".github/hooks/**",
+        ".github/copilot/settings.json",
+        ".github/copilot/settings.local.json",
+        "AGENTS.md",
+        "CLAUDE.md",
+        "GEMINI.md",
+        ".github/copilot-instructions.md",
+        ".github/instructions/**",
+        ".github/skills/**",
+        ".agents/skills/**",
+        ".claude/skills/**",
+        ".claude/agents/**",
+        ".claude/commands/**",
+        ".claude/rules/**",
+        ".github/agents/**",
+    ),
 )
 
 CURSOR = Harness(

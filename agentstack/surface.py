@@ -146,6 +146,68 @@ def _rules(targets: list[str]) -> list[_Rule]:
     ]
 
 
+def _above_rules(targets: list[str]) -> list[_Rule]:
+    """The rules for what each harness loads from a directory above the project (`above`)."""
+    out = []
+    for name in targets:
+        harness = H.BY_NAME.get(name)
+        if harness is None:
+            continue
+        for pattern in harness.above:
+            entry = next(e for e in harness.surface if e.pattern.removeprefix("**/") == pattern)
+            out.append(_Rule(harness, entry, pattern.split("/")))
+    return out
+
+
+def checkout_above(root: Path) -> list[Path]:
+    """The directories above `root` up to the top of the git checkout it lies in (the nearest one
+    holding `.git`), nearest first: a harness started in the project loads files from them too,
+    and whoever changes the checkout can change those. Empty when `root` is the checkout's top,
+    when no `.git` is found, or when the search reaches the user's home directory (what lies
+    there and above is the user's own)."""
+    if os.path.lexists(root / ".git"):
+        return []
+    home = os.path.realpath(os.path.expanduser("~"))
+    out: list[Path] = []
+    for directory in root.parents:
+        text = str(directory)
+        if text == home or home.startswith(text.rstrip(os.sep) + os.sep):
+            return []
+        out.append(directory)
+        if os.path.lexists(directory / ".git"):
+            return out
+    return []
+
+
+def _walk_above(directory: Path, rule: _Rule) -> tuple[list[list[str]], list[str] | None]:
+    """The paths (relative to `directory`, as parts) that `rule` matches there, and the parts of
+    the first missing path component on the rule's literal path (None when all are present). A
+    link on the way is a match itself: it is pinned, never followed."""
+    tree = rule.parts[-1] == "**"
+    literal = rule.parts[:-1] if tree else rule.parts
+    for i in range(1, len(literal) + 1):
+        try:
+            st = os.lstat(directory.joinpath(*literal[:i]))
+        except OSError:
+            return [], literal[:i]
+        if (
+            not stat.S_ISDIR(st.st_mode)
+            or stat.S_ISLNK(st.st_mode)
+            or (not tree and i == len(literal))
+        ):
+            # The file itself; or a link, or a file where a directory belongs: pinned as it is.
+            return [literal[:i]], None
+    found: list[list[str]] = []
+    top = directory.joinpath(*literal)
+    for here, dirs, files in os.walk(top):
+        dirs.sort()
+        rel = os.path.relpath(here, top)
+        base = [*literal, *([] if rel == "." else rel.split(os.sep))]
+        found.extend([*base, name] for name in files)
+        found.extend([*base, d] for d in dirs if os.path.islink(os.path.join(here, d)))
+    return found, None
+
+
 def _anchors(rules: list[_Rule]) -> set[str]:
     """Literal path segments one of which every surface path contains (a cheap pre-filter)."""
     return {p for r in rules for p in r.parts if p != "**" and not any(c in p for c in "*?[")}
@@ -157,6 +219,7 @@ def _anchors(rules: list[_Rule]) -> set[str]:
 @dataclass
 class _Context:
     root: Path
+    top: Path  # the top of the checkout (root itself unless the project lies below it)
     ledger: dict[str, dict[str, Any]]
     expected_blocks: set[str]
     expected_instructions_file: bytes | None
@@ -194,7 +257,9 @@ def _context(root: Path, lock: dict[str, Any] | None) -> _Context:
         for name, skill in lock.get("skills", {}).items()
         for f in skill.get("files", [])
     }
-    return _Context(root, _read_ledger(root), blocks, generated, skills)
+    above = checkout_above(root)
+    top = above[-1] if above else root
+    return _Context(root, top, _read_ledger(root), blocks, generated, skills)
 
 
 # ----------------------------------------------------------------------------- scanning
@@ -243,6 +308,14 @@ def scan(
                     followed.add(real)
                     walks.append((real, parts))
             _match_names(names, base, anchors, literals, found)
+    # What the harnesses load from the directories above the project, within the checkout.
+    above_rules = _above_rules(targets)
+    for depth, upper in enumerate(checkout_above(root) if above_rules else [], start=1):
+        for rule in above_rules:
+            for parts in _walk_above(upper, rule)[0]:
+                matched = found.setdefault("/".join([".."] * depth + parts), [])
+                if rule not in matched:
+                    matched.append(rule)
     out: dict[str, dict[str, Any]] = {}
     pending_imports: list[tuple[str, int]] = []
     for rel in sorted(found, key=os.fsencode):
@@ -360,7 +433,9 @@ def _tree_facts(rules: list[_Rule], rel: str, data: bytes, executable: bool) -> 
     if "plugins" in roles:
         facts = [f"{H.RUNS}:{rel} (plugin code the harness loads and runs)"]
     if "env" in roles:
-        facts = [f"{H.ENV}:{rel} (variables the harness loads at start: a base URL or key among them)"]
+        facts = [
+            f"{H.ENV}:{rel} (variables the harness loads at start: a base URL or key among them)"
+        ]
     if executable:
         facts.append(f"executable:{rel}")
     text = data.decode("utf-8", "replace")
@@ -519,8 +594,9 @@ def _key_facts(risk: str, key: str, value: Any) -> list[str]:
     if risk == H.RUNS:
         commands = _commands(value)
         if not commands and isinstance(value, dict):  # npm `scripts`, `dependencies`, ...
-            return [f"runs:{key}.{_text(str(k))}: {_detail(str(v))}" for k, v in
-                    sorted(value.items())] or [f"runs:{key}"]
+            return [
+                f"runs:{key}.{_text(str(k))}: {_detail(str(v))}" for k, v in sorted(value.items())
+            ] or [f"runs:{key}"]
         return [f"runs:{key}: {_detail(c)}" for c in commands] or [f"runs:{key}"]
     if risk == H.PERMISSION and isinstance(value, dict):
         facts = []
@@ -608,7 +684,7 @@ def _imports(
                 continue
             if target.startswith("~") or target.startswith("/"):
                 absolute = os.path.realpath(os.path.expanduser(target))
-                if absolute.startswith(str(context.root) + os.sep):
+                if absolute.startswith(str(context.top) + os.sep):
                     if os.path.isfile(absolute):
                         pending.append((os.path.relpath(absolute, context.root), depth))
                         break
@@ -617,7 +693,7 @@ def _imports(
                     break
                 continue
             joined = os.path.normpath(os.path.join(os.path.dirname(rel), target))
-            if joined.startswith(".."):
+            if not os.path.normpath(context.root / joined).startswith(str(context.top) + os.sep):
                 facts.append(f"imports-outside:{_detail(target)}")
                 break
             if (context.root / joined).is_file():
@@ -631,7 +707,7 @@ def _pin_imported(
 ) -> dict[str, Any] | None:
     path = context.root / rel
     try:
-        if path.is_symlink() and not os.path.realpath(path).startswith(str(context.root) + os.sep):
+        if path.is_symlink() and not os.path.realpath(path).startswith(str(context.top) + os.sep):
             return {
                 "harnesses": ["claude-code"],
                 "role": "instructions",
@@ -752,8 +828,9 @@ def snapshot_entries(
         return _harness_rewrites([r for r in rules if _match(r.parts, parts)])
 
     for pinned in (document.get("surface") or {}).values():
-        if watchable(root / pinned["path"]) and not rewritten(pinned["path"].split("/")):
-            watch(root / pinned["path"], {"kind": "raw"})
+        path = Path(os.path.normpath(root / pinned["path"]))  # `../CLAUDE.md`: above the project
+        if watchable(path) and not rewritten(pinned["path"].split("/")):
+            watch(path, {"kind": "raw"})
     # Names a harness loads from a directory (the first literal segment after "**/").
     anywhere = sorted(
         {r.parts[1] for r in rules if r.parts[0] == "**" and len(r.parts) > 1}
@@ -810,6 +887,28 @@ def snapshot_entries(
             watch(path, {"kind": "raw"})
         elif not path.exists():
             watch(path, {"kind": "listing" if rule.entry.format == "tree" else "raw"})
+    # Above the project, within the checkout: each path a harness loads there, even while absent
+    # (the first missing component: its creation is drift), and the full listing of every
+    # directory of a tree there. Never a listing of the directory itself: a sibling project's
+    # change is not this project's drift.
+    above_rules = _above_rules(list(document["project"]["harnesses"]))
+    for upper in checkout_above(root) if above_rules else []:
+        for rule in above_rules:
+            matched, missing = _walk_above(upper, rule)
+            if missing is not None:
+                absent = upper.joinpath(*missing)
+                if str(absent) not in out:
+                    watch(absent, {"kind": "raw"})
+                continue
+            for parts in matched:
+                path = upper.joinpath(*parts)
+                if str(path) not in out and watchable(path):
+                    watch(path, {"kind": "raw"})
+            top = upper.joinpath(*rule.parts[:-1])
+            if rule.parts[-1] == "**" and top.is_dir() and not top.is_symlink():
+                for here, dirs, _ in os.walk(top):
+                    dirs.sort()
+                    watch(Path(here), {"kind": "listing"})
     return out
 
 
