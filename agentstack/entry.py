@@ -1,7 +1,9 @@
-"""The `agentstack` entry point: error handling for every command, and a fast path for `lock`.
+"""The `agentstack` entry point: error handling for every command, and fast paths for `lock` and
+the read-only `digest`, `show` and `status`.
 
-`lock` runs in CI and pre-commit hooks on every change, so it skips even the command table when
-its arguments are simple; anything else goes through `agentstack.cli.dispatch` (argparse).
+`lock` runs in CI and pre-commit hooks on every change, and `digest`, `show` and `status` in
+scripts and prompts, so they skip even the command table when their arguments are simple;
+anything else goes through `agentstack.cli.dispatch` (argparse).
 """
 
 from __future__ import annotations
@@ -117,6 +119,11 @@ def main() -> NoReturn:
         from agentstack.lock_command import run_lock
 
         run(lambda: run_lock(**options))
+    from agentstack.readcmds import fast, run_fast
+
+    read = fast(sys.argv[1:])
+    if read is not None:
+        run(lambda: run_fast(*read))
     from agentstack.cli import dispatch
 
     argv = sys.argv[1:]
