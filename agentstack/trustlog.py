@@ -31,7 +31,6 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -85,8 +84,50 @@ class TrustRecordInvalid(TrustLogError):
     """A record that `append` refuses to write (bad action, digest, path, or too long)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TrustRecord:
+class Value:
+    """An immutable value with keyword-only fields, equality and a repr: what the dataclasses here
+    were, without `dataclasses` (defining a dataclass costs ~1 ms, paid by every command that reads
+    the log, and the guard)."""
+
+    __slots__: tuple[str, ...] = ()
+    _fields: tuple[str, ...] = ()
+
+    def _set(self, **values: Any) -> None:
+        for name in self._fields:
+            object.__setattr__(self, name, values[name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of a {type(self).__name__}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} of a {type(self).__name__}")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(self._hashed())
+
+    def _hashed(self) -> tuple[Any, ...]:
+        return self._values()
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({inner})"
+
+
+class TrustRecord(Value):
+    __slots__ = ("action", "digest", "extra", "lock", "prev", "project", "seq", "time", "v")
+    _fields = ("v", "seq", "time", "action", "project", "digest", "lock", "prev", "extra")
     v: int
     seq: int
     time: str
@@ -95,7 +136,32 @@ class TrustRecord:
     digest: str
     lock: str
     prev: str
-    extra: dict[str, str] = field(default_factory=dict, hash=False)
+    extra: dict[str, str]
+
+    def __init__(
+        self,
+        *,
+        v: int,
+        seq: int,
+        time: str,
+        action: Action,
+        project: str,
+        digest: str,
+        lock: str,
+        prev: str,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        self._set(v=v, seq=seq, time=time, action=action, project=project, digest=digest,
+                  lock=lock, prev=prev, extra={} if extra is None else extra)  # fmt: skip
+
+    def _hashed(self) -> tuple[Any, ...]:
+        return self._values()[:-1]  # `extra` (a dict) is not hashed
+
+    def replace(self, **changes: Any) -> TrustRecord:
+        """A copy with `changes` (as `dataclasses.replace`)."""
+        values = {name: getattr(self, name) for name in self._fields}
+        values.update(changes)
+        return TrustRecord(**values)
 
     def to_json(self) -> dict[str, Any]:
         # `extra` is omitted when empty so that every record has exactly one canonical line.
@@ -114,8 +180,7 @@ class TrustRecord:
         return doc
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class VerifyReport:
+class VerifyReport(Value):
     """The outcome of checking the whole chain against `trust.head`.
 
     `count`/`head` describe the records that verified (all of them when `ok`); `first_bad` is the
@@ -124,13 +189,29 @@ class VerifyReport:
     size of an unacknowledged partial final line, which is ignored.
     """
 
+    __slots__ = ("count", "first_bad", "head", "ok", "pending", "problem", "torn")
+    _fields = ("ok", "count", "head", "first_bad", "problem", "pending", "torn")
     ok: bool
     count: int
     head: str
     first_bad: int | None
     problem: str
-    pending: int = 0
-    torn: int = 0
+    pending: int
+    torn: int
+
+    def __init__(
+        self,
+        *,
+        ok: bool,
+        count: int,
+        head: str,
+        first_bad: int | None,
+        problem: str,
+        pending: int = 0,
+        torn: int = 0,
+    ) -> None:
+        self._set(ok=ok, count=count, head=head, first_bad=first_bad, problem=problem,
+                  pending=pending, torn=torn)  # fmt: skip
 
 
 # Internal values are NamedTuples: a dataclass costs ~1 ms to define, paid on every guard call.
@@ -478,7 +559,7 @@ class TrustLog:
                     # past the head would read as tampering.
                     self._write_head(count, hashes[-1])
                 prev = hashes[-1] if hashes else GENESIS
-                record = replace(template, seq=count, prev=prev, time=_utc(self._clock()))
+                record = template.replace(seq=count, prev=prev, time=_utc(self._clock()))
                 line = _encode(record)
                 created = fd is None
                 if fd is None:
