@@ -450,7 +450,7 @@ class Resolver:
 def _instruction_targets(manifest: ManifestView) -> dict[str, str]:
     if not manifest.instructions.files:
         return {}
-    from agentstack_adapters.registry import instruction_targets
+    from agentstack.harnesses import instruction_targets  # the adapters' renders_into
 
     return instruction_targets(list(manifest.project.harnesses))
 
