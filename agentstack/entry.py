@@ -113,6 +113,23 @@ def _fast_lock(argv: list[str]) -> dict[str, Any] | None:
     return options
 
 
+def end(code: int) -> NoReturn:
+    """Exit with `code`, skipping the interpreter's teardown (a fifth of a short command's time)
+    when there is nothing left for it to do: stdout and stderr flushed, no exit handler, no other
+    thread. Anything else, or a failed flush (a closed pipe), exits normally, as `run` does."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    import atexit
+
+    threading = sys.modules.get("threading")
+    if atexit._ncallbacks() == 0 and (threading is None or threading.active_count() == 1):
+        os._exit(code)
+    sys.exit(code)
+
+
 def main() -> NoReturn:
     options = _fast_lock(sys.argv[1:])
     if options is not None:
@@ -123,7 +140,12 @@ def main() -> NoReturn:
 
     read = fast(sys.argv[1:])
     if read is not None:
-        run(lambda: run_fast(*read))
+        # A short read-only command (`status`, `digest`, `show`): no cycle collection while it
+        # imports and runs (what it allocates is freed at exit), and no teardown after it.
+        import gc
+
+        gc.disable()
+        end(outcome(lambda: run_fast(*read)))
     from agentstack.cli import dispatch
 
     argv = sys.argv[1:]

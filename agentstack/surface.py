@@ -23,9 +23,8 @@ import os
 import re
 import stat
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentstack import harnesses as H
 from agentstack.canonical import b3
@@ -125,8 +124,7 @@ def _leads_into(pattern: list[str], parts: list[str]) -> bool:
     return fnmatch.fnmatchcase(parts[0], pattern[0]) and _leads_into(pattern[1:], parts[1:])
 
 
-@dataclass(frozen=True)
-class _Rule:
+class _Rule(NamedTuple):  # NamedTuples, not dataclasses: `digest` imports this module
     harness: H.Harness
     entry: H.SurfaceEntry
     parts: list[str]
@@ -154,8 +152,7 @@ def _anchors(rules: list[_Rule]) -> set[str]:
 # ----------------------------------------------------------------------------- context
 
 
-@dataclass
-class _Context:
+class _Context(NamedTuple):
     root: Path
     ledger: dict[str, dict[str, Any]]
     expected_blocks: set[str]

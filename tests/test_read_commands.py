@@ -122,16 +122,22 @@ NEVER = ("pydantic", "pydantic_core", "agentstack.manifest", "agentstack.lockmod
          "secrets", "difflib", "hashlib")  # fmt: skip
 
 PROBE = """\
-import sys
+import os, sys
+def report():
+    print("\\nMODULES:" + ",".join(sorted(sys.modules)), file=sys.stderr)
+    sys.stderr.flush()
+real_exit = os._exit
+def fast_exit(code):  # the fast path ends without the interpreter's teardown
+    report()
+    real_exit(code)
+os._exit = fast_exit
 sys.argv = ["agentstack", *sys.argv[1:]]
 from agentstack.entry import main
 try:
     main()
-except SystemExit as exc:
-    code = exc.code
-sys.stdout.flush()
-print("\\nMODULES:" + ",".join(sorted(sys.modules)), file=sys.stderr)
-sys.exit(code)
+except SystemExit:
+    report()
+    raise
 """
 
 
@@ -148,10 +154,46 @@ def test_status_digest_and_show_import_only_what_their_data_needs(project: Path)
                 cwd=project, capture_output=True, text=True, env=env, timeout=60,
             )  # fmt: skip
             assert result.returncode == 0, (args, result.stderr)
+        if "--json" in args:  # the whole output reached the pipe before the fast exit
+            json.loads(result.stdout)
+        elif args == ["digest"]:
+            assert result.stdout.startswith("b3:") and result.stdout.endswith("\n")
         modules = set(result.stderr.rsplit("MODULES:", 1)[1].strip().split(","))
         assert "agentstack.consent" in modules, "the probe did not run the command"
         loaded = sorted(m for m in modules if m.split(".")[0] in NEVER or m in NEVER)
         assert loaded == [], (args, loaded)
+
+
+class _Exited(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("handlers", "fast"), [(0, True), (1, False)])
+def test_the_fast_exit_is_taken_only_when_nothing_is_left_to_do_at_exit(
+    monkeypatch: pytest.MonkeyPatch, handlers: int, fast: bool
+) -> None:
+    """Without exit handlers or other threads the process ends at once (after flushing); an exit
+    handler (or a thread) gets the interpreter's normal exit, which runs it."""
+    import atexit
+
+    from agentstack import entry
+
+    def os_exit(code: int) -> None:
+        raise _Exited(code)
+
+    monkeypatch.setattr(entry.os, "_exit", os_exit)
+    monkeypatch.setattr(atexit, "_ncallbacks", lambda: handlers)
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        monkeypatch.setattr(threading, "active_count", lambda: 1)
+    if fast:
+        with pytest.raises(_Exited) as exited:
+            entry.end(3)
+        assert exited.value.args == (3,)
+    else:
+        with pytest.raises(SystemExit) as normal:
+            entry.end(3)
+        assert normal.value.code == 3
 
 
 # The modules on these commands' own path define no dataclass and compile nothing heavy at import:
