@@ -499,6 +499,10 @@ class TrustLog:
         self.torn_path = self.home / TORN_NAME
         self._clock = clock
         self._verified: _Verified | None = None
+        # The last snapshot this process verified as a reader, with its outcome: the same bytes
+        # (head and log, compared in full) always verify the same way, so a command asking several
+        # questions reads both files each time but parses and hashes them once.
+        self._read: tuple[_Snapshot, list[TrustRecord], VerifyReport] | None = None
 
     # ----------------------------------------------------------------------------------- writing
 
@@ -777,9 +781,14 @@ class TrustLog:
 
     def _read_verified(self) -> tuple[list[TrustRecord], VerifyReport]:
         snap = self._snapshot()
+        known = self._read
+        if known is not None and known[0] == snap:
+            return list(known[1]), known[2]
         lines = _split_lines(snap.body)
         records, hashes, bad = _scan_full(lines)
-        return records, _judge(snap, len(lines), hashes, bad)
+        report = _judge(snap, len(lines), hashes, bad)
+        self._read = (snap, list(records), report)
+        return records, report
 
     def _load(self) -> tuple[list[TrustRecord], VerifyReport]:
         records, report = self._read_verified()

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,12 +115,13 @@ def test_fast_path_answers_as_the_command_table_in_every_state(
 
 # Never on the path of these three commands: the validation models, the renderers, the command
 # table and its parser, rich (except `show` without --json), the review's diff of an unchanged
-# project, the git and subprocess machinery, and the stdlib modules that only writers need.
+# project, the git and subprocess machinery, the stdlib modules that only writers need, and
+# `dataclasses` (with `inspect`, ~5 ms to import, and ~1 ms per class defined).
 NEVER = ("pydantic", "pydantic_core", "agentstack.manifest", "agentstack.lockmodel",
          "agentstack_adapters", "agentstack.apply", "agentstack.apply_command", "agentstack.cli",
          "agentstack.cli_base", "agentstack.view", "agentstack.diff", "agentstack.gitsource",
          "agentstack.fsutil", "argparse", "rich", "typer", "click", "git", "subprocess",
-         "secrets", "difflib", "hashlib")  # fmt: skip
+         "secrets", "difflib", "hashlib", "dataclasses", "inspect")  # fmt: skip
 
 PROBE = """\
 import os, sys
@@ -225,3 +227,45 @@ def test_harness_instruction_targets_are_the_adapters_own() -> None:
     names = list(BUILTIN)
     assert instruction_targets(names) == light(names) == {"CLAUDE.md": "claude-code",
                                                           "AGENTS.md": "codex"}
+
+
+# ------------------------------------------------------------------------- the trust log's reads
+
+
+def test_a_reader_verifies_unchanged_bytes_once_and_sees_every_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status` asks the log several questions: each reads the head and the log again, but the
+    chain is checked only when the bytes differ from the ones already checked, so a change made
+    between two questions (an append, a tampered byte, a truncation) is always seen."""
+    from agentstack import trustlog
+    from agentstack.trustlog import TrustLog, TrustLogTampered
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    writer, reader = TrustLog(home), TrustLog(home)
+    project, first, second = "/p", "b3:" + "1" * 64, "b3:" + "2" * 64
+    writer.append("trust", project, first)
+    scans: list[int] = []
+    real = trustlog._scan_full
+
+    def counting(lines: list[bytes]) -> Any:
+        scans.append(len(lines))
+        return real(lines)
+
+    monkeypatch.setattr(trustlog, "_scan_full", counting)
+    assert reader.state_for(project, first) == "trusted"
+    assert reader.last_trusted(project) is not None and reader.trusted_digests(project) == [first]
+    assert scans == [1]  # three questions, one check
+    writer.append("trust", project, second)
+    assert reader.last_trusted(project).digest == second  # type: ignore[union-attr]
+    assert scans == [1, 2]
+    data = reader.path.read_bytes()
+    reader.path.write_bytes(data.replace(first.encode(), ("b3:" + "3" * 64).encode()))
+    with pytest.raises(TrustLogTampered):
+        reader.state_for(project, first)
+    reader.path.write_bytes(data[: data.index(b"\n") + 1])  # the last record cut off
+    with pytest.raises(TrustLogTampered):
+        reader.records()
+    reader.path.write_bytes(data)
+    assert reader.verify().ok and reader.state_for(project, second) == "trusted"
