@@ -149,4 +149,9 @@ def main() -> NoReturn:
     from agentstack.cli import dispatch
 
     argv = sys.argv[1:]
+    if argv in ([], ["--help"], ["-h"], ["--version"]):  # text only: the same short ending
+        import gc
+
+        gc.disable()
+        end(outcome(lambda: dispatch(argv)))
     run(lambda: dispatch(argv))  # bare `agentstack`: the help, exit 0
