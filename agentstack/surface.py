@@ -266,10 +266,11 @@ def _match_names(
     found: dict[str, list[_Rule]],
 ) -> None:
     """Record in `found` each of `names` (in the directory `base`) that a surface rule matches."""
+    wild = [a for a in anchors if "*" in a]  # once per directory, not per name and segment
     for name in names:
         parts = [*base, name]
         if not anchors.intersection(parts) and not any(
-            fnmatch.fnmatchcase(p, a) for p in parts for a in anchors if "*" in a
+            fnmatch.fnmatchcase(p, a) for p in parts for a in wild
         ):
             continue
         present = set(parts)
