@@ -124,8 +124,13 @@ def end(code: int) -> NoReturn:
         sys.exit(code)
     import atexit
 
+    handlers = getattr(atexit, "_ncallbacks", None)  # CPython's count of exit handlers
     threading = sys.modules.get("threading")
-    if atexit._ncallbacks() == 0 and (threading is None or threading.active_count() == 1):
+    if (
+        handlers is not None
+        and handlers() == 0
+        and (threading is None or threading.active_count() == 1)
+    ):
         os._exit(code)
     sys.exit(code)
 
