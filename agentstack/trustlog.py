@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import blake3
 
@@ -214,30 +214,51 @@ class VerifyReport(Value):
                   pending=pending, torn=torn)  # fmt: skip
 
 
-# Internal values are NamedTuples: a dataclass costs ~1 ms to define, paid on every guard call.
-class _Head(NamedTuple):
+# Internal values are `Value`s too: a dataclass costs ~1 ms to define and a NamedTuple ~0.2 ms (it
+# compiles its annotations), paid by every command that reads the log, and the guard.
+class _Head(Value):
+    __slots__ = ("last", "records")
+    _fields = ("records", "last")
     records: int
     last: str
 
+    def __init__(self, *, records: int, last: str) -> None:
+        self._set(records=records, last=last)
 
-class _Snapshot(NamedTuple):
+
+class _Snapshot(Value):
+    __slots__ = ("body", "head", "head_problem", "torn")
+    _fields = ("head", "head_problem", "body", "torn")
     head: _Head | None
     head_problem: str
     body: bytes  # the complete lines, each ending in "\n"
     torn: int  # bytes after the last "\n"
 
+    def __init__(self, *, head: _Head | None, head_problem: str, body: bytes, torn: int) -> None:
+        self._set(head=head, head_problem=head_problem, body=body, torn=torn)
 
-class _Bad(NamedTuple):
+
+class _Bad(Value):
+    __slots__ = ("at", "reason")
+    _fields = ("at", "reason")
     at: int  # 0-based line index
     reason: str
 
+    def __init__(self, *, at: int, reason: str) -> None:
+        self._set(at=at, reason=reason)
 
-class _Verified(NamedTuple):
+
+class _Verified(Value):
     """A prefix of the log this process has checked in full: its size, blake3 and line hashes."""
 
+    __slots__ = ("digest", "hashes", "size")
+    _fields = ("size", "digest", "hashes")
     size: int
     digest: bytes
     hashes: list[str]
+
+    def __init__(self, *, size: int, digest: bytes, hashes: list[str]) -> None:
+        self._set(size=size, digest=digest, hashes=hashes)
 
 
 class _BadLine(ValueError):
