@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentstack.harnesses import RENDERS_INTO
+
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext, WholeFile
 from .common import (
     GENERATED_NOTE,
@@ -40,7 +42,7 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
 
 class ClaudeCodeAdapter:
     # The project file this adapter writes instructions into: never an instruction source.
-    renders_into = ("CLAUDE.md",)
+    renders_into = RENDERS_INTO[NAME]  # agentstack.harnesses
 
     @property
     def name(self) -> str:

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentstack.harnesses import RENDERS_INTO
+
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
     guard_groups,
@@ -93,7 +95,7 @@ def hook_state_key(hooks_file: Path, event: str, group: int, index: int) -> str:
 
 class CodexAdapter:
     # The project file this adapter writes instructions into: never an instruction source.
-    renders_into = ("AGENTS.md",)
+    renders_into = RENDERS_INTO[NAME]  # agentstack.harnesses
 
     @property
     def name(self) -> str:

@@ -30,11 +30,9 @@ BUILTIN: dict[str, Adapter] = {
 def instruction_targets(harnesses: list[str]) -> dict[str, str]:
     """Project files the built-in adapters of `harnesses` write instructions into (path ->
     harness): such a file cannot also be an instruction source (apply would write into it)."""
-    out: dict[str, str] = {}
-    for harness in harnesses:
-        for path in getattr(BUILTIN.get(harness), "renders_into", ()):
-            out.setdefault(path, harness)
-    return out
+    from agentstack.harnesses import instruction_targets as targets  # the adapters' renders_into
+
+    return targets(harnesses)
 
 
 class AdapterConflict(Refused):

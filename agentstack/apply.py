@@ -47,9 +47,10 @@ from agentstack.fsutil import (
     write_atomic,
 )
 from agentstack.fsutil import unlink as fs_unlink
+from agentstack.ledger import LEDGER_VERSION as LEDGER_VERSION  # the ledger, read by status
+from agentstack.ledger import load_ledger as load_ledger
 from agentstack.paths import agentstack_home, apply_ledger_path, ensure_private_dir
 
-LEDGER_VERSION = 1
 EXCLUDE_BEGIN = "# agentstack:begin (rendered per machine by 'agentstack apply')"
 EXCLUDE_END = "# agentstack:end"
 
@@ -515,23 +516,6 @@ def render_operations(
     for harness in targets:
         ops.extend(adapters[harness].render(context))
     return ops
-
-
-def load_ledger(root: Path) -> dict[str, Any]:
-    path = apply_ledger_path(root)
-    try:
-        ledger = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return {"v": LEDGER_VERSION, "files": {}}
-    except (OSError, ValueError) as exc:
-        raise Refused(
-            f"the apply ledger {path} is unreadable ({exc})",
-            hint="inspect or delete it; with it gone, every rendered file that already "
-            "exists counts as not written by agentstack",
-        ) from None
-    if not isinstance(ledger, dict) or ledger.get("v") != LEDGER_VERSION:
-        raise Refused(f"the apply ledger {path} has an unknown format")
-    return ledger
 
 
 def plan(

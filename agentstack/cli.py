@@ -5,7 +5,6 @@ it does not print (never pydantic, rich or GitPython)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from agentstack.cli_base import JSON, Arg, Opt, app, root_dir, state
@@ -296,25 +295,17 @@ def lock(
 @app.command(JSON)
 def digest(as_json: bool = False) -> None:
     """Print the consent digest (b3:<64 hex>) of the current manifest and lock."""
-    root = _root_dir()
-    _, _, _, value = _current(root)
-    if as_json:
-        print_json({"digest": value, "project": str(root)})
-    else:
-        sys.stdout.write(value + "\n")
+    from agentstack import readcmds
+
+    readcmds.digest(_root_dir(), as_json)
 
 
 @app.command(JSON)
 def show(as_json: bool = False) -> None:
     """The consent view: what will run and what the model will read."""
-    root = _root_dir()
-    _, _, doc, value = _current(root)
-    if as_json:
-        print_json(doc)
-        return
-    from agentstack.view import consent_renderable, console
+    from agentstack import readcmds
 
-    console().print(consent_renderable(doc, value))
+    readcmds.show(_root_dir(), as_json)
 
 
 def _load_document(path: Path) -> dict[str, Any]:

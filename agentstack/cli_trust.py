@@ -370,17 +370,6 @@ def status(as_json: bool = False) -> int:
     """Lock freshness, trust state of the current digest, and what changed since the trusted one.
 
     Exit 0 when the lock is fresh and its digest trusted; 1 otherwise."""
-    from agentstack.status import project_status, status_lines
+    from agentstack import readcmds
 
-    report = project_status(root_dir(), store())
-    ok = report.pop("ok")
-    if as_json:
-        print_json(report)
-    else:
-        echo("\n".join(status_lines(report)))
-        for path in report.get("withdrawn", []):
-            echo(
-                f"withdrew agentstack's harness-side trust from {path} until the change is "
-                "reviewed ('agentstack trust', then 'agentstack apply --write')"
-            )
-    return 0 if ok else 1
+    return readcmds.status(root_dir(), store(), as_json)

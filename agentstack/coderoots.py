@@ -18,8 +18,8 @@ import posixpath
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 # Directories never pinned inside a code root. Caches are written by the code itself (pinning them
 # would make every lock stale after the first run); installed dependencies are too large to
@@ -110,19 +110,20 @@ def is_loader_env(name: str) -> bool:
     return name in LOADER_ENV or name.startswith(_LOADER_PREFIXES)
 
 
-@dataclass(frozen=True)
-class Root:
+class Root(NamedTuple):  # NamedTuples, not dataclasses: `digest` and `status` import this
     """A directory to pin as a tree; `origin` says why (shown in the review)."""
 
     path: str
     origin: str
 
 
-@dataclass
 class Analysis:
-    roots: list[Root] = field(default_factory=list)
-    files: list[tuple[str, str]] = field(default_factory=list)  # (project path, origin)
-    facts: list[str] = field(default_factory=list)
+    __slots__ = ("facts", "files", "roots")
+
+    def __init__(self) -> None:
+        self.roots: list[Root] = []
+        self.files: list[tuple[str, str]] = []  # (project path, origin)
+        self.facts: list[str] = []
 
     def fact(self, text: str) -> None:
         if text not in self.facts:

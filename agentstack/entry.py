@@ -1,7 +1,9 @@
-"""The `agentstack` entry point: error handling for every command, and a fast path for `lock`.
+"""The `agentstack` entry point: error handling for every command, and fast paths for `lock` and
+the read-only `digest`, `show` and `status`.
 
-`lock` runs in CI and pre-commit hooks on every change, so it skips even the command table when
-its arguments are simple; anything else goes through `agentstack.cli.dispatch` (argparse).
+`lock` runs in CI and pre-commit hooks on every change, and `digest`, `show` and `status` in
+scripts and prompts, so they skip even the command table when their arguments are simple;
+anything else goes through `agentstack.cli.dispatch` (argparse).
 """
 
 from __future__ import annotations
@@ -111,13 +113,50 @@ def _fast_lock(argv: list[str]) -> dict[str, Any] | None:
     return options
 
 
+def end(code: int) -> NoReturn:
+    """Exit with `code`, skipping the interpreter's teardown (a fifth of a short command's time)
+    when there is nothing left for it to do: stdout and stderr flushed, no exit handler, no other
+    thread. Anything else, or a failed flush (a closed pipe), exits normally, as `run` does."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    import atexit
+
+    handlers = getattr(atexit, "_ncallbacks", None)  # CPython's count of exit handlers
+    threading = sys.modules.get("threading")
+    if (
+        handlers is not None
+        and handlers() == 0
+        and (threading is None or threading.active_count() == 1)
+    ):
+        os._exit(code)
+    sys.exit(code)
+
+
 def main() -> NoReturn:
     options = _fast_lock(sys.argv[1:])
     if options is not None:
         from agentstack.lock_command import run_lock
 
         run(lambda: run_lock(**options))
+    from agentstack.readcmds import fast, run_fast
+
+    read = fast(sys.argv[1:])
+    if read is not None:
+        # A short read-only command (`status`, `digest`, `show`): no cycle collection while it
+        # imports and runs (what it allocates is freed at exit), and no teardown after it.
+        import gc
+
+        gc.disable()
+        end(outcome(lambda: run_fast(*read)))
     from agentstack.cli import dispatch
 
     argv = sys.argv[1:]
+    if argv in ([], ["--help"], ["-h"], ["--version"]):  # text only: the same short ending
+        import gc
+
+        gc.disable()
+        end(outcome(lambda: dispatch(argv)))
     run(lambda: dispatch(argv))  # bare `agentstack`: the help, exit 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,7 +135,7 @@ def _write_atomic(path: Path, data: bytes, mode: int | None, base: Path | None) 
     with open_parent(path, base) as dir_fd:
         name = path.name
         final = _final_mode(dir_fd, name, mode)
-        tmp = f".{name}.agentstack-{secrets.token_hex(6)}"
+        tmp = f".{name}.agentstack-{os.urandom(6).hex()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=dir_fd)
         try:
@@ -167,7 +166,7 @@ def link_atomic(path: Path, target: str, *, base: Path | None = None) -> None:
     """Make `path` a symbolic link to `target` (created beside it, renamed over it)."""
     path = Path(path)
     with open_parent(path, base) as dir_fd:
-        tmp = f".{path.name}.agentstack-{secrets.token_hex(6)}"
+        tmp = f".{path.name}.agentstack-{os.urandom(6).hex()}"
         os.symlink(target, tmp, dir_fd=dir_fd)
         try:
             os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

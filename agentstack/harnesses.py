@@ -27,6 +27,21 @@ SETTING = "setting"  # anything else the harness reads (shown, not rated high)
 
 HIGH_KEY_RISKS = frozenset({RUNS, ENV, PERMISSION, HOST, FILE, SERVER, GUARD_OFF})
 
+# The project files each built-in adapter writes the instructions into (its `renders_into`): such a
+# file cannot also be an instruction source. Here, not only on the adapters, so that checking a lock
+# does not import the renderers.
+RENDERS_INTO: dict[str, tuple[str, ...]] = {"claude-code": ("CLAUDE.md",), "codex": ("AGENTS.md",)}
+
+
+def instruction_targets(harnesses: list[str]) -> dict[str, str]:
+    """Project files the built-in adapters of `harnesses` write instructions into (path ->
+    harness, the first harness to claim a path)."""
+    out: dict[str, str] = {}
+    for harness in harnesses:
+        for path in RENDERS_INTO.get(harness, ()):
+            out.setdefault(path, harness)
+    return out
+
 
 class SurfaceEntry(NamedTuple):
     """One thing a harness loads from a project.

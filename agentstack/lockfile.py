@@ -12,7 +12,6 @@ import os
 import posixpath
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -72,21 +71,25 @@ def entry_json(entry: TreeEntry) -> dict[str, Any]:
 _ROOT_HINT = "name the directories and files the code loads with pin = [...]"
 
 
-@dataclass
 class Resolver:
-    """Resolves each manifest item into its lock entry, collecting every problem."""
+    """Resolves each manifest item into its lock entry, collecting every problem. (A plain class:
+    defining a dataclass costs ~1 ms, and `digest` and `status` import this module.)"""
 
-    root: Path
-    cache_dir: Path
-    stat_cache: StatCache
-    previous: dict[str, Any] | None
-    offline_git: bool = False
-    update_git: bool = False
-
-    # None: no limits (the freshness check re-hashes what an earlier `lock` already accepted).
-    limits: Limits | None = None
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        root: Path,
+        cache_dir: Path,
+        stat_cache: StatCache,
+        previous: dict[str, Any] | None,
+        offline_git: bool = False,
+        update_git: bool = False,
+        # None: no limits (the freshness check re-hashes what an earlier `lock` accepted).
+        limits: Limits | None = None,
+    ) -> None:
+        self.root, self.cache_dir, self.stat_cache, self.previous = (
+            root, cache_dir, stat_cache, previous
+        )  # fmt: skip
+        self.offline_git, self.update_git, self.limits = offline_git, update_git, limits
         self.problems: list[Problem] = []
         self.real_root = self.root.resolve()
         self._code: Analyser | None = None
@@ -450,7 +453,7 @@ class Resolver:
 def _instruction_targets(manifest: ManifestView) -> dict[str, str]:
     if not manifest.instructions.files:
         return {}
-    from agentstack_adapters.registry import instruction_targets
+    from agentstack.harnesses import instruction_targets  # the adapters' renders_into
 
     return instruction_targets(list(manifest.project.harnesses))
 

@@ -4,11 +4,13 @@ checks. The `status` and `doctor` commands print these; nothing here parses argu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
 
-from agentstack.trust import TrustStore
+    from agentstack.trust import TrustStore
 
 
 def project_status(root: Path, store: TrustStore, *, withdraw: bool = True) -> dict[str, Any]:
@@ -16,8 +18,8 @@ def project_status(root: Path, store: TrustStore, *, withdraw: bool = True) -> d
     whether the lock is fresh, its digest trusted and nothing drifted. When it is not, and
     something was trusted before, the harness-side trust entries are withdrawn (`withdraw`)."""
     from agentstack.consent import current
-    from agentstack.diff import changed_items, consent_diff
     from agentstack.errors import StaleLock
+    from agentstack.ledger import load_ledger
 
     report: dict[str, Any] = {"project": str(root.resolve())}
     document: dict[str, Any] | None
@@ -37,13 +39,22 @@ def project_status(root: Path, store: TrustStore, *, withdraw: bool = True) -> d
     if document is not None and last is not None and last.digest != digest:
         before = store.load_consent(last.digest)
         if before is not None:
+            from agentstack.diff import changed_items, consent_diff
+
             changes = consent_diff(before, document)
             report["findings"] = [f.to_json() for f in changes.findings]
             report["changed"] = changed_items(changes)
-    report.update(rendered_state(root))
+    read: list[dict[str, Any]] = []
+
+    def ledger() -> dict[str, Any]:  # read once, when needed (as before: no read, no error)
+        if not read:
+            read.append(load_ledger(root))
+        return read[0]
+
+    report.update(rendered_state(root, ledger))
     report["missing_secrets"] = missing_secrets(document)
     report["export"] = header_exports(document)
-    report["guard_expected"] = snapshot_expected(root, report)
+    report["guard_expected"] = snapshot_expected(root, report, ledger)
     ok = (
         report["lock"] == "fresh"
         and report["trust"] == "trusted"
@@ -64,14 +75,18 @@ def missing_secrets(document: dict[str, Any] | None) -> list[dict[str, str]]:
     """Secrets the servers name that the store does not hold (the server cannot start)."""
     if document is None:
         return []
-    from agentstack.secrets import SecretStore
-
-    store = SecretStore()
+    store = None
     missing = []
     for name, server in sorted(document.get("servers", {}).items()):
         for table in ("env", "headers"):
             for key, source in sorted(server.get(table, {}).items()):
-                if "secret" in source and not store.exists(source["secret"]):
+                if "secret" not in source:
+                    continue
+                if store is None:  # only then: the secret store's module and its imports
+                    from agentstack.secrets import SecretStore
+
+                    store = SecretStore()
+                if not store.exists(source["secret"]):
                     missing.append(
                         {"item": f"servers.{name}", "key": key, "secret": source["secret"]}
                     )
@@ -83,12 +98,12 @@ def header_exports(document: dict[str, Any] | None) -> list[dict[str, str]]:
     environment: these variables must be exported where the harness starts."""
     if document is None:
         return []
-    from agentstack_adapters.common import secret_env_var
-
     out = []
     for name, server in sorted(document.get("servers", {}).items()):
         for key, source in sorted(server.get("headers", {}).items()):
             if "secret" in source:
+                from agentstack_adapters.common import secret_env_var
+
                 out.append(
                     {
                         "item": f"servers.{name}",
@@ -100,16 +115,26 @@ def header_exports(document: dict[str, Any] | None) -> list[dict[str, str]]:
     return out
 
 
-def snapshot_expected(root: Path, report: dict[str, Any]) -> bool:
-    """A guard snapshot exists once `trust` recorded trust or `apply --write` rendered files."""
-    from agentstack.apply import load_ledger
+def snapshot_expected(
+    root: Path, report: dict[str, Any], ledger: Callable[[], dict[str, Any]] | None = None
+) -> bool:
+    """A guard snapshot exists once `trust` recorded trust or `apply --write` rendered files
+    (`ledger`: the project's apply ledger, read once by the caller)."""
+    if report.get("trust_source") == "log":
+        return True
+    if ledger is None:
+        from agentstack.ledger import load_ledger
 
-    return report.get("trust_source") == "log" or bool(load_ledger(root).get("files"))
+        return bool(load_ledger(root).get("files"))
+    return bool(ledger().get("files"))
 
 
-def rendered_state(root: Path) -> dict[str, Any]:
+def rendered_state(
+    root: Path, ledger: Callable[[], dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Drift of every fingerprinted file (the guard's own check), per harness file, and rendered
-    files that git tracks (they are per machine and must not be committed)."""
+    files that git tracks (they are per machine and must not be committed). `ledger`: the
+    project's apply ledger, read once by the caller."""
     import json as _json
 
     from agentstack.fingerprints import drifted
@@ -132,11 +157,15 @@ def rendered_state(root: Path) -> dict[str, Any]:
             roles[shown] = str(entry.get("role", ""))
     # Only files agentstack created are per machine; a user's own CLAUDE.md or AGENTS.md holding
     # an agentstack block stays theirs to commit.
-    from agentstack.apply import load_ledger
+    if ledger is None:
+        from agentstack.ledger import load_ledger
 
+        files = load_ledger(root).get("files", {})
+    else:
+        files = ledger().get("files", {})
     created = {
         path[len(real) + 1 :]
-        for path, recorded in load_ledger(root).get("files", {}).items()
+        for path, recorded in files.items()
         if path.startswith(real + "/")
         and (recorded.get("kind") == "whole" or recorded.get("created"))
     }
@@ -153,10 +182,10 @@ def rendered_state(root: Path) -> dict[str, Any]:
 def tracked_files(root: Path, paths: list[str]) -> list[str]:
     """Which rendered files git tracks. Only called for a trusted project's own files, with
     fsmonitor and hooks disabled on the command line (ls-files never runs repo hooks)."""
-    import subprocess
-
     if not paths or not (root / ".git").exists():
         return []
+    import subprocess
+
     try:
         result = subprocess.run(
             [

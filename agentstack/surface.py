@@ -23,9 +23,8 @@ import os
 import re
 import stat
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentstack import harnesses as H
 from agentstack.canonical import b3
@@ -125,8 +124,7 @@ def _leads_into(pattern: list[str], parts: list[str]) -> bool:
     return fnmatch.fnmatchcase(parts[0], pattern[0]) and _leads_into(pattern[1:], parts[1:])
 
 
-@dataclass(frozen=True)
-class _Rule:
+class _Rule(NamedTuple):  # NamedTuples, not dataclasses: `digest` imports this module
     harness: H.Harness
     entry: H.SurfaceEntry
     parts: list[str]
@@ -216,8 +214,7 @@ def _anchors(rules: list[_Rule]) -> set[str]:
 # ----------------------------------------------------------------------------- context
 
 
-@dataclass
-class _Context:
+class _Context(NamedTuple):
     root: Path
     top: Path  # the top of the checkout (root itself unless the project lies below it)
     ledger: dict[str, dict[str, Any]]
@@ -342,10 +339,11 @@ def _match_names(
     found: dict[str, list[_Rule]],
 ) -> None:
     """Record in `found` each of `names` (in the directory `base`) that a surface rule matches."""
+    wild = [a for a in anchors if "*" in a]  # once per directory, not per name and segment
     for name in names:
         parts = [*base, name]
         if not anchors.intersection(parts) and not any(
-            fnmatch.fnmatchcase(p, a) for p in parts for a in anchors if "*" in a
+            fnmatch.fnmatchcase(p, a) for p in parts for a in wild
         ):
             continue
         present = set(parts)

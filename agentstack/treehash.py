@@ -19,9 +19,8 @@ import stat
 import time
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import blake3
 
@@ -40,8 +39,7 @@ class LimitExceeded(Refused):
     """What `lock` would pin is larger than its limits allow (exit 1)."""
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):  # not a dataclass: `digest` and `status` import this module
     """Caps on what one `lock` pins. They come from the command line, never from the project (a
     project could otherwise lift them); the defaults fit any real configuration."""
 
@@ -68,8 +66,7 @@ class Limits:
         )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TreeEntry:
+class TreeEntry(NamedTuple):
     """One regular file or in-tree symlink; `digest` hashes the file bytes or the link target."""
 
     path: str

@@ -10,32 +10,41 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from agentstack import layout
 from agentstack.canonical import canonical_bytes, is_digest
 from agentstack.errors import InvalidInput
-from agentstack.fsutil import write_atomic
 from agentstack.paths import agentstack_home, ensure_private_dir
-from agentstack.trustlog import TrustLog, TrustRecord
+from agentstack.trustlog import TrustLog, TrustRecord, Value
 
 TRUSTED_DIGESTS_ENV = "AGENTSTACK_TRUSTED_DIGESTS"
 
 TrustSource = Literal["log", "env", "flag"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrustState:
+class TrustState(Value):
     """The answer to "is this digest trusted for this project?", with why."""
 
+    __slots__ = ("moved_from", "source", "state", "trusted_on")
+    _fields = ("state", "source", "moved_from", "trusted_on")
     state: Literal["trusted", "revoked", "untrusted", "superseded"]
-    source: TrustSource | None = None
-    moved_from: str | None = None  # the digest was trusted, but for a project at another path
+    source: TrustSource | None
+    moved_from: str | None  # the digest was trusted, but for a project at another path
     # "superseded": the digest was trusted, but a later trust for the project replaced it; going
     # back to it is a new review (returning to an older setup is a change like any other).
-    trusted_on: str | None = None
+    trusted_on: str | None
+
+    def __init__(
+        self,
+        *,
+        state: Literal["trusted", "revoked", "untrusted", "superseded"],
+        source: TrustSource | None = None,
+        moved_from: str | None = None,
+        trusted_on: str | None = None,
+    ) -> None:
+        self._set(state=state, source=source, moved_from=moved_from, trusted_on=trusted_on)
 
     @property
     def trusted(self) -> bool:
@@ -120,6 +129,8 @@ class TrustStore:
     def save_consent(self, digest: str, document: dict[str, Any]) -> Path:
         """Store what was reviewed, so a later change is shown as a diff against it."""
         path = self.consent_path(digest)
+        from agentstack.fsutil import write_atomic
+
         ensure_private_dir(path.parent)
         write_atomic(path, canonical_bytes(document), 0o600)
         return path
@@ -165,17 +176,23 @@ def current_trusts(records: list[TrustRecord]) -> list[TrustRecord]:
 ACCEPT_WORD = "accept-risk"
 
 
-@dataclass
 class Review:
     """What a trust decision for (project, digest) is about."""
 
-    root: Path
-    document: dict[str, Any]
-    digest: str
-    state: TrustState
-    previous: TrustRecord | None  # the last trusted record of the project, if any
-    before: dict[str, Any] | None  # its stored consent document (None: a first review)
-    result: Any  # agentstack.diff.ConsentDiff against `before`, risk findings first
+    __slots__ = ("before", "digest", "document", "previous", "result", "root", "state")
+
+    def __init__(
+        self,
+        root: Path,
+        document: dict[str, Any],
+        digest: str,
+        state: TrustState,
+        previous: TrustRecord | None,  # the last trusted record of the project, if any
+        before: dict[str, Any] | None,  # its stored consent document (None: a first review)
+        result: Any,  # agentstack.diff.ConsentDiff against `before`, risk findings first
+    ) -> None:
+        self.root, self.document, self.digest, self.state = root, document, digest, state
+        self.previous, self.before, self.result = previous, before, result
 
     @property
     def first(self) -> bool:

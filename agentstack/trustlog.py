@@ -31,9 +31,8 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import blake3
 
@@ -85,8 +84,50 @@ class TrustRecordInvalid(TrustLogError):
     """A record that `append` refuses to write (bad action, digest, path, or too long)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TrustRecord:
+class Value:
+    """An immutable value with keyword-only fields, equality and a repr: what the dataclasses here
+    were, without `dataclasses` (defining a dataclass costs ~1 ms, paid by every command that reads
+    the log, and the guard)."""
+
+    __slots__: tuple[str, ...] = ()
+    _fields: tuple[str, ...] = ()
+
+    def _set(self, **values: Any) -> None:
+        for name in self._fields:
+            object.__setattr__(self, name, values[name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of a {type(self).__name__}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} of a {type(self).__name__}")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(self._hashed())
+
+    def _hashed(self) -> tuple[Any, ...]:
+        return self._values()
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({inner})"
+
+
+class TrustRecord(Value):
+    __slots__ = ("action", "digest", "extra", "lock", "prev", "project", "seq", "time", "v")
+    _fields = ("v", "seq", "time", "action", "project", "digest", "lock", "prev", "extra")
     v: int
     seq: int
     time: str
@@ -95,7 +136,32 @@ class TrustRecord:
     digest: str
     lock: str
     prev: str
-    extra: dict[str, str] = field(default_factory=dict, hash=False)
+    extra: dict[str, str]
+
+    def __init__(
+        self,
+        *,
+        v: int,
+        seq: int,
+        time: str,
+        action: Action,
+        project: str,
+        digest: str,
+        lock: str,
+        prev: str,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        self._set(v=v, seq=seq, time=time, action=action, project=project, digest=digest,
+                  lock=lock, prev=prev, extra={} if extra is None else extra)  # fmt: skip
+
+    def _hashed(self) -> tuple[Any, ...]:
+        return self._values()[:-1]  # `extra` (a dict) is not hashed
+
+    def replace(self, **changes: Any) -> TrustRecord:
+        """A copy with `changes` (as `dataclasses.replace`)."""
+        values = {name: getattr(self, name) for name in self._fields}
+        values.update(changes)
+        return TrustRecord(**values)
 
     def to_json(self) -> dict[str, Any]:
         # `extra` is omitted when empty so that every record has exactly one canonical line.
@@ -114,8 +180,7 @@ class TrustRecord:
         return doc
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class VerifyReport:
+class VerifyReport(Value):
     """The outcome of checking the whole chain against `trust.head`.
 
     `count`/`head` describe the records that verified (all of them when `ok`); `first_bad` is the
@@ -124,39 +189,76 @@ class VerifyReport:
     size of an unacknowledged partial final line, which is ignored.
     """
 
+    __slots__ = ("count", "first_bad", "head", "ok", "pending", "problem", "torn")
+    _fields = ("ok", "count", "head", "first_bad", "problem", "pending", "torn")
     ok: bool
     count: int
     head: str
     first_bad: int | None
     problem: str
-    pending: int = 0
-    torn: int = 0
+    pending: int
+    torn: int
+
+    def __init__(
+        self,
+        *,
+        ok: bool,
+        count: int,
+        head: str,
+        first_bad: int | None,
+        problem: str,
+        pending: int = 0,
+        torn: int = 0,
+    ) -> None:
+        self._set(ok=ok, count=count, head=head, first_bad=first_bad, problem=problem,
+                  pending=pending, torn=torn)  # fmt: skip
 
 
-# Internal values are NamedTuples: a dataclass costs ~1 ms to define, paid on every guard call.
-class _Head(NamedTuple):
+# Internal values are `Value`s too: a dataclass costs ~1 ms to define and a NamedTuple ~0.2 ms (it
+# compiles its annotations), paid by every command that reads the log, and the guard.
+class _Head(Value):
+    __slots__ = ("last", "records")
+    _fields = ("records", "last")
     records: int
     last: str
 
+    def __init__(self, *, records: int, last: str) -> None:
+        self._set(records=records, last=last)
 
-class _Snapshot(NamedTuple):
+
+class _Snapshot(Value):
+    __slots__ = ("body", "head", "head_problem", "torn")
+    _fields = ("head", "head_problem", "body", "torn")
     head: _Head | None
     head_problem: str
     body: bytes  # the complete lines, each ending in "\n"
     torn: int  # bytes after the last "\n"
 
+    def __init__(self, *, head: _Head | None, head_problem: str, body: bytes, torn: int) -> None:
+        self._set(head=head, head_problem=head_problem, body=body, torn=torn)
 
-class _Bad(NamedTuple):
+
+class _Bad(Value):
+    __slots__ = ("at", "reason")
+    _fields = ("at", "reason")
     at: int  # 0-based line index
     reason: str
 
+    def __init__(self, *, at: int, reason: str) -> None:
+        self._set(at=at, reason=reason)
 
-class _Verified(NamedTuple):
+
+class _Verified(Value):
     """A prefix of the log this process has checked in full: its size, blake3 and line hashes."""
 
+    __slots__ = ("digest", "hashes", "size")
+    _fields = ("size", "digest", "hashes")
     size: int
     digest: bytes
     hashes: list[str]
+
+    def __init__(self, *, size: int, digest: bytes, hashes: list[str]) -> None:
+        self._set(size=size, digest=digest, hashes=hashes)
 
 
 class _BadLine(ValueError):
@@ -418,6 +520,10 @@ class TrustLog:
         self.torn_path = self.home / TORN_NAME
         self._clock = clock
         self._verified: _Verified | None = None
+        # The last snapshot this process verified as a reader, with its outcome: the same bytes
+        # (head and log, compared in full) always verify the same way, so a command asking several
+        # questions reads both files each time but parses and hashes them once.
+        self._read: tuple[_Snapshot, list[TrustRecord], VerifyReport] | None = None
 
     # ----------------------------------------------------------------------------------- writing
 
@@ -478,7 +584,7 @@ class TrustLog:
                     # past the head would read as tampering.
                     self._write_head(count, hashes[-1])
                 prev = hashes[-1] if hashes else GENESIS
-                record = replace(template, seq=count, prev=prev, time=_utc(self._clock()))
+                record = template.replace(seq=count, prev=prev, time=_utc(self._clock()))
                 line = _encode(record)
                 created = fd is None
                 if fd is None:
@@ -696,9 +802,14 @@ class TrustLog:
 
     def _read_verified(self) -> tuple[list[TrustRecord], VerifyReport]:
         snap = self._snapshot()
+        known = self._read
+        if known is not None and known[0] == snap:
+            return list(known[1]), known[2]
         lines = _split_lines(snap.body)
         records, hashes, bad = _scan_full(lines)
-        return records, _judge(snap, len(lines), hashes, bad)
+        report = _judge(snap, len(lines), hashes, bad)
+        self._read = (snap, list(records), report)
+        return records, report
 
     def _load(self) -> tuple[list[TrustRecord], VerifyReport]:
         records, report = self._read_verified()

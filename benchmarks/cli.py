@@ -22,7 +22,9 @@ Interleaved round-robin (drift on a shared machine hits every command alike), it
 With `--compare REV`, the same read-only commands and `run` from a wheel of git revision REV are
 timed in the same rounds (before/after under the same load).
 
-Prints medians and the ratios: each command / `python -I -c pass`, and each setup / ruler.
+Prints medians and the ratios: each command / `python -I -c pass`, and each setup / ruler. For
+the single commands it also prints the median CPU time (user + system, from the child's rusage) and
+its ratio: on a shared, loaded machine that is the steadier figure.
 Exit status 0 whatever the figures are (a benchmark, not a test); 1 when something fails.
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -250,9 +253,27 @@ def measure(
             cases["ruler apply, re-apply"] = lambda: ruler_run(*again["ruler"])
         return cases
 
-    return round_robin(actions, args.warmup, args.runs)
+    def with_cpu(i: int) -> dict[str, Callable[[], object]]:
+        cases = actions(i)
+        for name in [n for n in cases if n == ANCHOR or n.split(": ")[-1] in ANCHORED]:
+            cases[name] = lambda name=name, action=cases[name]: cpu_timed(name, action, i)
+        return cases
+
+    def cpu_timed(name: str, action: Callable[[], object], i: int) -> object:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        result = action()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if i >= args.warmup:
+            CPU.setdefault(name, []).append(
+                after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            )
+        return result
+
+    return round_robin(with_cpu, args.warmup, args.runs)
 
 
+ANCHOR = "python -I -c pass"
+CPU: dict[str, list[float]] = {}  # CPU seconds of each single command's process tree, per round
 ANCHORED = ("agentstack --help", "agentstack status", "agentstack digest",
             "agentstack show --json", "agentstack run -- /bin/true")
 GOALS = {name: 4.0 for name in ANCHORED} | {"agentstack run -- /bin/true": 6.0}
@@ -262,19 +283,23 @@ SETUPS = ("lock && trust && apply", "trust --lock --apply")
 def report(samples: dict[str, list[float]], args: argparse.Namespace, py: str) -> None:
     med = {name: statistics.median(values) for name, values in samples.items()}
     print(f"\n{args.runs} rounds (after {args.warmup} warm-up), interleaved; wheel install, {py}")
-    print(f"{'command':<36} {'median':>10} {'p90':>10}")
+    cpu = {name: statistics.median(values) for name, values in CPU.items()}
+    print(f"{'command':<36} {'median':>10} {'p90':>10} {'cpu':>10}")
     for name, values in samples.items():
-        print(f"{name:<36} {med[name] * 1000:>8.1f}ms {p90(values) * 1000:>8.1f}ms")
-    anchor = med["python -I -c pass"]
-    print(f"\n{'ratio to python -I -c pass':<44} {'ratio':>7} {'goal':>7}"
-          + (f" {args.compare + ' (before)':>18}" if args.compare else ""))
+        used = f" {cpu[name] * 1000:>8.1f}ms" if name in cpu else ""
+        print(f"{name:<36} {med[name] * 1000:>8.1f}ms {p90(values) * 1000:>8.1f}ms{used}")
+    anchor, cpu_anchor = med[ANCHOR], cpu[ANCHOR]
+    print(f"\n{'ratio to python -I -c pass':<44} {'ratio':>7} {'goal':>7}      {'cpu':>6}"
+          + (f" {args.compare + ' (before)':>18} {'cpu':>6}" if args.compare else ""))
     for name in ANCHORED:
         ratio = med[name] / anchor
         goal = GOALS[name]
         old = med.get(f"{args.compare}: {name}")
+        old_cpu = cpu.get(f"{args.compare}: {name}")
         print(f"{name:<44} {ratio:>6.1f}x {'<=' + format(goal, '.0f') + 'x':>7} "
-              f"{'PASS' if ratio <= goal else 'MISS'}"
-              + (f" {old / anchor:>17.1f}x" if old is not None else ""))
+              f"{'PASS' if ratio <= goal else 'MISS'} {cpu[name] / cpu_anchor:>5.1f}x"
+              + (f" {old / anchor:>17.1f}x" if old is not None else "")
+              + (f" {old_cpu / cpu_anchor:>5.1f}x" if old_cpu is not None else ""))
     if "ruler apply, cold" in med:
         print(f"\n{'ratio to ruler apply --agents claude,codex':<44} {'ratio':>7} {'goal':>7}")
         for setup in SETUPS:

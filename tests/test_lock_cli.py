@@ -304,14 +304,18 @@ subdir = "skills/absent"
 # ------------------------------------------------------------------------ import hygiene
 
 _PROBE = """
-import runpy, sys
+import os, runpy, sys
+def report(*_):
+    heavy = sorted(m for m in ("git", "gitdb") if m in sys.modules)
+    print("IMPORTED:" + ",".join(heavy), file=sys.stderr)
+    sys.stderr.flush()
+os._exit = lambda code, real=os._exit: (report(), real(code))  # the short ending (entry.end)
 sys.argv = ["agentstack", *sys.argv[1:]]
 try:
     runpy.run_module("agentstack", run_name="__main__")
 except SystemExit:
     pass
-heavy = sorted(m for m in ("git", "gitdb") if m in sys.modules)
-print("IMPORTED:" + ",".join(heavy), file=sys.stderr)
+report()
 """
 
 
