@@ -44,8 +44,23 @@ def scene() -> Iterator[verify.Scenario]:
         yield sc
 
 
-@pytest.mark.parametrize(("row", "mode"), CASES, ids=[f"{r.name}-{m}" for r, m in CASES])
-def test_row(scene: verify.Scenario, row: verify.Row, mode: str) -> None:
+# Every row under the launcher `agentstack run` uses from a single-threaded process (a clone
+# born in the run's cgroup), and each row's first mode under the fallback (a fresh interpreter
+# running launch.py, for a process with other threads): both must confine exactly alike.
+LAUNCHER_CASES = [(row, mode, "clone") for row, mode in CASES] + [
+    (row, row.modes[0], "exec") for row in verify.ROWS
+]
+
+
+@pytest.mark.parametrize(("row", "mode", "launcher"), LAUNCHER_CASES,
+                         ids=[f"{r.name}-{m}-{w}" for r, m, w in LAUNCHER_CASES])
+def test_row(scene: verify.Scenario, row: verify.Row, mode: str, launcher: str,
+             monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentstack.sandbox import runner
+
+    # pytest-xdist's worker has a thread of its own: the clone is forced here (that thread only
+    # waits on its pipe), the fresh interpreter forced there.
+    monkeypatch.setattr(runner, "_single_threaded", lambda: launcher == "clone")
     result = verify.run_row(scene, row, mode)
     if result.skipped:
         pytest.skip(result.detail)

@@ -847,10 +847,11 @@ def _launcher_child(fds: tuple[int, int], p2cread: int, c2pwrite: int, errwrite:
                 os.set_inheritable(fd, True)
             elif fd != -1:
                 os.dup2(fd, target)
-        keep = sorted(fds)
-        os.closerange(3, keep[0])
-        os.closerange(keep[0] + 1, keep[1])
-        os.closerange(keep[1] + 1, os.sysconf("SC_OPEN_MAX"))
+        low = 3
+        for fd in (*sorted(fds), os.sysconf("SC_OPEN_MAX")):
+            if low < fd:
+                os.closerange(low, fd)
+            low = fd + 1
         from agentstack.sandbox.launch import main
 
         code = main([str(spec_fd), str(status_fd)])

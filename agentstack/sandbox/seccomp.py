@@ -9,11 +9,11 @@ whose flags the filter can inspect). A syscall made through another ABI than the
 Integer arguments are compared on their low 32 bits only where the kernel reads an `int`, so
 garbage in the upper half of a register cannot slip a flag past the filter.
 
-`program()` is what `run` uses: the compiled program is kept in `$AGENTSTACK_HOME/seccomp/`
-(0700 directory, 0600 files; always denied to every sandbox), keyed by everything that decides its
-bytes (the two policy inputs, this module's and pyseccomp's source, libseccomp's version, the
-machine and kernel release), so importing pyseccomp (whose `find_library` runs `ldconfig -p`
-twice) and compiling happen once per key, not on every run. A cached file is used only when it
+`program()` is what `run` uses: the compiled program is kept in
+`$AGENTSTACK_HOME/seccomp-programs/` (0700 directory, 0600 files; always denied to every sandbox),
+keyed by everything that decides its bytes (the two policy inputs, this module's and pyseccomp's
+source, libseccomp's version, the machine and kernel release), so importing pyseccomp (whose
+`find_library` runs `ldconfig -p` twice) and compiling happen once per key, not on every run. A cached file is used only when it
 is a regular file of ours, not group/world-writable, under a directory of ours, and its recorded
 key and SHA-256 match; anything else is recompiled and replaced.
 """
@@ -231,7 +231,6 @@ def build_program(*, allow_udp: bool = False, allow_listen: bool = True) -> byte
     return bytes(program)
 
 
-CACHE_DIR = "seccomp"
 CACHE_MAGIC = b"agentstack-seccomp-v1\n"
 
 
@@ -281,7 +280,7 @@ def program(*, allow_udp: bool, allow_listen: bool, state_home: str | None = Non
     key is there (else compiled and stored). Raises what `build_program` raises."""
     from agentstack import layout
 
-    directory = os.path.join(state_home if state_home is not None else layout.home(), CACHE_DIR)
+    directory = layout.seccomp_programs(state_home if state_home is not None else layout.home())
     key = cache_key(allow_udp=allow_udp, allow_listen=allow_listen)
     path = os.path.join(directory, key + ".bpf")
     cached = _read_cached(directory, path, key)

@@ -1,0 +1,235 @@
+"""How `agentstack run` starts the confined command quickly without weakening it.
+
+- the seccomp program comes from agentstack's private cache only when that copy is verified and
+  keyed by every input (policy, agentstack, pyseccomp, libseccomp, machine, kernel); anything
+  else is recompiled; the cache lives where no sandbox can write;
+- from a single-threaded process the launcher is a clone born in the run's cgroup (no second
+  interpreter, no cgroup migration), and the command is confined exactly as before (the
+  confinement suite runs every row under both launchers: tests/test_confinement.py);
+- what `run` imports before the command is exec'd is pinned (no pydantic, no pyseccomp, no nono
+  package `__init__`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agentstack import layout
+from agentstack.sandbox import seccomp
+from tests.conftest import REPO, make_project, run_cli
+
+MANIFEST = '[project]\nname = "speed"\nharnesses = ["claude-code"]\n\n[sandbox]\nwrite_dirs = ["."]\n'
+
+
+@pytest.fixture
+def state_home(tmp_path: Path) -> str:
+    home = tmp_path / "state"
+    home.mkdir(mode=0o700)
+    return str(home)
+
+
+def _cache_file(state_home: str, *, udp: bool = False, listen: bool = False) -> Path:
+    key = seccomp.cache_key(allow_udp=udp, allow_listen=listen)
+    return Path(layout.seccomp_programs(state_home)) / f"{key}.bpf"
+
+
+def _no_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(**_: bool) -> bytes:
+        raise AssertionError("compiled although a verified copy was cached")
+
+    monkeypatch.setattr(seccomp, "build_program", refuse)
+
+
+def test_the_cached_program_is_the_compiled_one_and_private(state_home: str,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    compiled = seccomp.build_program(allow_udp=False, allow_listen=False)
+    first = seccomp.program(allow_udp=False, allow_listen=False, state_home=state_home)
+    assert first == compiled
+    path = _cache_file(state_home)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    _no_compile(monkeypatch)
+    assert seccomp.program(allow_udp=False, allow_listen=False, state_home=state_home) == compiled
+
+
+def test_the_key_covers_every_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = {seccomp.cache_key(allow_udp=u, allow_listen=v) for u in (0, 1) for v in (0, 1)}
+    assert len(keys) == 4
+    base = seccomp.cache_key(allow_udp=False, allow_listen=False)
+    import agentstack
+
+    for target, name, value in [
+        (agentstack, "__version__", "99.0"),
+        (seccomp, "libseccomp_version", lambda: "9.9.9"),
+        (seccomp, "_pyseccomp_file", lambda: None),
+        (os, "uname", lambda: os.uname_result(("Linux", "h", "0.0.1", "#1", "x86_64"))),
+    ]:
+        with monkeypatch.context() as patch:
+            patch.setattr(target, name, value)
+            assert seccomp.cache_key(allow_udp=False, allow_listen=False) != base, name
+
+
+def test_a_changed_module_source_is_a_new_key(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    base = seccomp.cache_key(allow_udp=False, allow_listen=False)
+    edited = tmp_path / "seccomp.py"
+    edited.write_bytes(Path(seccomp.__file__).read_bytes() + b"\n# edited\n")
+    monkeypatch.setattr(seccomp, "__file__", str(edited))
+    assert seccomp.cache_key(allow_udp=False, allow_listen=False) != base
+
+
+def _permissive() -> bytes:
+    # A one-instruction classic-BPF program: RET SECCOMP_RET_ALLOW (what an attacker would plant).
+    return (0x06).to_bytes(2, sys.byteorder) + b"\0\0" + (0x7FFF0000).to_bytes(4, sys.byteorder)
+
+
+@pytest.mark.parametrize("tamper", ["body", "digest", "other-key", "group-writable", "symlink",
+                                    "open-directory", "truncated"])
+def test_a_cached_copy_that_does_not_verify_is_recompiled(state_home: str, tamper: str,
+                                                          tmp_path: Path) -> None:
+    compiled = seccomp.program(allow_udp=False, allow_listen=False, state_home=state_home)
+    path = _cache_file(state_home)
+    data = path.read_bytes()
+    header, digest, body = data.split(b"\n", 2)
+    bad = _permissive()
+    if tamper == "body":
+        path.write_bytes(header + b"\n" + digest + b"\n" + bad)
+    elif tamper == "digest":
+        from hashlib import sha256
+
+        path.write_bytes(header + b"\n" + sha256(bad).hexdigest().encode() + b"\n" + body)
+    elif tamper == "other-key":
+        other = _cache_file(state_home, udp=True, listen=True)
+        path.write_bytes(data.replace(path.stem.encode(), other.stem.encode()))
+    elif tamper == "group-writable":
+        path.chmod(0o620)
+    elif tamper == "symlink":
+        planted = tmp_path / "planted.bpf"
+        planted.write_bytes(data)
+        path.unlink()
+        path.symlink_to(planted)
+    elif tamper == "open-directory":
+        path.parent.chmod(0o777)
+    elif tamper == "truncated":
+        path.write_bytes(data[:-3])
+    assert seccomp.program(allow_udp=False, allow_listen=False, state_home=state_home) == compiled
+    if tamper != "open-directory":  # replaced by a verified copy
+        assert path.read_bytes() == data and not path.is_symlink()
+
+
+def test_the_cache_is_where_no_sandbox_reaches(tmp_path: Path) -> None:
+    from agentstack.manifest import load_manifest
+    from agentstack.sandbox.resolve import resolve_policy
+
+    root = make_project(tmp_path / "demo", MANIFEST)
+    state = tmp_path / "state"
+    policy = resolve_policy(load_manifest(root).sandbox, root, harness="claude-code",
+                            agentstack_home=state, home=tmp_path)
+    target = str(Path(layout.seccomp_programs(str(state))) / "x.bpf")
+    assert not policy.decide_path(target, "write").allowed
+    assert not policy.decide_path(target, "read").allowed
+
+
+CLONE_PROBE = textwrap.dedent("""
+    import json, os, subprocess, sys
+    from pathlib import Path
+    from agentstack.manifest import load_manifest
+    from agentstack.sandbox.resolve import resolve_policy
+    from agentstack.sandbox.runner import confined
+    root = Path(sys.argv[1])
+    policy = resolve_policy(load_manifest(root).sandbox, root)
+    script = "cat /proc/self/cgroup; grep -E '^(NoNewPrivs|Seccomp|CapEff):' /proc/self/status"
+    with confined(root, policy, ["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"},
+                  interactive=False, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT) as child:
+        out, _ = child.process.communicate(timeout=30)
+        group = child.cgroup.path if child.cgroup else None
+    print(json.dumps({"kind": type(child.process).__name__, "code": child.process.returncode,
+                      "out": out.decode(), "group": group}))
+""")
+
+
+def test_a_single_threaded_run_clones_the_launcher_into_its_cgroup(tmp_path: Path) -> None:
+    base = Path(tempfile_dir()) / f"agentstack-test-clone-{os.getpid()}"
+    root = make_project(base / "demo", MANIFEST)
+    try:
+        env = dict(os.environ, PYTHONPATH=str(REPO), AGENTSTACK_HOME=str(tmp_path / "state"))
+        done = subprocess.run([sys.executable, "-c", CLONE_PROBE, str(root)],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["kind"] == "_Clone" and report["code"] == 0, report
+        assert "NoNewPrivs:\t1" in report["out"] and "Seccomp:\t2" in report["out"]
+        assert "CapEff:\t0000000000000000" in report["out"]
+        if report["group"] is not None:  # born there: no migration
+            assert f"/{os.path.basename(report['group'])}\n" in report["out"], report
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def tempfile_dir() -> str:
+    return "/var/tmp" if os.access("/var/tmp", os.W_OK) else str(Path.home())
+
+
+IMPORT_PROBE = textwrap.dedent("""
+    import json, sys
+    from agentstack.sandbox import runner
+    seen = {}
+    check = runner._check_status
+    def record(status, process):
+        seen["modules"] = sorted(sys.modules)
+        return check(status, process)
+    runner._check_status = record
+    from agentstack.entry import main
+    sys.argv = ["agentstack", "run", "--", "/bin/true"]
+    try:
+        code = main()
+    except SystemExit as exc:
+        code = exc.code
+    print(json.dumps({"code": code, "modules": seen.get("modules")}))
+""")
+
+# What `run` must not import on its way to exec'ing the command (with the manifest cache warm):
+# pydantic (validation happens at lock time), pyseccomp (its import runs `ldconfig -p` twice; the
+# program is cached), nono-py's package `__init__` (pydantic-heavy; only its native module is
+# loaded), importlib.metadata (nono-py's version is read from its dist-info directory's name).
+FORBIDDEN = ("pydantic", "pydantic_core", "pyseccomp", "ctypes.util", "nono_py",
+             "importlib.metadata", "rich", "typer", "tomlkit", "git")
+
+
+def test_run_imports_nothing_it_does_not_need_before_exec(tmp_path: Path) -> None:
+    base = Path(tempfile_dir()) / f"agentstack-test-imports-{os.getpid()}"
+    root = make_project(base / "demo", MANIFEST)
+    try:
+        env = {"AGENTSTACK_HOME": str(tmp_path / "state"),
+               "AGENTSTACK_CACHE": str(tmp_path / "cache")}
+        assert run_cli("lock", cwd=root, env=env).returncode == 0
+        trusted = run_cli("trust", "--yes", "--accept-risk", cwd=root, env=env)
+        assert trusted.returncode == 0, trusted.stderr
+        assert run_cli("run", "--", "/bin/true", cwd=root, env=env).returncode == 0  # warm
+        full = dict(os.environ, PYTHONPATH=str(REPO), **env)
+        done = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=root, env=full,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout.splitlines()[-1])
+        assert report["code"] == 0 and report["modules"], report
+        loaded = set(report["modules"])
+        assert "nono_py._nono_py" in loaded  # the native module, loaded directly
+        bad = sorted(m for m in loaded if m != "nono_py._nono_py"
+                     and any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+        assert not bad, bad
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
