@@ -6,6 +6,8 @@
 - from a single-threaded process the launcher is a clone born in the run's cgroup (no second
   interpreter, no cgroup migration), and the command is confined exactly as before (the
   confinement suite runs every row under both launchers: tests/test_confinement.py);
+- the after-session watch tests each entry of the tree against its patterns with one set lookup
+  and one prefix test, with the same answers as the rule it replaces;
 - what `run` imports before the command is exec'd is pinned (no pydantic, no pyseccomp, no nono
   package `__init__`).
 """
@@ -21,9 +23,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentstack import layout
-from agentstack.sandbox import seccomp
+from agentstack.sandbox import seccomp, watch
 from tests.conftest import REPO, make_project, run_cli
 
 MANIFEST = '[project]\nname = "speed"\nharnesses = ["claude-code"]\n\n[sandbox]\nwrite_dirs = ["."]\n'
@@ -233,3 +237,34 @@ def test_run_imports_nothing_it_does_not_need_before_exec(tmp_path: Path) -> Non
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the after-session watch
+
+
+def _matches_reference(relative: str, patterns: tuple[str, ...]) -> bool:
+    """The watch's pattern rule as first written (one generator over every pattern)."""
+    return any(
+        (relative.startswith(p) or relative == p[:-1]) if p.endswith("/") else relative == p
+        for p in patterns
+    )
+
+
+_PIECES = sorted({part for p in (*watch.ON_OPEN, *watch.HARNESS) for part in p.split("/")}
+                 | {"a", "x.md", "", "config", ".git"})
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(st.sampled_from(_PIECES), min_size=1, max_size=4),
+       is_dir=st.booleans())
+def test_the_watchs_fast_pattern_test_agrees_with_the_rule(parts: list[str],
+                                                           is_dir: bool) -> None:
+    relative = "/".join(parts)
+    probe = relative + ("/" if is_dir else "")
+    for patterns in (watch.ON_OPEN, watch.HARNESS):
+        assert watch._matches(probe, patterns) == _matches_reference(probe, patterns), probe
+    for pattern in (*watch.ON_OPEN, *watch.HARNESS):  # every pattern, and what lies under one
+        for candidate in (pattern, pattern.rstrip("/"), pattern + "x", pattern.rstrip("/") + "x"):
+            for patterns in (watch.ON_OPEN, watch.HARNESS):
+                assert watch._matches(candidate, patterns) == _matches_reference(
+                    candidate, patterns), candidate
