@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -268,3 +269,83 @@ def test_the_watchs_fast_pattern_test_agrees_with_the_rule(parts: list[str],
             for patterns in (watch.ON_OPEN, watch.HARNESS):
                 assert watch._matches(candidate, patterns) == _matches_reference(
                     candidate, patterns), candidate
+
+
+# ------------------------------------------------------------------ policy resolution
+
+
+def test_the_shared_realpath_agrees_with_os_realpath(tmp_path: Path) -> None:
+    from agentstack.sandbox.resolve import RealPaths
+
+    base = tmp_path.resolve()
+    (base / "d" / "e").mkdir(parents=True)
+    (base / "f").write_text("x")
+    (base / "rel").symlink_to("d/e")
+    (base / "abs").symlink_to(base / "d")
+    (base / "up").symlink_to("../" + base.name + "/d")
+    (base / "d" / "back").symlink_to("..")
+    (base / "loop1").symlink_to("loop2")
+    (base / "loop2").symlink_to("loop1")
+    (base / "dangling").symlink_to("nowhere/at/all")
+    (base / "chain").symlink_to("abs")
+    names = ["d", "e", "f", "rel", "abs", "up", "back", "loop1", "dangling", "chain", "missing",
+             ".", "..", ""]
+    realpath = RealPaths()
+    checked = 0
+    for first in names:
+        for second in names:
+            for third in ("", "x", "e", ".."):
+                path = "/".join(p for p in (str(base), first, second, third) if p is not None)
+                for candidate in (path, path + "/", path.replace(str(base), str(base) + "//")):
+                    assert realpath(candidate) == os.path.realpath(candidate), candidate
+                    checked += 1
+    assert realpath("/") == "/" and checked > 500
+    assert realpath("relative/path") == os.path.realpath("relative/path")
+
+
+def _problems_reference(policy: Any) -> list[str]:
+    """`SandboxPolicy.problems`' deny-against-grant rule as first written (every pair)."""
+    from agentstack.sandbox.policy import is_within
+
+    out: list[str] = []
+    for deny in policy.denies:
+        for grant in policy.grants:
+            if any(is_within(grant.path, inner) for inner in deny.except_paths):
+                continue
+            if grant.file:
+                if grant.path == deny.path or is_within(grant.path, deny.path):
+                    out.append(f"{grant.path} file {deny.path}")
+            elif is_within(deny.path, grant.path) or is_within(grant.path, deny.path):
+                out.append(f"{grant.path} dir {deny.path}")
+    return out
+
+
+_PATHS = st.lists(st.sampled_from(["a", "b", "ab", "c"]), max_size=3).map(
+    lambda parts: "/" + "/".join(parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(grants=st.lists(st.tuples(st.one_of(_PATHS, st.sampled_from(["//a", "/a/", "rel"])),
+                                 st.booleans(), st.sampled_from(["ro", "rw"])), max_size=6),
+       denies=st.lists(st.tuples(st.one_of(_PATHS, st.sampled_from(["//a", "/", "/a/"])),
+                                 st.lists(_PATHS, max_size=1)), max_size=6))
+def test_policy_problems_checks_every_conflicting_pair(
+    grants: list[tuple[str, bool, str]], denies: list[tuple[str, list[str]]]
+) -> None:
+    from agentstack.sandbox.policy import Deny, Grant, SandboxPolicy
+
+    policy = SandboxPolicy(
+        workdir="/w", home="/h", agentstack_home="/s", harness=None,
+        grants=tuple(Grant(path=p, access=a, file=f, source="sandbox.x")  # type: ignore[arg-type]
+                     for p, f, a in grants),
+        denies=tuple(Deny(path=p, source="credentials", except_paths=tuple(e))
+                     for p, e in denies),
+    )
+    import re
+
+    pair = re.compile(r"grant (\S+) \(sandbox\.x\) (?:opens|contains) (\S+), which")
+    found = [m.groups() for m in map(pair.match, [
+        line.split(" ", 2)[2] if line.startswith(("read-", "read ")) else line
+        for line in policy.problems()]) if m]
+    expected = [(ref.split(" ")[0], ref.split(" ")[2]) for ref in _problems_reference(policy)]
+    assert found == expected
