@@ -264,7 +264,7 @@ def cache_key(*, allow_udp: bool, allow_listen: bool) -> str:
     digest = _sha256()
     for part in parts:
         digest.update(len(part).to_bytes(8, "big") + part)
-    return digest.hexdigest()
+    return str(digest.hexdigest())
 
 
 def _source_digest(path: str | None) -> bytes:
@@ -272,7 +272,7 @@ def _source_digest(path: str | None) -> bytes:
         return b"missing"
     try:
         with open(path, "rb") as handle:
-            return _sha256(handle.read()).hexdigest().encode()
+            return str(_sha256(handle.read()).hexdigest()).encode()
     except OSError:
         return b"unreadable"
 
