@@ -208,8 +208,9 @@ IMPORT_PROBE = textwrap.dedent("""
 # What `run` must not import on its way to exec'ing the command (with the manifest cache warm):
 # pydantic (validation happens at lock time), pyseccomp (its import runs `ldconfig -p` twice; the
 # program is cached), nono-py's package `__init__` (pydantic-heavy; only its native module is
-# loaded), importlib.metadata (nono-py's version is read from its dist-info directory's name).
-FORBIDDEN = ("pydantic", "pydantic_core", "pyseccomp", "ctypes.util", "nono_py",
+# loaded), importlib.metadata (nono-py's version is read from its dist-info directory's name),
+# subprocess (the launcher is a clone; a Popen only for a caller that wants its pipes).
+FORBIDDEN = ("pydantic", "pydantic_core", "pyseccomp", "ctypes.util", "nono_py", "subprocess",
              "importlib.metadata", "rich", "typer", "tomlkit", "git")
 
 

@@ -18,15 +18,16 @@ import marshal
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import subprocess
 
 from agentstack import layout
 from agentstack.sandbox import profiles
@@ -595,7 +596,7 @@ def confined(
         _ACTIVE.release()
 
 
-_ACTIVE = threading.Lock()
+_ACTIVE = __import__("_thread").allocate_lock()  # (`threading` is not needed on this path)
 
 
 @contextlib.contextmanager
@@ -733,10 +734,19 @@ def _start_launcher(
     `python -I -S launch.py`. Either way it runs launch.py's code on the same spec."""
     if _single_threaded() and os.uname().machine in SYS_CLONE3:
         try:
-            return _Clone(group, pass_fds, stdin=stdin, stdout=stdout, stderr=stderr), (
+            plain = [-1 if s is None else s if isinstance(s, int) and s >= 0 else None
+                     for s in (stdin, stdout, stderr)]
+            if None not in plain:
+                # Plain descriptors (what `agentstack run` passes): no Popen, so no subprocess
+                # import (~3 ms of start-up).
+                pid = _clone_launcher(group, pass_fds, *cast("list[int]", plain))
+                return cast("subprocess.Popen[bytes]", _ClonedProcess(pid)), group is not None
+            return _clone_popen()(group, pass_fds, stdin=stdin, stdout=stdout, stderr=stderr), (
                 group is not None)
         except _CloneUnavailable:
             pass
+    import subprocess
+
     process = subprocess.Popen(
         [sys.executable, "-I", "-S", str(LAUNCHER), *map(str, pass_fds)],
         pass_fds=pass_fds,
@@ -753,8 +763,6 @@ def _start_launcher(
 
 def _single_threaded() -> bool:
     """No other thread (Python's or a library's) in this process: a clone of it is safe."""
-    if threading.active_count() != 1:
-        return False
     try:
         return len(os.listdir("/proc/self/task")) == 1
     except OSError:
@@ -771,42 +779,104 @@ class _CloneArgs(ctypes.Structure):
         "set_tid", "set_tid_size", "cgroup")]
 
 
-class _Clone(subprocess.Popen[bytes]):
-    """A Popen whose child is a clone of this process running launch.py's `main` (no exec):
-    wait(), poll(), kill() and communicate() work as for any Popen."""
-
-    def __init__(
-        self, group: Cgroup | None, pass_fds: tuple[int, int], *, stdin: FileArg,
-        stdout: FileArg, stderr: FileArg,
-    ) -> None:
-        self._clone_group = group
-        self._clone_fds = pass_fds
-        super().__init__(["agentstack-launcher"], stdin=stdin, stdout=stdout, stderr=stderr)
-
-    def _execute_child(self, *args: Any) -> None:
-        # Popen's (POSIX) signature since 3.11: args, executable, preexec_fn, close_fds,
-        # pass_fds, cwd, env, startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread,
-        # c2pwrite, errread, errwrite, restore_signals, gid, gids, uid, umask,
-        # start_new_session, process_group.
-        p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite = args[10:16]
-        cgroup_fd = -1
-        if self._clone_group is not None:
-            try:
-                cgroup_fd = os.open(self._clone_group.path,
-                                    os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            except OSError as exc:
-                raise _CloneUnavailable(str(exc)) from None
+def _clone_launcher(group: Cgroup | None, fds: tuple[int, int], stdin: int, stdout: int,
+                    stderr: int) -> int:
+    """Clone this process into `group` (if any); the child becomes the launcher (never returns
+    here), the parent gets its pid. -1 for a stream: inherited as it is."""
+    cgroup_fd = -1
+    if group is not None:
         try:
-            pid = _clone3(cgroup_fd)
-        finally:
-            if cgroup_fd >= 0:
-                os.close(cgroup_fd)
-        if pid == 0:
-            _launcher_child(self._clone_fds, p2cread, c2pwrite, errwrite)  # never returns
+            cgroup_fd = os.open(group.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _CloneUnavailable(str(exc)) from None
+    try:
+        pid = _clone3(cgroup_fd)
+    finally:
+        if cgroup_fd >= 0:
+            os.close(cgroup_fd)
+    if pid == 0:
+        _launcher_child(fds, stdin, stdout, stderr)  # never returns
+    return pid
+
+
+class _ClonedProcess:
+    """What `run` uses of a Popen (pid, returncode, poll, wait, kill, send_signal, communicate)
+    for a launcher cloned with plain descriptors, which has no pipes of Popen's."""
+
+    def __init__(self, pid: int) -> None:
         self.pid = pid
-        self._child_created = True
-        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite,  # type: ignore[attr-defined]
-                             errread, errwrite)
+        self.returncode: int | None = None
+        self.args = ["agentstack-launcher"]
+
+    def _reaped(self, flags: int) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # reaped elsewhere (as Popen: taken as success)
+                self.returncode = 0
+                return 0
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._reaped(os.WNOHANG)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if timeout is None:
+            code = self._reaped(0)
+            assert code is not None
+            return code
+        deadline = time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the launcher ({self.pid}) still runs after {timeout} s")
+            time.sleep(0.001)
+        return code
+
+    def communicate(self, input: bytes | None = None, timeout: float | None = None
+                    ) -> tuple[None, None]:
+        self.wait(timeout)
+        return None, None
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+@functools.lru_cache(maxsize=1)
+def _clone_popen() -> Callable[..., subprocess.Popen[bytes]]:
+    """A Popen whose child is a cloned launcher: for callers that want Popen's pipes
+    (PIPE, DEVNULL, STDOUT, file objects) and communicate()."""
+    import subprocess
+
+    class _Clone(subprocess.Popen[bytes]):
+        def __init__(self, group: Cgroup | None, pass_fds: tuple[int, int], *, stdin: FileArg,
+                     stdout: FileArg, stderr: FileArg) -> None:
+            self._clone_group = group
+            self._clone_fds = pass_fds
+            super().__init__(["agentstack-launcher"], stdin=stdin, stdout=stdout, stderr=stderr)
+
+        def _execute_child(self, *args: Any) -> None:
+            # Popen's (POSIX) signature since 3.11: args, executable, preexec_fn, close_fds,
+            # pass_fds, cwd, env, startupinfo, creationflags, shell, p2cread, p2cwrite,
+            # c2pread, c2pwrite, errread, errwrite, restore_signals, gid, gids, uid, umask,
+            # start_new_session, process_group.
+            p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite = args[10:16]
+            self.pid = _clone_launcher(self._clone_group, self._clone_fds, p2cread, c2pwrite,
+                                       errwrite)
+            self._child_created = True
+            self._close_pipe_fds(p2cread, p2cwrite,  # type: ignore[attr-defined]
+                                 c2pread, c2pwrite, errread, errwrite)
+
+    return _Clone
 
 
 def _clone3(cgroup_fd: int) -> int:
@@ -1074,7 +1144,8 @@ def _forwarding(
 ) -> Iterator[None]:
     """Forward SIGINT, SIGQUIT, SIGTERM and SIGHUP to the command's process group (it leads a
     session of its own); SIGWINCH resizes the relayed terminal."""
-    if threading.current_thread() is not threading.main_thread():
+    threading = sys.modules.get("threading")  # not imported: no thread of its making
+    if threading is not None and threading.current_thread() is not threading.main_thread():
         yield
         return
 
