@@ -209,9 +209,10 @@ IMPORT_PROBE = textwrap.dedent("""
 # pydantic (validation happens at lock time), pyseccomp (its import runs `ldconfig -p` twice; the
 # program is cached), nono-py's package `__init__` (pydantic-heavy; only its native module is
 # loaded), importlib.metadata (nono-py's version is read from its dist-info directory's name),
-# subprocess (the launcher is a clone; a Popen only for a caller that wants its pipes).
+# subprocess (the launcher is a clone; a Popen only for a caller that wants its pipes), signal
+# (its enums; `_signal` has the same functions).
 FORBIDDEN = ("pydantic", "pydantic_core", "pyseccomp", "ctypes.util", "nono_py", "subprocess",
-             "importlib.metadata", "rich", "typer", "tomlkit", "git")
+             "signal", "importlib.metadata", "rich", "typer", "tomlkit", "git")
 
 
 def test_run_imports_nothing_it_does_not_need_before_exec(tmp_path: Path) -> None:
