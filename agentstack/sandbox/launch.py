@@ -1,8 +1,9 @@
 """The confined launcher: applies the sandbox to itself, then becomes the harness.
 
-Run as `<python> -I <this file> <spec fd> <status fd>` by `agentstack run` (never with -m: under
--I the checkout is not on sys.path, so this file imports only the standard library and nono-py's
-native module). Keeping the terminal needs no pty juggling: the launcher inherits stdin, stdout and
+`main` runs in a clone of `agentstack run` (runner.py: clone3 into the run's cgroup, from a
+single-threaded process), or as `<python> -I -S <this file> <spec fd> <status fd>` (never with -m:
+under -I the checkout is not on sys.path, so this file imports only the standard library and
+nono-py's native module). Keeping the terminal needs no pty juggling: the launcher inherits stdin, stdout and
 stderr, confines itself and then execve()s the harness, which keeps the same pid, the same
 controlling terminal and the same process group.
 

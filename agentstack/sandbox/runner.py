@@ -1,9 +1,11 @@
 """Launch a command under the kernel sandbox built from a `SandboxPolicy`.
 
-The parent (this module, unconfined) checks that the sandbox is enforceable, compiles the seccomp
-program, creates a private TMPDIR, starts nono's credential proxy when the policy has credentials or
-allowed domains, builds the environment from an allowlist, and starts the launcher
-(`launch.py`, a fresh `python -I`), which confines itself and execve()s the command. The parent
+The parent (this module, unconfined) checks that the sandbox is enforceable, takes the seccomp
+program (compiled once per key, `seccomp.program`), creates a private TMPDIR, starts the launcher
+(`launch.py`: a clone of this process born in the run's cgroup when it has a single thread, else a
+fresh `python -I -S`), which waits for its spec; then starts nono's credential proxy when the
+policy has credentials or allowed domains, builds the environment from an allowlist and sends the
+spec. The launcher confines itself and execve()s the command. The parent
 then waits: it forwards SIGTERM and SIGHUP (and, for a non-interactive child, SIGINT and SIGQUIT),
 and returns the child's exit status. When the command exits, descendants it left behind (even
 setsid-detached ones) are killed: the parent is their child subreaper for the run.
