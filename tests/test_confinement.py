@@ -577,14 +577,16 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
+@pytest.mark.parametrize("launcher", ["clone", "exec"])
 @pytest.mark.parametrize("containment", ["cgroup", "process-tree"])
-def test_nothing_outlives_run(scene: verify.Scenario, containment: str,
+def test_nothing_outlives_run(scene: verify.Scenario, containment: str, launcher: str,
                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A 100-deep chain, a double-forked setsid daemon that keeps forking and a process that tries
     to join run's process group: none survives once `run_confined` returns, with the cgroup
-    (cgroup.kill) and without it (the whole-tree kill loop, no round cap)."""
+    (cgroup.kill) and without it (the whole-tree kill loop, no round cap), whichever launcher."""
     from agentstack.sandbox import runner
 
+    monkeypatch.setattr(runner, "_single_threaded", lambda: launcher == "clone")
     if containment == "process-tree":
         monkeypatch.setattr(runner.Cgroup, "create", classmethod(lambda cls: None))
     else:

@@ -334,25 +334,21 @@ def _read_cached(directory: str, path: str, key: str) -> bytes | None:
 
 
 def _store(directory: str, path: str, key: str, compiled: bytes) -> None:
-    """Best effort (a read-only home only costs the next run a compile): write a temporary file
-    in the directory (0600), then rename it over `path`."""
+    """Best effort (a read-only home only costs the next run a compile): the directory 0700, the
+    file 0600, replaced atomically (fsutil.write_atomic)."""
+    from pathlib import Path
+
+    from agentstack.errors import AgentstackError
+    from agentstack.fsutil import write_atomic
+    from agentstack.paths import ensure_private_dir
+
     data = (CACHE_MAGIC + key.encode() + b"\n" + _sha256(compiled).hexdigest().encode() + b"\n"
             + compiled)
-    temp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except OSError:
-        with __import__("contextlib").suppress(OSError):
-            os.unlink(temp)
+        ensure_private_dir(Path(directory))
+        write_atomic(Path(path), data, 0o600, base=Path(directory))
+    except (OSError, AgentstackError):
+        pass
 
 
 def available() -> tuple[bool, str]:
