@@ -69,6 +69,7 @@ GUARD_SNAPSHOT = "guard.json"
 APPLY_LEDGER = "apply.json"
 HARNESS_STATE = "harness-state"
 BACKUPS = "backups"
+SECCOMP_PROGRAMS = "seccomp-programs"
 
 # Under the cache.
 GIT_MIRRORS = "git"
@@ -86,7 +87,7 @@ RUN_READONLY_FILES = (GUARD_SNAPSHOT, TRUST_HEAD, TRUST_LOG)
 # a path).
 STATE_FILES = (
     TRUST_LOG, TRUST_HEAD, TRUST_LOCK, TRUST_TORN, ALLOWED_SIGNERS, BOUNDARY, GUARD_SNAPSHOT,
-    APPLY_LEDGER, HARNESS_STATE, STAT_CACHE, RUN_DIR_PREFIX,
+    APPLY_LEDGER, HARNESS_STATE, STAT_CACHE, RUN_DIR_PREFIX, SECCOMP_PROGRAMS,
 )
 STATE_DIRS = (
     CONSENTS, KEYS, SECRETS, SHIMS, QUARANTINE, QUARANTINE_META, PROJECTS, GIT_MIRRORS,
@@ -169,6 +170,10 @@ def shims_dir(state_home: str) -> str:
 
 def quarantine_dir(state_home: str) -> str:
     return os.path.join(state_home, QUARANTINE)
+
+
+def seccomp_programs(state_home: str) -> str:
+    return os.path.join(state_home, SECCOMP_PROGRAMS)
 
 
 def project_id(root: str) -> str:

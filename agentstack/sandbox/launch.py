@@ -1,8 +1,9 @@
 """The confined launcher: applies the sandbox to itself, then becomes the harness.
 
-Run as `<python> -I <this file> <spec fd> <status fd>` by `agentstack run` (never with -m: under
--I the checkout is not on sys.path, so this file imports only the standard library and nono-py's
-native module). Keeping the terminal needs no pty juggling: the launcher inherits stdin, stdout and
+`main` runs in a clone of `agentstack run` (runner.py: clone3 into the run's cgroup, from a
+single-threaded process), or as `<python> -I -S <this file> <spec fd> <status fd>` (never with -m:
+under -I the checkout is not on sys.path, so this file imports only the standard library and
+nono-py's native module). Keeping the terminal needs no pty juggling: the launcher inherits stdin, stdout and
 stderr, confines itself and then execve()s the harness, which keeps the same pid, the same
 controlling terminal and the same process group.
 
@@ -31,11 +32,16 @@ import errno
 import marshal
 import os
 import sys
-from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time (it pulls in `re`: start-up cost)
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
 
 # Everything this file needs is imported above: after Landlock, the interpreter's own library
-# directory may no longer be readable. (marshal, not json: json pulls in `re`, ~15 ms of start-up.)
+# directory may no longer be readable. (marshal, not json: json pulls in `re`, ~15 ms of start-up;
+# `_signal`, the C module behind `signal`, which would pull in `enum`.)
+_signal: Any = __import__("_signal")
 
 PR_SET_PDEATHSIG = 1
 TIOCSCTTY = 0x540E
@@ -241,6 +247,10 @@ def confine_and_exec(spec: dict[str, Any], status_fd: int) -> None:
     env: dict[str, str] = dict(spec["env"])
     argv: list[str] = list(spec["argv"])
     program = _resolve(argv[0], env.get("PATH", os.defpath))
+    # The dispositions Python ignores for itself go back to the default, as subprocess does: the
+    # command starts as it would from a shell (`yes | head` ends on SIGPIPE).
+    for number in (_signal.SIGPIPE, _signal.SIGXFSZ):
+        _signal.signal(number, _signal.SIG_DFL)
     os.write(status_fd, ARMED)
     try:
         os.execve(program, argv, env)  # noqa: S606 - argv, not a shell

@@ -129,6 +129,14 @@ def is_within(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent + "/")
 
 
+def _top(path: str) -> str | None:
+    """The first component of an absolute path ("/usr/lib" -> "usr"); None for "/" and for
+    anything that is not a plain absolute path (which is then compared with everything)."""
+    if not path.startswith("/") or path.startswith("//") or path == "/":
+        return None
+    return path.split("/", 2)[1]
+
+
 def normalise(path: str, base: str) -> str:
     """Absolute, `~`-free, `..`-free, symbolic links resolved as far as the path exists."""
     if "\0" in path:
@@ -194,8 +202,21 @@ class SandboxPolicy:
     def problems(self) -> list[str]:
         """Why this policy cannot be enforced by Landlock as written; [] when it can."""
         out: list[str] = []
+        # Only a grant and a deny on one path (one within the other) can conflict, and such two
+        # share their first component (or one is "/"): each deny is checked against those
+        # grants only, in the grants' order.
+        by_top: dict[str, list[int]] = {}
+        everywhere: list[int] = []
+        for index, grant in enumerate(self.grants):
+            if _top(grant.path) is None:
+                everywhere.append(index)
+            else:
+                by_top.setdefault(str(_top(grant.path)), []).append(index)
         for deny in self.denies:
-            for grant in self.grants:
+            top = _top(deny.path)
+            indices = (range(len(self.grants)) if top is None
+                       else sorted((*by_top.get(top, ()), *everywhere)))
+            for grant in (self.grants[i] for i in indices):
                 if any(is_within(grant.path, inner) for inner in deny.except_paths):
                     continue
                 if grant.file:

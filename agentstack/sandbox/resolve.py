@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,33 @@ def nono_deny_paths(home: str) -> list[tuple[str, str]]:
     return out
 
 
+class RealPaths:
+    """`os.path.realpath` for many absolute paths that share directories (the deny lists, the
+    system grants): each directory is resolved once, then one `lstat` per new path. The same
+    answer as `os.path.realpath`, to which it defers for a link and for any path that is not
+    plain (relative, `.` or `..` components, `//`, a trailing slash)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, str] = {"/": "/"}
+
+    def __call__(self, path: str) -> str:
+        known = self._known.get(path)
+        if known is not None:
+            return known
+        if not path.startswith("/") or path.startswith("//") or path != os.path.normpath(path):
+            return os.path.realpath(path)
+        parent, _, name = path.rpartition("/")
+        real_parent = self(parent or "/")
+        candidate = ("" if real_parent == "/" else real_parent) + "/" + name
+        try:
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except OSError:
+            is_link = False  # as realpath: a missing or unreadable component is taken as written
+        result = os.path.realpath(candidate) if is_link else candidate
+        self._known[path] = result
+        return result
+
+
 def harness_for_command(argv: list[str]) -> str | None:
     """The harness a command line starts (`claude ...` -> claude-code), if any."""
     if not argv:
@@ -122,10 +150,11 @@ def resolve_policy(
     workdir = os.path.realpath(str(root))
     search = search_path if search_path is not None else os.environ.get("PATH", os.defpath)
 
+    realpath = RealPaths()
     grants: list[Grant] = []
     for path, access, is_file in profiles.system_grants():
         grants.append(
-            Grant(path=os.path.realpath(path), access=_access(access), file=is_file,
+            Grant(path=realpath(path), access=_access(access), file=is_file,
                   source="system")
         )
     grants.append(Grant(path=workdir, access="rw", source="workdir"))
@@ -200,7 +229,7 @@ def resolve_policy(
         denies.append(Deny(path=literal_state, source="agentstack-home"))
     for path, source in nono_deny_paths(home_dir):
         denies.append(Deny(path=os.path.abspath(path), source=source))
-        real = os.path.realpath(path)
+        real = realpath(os.path.abspath(path))
         if real != os.path.abspath(path):
             denies.append(Deny(path=real, source=source))
     from agentstack.sandbox.credentials import CREDENTIAL_PATHS, HARNESS_HOMES
@@ -214,10 +243,10 @@ def resolve_policy(
     for relative, source in [*((p, "credentials") for p in CREDENTIAL_PATHS),
                              *((p, "harness-home") for p in HARNESS_HOMES)]:
         path = os.path.join(home_dir, relative)
-        if any(is_within(path, d) or is_within(os.path.realpath(path), d) for d in profile_dirs):
+        real = realpath(path)
+        if any(is_within(path, d) or is_within(real, d) for d in profile_dirs):
             continue
         denies.append(Deny(path=path, source=source))
-        real = os.path.realpath(path)
         if real != path:
             denies.append(Deny(path=real, source=source))
 

@@ -1,9 +1,11 @@
 """Launch a command under the kernel sandbox built from a `SandboxPolicy`.
 
-The parent (this module, unconfined) checks that the sandbox is enforceable, compiles the seccomp
-program, creates a private TMPDIR, starts nono's credential proxy when the policy has credentials or
-allowed domains, builds the environment from an allowlist, and starts the launcher
-(`launch.py`, a fresh `python -I`), which confines itself and execve()s the command. The parent
+The parent (this module, unconfined) checks that the sandbox is enforceable, takes the seccomp
+program (compiled once per key, `seccomp.program`), creates a private TMPDIR, starts the launcher
+(`launch.py`: a clone of this process born in the run's cgroup when it has a single thread, else a
+fresh `python -I -S`), which waits for its spec; then starts nono's credential proxy when the
+policy has credentials or allowed domains, builds the environment from an allowlist and sends the
+spec. The launcher confines itself and execve()s the command. The parent
 then waits: it forwards SIGTERM and SIGHUP (and, for a non-interactive child, SIGINT and SIGQUIT),
 and returns the child's exit status. When the command exits, descendants it left behind (even
 setsid-detached ones) are killed: the parent is their child subreaper for the run.
@@ -17,22 +19,26 @@ import functools
 import marshal
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import subprocess
 
 from agentstack import layout
 from agentstack.sandbox import profiles
 from agentstack.sandbox.launch import ARMED, nono_module_path
 from agentstack.sandbox.policy import Grant, SandboxPolicy
 from agentstack.sandbox.resolve import ConfinementError
+
+# The C module behind `signal`, whose import builds enums of every signal (~1 ms of `run`'s
+# start-up); the same functions and numbers.
+_signal: Any = __import__("_signal")
 
 LAUNCHER = Path(__file__).resolve().with_name("launch.py")
 REQUIRED_ABI_FEATURES = {
@@ -135,13 +141,15 @@ def check_enforceable(policy: SandboxPolicy) -> Enforcement:
         )
     if policy.seccomp:
         try:
-            from agentstack.sandbox.seccomp import build_program
+            from agentstack.sandbox.seccomp import program as seccomp_program
 
             # With no port to bind, nothing may listen: listen() on an unbound socket would
-            # bind an ephemeral port itself, where Landlock's bind rules never look.
-            program = build_program(
+            # bind an ephemeral port itself, where Landlock's bind rules never look. Compiled
+            # once per key into agentstack's own state (always denied to the sandbox).
+            program = seccomp_program(
                 allow_udp=not policy.network_block,
                 allow_listen=bool(policy.localhost_ports) or not policy.network_block,
+                state_home=policy.agentstack_home,
             )
         except ImportError as exc:
             raise ConfinementError(
@@ -444,7 +452,7 @@ def _reap_descendants(before: set[int], *, timeout: float = KILL_TIMEOUT) -> int
             return killed
         for pid in strays:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signal.SIGKILL)
                 killed += 1
         for pid in _children() - before:
             with contextlib.suppress(ChildProcessError):
@@ -593,7 +601,7 @@ def confined(
         _ACTIVE.release()
 
 
-_ACTIVE = threading.Lock()
+_ACTIVE = __import__("_thread").allocate_lock()  # (`threading` is not needed on this path)
 
 
 @contextlib.contextmanager
@@ -626,7 +634,29 @@ def _confined(
     group: Cgroup | None = None
     subreaper_was = None
     process: subprocess.Popen[bytes] | None = None
+    spec_r, spec_w = os.pipe()
+    status_r, status_w = os.pipe()
+    unclosed = [spec_r, spec_w, status_r, status_w]
     try:
+        terminal = _terminal_path(stdin) if interactive else None
+        before = _children()
+        subreaper_was = _set_subreaper(True)
+        group = Cgroup.create()
+        # The launcher starts first, while this process has no other thread (the proxy's come
+        # later), and waits for its spec: nothing of the command runs before the spec arrives.
+        process, in_group = _start_launcher(
+            group, (spec_r, status_w), stdin=stdin, stdout=stdout, stderr=stderr,
+            cwd=policy.workdir,
+        )
+        for fd in (spec_r, status_w):
+            unclosed.remove(fd)
+            os.close(fd)
+        if group is not None and not in_group:
+            try:  # before the spec is sent: the launcher has not forked or confined anything yet
+                group.add(process.pid)
+            except OSError:
+                group.remove()
+                group = None
         if policy.needs_proxy:
             proxy = Proxy(policy)
         runtime = policy.with_runtime(tmpdir=tmpdir, proxy_port=proxy.port if proxy else None)
@@ -638,7 +668,6 @@ def _confined(
                 *runtime.grants, Grant(path=ro_dir, access="ro", source="run: read-only files")
             ))
             extra_env[RUN_RO_ENV] = ro_dir
-        terminal = _terminal_path(stdin) if interactive else None
         if terminal is not None:
             runtime = replace(runtime, grants=(
                 *runtime.grants, Grant(path=terminal, access="rw", file=True,
@@ -652,43 +681,21 @@ def _confined(
         launch = _launch_spec(runtime, argv, child_env, enforcement.seccomp_program)
         launch["controlling_terminal"] = terminal is not None
         spec = marshal.dumps(launch)
-        spec_r, spec_w = os.pipe()
-        status_r, status_w = os.pipe()
-        before = _children()
-        subreaper_was = _set_subreaper(True)
-        group = Cgroup.create()
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(LAUNCHER), str(spec_r), str(status_w)],
-                pass_fds=(spec_r, status_w),
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                cwd=runtime.workdir,
-                env={"PATH": os.defpath},
-                start_new_session=True,  # never the user's session or process group
-                close_fds=True,
-            )
-        finally:
-            os.close(spec_r)
-            os.close(status_w)
-        if group is not None:
-            try:  # before the spec is sent: the launcher has not forked or confined anything yet
-                group.add(process.pid)
-            except OSError:
-                group.remove()
-                group = None
+        unclosed.remove(spec_w)
         try:
             with os.fdopen(spec_w, "wb") as handle:
                 handle.write(spec)
         except BrokenPipeError:
             pass
+        unclosed.remove(status_r)
         with os.fdopen(status_r, "rb") as handle:
             status = handle.read()
         _check_status(status, process)
         yield Confined(process=process, policy=runtime, proxy=proxy, enforcement=enforcement,
                        cgroup=group)
     finally:
+        for fd in unclosed:  # an unsent spec: the launcher reads end-of-file and runs nothing
+            os.close(fd)
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
@@ -706,6 +713,229 @@ def _confined(
         if proxy is not None:
             proxy.shutdown()
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------ starting the launcher
+
+SYS_CLONE3 = {"x86_64": 435, "aarch64": 435}
+CLONE_INTO_CGROUP = 0x200000000
+SIGCHLD = 17
+
+
+def _start_launcher(
+    group: Cgroup | None,
+    pass_fds: tuple[int, int],
+    *,
+    stdin: FileArg,
+    stdout: FileArg,
+    stderr: FileArg,
+    cwd: str,
+) -> tuple[subprocess.Popen[bytes], bool]:
+    """The launcher, waiting for its spec on `pass_fds[0]`; and whether it is already in `group`.
+
+    Where this process has a single thread, the launcher is a clone of it (clone3, born in the
+    run's cgroup with CLONE_INTO_CGROUP): no second interpreter starts, and no cgroup migration
+    waits for an RCU grace period. Otherwise (another thread, no clone3) it is a fresh
+    `python -I -S launch.py`. Either way it runs launch.py's code on the same spec."""
+    if _single_threaded() and os.uname().machine in SYS_CLONE3:
+        try:
+            plain = [-1 if s is None else s if isinstance(s, int) and s >= 0 else None
+                     for s in (stdin, stdout, stderr)]
+            if None not in plain:
+                # Plain descriptors (what `agentstack run` passes): no Popen, so no subprocess
+                # import (~3 ms of start-up).
+                pid = _clone_launcher(group, pass_fds, *cast("list[int]", plain))
+                return cast("subprocess.Popen[bytes]", _ClonedProcess(pid)), group is not None
+            return _clone_popen()(group, pass_fds, stdin=stdin, stdout=stdout, stderr=stderr), (
+                group is not None)
+        except _CloneUnavailable:
+            pass
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(LAUNCHER), *map(str, pass_fds)],
+        pass_fds=pass_fds,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=cwd,
+        env={"PATH": os.defpath},
+        start_new_session=True,  # never the user's session or process group
+        close_fds=True,
+    )
+    return process, False
+
+
+def _single_threaded() -> bool:
+    """No other thread (Python's or a library's) in this process: a clone of it is safe."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+class _CloneUnavailable(Exception):
+    """clone3 (or CLONE_INTO_CGROUP) is refused here: start the launcher the other way."""
+
+
+class _CloneArgs(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack", "stack_size", "tls",
+        "set_tid", "set_tid_size", "cgroup")]
+
+
+def _clone_launcher(group: Cgroup | None, fds: tuple[int, int], stdin: int, stdout: int,
+                    stderr: int) -> int:
+    """Clone this process into `group` (if any); the child becomes the launcher (never returns
+    here), the parent gets its pid. -1 for a stream: inherited as it is."""
+    cgroup_fd = -1
+    if group is not None:
+        try:
+            cgroup_fd = os.open(group.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _CloneUnavailable(str(exc)) from None
+    try:
+        pid = _clone3(cgroup_fd)
+    finally:
+        if cgroup_fd >= 0:
+            os.close(cgroup_fd)
+    if pid == 0:
+        _launcher_child(fds, stdin, stdout, stderr)  # never returns
+    return pid
+
+
+class _ClonedProcess:
+    """What `run` uses of a Popen (pid, returncode, poll, wait, kill, send_signal, communicate)
+    for a launcher cloned with plain descriptors, which has no pipes of Popen's."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.args = ["agentstack-launcher"]
+        self.stdin = self.stdout = self.stderr = None  # as a Popen without pipes
+
+    def _reaped(self, flags: int) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # reaped elsewhere (as Popen: taken as success)
+                self.returncode = 0
+                return 0
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._reaped(os.WNOHANG)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if timeout is None:
+            code = self._reaped(0)
+            assert code is not None
+            return code
+        deadline = time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the launcher ({self.pid}) still runs after {timeout} s")
+            time.sleep(0.001)
+        return code
+
+    def communicate(self, input: bytes | None = None, timeout: float | None = None
+                    ) -> tuple[None, None]:
+        self.wait(timeout)
+        return None, None
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(_signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(_signal.SIGTERM)
+
+
+@functools.lru_cache(maxsize=1)
+def _clone_popen() -> Callable[..., subprocess.Popen[bytes]]:
+    """A Popen whose child is a cloned launcher: for callers that want Popen's pipes
+    (PIPE, DEVNULL, STDOUT, file objects) and communicate()."""
+    import subprocess
+
+    class _Clone(subprocess.Popen[bytes]):
+        def __init__(self, group: Cgroup | None, pass_fds: tuple[int, int], *, stdin: FileArg,
+                     stdout: FileArg, stderr: FileArg) -> None:
+            self._clone_group = group
+            self._clone_fds = pass_fds
+            super().__init__(["agentstack-launcher"], stdin=stdin, stdout=stdout, stderr=stderr)
+
+        def _execute_child(self, *args: Any) -> None:
+            # Popen's (POSIX) signature since 3.11: args, executable, preexec_fn, close_fds,
+            # pass_fds, cwd, env, startupinfo, creationflags, shell, p2cread, p2cwrite,
+            # c2pread, c2pwrite, errread, errwrite, restore_signals, gid, gids, uid, umask,
+            # start_new_session, process_group.
+            p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite = args[10:16]
+            self.pid = _clone_launcher(self._clone_group, self._clone_fds, p2cread, c2pwrite,
+                                       errwrite)
+            self._child_created = True
+            self._close_pipe_fds(p2cread, p2cwrite,  # type: ignore[attr-defined]
+                                 c2pread, c2pwrite, errread, errwrite)
+
+    return _Clone
+
+
+def _clone3(cgroup_fd: int) -> int:
+    """clone3() like fork() (into the cgroup open at `cgroup_fd`, if any), with CPython's own
+    before/after-fork bookkeeping (PyOS_BeforeFork, PyOS_AfterFork_*), the GIL held throughout:
+    0 in the child, its pid in the parent. Raises _CloneUnavailable when the kernel refuses."""
+    api = ctypes.pythonapi
+    syscall = ctypes.PyDLL(None, use_errno=True).syscall  # PyDLL: the call keeps the GIL
+    syscall.restype = ctypes.c_long
+    arguments = _CloneArgs(flags=CLONE_INTO_CGROUP if cgroup_fd >= 0 else 0,
+                           exit_signal=SIGCHLD, cgroup=max(cgroup_fd, 0))
+    api.PyOS_BeforeFork()
+    pid = syscall(ctypes.c_long(SYS_CLONE3[os.uname().machine]), ctypes.byref(arguments),
+                  ctypes.c_size_t(ctypes.sizeof(arguments)))
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno() if pid < 0 else 0
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise _CloneUnavailable(os.strerror(err) if err else "clone3 failed")
+    return int(pid)
+
+
+def _launcher_child(fds: tuple[int, int], p2cread: int, c2pwrite: int, errwrite: int) -> None:
+    """In the clone: what Popen's child does before exec (a session of its own, the standard
+    streams, every other descriptor closed), then launch.py's main. Never returns."""
+    spec_fd, status_fd = fds
+    code = 126
+    try:
+        os.setsid()  # never the user's session or process group
+        if c2pwrite == 0:
+            c2pwrite = os.dup(c2pwrite)
+        while errwrite in (0, 1):
+            errwrite = os.dup(errwrite)
+        for fd, target in ((p2cread, 0), (c2pwrite, 1), (errwrite, 2)):
+            if fd == target:
+                os.set_inheritable(fd, True)
+            elif fd != -1:
+                os.dup2(fd, target)
+        low = 3
+        for fd in (*sorted(fds), os.sysconf("SC_OPEN_MAX")):
+            if low < fd:
+                os.closerange(low, fd)
+            low = fd + 1
+        from agentstack.sandbox.launch import main
+
+        code = main([str(spec_fd), str(status_fd)])
+    except BaseException as exc:  # noqa: BLE001 - nothing may run unconfined; report and stop
+        with contextlib.suppress(BaseException):
+            os.write(status_fd, f"E launch\t{type(exc).__name__}: {exc}\n".encode())
+    finally:
+        os._exit(code)
 
 
 def _terminal_path(stdin: FileArg) -> str | None:
@@ -920,7 +1150,8 @@ def _forwarding(
 ) -> Iterator[None]:
     """Forward SIGINT, SIGQUIT, SIGTERM and SIGHUP to the command's process group (it leads a
     session of its own); SIGWINCH resizes the relayed terminal."""
-    if threading.current_thread() is not threading.main_thread():
+    threading = sys.modules.get("threading")  # not imported: no thread of its making
+    if threading is not None and threading.current_thread() is not threading.main_thread():
         yield
         return
 
@@ -928,16 +1159,17 @@ def _forwarding(
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signum)
 
-    handlers: dict[signal.Signals, Any] = {
-        sig: forward for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
+    handlers: dict[int, Any] = {
+        sig: forward
+        for sig in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT, _signal.SIGQUIT)
     }
     if on_winch is not None:
-        handlers[signal.SIGWINCH] = lambda _s, _f: on_winch()
-    previous: dict[signal.Signals, Any] = {}
+        handlers[_signal.SIGWINCH] = lambda _s, _f: on_winch()
+    previous: dict[int, Any] = {}
     try:
         for sig, handler in handlers.items():
-            previous[sig] = signal.signal(sig, handler)
+            previous[sig] = _signal.signal(sig, handler)
         yield
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            _signal.signal(sig, handler)

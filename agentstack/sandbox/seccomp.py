@@ -8,13 +8,21 @@ whose flags the filter can inspect). A syscall made through another ABI than the
 
 Integer arguments are compared on their low 32 bits only where the kernel reads an `int`, so
 garbage in the upper half of a register cannot slip a flag past the filter.
+
+`program()` is what `run` uses: the compiled program is kept in
+`$AGENTSTACK_HOME/seccomp-programs/` (0700 directory, 0600 files; always denied to every sandbox),
+keyed by everything that decides its bytes (the two policy inputs, this module's and pyseccomp's
+source, libseccomp's version, the machine and kernel release), so importing pyseccomp (whose
+`find_library` runs `ldconfig -p` twice) and compiling happen once per key, not on every run. A cached file is used only when it
+is a regular file of ours, not group/world-writable, under a directory of ours, and its recorded
+key and SHA-256 match; anything else is recompiled and replaced.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
-import tempfile
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,6 +219,8 @@ def build_program(*, allow_udp: bool = False, allow_listen: bool = True) -> byte
         for kind in range(16):
             if kind not in allowed_types:
                 flt.add_rule(eperm, "socket", arg(0, masked, LOW32, family), arg(1, masked, 0xF, kind))
+    import tempfile
+
     with tempfile.TemporaryFile() as handle:
         flt.export_bpf(handle)
         handle.flush()
@@ -219,6 +229,126 @@ def build_program(*, allow_udp: bool = False, allow_listen: bool = True) -> byte
     if not program or len(program) % 8:
         raise OSError(errno.EINVAL, "libseccomp produced an empty seccomp program")
     return bytes(program)
+
+
+CACHE_MAGIC = b"agentstack-seccomp-v1\n"
+
+
+def _sha256(data: bytes = b"") -> Any:
+    """hashlib's SHA-256 without importing hashlib (OpenSSL's `_hashlib`: ~2 ms of start-up):
+    CPython's own builtin module, which gives the same digests."""
+    for name in ("_sha256", "_sha2"):  # renamed in 3.12
+        try:
+            return __import__(name).sha256(data)
+        except (ImportError, AttributeError):
+            continue
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
+def cache_key(*, allow_udp: bool, allow_listen: bool) -> str:
+    """SHA-256 over everything that decides `build_program`'s bytes; a changed input (policy,
+    agentstack, pyseccomp, libseccomp, machine, kernel) is a different key."""
+    import agentstack
+
+    parts = [
+        CACHE_MAGIC,
+        f"agentstack {agentstack.__version__}; udp {allow_udp}; listen {allow_listen}".encode(),
+        _source_digest(__file__),
+        _source_digest(_pyseccomp_file()),
+        f"libseccomp {libseccomp_version()}".encode(),
+        " ".join(os.uname()[2:5]).encode(),  # release, version, machine
+        __import__("sys").byteorder.encode(),
+    ]
+    digest = _sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return str(digest.hexdigest())
+
+
+def _source_digest(path: str | None) -> bytes:
+    if path is None:
+        return b"missing"
+    try:
+        with open(path, "rb") as handle:
+            return str(_sha256(handle.read()).hexdigest()).encode()
+    except OSError:
+        return b"unreadable"
+
+
+def _pyseccomp_file() -> str | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyseccomp")
+    return spec.origin if spec is not None else None
+
+
+def program(*, allow_udp: bool, allow_listen: bool, state_home: str | None = None) -> bytes:
+    """`build_program(...)`, from agentstack's private cache when a verified copy for exactly this
+    key is there (else compiled and stored). Raises what `build_program` raises."""
+    from agentstack import layout
+
+    directory = layout.seccomp_programs(state_home if state_home is not None else layout.home())
+    key = cache_key(allow_udp=allow_udp, allow_listen=allow_listen)
+    path = os.path.join(directory, key + ".bpf")
+    cached = _read_cached(directory, path, key)
+    if cached is not None:
+        return cached
+    compiled = build_program(allow_udp=allow_udp, allow_listen=allow_listen)
+    _store(directory, path, key, compiled)
+    return compiled
+
+
+def _private(st: os.stat_result, kind: int) -> bool:
+    import stat
+
+    return (stat.S_IFMT(st.st_mode) == kind and st.st_uid == os.geteuid()
+            and not st.st_mode & 0o022)
+
+
+def _read_cached(directory: str, path: str, key: str) -> bytes | None:
+    import stat
+    try:
+        if not _private(os.lstat(directory), stat.S_IFDIR):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not _private(os.fstat(fd), stat.S_IFREG):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(1 << 20)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    header = CACHE_MAGIC + key.encode() + b"\n"
+    if not data.startswith(header):
+        return None
+    digest, _, body = data[len(header):].partition(b"\n")
+    if not body or len(body) % 8 or _sha256(body).hexdigest().encode() != digest:
+        return None
+    return body
+
+
+def _store(directory: str, path: str, key: str, compiled: bytes) -> None:
+    """Best effort (a read-only home only costs the next run a compile): the directory 0700, the
+    file 0600, replaced atomically (fsutil.write_atomic)."""
+    from pathlib import Path
+
+    from agentstack.errors import AgentstackError
+    from agentstack.fsutil import write_atomic
+    from agentstack.paths import ensure_private_dir
+
+    data = (CACHE_MAGIC + key.encode() + b"\n" + _sha256(compiled).hexdigest().encode() + b"\n"
+            + compiled)
+    try:
+        ensure_private_dir(Path(directory))
+        write_atomic(Path(path), data, 0o600, base=Path(directory))
+    except (OSError, AgentstackError):
+        pass
 
 
 def available() -> tuple[bool, str]:

@@ -66,13 +66,25 @@ class Change:
         return f"{self.path} ({self.what})"
 
 
+def _compile(patterns: tuple[str, ...]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(the names a path may equal, the directory prefixes it may start with)."""
+    return (frozenset(p.removesuffix("/") for p in patterns),
+            tuple(p for p in patterns if p.endswith("/")))
+
+
+_ON_OPEN, _HARNESS = _compile(ON_OPEN), _compile(HARNESS)
+
+
 def _matches(relative: str, patterns: tuple[str, ...]) -> bool:
     """`relative` is one of `patterns` (a directory pattern ends in "/": the directory itself,
     whatever its type, or anything under it)."""
-    return any(
-        (relative.startswith(p) or relative == p[:-1]) if p.endswith("/") else relative == p
-        for p in patterns
-    )
+    names, prefixes = _compile(patterns)
+    return _matched(relative, names, prefixes)
+
+
+def _matched(relative: str, names: frozenset[str], prefixes: tuple[str, ...]) -> bool:
+    # Called for every entry of the tree: one set lookup and one C-level prefix test.
+    return relative in names or relative.startswith(prefixes)
 
 
 def _file_fingerprint(path: str, info: os.stat_result) -> str:
@@ -176,8 +188,8 @@ def snapshot(root: Path) -> dict[str, Entry]:
             else:
                 probe = relative + ("/" if is_dir else "")
                 category = (
-                    "on-open" if _matches(probe, ON_OPEN)
-                    else "harness" if _matches(probe, HARNESS)
+                    "on-open" if _matched(probe, *_ON_OPEN)
+                    else "harness" if _matched(probe, *_HARNESS)
                     else None
                 )
             if category is not None:
