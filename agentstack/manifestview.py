@@ -320,13 +320,22 @@ class ManifestView(Section):
 
     @classmethod
     def from_model(cls, manifest: Manifest) -> ManifestView:
-        """The one way a view is made: from the validated models."""
+        """The view of the validated models (the reference)."""
         from agentstack.canonical import digest_of
 
         return cls(
             manifest.model_dump(mode="json"),
             digest_of(manifest.model_dump(mode="json", exclude_defaults=True)),
         )
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> ManifestView:
+        """The view of `Manifest.model_dump(mode="json")` as the fast validator makes it
+        (`agentstack.manifestfast`): the digest is the dump without its defaults, as
+        `model_dump(exclude_defaults=True)` gives it."""
+        from agentstack.canonical import digest_of
+
+        return cls(data, digest_of(_without_defaults(data, manifest_spec())[0]))
 
 
 def as_view(manifest: Manifest | ManifestView) -> ManifestView:
@@ -381,18 +390,25 @@ def manifest_spec() -> Spec:
 _schema: list[bytes | None] = []
 
 
+SCHEMA_SOURCES = ("manifest.py", "manifestrules.py", "manifestfast.py")
+
+
 def schema_digest() -> bytes | None:
-    """blake3 of `manifest.py` (every model and validator): a changed schema is a new key. None
-    when the source cannot be read (then nothing is cached)."""
+    """blake3 of the schema's sources (`manifest.py`, the models; `manifestrules.py`, every rule;
+    `manifestfast.py`, the fast validator): a changed schema is a new key. None when a source
+    cannot be read (then nothing is cached)."""
     if not _schema:
+        import blake3
+
+        hasher = blake3.blake3()
         try:
-            source = Path(__file__).with_name("manifest.py").read_bytes()
+            for name in SCHEMA_SOURCES:
+                source = Path(__file__).with_name(name).read_bytes()
+                hasher.update(len(source).to_bytes(8, "big") + source)
         except OSError:
             _schema.append(None)
         else:
-            import blake3
-
-            _schema.append(blake3.blake3(source).digest())
+            _schema.append(hasher.digest())
     return _schema[0]
 
 
@@ -596,10 +612,20 @@ def _prune(directory: Path) -> None:
             os.unlink(path)
 
 
+fast_path = True  # tests switch it off to exercise the cache and the models alone
+
+
 def view_of_bytes(data: bytes, file: str = MANIFEST_NAME, *, cache: bool = True) -> ManifestView:
-    """The validated view of manifest bytes: from the cache when these exact bytes were validated
-    by this agentstack before, else validated with the models (errors exactly as
-    `parse_manifest`'s) and cached."""
+    """The validated view of manifest bytes: from the fast validator when it is certain the
+    models accept them (`agentstack.manifestfast`, no pydantic), else from the cache when these
+    exact bytes were validated by this agentstack before, else validated with the models (errors
+    exactly as `parse_manifest`'s) and cached."""
+    if fast_path:
+        from agentstack.manifestfast import validated_bytes
+
+        fast = validated_bytes(data)
+        if fast is not None:
+            return ManifestView.from_data(fast)
     key = cache_key(data) if cache else None
     directory = cache_dir() if key is not None else None
     if key is not None and directory is not None:
