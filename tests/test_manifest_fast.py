@@ -1,10 +1,12 @@
 """The fast manifest validator (agentstack.manifestfast) against the models, its reference.
 
-1. Differential: on generated manifests (valid, near-valid and adversarial: wrong types, booleans
-   for integers, extra keys, bad names, expansions, Unicode, huge values), a fast accept means the
-   models accept with the identical dump and digest; whatever the models reject, the fast path
-   does not accept, and the user sees the models' exact problems. Every manifest the models
-   accept with TOML's own types is accepted by the fast path (so the fast path is the one taken).
+1. Differential: on every manifest one edit away from a valid one (each leaf across a length
+   bound, a type, a pattern or a rule; each key removed; an unknown key in each table), and on
+   generated manifests (valid, near-valid and adversarial: wrong types, booleans for integers,
+   extra keys, bad names, expansions, Unicode, huge values): a fast accept means the models accept
+   with the identical dump and digest; whatever the models reject, the fast path does not accept,
+   and the user sees the models' exact problems. Every manifest the models accept with TOML's own
+   types is accepted by the fast path (so the fast path is the one taken).
 2. Its tables follow the models: field names, order, types, defaults and validators, compared
    with the models themselves, so a model change the fast path does not know fails here.
 3. A fresh project's `lock` and `digest` import no pydantic; an invalid manifest still gets the
@@ -223,16 +225,37 @@ def near_valid(draw: st.DrawFn) -> Any:
     return raw
 
 
+def _tweaks(value: Any) -> list[Any]:
+    """Values next to `value`: across a length bound, a type, a pattern, a rule."""
+    if type(value) is bool:
+        return [int(value), not value, "true", [value]]
+    if type(value) is int:
+        return [True, False, value + 1, value - 1, -value, 0, 1, 600, 601, 65535, 65536,
+                float(value), str(value), 2**64]  # fmt: skip
+    if type(value) is str:
+        return [
+            value + "\n", "\n" + value, value + "\r", value.upper(), value + " ", "", value + "é",
+            value + "$X", value + "${X}", value + "{env:X}", value + "\x00", value + "\ud800",
+            "/" + value, "../" + value, value + "/..", value + "\\", "./", ".", value + "/",
+            value.ljust(64, "a"), value.ljust(65, "a"), value.ljust(1024, "a"),
+            value.ljust(1025, "a"), value.ljust(8192, "a"), value.ljust(8193, "a"),
+            value.ljust(8193, "é"), value + "@{u}", value + "^0", value[:-1], value[1:], [value],
+        ]  # fmt: skip
+    if type(value) is list:
+        return [None, {}, [value], tuple(value)]
+    return [None, [], [value]]
+
+
 def _edit(raw: Any, draw: st.DrawFn) -> Any:
     raw = copy.deepcopy(raw)
     node = raw
     while True:
         if isinstance(node, dict) and node:
             key = draw(st.sampled_from(sorted(node)))
-            if isinstance(node[key], dict | list) and node[key] and draw(st.booleans()):
+            if isinstance(node[key], dict | list) and node[key] and draw(st.integers(0, 4)):
                 node = node[key]
                 continue
-            action = draw(st.integers(0, 3))
+            action = draw(st.integers(0, 4))
             if action == 0:
                 node[key] = draw(junk)
             elif action == 1:
@@ -242,20 +265,22 @@ def _edit(raw: Any, draw: st.DrawFn) -> Any:
                     draw(st.one_of(strings, st.sampled_from(["command", "url", "rev", "pin"])))
                 ] = draw(junk)
             else:
-                node[key] = [node[key]]
+                node[key] = draw(st.sampled_from(_tweaks(node[key])))
             return raw
         if isinstance(node, list) and node:
             index = draw(st.integers(0, len(node) - 1))
-            if isinstance(node[index], dict | list) and node[index] and draw(st.booleans()):
+            if isinstance(node[index], dict | list) and node[index] and draw(st.integers(0, 4)):
                 node = node[index]
                 continue
-            action = draw(st.integers(0, 2))
+            action = draw(st.integers(0, 3))
             if action == 0:
                 node[index] = draw(junk)
             elif action == 1:
                 node.append(copy.deepcopy(node[index]))  # a duplicate
-            else:
+            elif action == 2:
                 del node[index]
+            else:
+                node[index] = draw(st.sampled_from(_tweaks(node[index])))
             return raw
         return raw
 
@@ -353,20 +378,20 @@ def _exact(value: Any) -> str:
 stats: dict[str, int] = {"fast": 0, "models only": 0, "rejected": 0}
 
 
-def check_differential(raw: Any, seed: int) -> None:
+def check_differential(raw: Any, seed: int, *, toml: bool = True) -> None:
     fast = manifestfast.validated(copy.deepcopy(raw))
     try:
         model = Manifest.model_validate(copy.deepcopy(raw))
+        reference = ManifestView.from_model(model)
     except ValidationError:
         model = None
-    except Exception:  # a crash of the models: the fast path must not accept either
+    except Exception:  # a crash of the models' path (not from TOML): the fast path must not accept
         assert fast is None
         return
     if model is None:
         assert fast is None, f"the fast path accepted what the models reject: {raw!r}"
         stats["rejected"] += 1
     else:
-        reference = ManifestView.from_model(model)
         if fast is None:
             stats["models only"] += 1
             assert not _toml_typed(raw), f"the fast path refused a valid TOML manifest: {raw!r}"
@@ -376,7 +401,7 @@ def check_differential(raw: Any, seed: int) -> None:
             assert _exact(view.data) == _exact(reference.data)
             assert view.data == reference.data
             assert view.digest == reference.digest
-    if not _toml_typed(raw):
+    if not toml or not _toml_typed(raw):
         return
     # The same manifest as TOML bytes, through the path every command takes.
     data = emit(raw, random.Random(seed)).encode()
@@ -408,6 +433,56 @@ def test_fast_accepts_only_what_the_models_accept_identically(raw: Any, seed: in
 @given(raw=st.one_of(manifests, near_valid(), valid_manifests), seed=st.integers(0, 2**32))
 def test_fast_accepts_only_what_the_models_accept_identically_many(raw: Any, seed: int) -> None:
     check_differential(raw, seed)
+
+
+def _neighbours(raw: Any) -> list[Any]:
+    """Every manifest one edit away from `raw`: each leaf replaced by each of its tweaks, each key
+    removed, an unknown key in each table, each list item duplicated or wrapped."""
+    out: list[Any] = []
+
+    def walk(node: Any, replace: Any) -> None:
+        for tweak in _tweaks(node):
+            out.append(replace(tweak))
+        if isinstance(node, dict):
+            for key in list(node):
+                out.append(replace({k: v for k, v in node.items() if k != key}))
+                walk(node[key], lambda v, key=key: replace({**node, key: v}))
+            out.append(replace({**node, "bogus": 1}))
+            out.append(replace({**node, "command": "x"}))
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                out.append(replace([*node, item]))
+                walk(item, lambda v, i=index: replace([*node[:i], v, *node[i + 1 :]]))
+
+    walk(raw, lambda v: v)
+    return out
+
+
+def _check_neighbourhood(raw: Any) -> None:
+    for index, neighbour in enumerate(_neighbours(raw)):
+        try:
+            check_differential(neighbour, index, toml=index % 25 == 0)
+        except AssertionError as exc:
+            raise AssertionError(f"on {neighbour!r}") from exc
+
+
+@settings(max_examples=25, **PROFILE)
+@given(raw=valid_manifests)
+def test_every_neighbour_of_a_valid_manifest(raw: Any) -> None:
+    _check_neighbourhood(raw)
+
+
+@pytest.mark.slow
+@settings(max_examples=250, **PROFILE)
+@given(raw=valid_manifests)
+def test_every_neighbour_of_a_valid_manifest_many(raw: Any) -> None:
+    _check_neighbourhood(raw)
+
+
+@pytest.mark.parametrize("name", ["minimal", "full"])
+def test_every_neighbour_of_the_examples(name: str) -> None:
+    data = (EXAMPLES / name / "agentstack.toml").read_bytes()
+    _check_neighbourhood(tomllib.loads(data.decode()))
 
 
 @pytest.mark.parametrize(
