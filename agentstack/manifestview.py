@@ -3,14 +3,17 @@
 Standard library only: `lock`, `digest`, `status`, `show` and the lock-freshness check work on a
 `ManifestView`, never on the pydantic models. The view is the validated manifest dumped to JSON
 (`Manifest.model_dump(mode="json")`: every field, defaults filled in, in declaration order) plus the
-manifest digest the lock records. It is produced in exactly one way, from the models
-(`ManifestView.from_model`); the cache only stores that result so that an unchanged manifest is not
-validated (and pydantic not imported) again.
+manifest digest the lock records. The models are the reference (`ManifestView.from_model`); in
+front of them, `view_of_bytes` asks the fast validator (`agentstack.manifestfast`, standard library
+only), which gives exactly that dump when it is certain the models accept the manifest and gives up
+otherwise (`ManifestView.from_data`), so a valid manifest never imports pydantic and an invalid
+one gets the models' errors. When the fast validator gives up and the models accept, the cache
+stores their result so that those bytes are not validated (and pydantic not imported) again.
 
 The cache (docs/lockfile.md, "The manifest cache") lives in the user's cache directory,
 `$AGENTSTACK_CACHE/manifests/<key>.json`. The key is blake3 over the manifest's exact bytes, the
-agentstack version and the bytes of the schema (`manifest.py`, which holds every model and
-validator), so an edited manifest, another agentstack or a changed schema never hits an old entry.
+agentstack version and the bytes of the schema (`manifest.py`, `manifestrules.py` and
+`manifestfast.py`: every model, rule and the fast validator), so an edited manifest, another agentstack or a changed schema never hits an old entry.
 An entry is written atomically (temporary file + rename) and is used only when it is a regular file
 owned by the user and writable by no one else, its recorded key, version and schema equal the
 expected ones, and its checksum (blake3 over the digest and data) holds; anything else is ignored and
