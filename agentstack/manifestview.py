@@ -13,7 +13,8 @@ stores their result so that those bytes are not validated (and pydantic not impo
 The cache (docs/lockfile.md, "The manifest cache") lives in the user's cache directory,
 `$AGENTSTACK_CACHE/manifests/<key>.json`. The key is blake3 over the manifest's exact bytes, the
 agentstack version and the bytes of the schema (`manifest.py`, `manifestrules.py` and
-`manifestfast.py`: every model, rule and the fast validator), so an edited manifest, another agentstack or a changed schema never hits an old entry.
+`manifestfast.py`: every model, rule and the fast validator), so an edited manifest, another
+agentstack or a changed schema never hits an old entry.
 An entry is written atomically (temporary file + rename) and is used only when it is a regular file
 owned by the user and writable by no one else, its recorded key, version and schema equal the
 expected ones, and its checksum (blake3 over the digest and data) holds; anything else is ignored and
