@@ -6,13 +6,10 @@ every bad field by dotted path (`servers.github.args[2]`), each with a hint.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 import tomllib
 import types
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentstack import manifestrules as rules
 from agentstack.errors import ManifestInvalid, Problem
 from agentstack.manifestview import (  # stdlib-only names, re-exported here
     LOCK_NAME as LOCK_NAME,
@@ -51,27 +49,22 @@ from agentstack.manifestview import (
     secret_name as secret_name,
 )
 
-HARNESSES = ("claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode")
+HARNESSES = rules.HARNESSES
 HarnessName = Literal[
     "claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode"
 ]
 DEFAULT_HARNESSES: tuple[HarnessName, ...] = ("claude-code", "codex")
-HOOK_EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop")
+HOOK_EVENTS = rules.HOOK_EVENTS
 HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop"]
 
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
-HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
-FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-ABBREVIATED_COMMIT = re.compile(r"^[0-9a-fA-F]{4,39}$")
-# Revision-expression syntax (`v1^0`, `main~2`, `@{u}`, `HEAD:x`) is never a pin of its own.
-_REVSPEC_SYNTAX = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]|@\{|\.\.|^-|^@$|/$|\.lock$|^HEAD$")
-_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/\\].*$")
+NAME_PATTERN = rules.NAME_PATTERN
+ENV_NAME_PATTERN = rules.ENV_NAME_PATTERN
+HEADER_NAME_PATTERN = rules.HEADER_NAME_PATTERN
 
 ItemName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
 HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
-Text = Annotated[str, StringConstraints(max_length=8192)]
+Text = Annotated[str, StringConstraints(max_length=rules.TEXT_MAX)]
 
 
 class Model(BaseModel):
@@ -79,86 +72,33 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-# Expansion syntax of every harness agentstack renders for: `${VAR}`, `${VAR:-x}` (Claude Code,
-# Gemini CLI), `$VAR` (Gemini CLI), `{env:VAR}` (OpenCode), `${env:VAR}`, `${input:x}` (VS Code,
-# Cursor). A harness expands it from its own environment when it reads the rendered config, so a
-# "literal" would carry whatever secret VAR names to a process or a host nobody reviewed.
-_EXPANSION = re.compile(r"\$\{|\$[A-Za-z0-9_]|\{env:", re.IGNORECASE)
-
-
-def _no_expansion(value: str) -> str:
-    found = _EXPANSION.search(value)
-    if found:
-        raise ValueError(
-            f"{value!r} contains {found.group(0)!r}, which a harness would expand from its "
-            "environment when it reads the rendered config; write secret:NAME for a secret, or "
-            "remove the '$' / '{env:' syntax"
-        )
-    return value
-
-
-def _check_value_source(value: str) -> str:
-    _no_expansion(value)
-    if value.startswith(SECRET_PREFIX):
-        name = value[len(SECRET_PREFIX) :]
-        if not re.match(SECRET_NAME_PATTERN, name):
-            raise ValueError(
-                f"secret reference {value!r} is malformed; write secret:NAME with NAME made of "
-                "letters, digits, '.', '_' or '-'"
-            )
-    return value
-
-
-def _check_relative_path(value: str) -> str:
-    """A path inside the project: relative, `/`-separated, no `..`, no NUL."""
-    if not value or "\0" in value or "\\" in value:
-        raise ValueError("must be a non-empty project-relative path using '/'")
-    pure = PurePosixPath(value)
-    if pure.is_absolute() or ".." in pure.parts:
-        raise ValueError("must stay inside the project: no absolute path and no '..'")
-    return _no_expansion(value)
-
-
-def _check_pin(value: str) -> str:
-    if PurePosixPath(value) == PurePosixPath("."):
-        raise ValueError(
-            "the project root cannot be pinned as a code root (it holds the lock and the files "
-            "agentstack renders); name the directories and files the code loads"
-        )
-    return value
-
+_EXPANSION = rules.EXPANSION  # the expansion syntax a harness would expand (manifestrules)
 
 ProjectPath = Annotated[
-    str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_check_relative_path)
+    str,
+    StringConstraints(min_length=1, max_length=rules.PATH_MAX),
+    AfterValidator(rules.check_relative_path),
 ]
-PinPath = Annotated[ProjectPath, AfterValidator(_check_pin)]
+PinPath = Annotated[ProjectPath, AfterValidator(rules.check_pin)]
 
 
 # Values that reach a server: checked one by one, so an error names its index or key.
 ValueSource = Annotated[
-    str, StringConstraints(max_length=8192), AfterValidator(_check_value_source)
+    str, StringConstraints(max_length=rules.TEXT_MAX), AfterValidator(rules.check_value_source)
 ]
-Argument = Annotated[str, StringConstraints(max_length=8192), AfterValidator(_no_expansion)]
-RenderedText = Annotated[str, StringConstraints(max_length=8192), AfterValidator(_no_expansion)]
-
-
-def _unique_pins(value: list[str]) -> list[str]:
-    normal = [str(PurePosixPath(v)) for v in value]
-    if len(set(normal)) != len(normal):
-        raise ValueError("lists a path twice")
-    return value
+Argument = Annotated[
+    str, StringConstraints(max_length=rules.TEXT_MAX), AfterValidator(rules.no_expansion)
+]
+RenderedText = Annotated[
+    str, StringConstraints(max_length=rules.TEXT_MAX), AfterValidator(rules.no_expansion)
+]
 
 
 class ProjectSection(Model):
     name: ItemName
     harnesses: list[HarnessName] = Field(default_factory=lambda: list(DEFAULT_HARNESSES))
 
-    @field_validator("harnesses")
-    @classmethod
-    def _unique(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("lists a harness twice")
-        return value
+    _unique = field_validator("harnesses")(rules.unique_harnesses)
 
 
 class Server(Model):
@@ -173,37 +113,13 @@ class Server(Model):
     # Code roots: the trees the process loads code from, instead of the ones agentstack infers.
     pin: list[PinPath] = Field(default_factory=list)
 
-    _pins = field_validator("pin")(_unique_pins)
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, value: str | None) -> str | None:
-        if value is not None and (not value or "\0" in value):
-            raise ValueError("must be a non-empty program name or path")
-        return None if value is None else _no_expansion(value)
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host")
-        if parts.username or parts.password:
-            raise ValueError("must not carry credentials; use headers with secret:NAME instead")
-        return _no_expansion(value)
+    _pins = field_validator("pin")(rules.unique_pins)
+    _command = field_validator("command")(rules.check_command)
+    _url = field_validator("url")(rules.check_server_url)
 
     @model_validator(mode="after")
     def _one_transport(self) -> Server:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("needs exactly one of 'command' (stdio) or 'url' (remote)")
-        if self.url is not None and (self.args or self.env or self.cwd or self.pin):
-            raise ValueError(
-                "a remote server ('url') takes 'headers', not 'args', 'env', 'cwd' or 'pin'"
-            )
-        if self.command is not None and self.headers:
-            raise ValueError("a stdio server ('command') takes 'env', not 'headers'")
+        rules.check_server(vars(self))
         return self
 
     @property
@@ -219,53 +135,12 @@ class Skill(Model):
     rev: Text | None = None
     subdir: ProjectPath | None = None
 
-    @field_validator("rev")
-    @classmethod
-    def _rev(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if FULL_COMMIT.match(value):
-            return value
-        if ABBREVIATED_COMMIT.match(value):
-            raise ValueError(
-                f"{value!r} looks like an abbreviated commit id, which is never a pin; write the "
-                "full 40-character commit id, or for a tag or branch with such a name "
-                "'refs/tags/NAME' or 'refs/heads/NAME'"
-            )
-        if not value or _REVSPEC_SYNTAX.search(value):
-            raise ValueError(
-                f"{value!r} is not a tag, branch or full commit id (revision expressions such as "
-                "'v1^0', 'main~1' or 'HEAD' are not pins)"
-            )
-        return value
-
-    @field_validator("git")
-    @classmethod
-    def _git_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme in ("https", "ssh", "git+ssh", "file", "http") and (
-            parts.netloc or parts.scheme == "file"
-        ):
-            if parts.scheme == "file" and not parts.path.startswith("/"):
-                raise ValueError("a file:// URL needs an absolute path (file:///srv/skills.git)")
-            return value
-        if _SCP_LIKE.match(value):
-            return value  # git@host:org/repo.git
-        raise ValueError(
-            "must be a git URL (https://, ssh://, git@host:path or file:///absolute/path); "
-            "relative paths would depend on where agentstack runs"
-        )
+    _rev = field_validator("rev")(rules.check_rev)
+    _git_url = field_validator("git")(rules.check_git_url)
 
     @model_validator(mode="after")
     def _one_source(self) -> Skill:
-        if (self.path is None) == (self.git is None):
-            raise ValueError("needs exactly one of 'path' (local directory) or 'git' (repository)")
-        if self.git is not None and self.rev is None:
-            raise ValueError("a git skill needs 'rev' (a tag, branch or full commit id)")
-        if self.path is not None and (self.rev is not None or self.subdir is not None):
-            raise ValueError("'rev' and 'subdir' only apply to a git skill")
+        rules.check_skill(vars(self))
         return self
 
 
@@ -274,12 +149,7 @@ class Instructions(Model):
 
     files: list[ProjectPath] = Field(default_factory=list)
 
-    @field_validator("files")
-    @classmethod
-    def _files(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("lists a file twice")
-        return value
+    _files = field_validator("files")(rules.unique_files)
 
 
 class Hook(Model):
@@ -293,26 +163,12 @@ class Hook(Model):
     timeout: Annotated[int, Field(ge=1, le=600)] = 30
     pin: list[PinPath] = Field(default_factory=list)
 
-    _pins = field_validator("pin")(_unique_pins)
-
-    @field_validator("matcher")
-    @classmethod
-    def _matcher(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"is not a valid regular expression: {exc}") from None
-        return value
+    _pins = field_validator("pin")(rules.unique_pins)
+    _matcher = field_validator("matcher")(rules.check_matcher)
 
     @model_validator(mode="after")
     def _one_action(self) -> Hook:
-        if (self.command is None) == (self.script is None):
-            raise ValueError("needs exactly one of 'command' (argv list) or 'script' (a file)")
-        if self.command is not None and not self.command:
-            raise ValueError("'command' must name a program")
-        if self.command is not None and self.args:
-            raise ValueError("'args' only applies to 'script'; put arguments in 'command'")
+        rules.check_hook(vars(self))
         return self
 
 
@@ -323,6 +179,7 @@ class Permissions(Model):
 
 
 PassthroughValue = Any
+PASSTHROUGH_FORBIDDEN = rules.PASSTHROUGH_FORBIDDEN
 
 
 class Settings(Model):
@@ -332,87 +189,8 @@ class Settings(Model):
     permissions: Permissions = Field(default_factory=Permissions)
     passthrough: dict[HarnessName, dict[str, PassthroughValue]] = Field(default_factory=dict)
 
-    @field_validator("passthrough")
-    @classmethod
-    def _plain_values(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for harness, table in value.items():
-            _check_plain(table, f"passthrough.{harness}")
-            _check_passthrough_keys(table, f"passthrough.{harness}")
-        return value
-
-    @field_validator("passthrough")
-    @classmethod
-    def _no_expansion_anywhere(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for harness, table in value.items():
-            _check_no_expansion(table, f"passthrough.{harness}")
-        return value
-
-
-def _check_no_expansion(value: Any, path: str) -> None:
-    """Passthrough values are rendered verbatim: no harness may expand anything in them."""
-    if isinstance(value, str):
-        try:
-            _no_expansion(value)
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_no_expansion(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _check_no_expansion(item, f"{path}[{index}]")
-
-
-# Passthrough never reaches a key agentstack owns or guards, nor one that runs a command, sets the
-# environment, grants a permission, names a file, directory or host, or switches a harness feature
-# on: a key whose name (at any depth, case ignored) holds one of these is refused. What such keys
-# do is declared through the manifest's own fields (servers, hooks, permissions, sandbox), where it
-# is reviewed for what it is.
-# fmt: off
-PASSTHROUGH_FORBIDDEN = (
-    "agent", "approval", "auth", "command", "cmd", "credential", "dir", "env", "exec", "feature",
-    "file", "helper", "home", "hook", "host", "instruction", "login", "marketplace", "mcp",
-    "network", "notify", "otel", "path", "permission", "plan", "plugin", "profile", "project",
-    "provider", "proxy", "repl", "sandbox", "script", "secret", "security", "server", "shell",
-    "skill", "status", "token", "trust", "url", "experimental", "prompt", "import", "include",
-)
-# fmt: on
-
-
-def _check_passthrough_keys(value: Any, path: str) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            lowered = key.lower()
-            hit = next((word for word in PASSTHROUGH_FORBIDDEN if word in lowered), None)
-            if hit is not None:
-                raise ValueError(
-                    f"{path}.{key}: passthrough cannot set a key that runs a command, sets the "
-                    "environment, grants a permission, names a file or a host, or that "
-                    f"agentstack owns ({hit!r}); declare it through agentstack.toml's own "
-                    "fields (servers, hooks, settings.permissions, sandbox)"
-                )
-            _check_passthrough_keys(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _check_passthrough_keys(item, f"{path}[{index}]")
-
-
-def _check_plain(value: Any, path: str) -> None:
-    if isinstance(value, bool | int | str):
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not key.isascii():
-                raise ValueError(f"{path}: key {key!r} must be ASCII")
-            _check_plain(item, f"{path}.{key}")
-        return
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            _check_plain(item, f"{path}[{index}]")
-        return
-    raise ValueError(
-        f"{path}: {type(value).__name__} values have no canonical form; write it as a string"
-    )
+    _plain_values = field_validator("passthrough")(rules.passthrough_plain)
+    _no_expansion_anywhere = field_validator("passthrough")(rules.passthrough_unexpanded)
 
 
 class Network(Model):
@@ -420,24 +198,7 @@ class Network(Model):
     allow_domains: list[Text] = Field(default_factory=list)
     localhost_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
 
-    @field_validator("allow_domains")
-    @classmethod
-    def _domains(cls, value: list[str]) -> list[str]:
-        for item in value:
-            host = item[2:] if item.startswith("*.") else item
-            if not re.match(r"^[A-Za-z0-9.-]{1,253}$", host) and not _is_ip(host):
-                raise ValueError(
-                    f"{item!r} is not a host name (use 'example.com' or '*.example.com')"
-                )
-        return value
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text.strip("[]"))
-    except ValueError:
-        return False
-    return True
+    _domains = field_validator("allow_domains")(rules.check_domains)
 
 
 class Credential(Model):
@@ -451,15 +212,7 @@ class Credential(Model):
     env: EnvName
     base_url_env: EnvName | None = None
 
-    @field_validator("upstream")
-    @classmethod
-    def _upstream(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host")
-        if parts.username or parts.password or parts.query or parts.fragment:
-            raise ValueError("must be a plain base URL: no credentials, query or fragment")
-        return value
+    _upstream = field_validator("upstream")(rules.check_upstream)
 
 
 class Sandbox(Model):

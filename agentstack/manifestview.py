@@ -3,14 +3,18 @@
 Standard library only: `lock`, `digest`, `status`, `show` and the lock-freshness check work on a
 `ManifestView`, never on the pydantic models. The view is the validated manifest dumped to JSON
 (`Manifest.model_dump(mode="json")`: every field, defaults filled in, in declaration order) plus the
-manifest digest the lock records. It is produced in exactly one way, from the models
-(`ManifestView.from_model`); the cache only stores that result so that an unchanged manifest is not
-validated (and pydantic not imported) again.
+manifest digest the lock records. The models are the reference (`ManifestView.from_model`); in
+front of them, `view_of_bytes` asks the fast validator (`agentstack.manifestfast`, standard library
+only), which gives exactly that dump when it is certain the models accept the manifest and gives up
+otherwise (`ManifestView.from_data`), so a valid manifest never imports pydantic and an invalid
+one gets the models' errors. When the fast validator gives up and the models accept, the cache
+stores their result so that those bytes are not validated (and pydantic not imported) again.
 
 The cache (docs/lockfile.md, "The manifest cache") lives in the user's cache directory,
 `$AGENTSTACK_CACHE/manifests/<key>.json`. The key is blake3 over the manifest's exact bytes, the
-agentstack version and the bytes of the schema (`manifest.py`, which holds every model and
-validator), so an edited manifest, another agentstack or a changed schema never hits an old entry.
+agentstack version and the bytes of the schema (`manifest.py`, `manifestrules.py` and
+`manifestfast.py`: every model, rule and the fast validator), so an edited manifest, another
+agentstack or a changed schema never hits an old entry.
 An entry is written atomically (temporary file + rename) and is used only when it is a regular file
 owned by the user and writable by no one else, its recorded key, version and schema equal the
 expected ones, and its checksum (blake3 over the digest and data) holds; anything else is ignored and
@@ -320,13 +324,22 @@ class ManifestView(Section):
 
     @classmethod
     def from_model(cls, manifest: Manifest) -> ManifestView:
-        """The one way a view is made: from the validated models."""
+        """The view of the validated models (the reference)."""
         from agentstack.canonical import digest_of
 
         return cls(
             manifest.model_dump(mode="json"),
             digest_of(manifest.model_dump(mode="json", exclude_defaults=True)),
         )
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> ManifestView:
+        """The view of `Manifest.model_dump(mode="json")` as the fast validator makes it
+        (`agentstack.manifestfast`): the digest is the dump without its defaults, as
+        `model_dump(exclude_defaults=True)` gives it."""
+        from agentstack.canonical import digest_of
+
+        return cls(data, digest_of(_without_defaults(data, manifest_spec())[0]))
 
 
 def as_view(manifest: Manifest | ManifestView) -> ManifestView:
@@ -381,18 +394,25 @@ def manifest_spec() -> Spec:
 _schema: list[bytes | None] = []
 
 
+SCHEMA_SOURCES = ("manifest.py", "manifestrules.py", "manifestfast.py")
+
+
 def schema_digest() -> bytes | None:
-    """blake3 of `manifest.py` (every model and validator): a changed schema is a new key. None
-    when the source cannot be read (then nothing is cached)."""
+    """blake3 of the schema's sources (`manifest.py`, the models; `manifestrules.py`, every rule;
+    `manifestfast.py`, the fast validator): a changed schema is a new key. None when a source
+    cannot be read (then nothing is cached)."""
     if not _schema:
+        import blake3
+
+        hasher = blake3.blake3()
         try:
-            source = Path(__file__).with_name("manifest.py").read_bytes()
+            for name in SCHEMA_SOURCES:
+                source = Path(__file__).with_name(name).read_bytes()
+                hasher.update(len(source).to_bytes(8, "big") + source)
         except OSError:
             _schema.append(None)
         else:
-            import blake3
-
-            _schema.append(blake3.blake3(source).digest())
+            _schema.append(hasher.digest())
     return _schema[0]
 
 
@@ -596,10 +616,20 @@ def _prune(directory: Path) -> None:
             os.unlink(path)
 
 
+fast_path = True  # tests switch it off to exercise the cache and the models alone
+
+
 def view_of_bytes(data: bytes, file: str = MANIFEST_NAME, *, cache: bool = True) -> ManifestView:
-    """The validated view of manifest bytes: from the cache when these exact bytes were validated
-    by this agentstack before, else validated with the models (errors exactly as
-    `parse_manifest`'s) and cached."""
+    """The validated view of manifest bytes: from the fast validator when it is certain the
+    models accept them (`agentstack.manifestfast`, no pydantic), else from the cache when these
+    exact bytes were validated by this agentstack before, else validated with the models (errors
+    exactly as `parse_manifest`'s) and cached."""
+    if fast_path:
+        from agentstack.manifestfast import validated_bytes
+
+        fast = validated_bytes(data)
+        if fast is not None:
+            return ManifestView.from_data(fast)
     key = cache_key(data) if cache else None
     directory = cache_dir() if key is not None else None
     if key is not None and directory is not None:

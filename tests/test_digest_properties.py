@@ -246,6 +246,10 @@ def _unicode_escape(ch: str) -> str:
     return f"\\u{ord(ch):04X}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08X}"
 
 
+def _lower_hex(escape: str) -> str:
+    return escape[:2] + escape[2:].lower()  # \U0001F980 -> \U0001f980, never \u (4 digits)
+
+
 def _escape_basic(text: str, rng: random.Random | None) -> str:
     out = []
     for ch in text:
@@ -256,7 +260,7 @@ def _escape_basic(text: str, rng: random.Random | None) -> str:
         elif _is_control(ch):
             out.append(_unicode_escape(ch))
         elif rng is not None and (not ch.isascii() or rng.random() < 0.05):
-            out.append(_pick(rng, [ch, _unicode_escape(ch), _unicode_escape(ch).lower()]))
+            out.append(_pick(rng, [ch, _unicode_escape(ch), _lower_hex(_unicode_escape(ch))]))
         else:
             out.append(ch)
     return "".join(out)
@@ -303,7 +307,7 @@ def _integer(value: int, rng: random.Random | None) -> str:
 
 
 def _key(key: str, rng: random.Random | None) -> str:
-    options = [key] if _BARE.match(key) else []
+    options = [key] if _BARE.fullmatch(key) else []
     options.append('"' + _escape_basic(key, rng) + '"')
     if "'" not in key and not any(_is_control(c) for c in key):
         options.append(f"'{key}'")

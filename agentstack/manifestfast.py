@@ -1,0 +1,419 @@
+"""A validator of `agentstack.toml` that only ever accepts, standard library only.
+
+The pydantic models (`agentstack.manifest`) stay the reference and the source of every error
+message. This module turns parsed TOML into exactly the data those models dump
+(`Manifest.model_dump(mode="json")`: every field in declaration order, defaults filled in), but
+only when it is certain the models accept it with that result; on anything else (a problem, or
+something it does not model) it returns None and the caller validates with the models, which
+report the problem. So a valid manifest is read without importing pydantic, and an invalid one
+gets pydantic's errors as before.
+
+What it models of pydantic, for the config of every model (`strict=True`, `extra="forbid"`):
+exact types (`true` is not an integer, `1` is not a boolean, no coercion), no unknown key, every
+default (a fresh copy of a `default_factory`'s), field order, `Literal` values, integer bounds,
+string length (in code points) and pattern constraints (`$` is the end of the text:
+`manifestrules.matches`), dictionary key constraints, and the field and model validators, which
+are the functions of `agentstack.manifestrules` the models call. It is stricter than pydantic
+where that is simpler (a string that is not valid Unicode, a value of a subclass of `str`/`int`/
+`dict`/`list`, any exception): stricter only ever means "validate with the models".
+
+`FIELDS` is the table of every model; a test compares it with the models' fields, types,
+defaults and validators, so a change to a model that this table does not follow fails CI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentstack import manifestrules as rules
+from agentstack.manifestview import SECRET_NAME_PATTERN
+
+
+class Reject(Exception):
+    """Not certainly valid: validate with the models instead."""
+
+
+# ------------------------------------------------------------------------------- type nodes
+
+
+class Node:
+    __slots__ = ()
+
+    def check(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+Check = Callable[[Any], Any]
+
+
+def _plain_str(value: Any) -> str:
+    if type(value) is not str:
+        raise Reject
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            raise Reject from None
+    return value
+
+
+class Str(Node):
+    __slots__ = ("checks", "max_length", "min_length", "pattern")
+
+    def __init__(
+        self,
+        *,
+        min_length: int | None = None,
+        max_length: int | None = None,
+        pattern: str | None = None,
+        checks: tuple[Check, ...] = (),
+    ) -> None:
+        self.min_length = min_length
+        self.max_length = max_length
+        self.pattern = pattern
+        self.checks = checks
+
+    def check(self, value: Any) -> Any:
+        value = _plain_str(value)
+        if self.min_length is not None and len(value) < self.min_length:
+            raise Reject
+        if self.max_length is not None and len(value) > self.max_length:
+            raise Reject
+        if self.pattern is not None and not rules.matches(self.pattern, value):
+            raise Reject
+        for check in self.checks:
+            value = check(value)
+        return value
+
+
+class Int(Node):
+    __slots__ = ("ge", "le")
+
+    def __init__(self, ge: int, le: int) -> None:
+        self.ge = ge
+        self.le = le
+
+    def check(self, value: Any) -> Any:
+        if type(value) is not int or not self.ge <= value <= self.le:  # a bool is not an int
+            raise Reject
+        return value
+
+
+class Bool(Node):
+    __slots__ = ()
+
+    def check(self, value: Any) -> Any:
+        if type(value) is not bool:
+            raise Reject
+        return value
+
+
+class Choice(Node):
+    """A `Literal[...]` of strings."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: tuple[str, ...]) -> None:
+        self.values = values
+
+    def check(self, value: Any) -> Any:
+        if type(value) is not str or value not in self.values:
+            raise Reject
+        return value
+
+
+class Optional(Node):
+    """`X | None` (with None as the default)."""
+
+    __slots__ = ("checks", "inner")
+
+    def __init__(self, inner: Node, checks: tuple[Check, ...] = ()) -> None:
+        self.inner = inner
+        self.checks = checks
+
+    def check(self, value: Any) -> Any:
+        if value is not None:
+            value = self.inner.check(value)
+        for check in self.checks:  # a field validator sees None too
+            value = check(value)
+        return value
+
+
+class ListOf(Node):
+    __slots__ = ("checks", "item")
+
+    def __init__(self, item: Node, checks: tuple[Check, ...] = ()) -> None:
+        self.item = item
+        self.checks = checks
+
+    def check(self, value: Any) -> Any:
+        if type(value) is not list:
+            raise Reject
+        out = [self.item.check(v) for v in value]
+        for check in self.checks:
+            out = check(out)
+        return out
+
+
+class DictOf(Node):
+    __slots__ = ("checks", "key", "value")
+
+    def __init__(self, key: Node, value: Node, checks: tuple[Check, ...] = ()) -> None:
+        self.key = key
+        self.value = value
+        self.checks = checks
+
+    def check(self, value: Any) -> Any:
+        if type(value) is not dict:
+            raise Reject
+        out = {self.key.check(k): self.value.check(v) for k, v in value.items()}
+        for check in self.checks:
+            out = check(out)
+        return out
+
+
+class Plain(Node):
+    """`Any` (a passthrough value): kept as it is, so only plain JSON data of exact types is
+    certain to dump as itself (the field's validators check what it may hold)."""
+
+    __slots__ = ()
+
+    def check(self, value: Any) -> Any:
+        if type(value) is bool or type(value) is int:
+            return value
+        if type(value) is str:
+            return _plain_str(value)
+        if type(value) is list:
+            return [self.check(v) for v in value]
+        if type(value) is dict:
+            return {_plain_str(k): self.check(v) for k, v in value.items()}
+        raise Reject
+
+
+REQUIRED = object()
+
+
+class Field:
+    """One field of a model: its type and its default (REQUIRED, a value, or a factory)."""
+
+    __slots__ = ("default", "factory", "name", "node")
+
+    def __init__(
+        self,
+        name: str,
+        node: Node,
+        default: Any = REQUIRED,
+        factory: Callable[[], Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.node = node
+        self.default = default
+        self.factory = factory
+
+    @property
+    def required(self) -> bool:
+        return self.factory is None and self.default is REQUIRED
+
+    def missing(self) -> Any:
+        if self.factory is not None:
+            return self.factory()
+        if self.default is REQUIRED:
+            raise Reject
+        return self.default  # immutable (None, a bool, an int or a str)
+
+
+class Table(Node):
+    """A model: a dict with only its fields, validated in order, then its model validators."""
+
+    __slots__ = ("checks", "fields", "name", "names")
+
+    def __init__(
+        self, name: str, fields: tuple[Field, ...], checks: tuple[Callable[[Any], None], ...] = ()
+    ) -> None:
+        self.name = name
+        self.fields = fields
+        self.names = frozenset(f.name for f in fields)
+        self.checks = checks
+
+    def check(self, value: Any) -> Any:
+        if type(value) is not dict or not value.keys() <= self.names:  # extra="forbid"
+            raise Reject
+        out = {
+            f.name: f.node.check(value[f.name]) if f.name in value else f.missing()
+            for f in self.fields
+        }
+        for check in self.checks:
+            check(out)
+        return out
+
+
+# ------------------------------------------------------------------------- the models' table
+
+NAME = Str(pattern=rules.NAME_PATTERN)
+ENV_NAME = Str(pattern=rules.ENV_NAME_PATTERN)
+HEADER_NAME = Str(pattern=rules.HEADER_NAME_PATTERN)
+TEXT = Str(max_length=rules.TEXT_MAX)
+PROJECT_PATH = Str(min_length=1, max_length=rules.PATH_MAX, checks=(rules.check_relative_path,))
+PIN_PATH = Str(
+    min_length=1, max_length=rules.PATH_MAX, checks=(rules.check_relative_path, rules.check_pin)
+)
+VALUE_SOURCE = Str(max_length=rules.TEXT_MAX, checks=(rules.check_value_source,))
+RENDERED_TEXT = Str(max_length=rules.TEXT_MAX, checks=(rules.no_expansion,))
+ARGUMENT = RENDERED_TEXT
+HARNESS = Choice(rules.HARNESSES)
+
+PROJECT = Table(
+    "ProjectSection",
+    (
+        Field("name", NAME),
+        Field(
+            "harnesses",
+            ListOf(HARNESS, (rules.unique_harnesses,)),
+            factory=lambda: list(rules.DEFAULT_HARNESSES),
+        ),
+    ),
+)
+SERVER = Table(
+    "Server",
+    (
+        Field("command", Optional(TEXT, (rules.check_command,)), None),
+        Field("args", ListOf(ARGUMENT), factory=list),
+        Field("env", DictOf(ENV_NAME, VALUE_SOURCE), factory=dict),
+        Field("cwd", Optional(PROJECT_PATH), None),
+        Field("url", Optional(TEXT, (rules.check_server_url,)), None),
+        Field("headers", DictOf(HEADER_NAME, VALUE_SOURCE), factory=dict),
+        Field("pin", ListOf(PIN_PATH, (rules.unique_pins,)), factory=list),
+    ),
+    (rules.check_server,),
+)
+SKILL = Table(
+    "Skill",
+    (
+        Field("path", Optional(PROJECT_PATH), None),
+        Field("git", Optional(TEXT, (rules.check_git_url,)), None),
+        Field("rev", Optional(TEXT, (rules.check_rev,)), None),
+        Field("subdir", Optional(PROJECT_PATH), None),
+    ),
+    (rules.check_skill,),
+)
+INSTRUCTIONS = Table(
+    "Instructions", (Field("files", ListOf(PROJECT_PATH, (rules.unique_files,)), factory=list),)
+)
+HOOK = Table(
+    "Hook",
+    (
+        Field("event", Choice(rules.HOOK_EVENTS)),
+        Field("matcher", Optional(RENDERED_TEXT, (rules.check_matcher,)), None),
+        Field("command", Optional(ListOf(RENDERED_TEXT)), None),
+        Field("script", Optional(PROJECT_PATH), None),
+        Field("args", ListOf(RENDERED_TEXT), factory=list),
+        Field("timeout", Int(1, 600), 30),
+        Field("pin", ListOf(PIN_PATH, (rules.unique_pins,)), factory=list),
+    ),
+    (rules.check_hook,),
+)
+PERMISSIONS = Table(
+    "Permissions",
+    (
+        Field("allow", ListOf(RENDERED_TEXT), factory=list),
+        Field("deny", ListOf(RENDERED_TEXT), factory=list),
+        Field("ask", ListOf(RENDERED_TEXT), factory=list),
+    ),
+)
+SETTINGS = Table(
+    "Settings",
+    (
+        Field("permissions", PERMISSIONS, factory=lambda: PERMISSIONS.check({})),
+        Field(
+            "passthrough",
+            DictOf(
+                HARNESS,
+                DictOf(Str(), Plain()),
+                (rules.passthrough_plain, rules.passthrough_unexpanded),
+            ),
+            factory=dict,
+        ),
+    ),
+)
+NETWORK = Table(
+    "Network",
+    (
+        Field("block", Bool(), True),
+        Field("allow_domains", ListOf(TEXT, (rules.check_domains,)), factory=list),
+        Field("localhost_ports", ListOf(Int(1, 65535)), factory=list),
+    ),
+)
+CREDENTIAL = Table(
+    "Credential",
+    (
+        Field("upstream", Str(max_length=rules.TEXT_MAX, checks=(rules.check_upstream,))),
+        Field("secret", Str(pattern=SECRET_NAME_PATTERN)),
+        Field("header", HEADER_NAME, "Authorization"),
+        Field("env", ENV_NAME),
+        Field("base_url_env", Optional(ENV_NAME), None),
+    ),
+)
+SANDBOX = Table(
+    "Sandbox",
+    (
+        Field("enabled", Bool(), True),
+        Field("read_dirs", ListOf(TEXT), factory=list),
+        Field("write_dirs", ListOf(TEXT), factory=list),
+        Field("read_files", ListOf(TEXT), factory=list),
+        Field("write_files", ListOf(TEXT), factory=list),
+        Field("env", ListOf(ENV_NAME), factory=list),
+        Field("network", NETWORK, factory=lambda: NETWORK.check({})),
+        Field("credentials", DictOf(NAME, CREDENTIAL), factory=dict),
+    ),
+)
+MANIFEST = Table(
+    "Manifest",
+    (
+        Field("project", PROJECT),
+        Field("servers", DictOf(NAME, SERVER), factory=dict),
+        Field("skills", DictOf(NAME, SKILL), factory=dict),
+        Field("instructions", INSTRUCTIONS, factory=lambda: INSTRUCTIONS.check({})),
+        Field("hooks", DictOf(NAME, HOOK), factory=dict),
+        Field("settings", SETTINGS, factory=lambda: SETTINGS.check({})),
+        Field("sandbox", SANDBOX, factory=lambda: SANDBOX.check({})),
+    ),
+)
+
+# Every model by its class name (agentstack.manifest), for the test that compares them.
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        MANIFEST,
+        PROJECT,
+        SERVER,
+        SKILL,
+        INSTRUCTIONS,
+        HOOK,
+        PERMISSIONS,
+        SETTINGS,
+        NETWORK,
+        CREDENTIAL,
+        SANDBOX,
+    )
+}
+
+
+def validated(raw: Any) -> dict[str, Any] | None:
+    """The models' JSON dump of parsed manifest TOML `raw`, or None when it is not certain that
+    the models accept it with exactly that result (validate with them then)."""
+    try:
+        return MANIFEST.check(raw)  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - anything unexpected only means "ask the models"
+        return None
+
+
+def validated_bytes(data: bytes) -> dict[str, Any] | None:
+    """`validated` of manifest bytes (None too when they are not UTF-8 TOML)."""
+    import tomllib
+
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except Exception:  # noqa: BLE001 - the models' path reports it
+        return None
+    return validated(raw)
