@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -54,23 +53,12 @@ def run(
 
     Refuses (exit 1) unless the current consent digest is trusted, and whenever any layer of the
     sandbox cannot be enforced. The command's exit status (or signal) is passed through."""
-    from agentstack.sandbox.session import run_session
+    from agentstack.sandbox.session import run_command
 
-    code = run_session(
+    return run_command(
         root_dir(), command, harness=harness, interactive=interactive, trust_store=store(),
         say=echo,
     )
-    if code < 0:
-        import contextlib
-        import signal
-
-        sys.stdout.flush()
-        sys.stderr.flush()
-        with contextlib.suppress(OSError, ValueError):  # SIGKILL cannot be reset: fine
-            signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-        return 128 - code
-    return code
 
 
 # ------------------------------------------------------------------ why

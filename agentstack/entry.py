@@ -135,12 +135,29 @@ def end(code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _run_fast(arguments: dict[str, Any]) -> int:
+    from agentstack.paths import find_project
+    from agentstack.sandbox.session import run_command
+    from agentstack.trust import TrustStore
+
+    return run_command(find_project(explicit=None), trust_store=TrustStore(explicit=[]),
+                       say=echo, **arguments)
+
+
 def main() -> NoReturn:
     options = _fast_lock(sys.argv[1:])
     if options is not None:
         from agentstack.lock_command import run_lock
 
         run(lambda: run_lock(**options))
+    if sys.argv[1:2] == ["run"]:
+        from agentstack.sandbox.session import fast_arguments
+
+        arguments = fast_arguments(sys.argv[1:])
+        if arguments is not None:
+            # `run` without the command table: the project found from the working directory,
+            # the user's trust store (no --project, no --trust-digest), and no teardown after it.
+            end(outcome(lambda: _run_fast(arguments)))
     from agentstack.readcmds import fast, run_fast
 
     read = fast(sys.argv[1:])

@@ -478,11 +478,9 @@ def test_landlock_alone_would_reach_a_pathname_unix_socket(scene: verify.Scenari
     bus, docker.sock, a database's socket) is reachable by path. With the whole sandbox the row
     `unix-path` gets EPERM. If the first half starts failing, the kernel closed the hole itself:
     update docs/sandbox.md."""
-    from dataclasses import replace
-
     path = scene.values["unix_path"]
     assert not scene.policy.decide_path(path, "read").allowed
-    landlock_only = _run_probe(scene, "unix", path, policy=replace(scene.policy, seccomp=False))
+    landlock_only = _run_probe(scene, "unix", path, policy=scene.policy._replace(seccomp=False))
     assert landlock_only.passed and "connected" in landlock_only.output, landlock_only.output
     whole = verify.run_row(scene, next(r for r in verify.ROWS if r.name == "unix-path"), "direct")
     assert whole.passed and "EPERM" in whole.output, whole.output

@@ -196,7 +196,9 @@ IMPORT_PROBE = textwrap.dedent("""
         seen["modules"] = sorted(sys.modules)
         return check(status, process)
     runner._check_status = record
+    from agentstack import entry
     from agentstack.entry import main
+    entry.end = sys.exit  # report below instead of the short exit
     sys.argv = ["agentstack", "run", "--", "/bin/true"]
     try:
         code = main()
@@ -211,8 +213,12 @@ IMPORT_PROBE = textwrap.dedent("""
 # loaded), importlib.metadata (nono-py's version is read from its dist-info directory's name),
 # subprocess (the launcher is a clone; a Popen only for a caller that wants its pipes), signal
 # (its enums; `_signal` has the same functions).
+# The command table and argparse (`run -- CMD` takes the entry point's fast path), and
+# dataclasses (with `inspect`, ~5 ms; the sandbox's records are NamedTuples).
 FORBIDDEN = ("pydantic", "pydantic_core", "pyseccomp", "ctypes.util", "nono_py", "subprocess",
-             "signal", "importlib.metadata", "rich", "typer", "tomlkit", "git")
+             "signal", "importlib.metadata", "rich", "typer", "tomlkit", "git", "argparse",
+             "agentstack.cli", "agentstack.cli_base", "agentstack.cli_sandbox", "dataclasses",
+             "inspect")
 
 
 def test_run_imports_nothing_it_does_not_need_before_exec(tmp_path: Path) -> None:
@@ -351,3 +357,71 @@ def test_policy_problems_checks_every_conflicting_pair(
         for line in policy.problems()]) if m]
     expected = [(ref.split(" ")[0], ref.split(" ")[2]) for ref in _problems_reference(policy)]
     assert found == expected
+
+
+# ------------------------------------------------------------------ the entry point's fast path
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["run"], {"harness": None, "interactive": None, "command": None}),
+    (["run", "--", "/bin/true"], {"harness": None, "interactive": None,
+                                  "command": ["/bin/true"]}),
+    (["run", "--harness", "codex", "--no-interactive", "--", "codex", "--", "-x"],
+     {"harness": "codex", "interactive": False, "command": ["codex", "--", "-x"]}),
+    (["run", "--harness=claude-code", "--interactive"],
+     {"harness": "claude-code", "interactive": True, "command": None}),
+    (["run", "--"], {"harness": None, "interactive": None, "command": None}),
+])
+def test_run_fast_arguments_read_what_the_command_table_reads(
+    argv: list[str], expected: dict[str, Any]
+) -> None:
+    from agentstack import cli
+    from agentstack.cli_base import Command, app, parse
+    from agentstack.sandbox.session import fast_arguments
+
+    assert fast_arguments(argv) == expected
+    cli.load_commands()
+    node = app.commands["run"]
+    assert isinstance(node, Command)
+    assert parse(node, node.params, argv[1:]) == expected  # the table reads the same
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "/bin/true"],                      # a command without --: the table decides
+    ["run", "--help"], ["run", "-h"],
+    ["run", "--harness"],                      # a missing value: the table's usage error
+    ["run", "--harness", "a", "--harness", "b", "--", "x"],
+    ["run", "--interactive", "--no-interactive"],
+    ["run", "--bogus", "--", "x"],
+    ["--project", "p", "run", "--", "x"],      # global options: the table
+    ["status"], [],
+])
+def test_anything_else_goes_through_the_command_table(argv: list[str]) -> None:
+    from agentstack.sandbox.session import fast_arguments
+
+    assert fast_arguments(argv) is None
+
+
+def test_run_fast_path_refuses_and_passes_statuses_like_the_table(tmp_path: Path) -> None:
+    """The same exit codes and messages through the fast path and through the command table
+    (`--project` forces the table): untrusted, then trusted with a status and a signal."""
+    base = Path(tempfile_dir()) / f"agentstack-test-fast-{os.getpid()}"
+    root = make_project(base / "demo", MANIFEST)
+    env = {"AGENTSTACK_HOME": str(tmp_path / "state"), "AGENTSTACK_CACHE": str(tmp_path / "cache")}
+    try:
+        assert run_cli("lock", cwd=root, env=env).returncode == 0
+        for command in (["--", "/bin/true"], ["--", "sh", "-c", "exit 7"]):
+            fast = run_cli("run", *command, cwd=root, env=env)
+            table = run_cli("--project", str(root), "run", *command, cwd=root, env=env)
+            assert fast.returncode == table.returncode == 1, (fast, table)
+            assert fast.stderr == table.stderr and "trust" in fast.stderr
+        assert run_cli("trust", "--yes", "--accept-risk", cwd=root, env=env).returncode == 0
+        for command, code in ((["--", "/bin/true"], 0), (["--", "sh", "-c", "exit 7"], 7),
+                              (["--", "sh", "-c", "kill -TERM $$"], -15)):
+            fast = run_cli("run", *command, cwd=root, env=env)
+            table = run_cli("--project", str(root), "run", *command, cwd=root, env=env)
+            assert fast.returncode == table.returncode == code, (fast, table)
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)

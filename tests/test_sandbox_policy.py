@@ -417,14 +417,12 @@ def test_not_enforceable_is_an_error_never_a_warning(root: Path,
 
 
 def test_launcher_failure_is_reported_and_nothing_runs(root: Path) -> None:
-    from dataclasses import replace
-
     from agentstack.sandbox.runner import run_confined
 
     marker = root / "ran"
     policy = _policy(root)
     # A directory grant on a regular file: nono refuses it inside the launcher.
-    broken = replace(policy, grants=(*policy.grants,
+    broken = policy._replace(grants=(*policy.grants,
                                      Grant(path=str(root / "docs" / "a.md"), access="ro",
                                            source="system")))
     with pytest.raises(ConfinementError, match=r"could not be applied \(landlock\)"):

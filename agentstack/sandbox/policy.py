@@ -13,8 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from agentstack.manifestview import METADATA_HOSTS
 
@@ -48,8 +47,7 @@ class PolicyError(ValueError):
         self.problems = problems
 
 
-@dataclass(frozen=True, kw_only=True)
-class Grant:
+class Grant(NamedTuple):
     """One Landlock rule: a directory tree or a single file, read-only or read-write."""
 
     path: str
@@ -68,8 +66,7 @@ class Grant:
         return f"{mode} {kind} grant {self.path} ({self.source})"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Deny:
+class Deny(NamedTuple):
     """A path no grant may reach. `except_paths`: directories below it that agentstack itself
     grants (the harness's private state under $AGENTSTACK_HOME); Landlock denies by default, so
     granting a directory below an ungranted one opens nothing else."""
@@ -87,8 +84,7 @@ class Deny:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class CredentialRoute:
+class CredentialRoute(NamedTuple):
     """`[sandbox.credentials.NAME]`: the proxy injects secret:SECRET into requests to UPSTREAM."""
 
     name: str
@@ -112,8 +108,7 @@ class CredentialRoute:
         return parts.port or (443 if parts.scheme == "https" else 80)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Decision:
+class Decision(NamedTuple):
     allowed: bool
     reason: str
     rule: str | None = None
@@ -146,8 +141,7 @@ def normalise(path: str, base: str) -> str:
     return os.path.realpath(joined)
 
 
-@dataclass(frozen=True, kw_only=True)
-class SandboxPolicy:
+class SandboxPolicy(NamedTuple):
     """The resolved policy. Construct with `agentstack.sandbox.resolve.resolve_policy`."""
 
     workdir: str
@@ -167,7 +161,7 @@ class SandboxPolicy:
     seccomp: bool = True
     # The harness's private user-level state (config dir, XDG dirs) for this project, if any.
     harness_state: str | None = None
-    format: int = field(default=POLICY_FORMAT)
+    format: int = POLICY_FORMAT
 
     # ------------------------------------------------------------------ derived
 
@@ -190,8 +184,7 @@ class SandboxPolicy:
         grants = self.grants
         if tmpdir is not None:
             grants = (*grants, Grant(path=tmpdir, access="rw", source="private TMPDIR"))
-        return replace(
-            self,
+        return self._replace(
             grants=grants,
             tmpdir=tmpdir if tmpdir is not None else self.tmpdir,
             proxy_port=proxy_port if proxy_port is not None else self.proxy_port,
@@ -386,7 +379,9 @@ class SandboxPolicy:
     # ------------------------------------------------------------------ serialisation
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data: dict[str, Any] = self._asdict()
+        for name in ("grants", "denies", "credentials"):
+            data[name] = tuple(item._asdict() for item in data[name])
         data["env_set"] = [list(pair) for pair in self.env_set]
         return data
 

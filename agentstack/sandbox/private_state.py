@@ -31,8 +31,7 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentstack import layout as _layout
 
@@ -60,8 +59,7 @@ CODEX_RESET = ("config.toml", "hooks.json", "AGENTS.md", "AGENTS.override.md", "
                "skills", "rules", "plugins")
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """Where the private state of one project lives."""
 
     root: str

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 # (path, access, is_file). Missing paths are skipped: systems differ.
 SYSTEM_READ_DIRS = (
@@ -81,8 +81,7 @@ FORBIDDEN_ENV = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "
 FORBIDDEN_ENV_PREFIXES = ("LD_", "DYLD_")
 
 
-@dataclass(frozen=True)
-class HarnessProfile:
+class HarnessProfile(NamedTuple):
     name: str
     binary: str | None
     write_dirs: tuple[str, ...] = ()
@@ -90,7 +89,7 @@ class HarnessProfile:
     read_dirs: tuple[str, ...] = ()
     env_set: tuple[tuple[str, str], ...] = ()
     # A file created empty with this content when missing (Landlock can only grant what exists).
-    file_seed: dict[str, str] = field(default_factory=dict)
+    file_seed: dict[str, str] = {}  # noqa: RUF012 - never mutated
     # Its user-level state is a private per-project copy (agentstack.sandbox.private_state), not
     # the user's real one.
     private_state: bool = False

@@ -23,9 +23,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, cast
 
 if TYPE_CHECKING:
     import subprocess
@@ -56,14 +55,17 @@ FileArg = int | IO[Any] | None
 BeforeStart = Callable[["SandboxPolicy", dict[str, str]], None]
 
 
-@dataclass(frozen=True)
-class Enforcement:
+class Enforcement(NamedTuple):
     """What the kernel and libraries offer, checked before anything is launched."""
 
     abi: str
     features: tuple[str, ...]
     nono_version: str | None
-    seccomp_program: bytes = field(repr=False)
+    seccomp_program: bytes
+
+    def __repr__(self) -> str:  # the program is long and says nothing to a reader
+        return (f"Enforcement(abi={self.abi!r}, features={self.features!r}, "
+                f"nono_version={self.nono_version!r})")
 
 
 @functools.lru_cache(maxsize=1)
@@ -349,15 +351,24 @@ def prepare_state(policy: SandboxPolicy) -> None:
         )
 
 
-@dataclass
 class Confined:
     """A running confined process."""
 
-    process: subprocess.Popen[bytes]
-    policy: SandboxPolicy
-    proxy: Proxy | None
-    enforcement: Enforcement
-    cgroup: Cgroup | None = None
+    __slots__ = ("cgroup", "enforcement", "policy", "process", "proxy")
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        policy: SandboxPolicy,
+        proxy: Proxy | None,
+        enforcement: Enforcement,
+        cgroup: Cgroup | None = None,
+    ) -> None:
+        self.process = process
+        self.policy = policy
+        self.proxy = proxy
+        self.enforcement = enforcement
+        self.cgroup = cgroup
 
     @property
     def pid(self) -> int:
@@ -664,12 +675,12 @@ def _confined(
         if readonly_files:
             with _nothing_started(run_dir):
                 ro_dir = _write_readonly(run_dir, readonly_files)
-            runtime = replace(runtime, grants=(
+            runtime = runtime._replace(grants=(
                 *runtime.grants, Grant(path=ro_dir, access="ro", source="run: read-only files")
             ))
             extra_env[RUN_RO_ENV] = ro_dir
         if terminal is not None:
-            runtime = replace(runtime, grants=(
+            runtime = runtime._replace(grants=(
                 *runtime.grants, Grant(path=terminal, access="rw", file=True,
                                        source="run: the session's own pseudo-terminal")
             ))

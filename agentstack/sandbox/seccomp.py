@@ -23,8 +23,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # Escape primitives and kernel attack surface a coding agent never needs.
 BLOCKED_SYSCALLS: dict[str, str] = {
@@ -107,8 +106,7 @@ TCP_REPAIR = 19
 FASTOPEN_FLAG_ARG = {"sendto": 3, "sendmsg": 2, "sendmmsg": 3}
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """One blocked pattern, for documentation and `doctor`."""
 
     syscall: str

@@ -183,3 +183,59 @@ def run_session(
         # Only now: every process of the session is gone (run_confined kills the whole tree).
         for line in report_lines(watch.compare(before, watch.snapshot(root))):
             say(line)
+
+
+# ------------------------------------------------------------------ the command
+
+
+def run_command(
+    root: Path,
+    command: list[str] | None,
+    *,
+    harness: str | None,
+    interactive: bool | None,
+    trust_store: TrustStore,
+    say: Callable[[str], None],
+) -> int:
+    """`agentstack run`, from parsed arguments to its exit status: the session's status, or the
+    signal that ended the command raised again on this process (so the caller's shell sees it)."""
+    code = run_session(
+        root, command, harness=harness, interactive=interactive, trust_store=trust_store, say=say
+    )
+    if code < 0:
+        import contextlib
+        import signal
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL cannot be reset: fine
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+def fast_arguments(argv: list[str]) -> dict[str, Any] | None:
+    """`run [--harness H] [--[no-]interactive] [-- CMD [ARG]...]` parsed without the command
+    table (the entry point's fast path), else None: anything else (a global option, `--help`, a
+    command without `--`, a repeated or unknown option) goes through the command table, which
+    parses and reports it."""
+    if not argv or argv[0] != "run":
+        return None
+    options: dict[str, Any] = {"harness": None, "interactive": None, "command": None}
+    rest = argv[1:]
+    while rest:
+        word = rest.pop(0)
+        if word == "--":
+            options["command"] = rest or None
+            return options
+        if word == "--harness" and rest and options["harness"] is None:
+            options["harness"] = rest.pop(0)
+        elif word.startswith("--harness=") and options["harness"] is None:
+            options["harness"] = word.split("=", 1)[1]
+        elif word in ("--interactive", "--no-interactive") and options["interactive"] is None:
+            options["interactive"] = word == "--interactive"
+        else:
+            return None
+    return options
+

@@ -23,9 +23,8 @@ import os
 import stat
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Category = Literal["git-exec", "git-state", "on-open", "harness"]
 MAX_ENTRIES = 500_000
@@ -49,15 +48,13 @@ GIT_EXEC_NAMES = frozenset({"config", "config.worktree", "commondir", "gitdir"})
 GIT_FILES = frozenset({".gitmodules", ".gitattributes", ".lfsconfig"})
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     kind: Literal["file", "link", "dir", "other", "gitlink"]
     fingerprint: str
     category: Category
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(NamedTuple):
     path: str
     what: Literal["added", "removed", "changed"]
     category: Category
