@@ -214,11 +214,12 @@ IMPORT_PROBE = textwrap.dedent("""
 # subprocess (the launcher is a clone; a Popen only for a caller that wants its pipes), signal
 # (its enums; `_signal` has the same functions).
 # The command table and argparse (`run -- CMD` takes the entry point's fast path), and
-# dataclasses (with `inspect`, ~5 ms; the sandbox's records are NamedTuples).
+# dataclasses (with `inspect`, ~5 ms; the sandbox's records are NamedTuples), shutil and tempfile
+# (the run directory is made and removed with os calls).
 FORBIDDEN = ("pydantic", "pydantic_core", "pyseccomp", "ctypes.util", "nono_py", "subprocess",
              "signal", "importlib.metadata", "rich", "typer", "tomlkit", "git", "argparse",
              "agentstack.cli", "agentstack.cli_base", "agentstack.cli_sandbox", "dataclasses",
-             "inspect")
+             "inspect", "shutil", "tempfile")
 
 
 def test_run_imports_nothing_it_does_not_need_before_exec(tmp_path: Path) -> None:
@@ -425,3 +426,32 @@ def test_run_fast_path_refuses_and_passes_statuses_like_the_table(tmp_path: Path
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_run_directory_is_made_private_and_removed_whatever_the_session_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentstack.sandbox import runner
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert runner._temp_root() == str(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
+    assert runner._temp_root() != str(tmp_path / "missing")
+    first = runner._make_private_dir(str(tmp_path), layout.RUN_DIR_PREFIX)
+    second = runner._make_private_dir(str(tmp_path), layout.RUN_DIR_PREFIX)
+    assert first != second and stat.S_IMODE(os.stat(first).st_mode) == 0o700
+    # What agentstack wrote (a read-only directory, mode 0500) and an empty TMPDIR: removed.
+    os.mkdir(os.path.join(first, "tmp"), 0o700)
+    runner._write_readonly(first, {"trust.head": b"x", "guard.json": b"{}"})
+    runner._remove_run_dir(first)
+    assert not os.path.lexists(first)
+    # A TMPDIR the session filled, with a link out of it: removed, the link's target kept.
+    outside = tmp_path / "keep"
+    outside.mkdir()
+    (outside / "file").write_text("kept")
+    os.mkdir(os.path.join(second, "tmp"), 0o700)
+    os.makedirs(os.path.join(second, "tmp", "a", "b"))
+    os.symlink(outside, os.path.join(second, "tmp", "a", "out"))
+    runner._write_readonly(second, {"trust.head": b"x"})
+    runner._remove_run_dir(second)
+    assert not os.path.lexists(second) and (outside / "file").read_text() == "kept"

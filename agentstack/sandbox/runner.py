@@ -18,9 +18,7 @@ import ctypes
 import functools
 import marshal
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -637,8 +635,9 @@ def _confined(
         )
     enforcement = check_enforceable(policy)
     before: set[int] = set()
-    with _nothing_started(tempfile.gettempdir()):
-        run_dir = os.path.realpath(tempfile.mkdtemp(prefix=layout.RUN_DIR_PREFIX))
+    temp_root = _temp_root()
+    with _nothing_started(temp_root):
+        run_dir = os.path.realpath(_make_private_dir(temp_root, layout.RUN_DIR_PREFIX))
         tmpdir = os.path.join(run_dir, "tmp")
         os.mkdir(tmpdir, 0o700)
     proxy: Proxy | None = None
@@ -723,7 +722,7 @@ def _confined(
                 _set_subreaper(False)
         if proxy is not None:
             proxy.shutdown()
-        shutil.rmtree(run_dir, ignore_errors=True)
+        _remove_run_dir(run_dir)
 
 
 # ------------------------------------------------------------------------ starting the launcher
@@ -955,6 +954,55 @@ def _terminal_path(stdin: FileArg) -> str | None:
     if fd is None or not os.isatty(fd):
         return None
     return os.path.realpath(os.ttyname(fd))
+
+
+def _temp_root() -> str:
+    """Where a run's private directory goes: what `tempfile.gettempdir()` picks (TMPDIR, TEMP or
+    TMP when it names a usable directory, else /tmp, /var/tmp, /usr/tmp), without importing
+    tempfile (and with it shutil and random) on every `run`."""
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        value = os.environ.get(name)
+        if value and os.path.isdir(value) and os.access(value, os.W_OK | os.X_OK):
+            return os.path.abspath(value)
+    for candidate in ("/tmp", "/var/tmp", "/usr/tmp"):  # noqa: S108 - tempfile's own list
+        if os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
+            return candidate
+    return os.getcwd()
+
+
+def _make_private_dir(parent: str, prefix: str) -> str:
+    """A new directory only this user can enter (mode 0700), under a random name that did not
+    exist (`tempfile.mkdtemp`'s contract)."""
+    for _ in range(100):
+        path = os.path.join(parent, prefix + os.urandom(8).hex())
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no unused directory name under {parent}")
+
+
+def _remove_run_dir(run_dir: str) -> None:
+    """Remove a run's private directory. What agentstack put there goes directly (the read-only
+    directory is made writable first: unlinking in it needs that, for a user who is not root);
+    a session TMPDIR that is not empty goes through `shutil.rmtree`, which never follows a link."""
+    readonly = os.path.join(run_dir, layout.RUN_READONLY)
+    try:
+        try:
+            os.chmod(readonly, 0o700)
+            for name in os.listdir(readonly):
+                os.unlink(os.path.join(readonly, name))
+            os.rmdir(readonly)
+        except FileNotFoundError:
+            pass
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(os.path.join(run_dir, "tmp"))
+        os.rmdir(run_dir)
+    except OSError:
+        import shutil
+
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _write_readonly(run_dir: str, files: Mapping[str, bytes]) -> str:
