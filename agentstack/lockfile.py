@@ -574,14 +574,14 @@ def read_lock(root: Path) -> dict[str, Any] | None:
 
 
 def stat_cache_path(root: Path) -> Path:
-    """The project's stat cache, `$AGENTSTACK_CACHE/statcache-v2/<project>.json`: one file per
+    """The project's stat cache, `$AGENTSTACK_CACHE/statcache-v3/<project>.json`: one file per
     project (named by BLAKE3 of its real path), so a lock loads only its own project's entries."""
     import blake3
 
     from agentstack.paths import agentstack_cache
 
     name = blake3.blake3(os.fsencode(str(root.resolve()))).hexdigest()[:32]
-    return agentstack_cache() / "statcache-v2" / f"{name}.json"
+    return agentstack_cache() / "statcache-v3" / f"{name}.json"
 
 
 def resolver_for(

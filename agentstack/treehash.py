@@ -123,18 +123,24 @@ def _collision_key(name: str) -> str:
 
 
 class StatCache:
-    """Maps a file's stat fingerprint to its content digest, persisted under $AGENTSTACK_CACHE."""
+    """Maps a file's stat fingerprint to its content digest, persisted under $AGENTSTACK_CACHE.
 
-    VERSION = 2
+    An entry is one string, `dev:ino:size:mtime_ns:ctime_ns:hashed_ns:digest` (a flat JSON object
+    of strings is several times cheaper to load and save than one list per file)."""
+
+    VERSION = 3
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._entries: dict[str, list[int | str]] = {}
+        self._entries: dict[str, str] = {}
         self._dirty = False
         # Pruning: trees walked completely in this session, and every file seen in them. An
         # entry under such a tree that was not seen belongs to a file that is gone.
         self._walked: list[str] = []
         self._seen: set[str] = set()
+        # When a list: each file the walks looked at, with the stat its digest belongs to (for
+        # agentstack.relock's record of an unchanged tree).
+        self.observed: list[tuple[str, os.stat_result]] | None = None
         if path is not None:
             self._load(path)
 
@@ -148,30 +154,16 @@ class StatCache:
             if isinstance(entries, dict):
                 self._entries = entries
 
-    @staticmethod
-    def _key(st: os.stat_result) -> list[int | str]:
-        return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
     def lookup(self, abspath: str, st: os.stat_result) -> str | None:
         self._seen.add(abspath)
-        cached = self._entries.get(abspath)
-        if (
-            not isinstance(cached, list)
-            or len(cached) != 7
-            or cached[3] != st.st_mtime_ns
-            or cached[:5] != self._key(st)
-        ):
-            return None
-        digest, hashed_ns = cached[5], cached[6]
-        if not isinstance(digest, str) or not isinstance(hashed_ns, int):
-            return None
-        if max(st.st_mtime_ns, st.st_ctime_ns) >= hashed_ns - RACY_SLACK_NS:
-            return None  # racily clean: the stat fields cannot prove the bytes unchanged
-        return digest
+        return _cached_digest(self._entries.get(abspath), st)
 
     def store(self, abspath: str, st: os.stat_result, digest: str, hashed_ns: int) -> None:
         """Remember `digest` for `st`; `hashed_ns` is when reading began (the racy reference)."""
-        self._entries[abspath] = [*self._key(st), digest, hashed_ns]
+        self._entries[abspath] = (
+            f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+            f"{hashed_ns}:{digest}"
+        )
         self._seen.add(abspath)
         self._dirty = True
 
@@ -214,6 +206,22 @@ class StatCache:
         self._dirty = False
 
 
+def _cached_digest(cached: object, st: os.stat_result) -> str | None:
+    """The digest in a stat-cache entry when `st` matches its fingerprint and the racy-timestamp
+    rule allows it, else None."""
+    if type(cached) is not str:
+        return None
+    key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+    if not cached.startswith(key):
+        return None
+    hashed, _, digest = cached[len(key) :].partition(":")
+    if not hashed.isdigit() or len(digest) != 67 or not digest.startswith(DIGEST_PREFIX):
+        return None
+    if max(st.st_mtime_ns, st.st_ctime_ns) >= int(hashed) - RACY_SLACK_NS:
+        return None  # racily clean: the stat fields cannot prove the bytes unchanged
+    return digest
+
+
 def _hash_fd(fd: int, size: int) -> str:
     big = size > _BIG_FILE
     hasher = blake3.blake3(max_threads=blake3.blake3.AUTO) if big else blake3.blake3()
@@ -225,6 +233,26 @@ def _hash_fd(fd: int, size: int) -> str:
             # a file that grew meanwhile still ends in a full read and is read on.
             break
     return DIGEST_PREFIX + hasher.hexdigest()
+
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
+
+
+def _open_digest(path: str, cache: StatCache | None) -> tuple[str, os.stat_result]:
+    """Read and hash the regular file at `path` (a link is not followed; a FIFO is not waited
+    on): its digest and the stat of the file that was read, remembered in `cache`."""
+    started_ns = time.time_ns()
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise TreeHashError(f"{path}: file was replaced while it was being hashed")
+        digest = _hash_fd(fd, opened.st_size)
+    finally:
+        os.close(fd)
+    if cache is not None:
+        cache.store(path, opened, digest, started_ns)
+    return digest, opened
 
 
 def hash_regular_file(path: Path | str, st: os.stat_result, cache: StatCache | None) -> str:
@@ -385,6 +413,7 @@ class _Walk:
         self.cache, self.links, self.exclude, self.excluded = cache, links, exclude, excluded
         self.rows, self.seen = rows, seen
         self.entries = cache._entries if cache is not None else None
+        self.observed = cache.observed if cache is not None else None
 
     def directory(self, prefix: str) -> None:
         root = self.root
@@ -394,7 +423,7 @@ class _Walk:
             children = sorted(it, key=_by_name)
         names: dict[str, str] = {}
         rows, seen, entries, cache = self.rows, self.seen, self.entries, self.cache
-        slack = RACY_SLACK_NS
+        observed = self.observed
         for child in children:
             name = child.name
             rel = f"{prefix}/{name}" if prefix else name
@@ -411,33 +440,26 @@ class _Walk:
                     hint="rename one of them",
                 )
             names[key] = name
+            path = child.path
+            if (entries is None or path not in entries) and child.is_file(follow_symlinks=False):
+                # Nothing cached: no lstat, the file's own fstat (open, fstat, read, close).
+                digest, opened = _open_digest(path, cache)
+                if observed is not None:
+                    observed.append((path, opened))
+                seen.append(path)
+                rows.append((rel, "file", opened.st_mode & 0o100 != 0, opened.st_size, digest))
+                continue
             st = child.stat(follow_symlinks=False)
             mode = st.st_mode
             kind = mode & _S_IFMT
             if kind == _S_IFREG:
-                path = child.path
-                digest = None
-                if entries is not None:
-                    cached = entries.get(path)
-                    # Inline StatCache.lookup: the same fields, the same racy rule.
-                    if (
-                        type(cached) is list
-                        and len(cached) == 7
-                        and cached[3] == st.st_mtime_ns
-                        and cached[4] == st.st_ctime_ns
-                        and cached[2] == st.st_size
-                        and cached[1] == st.st_ino
-                        and cached[0] == st.st_dev
-                        and type(cached[5]) is str
-                        and type(cached[6]) is int
-                        and st.st_mtime_ns < cached[6] - slack
-                        and st.st_ctime_ns < cached[6] - slack
-                    ):
-                        digest = cached[5]
+                digest = None if entries is None else _cached_digest(entries.get(path), st)
                 if digest is None:
-                    digest = _read_digest(path, st, cache)
+                    digest, st = _open_digest(path, cache)
+                if observed is not None:
+                    observed.append((path, st))
                 seen.append(path)
-                rows.append((rel, "file", mode & 0o100 != 0, st.st_size, digest))
+                rows.append((rel, "file", st.st_mode & 0o100 != 0, st.st_size, digest))
             elif kind == _S_IFDIR:
                 if name in self.exclude:
                     self.excluded.append(rel)

@@ -353,7 +353,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         raise BenchError(f"b3sum printed {len(expected)} digests for {len(files)} files")
     file_list = "\0".join(rel_paths).encode()
     lock_path = project / "agentstack.lock"
-    statcache = cache / "statcache-v2" / f"{stat_cache_name(project, py, env)}.json"
+    statcache = cache / "statcache-v3" / f"{stat_cache_name(project, py, env)}.json"
 
     # The stat cache does not trust a file whose mtime/ctime is within RACY_SLACK of the moment
     # it was hashed; utime() just set every ctime to "now", so let the slack pass before locking.
