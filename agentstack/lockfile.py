@@ -92,6 +92,7 @@ class Resolver:
         self._code: Analyser | None = None
         self.files_seen = 0
         self.bytes_seen = 0
+        self.biggest = 0  # the largest file pinned by a tree (what --max-file-size checks)
 
     def problem(self, path: str, message: str, hint: str = "") -> None:
         self.problems.append(Problem(file=MANIFEST_NAME, path=path, message=message, hint=hint))
@@ -237,6 +238,7 @@ class Resolver:
         self.files_seen += len(entries)
         self.bytes_seen += sum(e.size for e in entries)
         big = max(entries, key=lambda e: e.size, default=None)
+        self.biggest = max(self.biggest, big.size if big is not None else 0)
         if big is not None and big.size > limits.max_file_bytes:
             raise limits.file_too_big(where, big.path, big.size)
         if self.files_seen > limits.max_files:
@@ -252,6 +254,7 @@ class Resolver:
         self.files_seen += len(rows)
         self.bytes_seen += sum(r[3] for r in rows)
         big = max(rows, key=lambda r: r[3], default=None)
+        self.biggest = max(self.biggest, big[3] if big is not None else 0)
         if big is not None and big[3] > limits.max_file_bytes:
             raise limits.file_too_big(where, big[0], big[3])
         if self.files_seen > limits.max_files:

@@ -453,9 +453,11 @@ class _Walk:
             mode = st.st_mode
             kind = mode & _S_IFMT
             if kind == _S_IFREG:
-                digest = None if entries is None else _cached_digest(entries.get(path), st)
-                if digest is None:
+                hit = None if entries is None else _cached_digest(entries.get(path), st)
+                if hit is None:
                     digest, st = _open_digest(path, cache)
+                else:
+                    digest = hit
                 if observed is not None:
                     observed.append((path, st))
                 seen.append(path)
