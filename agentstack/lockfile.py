@@ -69,6 +69,10 @@ def entry_json(entry: TreeEntry) -> dict[str, Any]:
     }
 
 
+def _path_of(row: Row) -> str:
+    return row[0]
+
+
 _ROOT_HINT = "name the directories and files the code loads with pin = [...]"
 
 
@@ -370,7 +374,9 @@ class Resolver:
 
     @staticmethod
     def _tree_rows(source: dict[str, Any], rows: list[Row]) -> dict[str, Any]:
-        ordered = sorted(rows, key=lambda r: r[0].encode("utf-8"))
+        # By path: str order is code-point order, which is the order of the UTF-8 bytes (the
+        # walk refuses names that are not UTF-8), so no key has to be encoded.
+        ordered = sorted(rows, key=_path_of)
         return {
             **source,
             "digest": tree_digest_rows(ordered),

@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 
 MAGIC = "agentstack-relock-v1"
 LOCK_NAME = "agentstack.lock"
-_LOCK_NAME_B = LOCK_NAME.encode()
 _FIELDS = 6  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, st_mode
 # treehash.RACY_SLACK_NS and Limits()'s (max_files, max_total_bytes, max_file_bytes), not
 # imported for start-up cost (a test checks that they agree).
@@ -232,26 +231,26 @@ class Recorder:
         self.root = real_root
         self.started_ns = time.time_ns()
         # (directory, its listing, the names in it that are not directories), in walk order.
-        self.dirs: list[tuple[bytes, bytes, list[bytes]]] = []
-        self.ok = self._list(os.fsencode(real_root), top=True)
+        self.dirs: list[tuple[str, str, list[str]]] = []
+        self.ok = real_root != "/" and self._list(real_root, top=True)
         from agentstack import surface
 
         self._outside = surface.outside_lookups
 
-    def _list(self, directory: bytes, *, top: bool = False) -> bool:
+    def _list(self, directory: str, *, top: bool = False) -> bool:
         try:
             with os.scandir(directory) as it:
                 children = list(it)
         except OSError:
             return False
         names = [c.name for c in children]
-        if top and _LOCK_NAME_B in names:
-            names.remove(_LOCK_NAME_B)
-            children = [c for c in children if c.name != _LOCK_NAME_B]
-        files: list[bytes] = []
-        self.dirs.append((directory, b"/".join(names), files))
+        if top and LOCK_NAME in names:
+            names.remove(LOCK_NAME)
+            children = [c for c in children if c.name != LOCK_NAME]
+        files: list[str] = []
+        self.dirs.append((directory, "/".join(names), files))
         for child in children:
-            if child.name == b".git":
+            if child.name == ".git":
                 continue  # never resolved into (see `_plain_manifest`, `_names_git`)
             if child.is_dir(follow_symlinks=False):
                 if not self._list(child.path):
@@ -315,19 +314,28 @@ class Recorder:
         if not _plain_manifest(manifest) or _names_git(lock_text):
             return None
         limit = self.started_ns - _RACY_SLACK_NS
-        known = {os.fsencode(p): st for p, st in observed}
-        ints = array.array("q")
+        known = dict(observed)  # the stat each digest belongs to, taken before the read
+        lstat = os.lstat
+        flat: list[int] = []
+        add = flat.extend
         links: dict[str, str] = {}
-        top = os.fsencode(self.root)
-        entries = [d + b"/" + name for d, _, files in self.dirs for name in files]
-        for entry in entries:
-            st = known.get(entry) or os.lstat(entry)
-            if max(st.st_mtime_ns, st.st_ctime_ns) >= limit:
-                return None  # racily clean: cannot be vouched for by its stat
-            if stat.S_ISLNK(st.st_mode):
-                rel = os.fsdecode(entry[len(top) + 1 :])
-                links[rel] = os.readlink(os.fsdecode(entry))
-            ints.extend(_fingerprint(st))
+        skip = len(self.root) + 1
+        count = 0
+        for directory, _, files in self.dirs:
+            prefix = directory + "/"
+            count += len(files)
+            for name in files:
+                path = prefix + name
+                st = known.get(path)
+                if st is None:
+                    st = lstat(path)
+                if st.st_mtime_ns >= limit or st.st_ctime_ns >= limit:
+                    return None  # racily clean: cannot be vouched for by its stat
+                mode = st.st_mode
+                if stat.S_ISLNK(mode):
+                    links[path[skip:]] = os.readlink(path)
+                add((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode))
+        ints = array.array("q", flat)
         if links and not _links_stay_inside(links):
             return None
         ledger_path, ledger_print = _ledger(self.root)
@@ -336,13 +344,13 @@ class Recorder:
             if max(mtime, ctime) >= limit:
                 return None
         dirs = _package_dirs()
-        block = b"\0".join(
+        block = "\0".join(
             [
                 *(d for d, _, _ in self.dirs),
                 *(listing for _, listing, _ in self.dirs),
-                *(b"/".join(files) for _, _, files in self.dirs),
+                *("/".join(files) for _, _, files in self.dirs),
             ]
-        )
+        ).encode("utf-8", "surrogateescape")
         header = [
             MAGIC,
             self.root,
@@ -352,7 +360,7 @@ class Recorder:
             ledger_print,
             blake3.blake3(lock_text).hexdigest(),
             " ".join(map(str, totals)),
-            f"{len(self.dirs)} {len(entries)} {len(block)}",
+            f"{len(self.dirs)} {count} {len(block)}",
         ]
         text = "\n".join(header)
         if "\n\n" in text or any("\n" in field for field in header):

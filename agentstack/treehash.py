@@ -13,6 +13,7 @@ tick would leave every stat field equal (file timestamps come from a coarse cloc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -189,21 +190,32 @@ class StatCache:
         if self.path is None or not self._dirty:
             return
         payload = {"version": self.VERSION, "entries": self._entries}
-        import tempfile
-
+        # json.dumps, not json.dump: only the former uses the C encoder.
+        data = json.dumps(payload, separators=(",", ":")).encode("utf-8", "surrogateescape")
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".statcache-")
+            write_private(str(self.path), data)
         except OSError:
             return  # the cache is an optimisation; never fail a lock on it
-        try:
-            with os.fdopen(fd, "w") as handle:
-                # json.dumps, not json.dump: only the former uses the C encoder.
-                handle.write(json.dumps(payload, separators=(",", ":")))
-            os.replace(tmp, self.path)
-        except OSError:
-            Path(tmp).unlink(missing_ok=True)
         self._dirty = False
+
+
+def write_private(path: str, data: bytes) -> None:
+    """Replace `path` with `data` atomically (a temporary file beside it, mode 0600, then
+    `os.replace`; the directory is made 0700), without fsync: for caches, where a lost write
+    only costs work. No `tempfile` (its import pulls in `random` and `hashlib`)."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.urandom(6).hex()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _cached_digest(cached: object, st: os.stat_result) -> str | None:

@@ -338,3 +338,9 @@ def test_the_code_that_resolves_is_part_of_the_record(tmp_path: Path) -> None:
     time.sleep(0.01)
     (package / "m.py").write_text("x = 2\n")
     assert relock._code_token([str(package)]) != token
+
+
+@given(st.lists(st.text(st.characters(exclude_categories=("Cs",)), min_size=1), unique=True))
+def test_str_order_of_paths_is_the_order_of_their_utf8_bytes(paths: list[str]) -> None:
+    """The lock sorts walked rows by str (lockfile._tree_rows): the same order as raw bytes."""
+    assert sorted(paths) == sorted(paths, key=lambda p: p.encode("utf-8"))
