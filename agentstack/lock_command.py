@@ -116,22 +116,19 @@ def run_lock(
     else:
         changed = changed_items(_parse_loosely(old_bytes), new)
 
-    def record(on_disk: bytes | None) -> None:
-        """The re-lock record for the lock now on disk (None: it is not `text`)."""
-        assert recorder is not None
-        recorder.finish(
+    if recorder is not None:  # before the lock is written into the project's root
+        recorder.seal(
             manifest=_manifest_bytes(root),
-            lock_text=on_disk,
+            lock_text=text,
             observed=resolver.stat_cache.observed,
             totals=(resolver.files_seen, resolver.bytes_seen, resolver.biggest),
             git=has_git_skills(manifest),
         )
-
     if as_json:
         print_json({"lock": "stale" if changed else "fresh", "changed": changed})
     if check:
         if recorder is not None:
-            record(None if changed else text)
+            recorder.finish(None if changed else text)
         if not as_json:
             echo(
                 f"{LOCK_NAME} would change: {', '.join(changed)}"
@@ -144,7 +141,7 @@ def run_lock(
 
         write_atomic(lock_path, text)
     if recorder is not None:
-        record(text)
+        recorder.finish(text)
     if not as_json:
         echo(
             f"{'wrote' if changed else 'unchanged:'} {lock_path}"

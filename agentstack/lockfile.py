@@ -7,6 +7,7 @@ the manifest it was resolved from, so a stale lock is detected without guessing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -621,7 +622,16 @@ def fresh_lock(
     fast = _fresh_by_bytes(root, manifest, verify_git=verify_git)
     if fast is not None:
         return fast
-    return _fresh_by_parsing(root, manifest, verify_git=verify_git)
+    try:
+        return _fresh_by_parsing(root, manifest, verify_git=verify_git)
+    except StaleLock:
+        # The next `lock` resolves in full, whatever its re-lock record says (defence in depth:
+        # a record is only ever written for the lock a resolution rendered).
+        from agentstack import layout, relock
+
+        with contextlib.suppress(OSError):
+            os.unlink(relock.record_path(layout.cache(), os.path.realpath(root)))
+        raise
 
 
 def loads_unvalidated(data: bytes) -> dict[str, Any] | None:

@@ -224,104 +224,110 @@ def _read_own(path: str) -> bytes | None:
 
 
 class Recorder:
-    """Collects what one `lock` resolution depends on; `finish` writes the record or removes a
-    stale one. Create it before the resolution begins (it lists the project's directories)."""
+    """Collects what one `lock` resolution depends on. Create it before the resolution begins,
+    `seal` it after the resolution and before the lock is written, then `finish` it: the record
+    is written, or a stale one removed."""
 
     def __init__(self, real_root: str) -> None:
         self.root = real_root
         self.started_ns = time.time_ns()
-        # (directory, its listing, the names in it that are not directories), in walk order.
-        self.dirs: list[tuple[str, str, list[str]]] = []
-        self.ok = real_root != "/" and self._list(real_root, top=True)
+        self._root_before = _root_state(real_root)
         from agentstack import surface
 
         self._outside = surface.outside_lookups
+        self._sealed: tuple[list[str], bytes] | None = None
 
-    def _list(self, directory: str, *, top: bool = False) -> bool:
-        try:
-            with os.scandir(directory) as it:
-                children = list(it)
-        except OSError:
-            return False
-        names = [c.name for c in children]
-        if top and LOCK_NAME in names:
-            names.remove(LOCK_NAME)
-            children = [c for c in children if c.name != LOCK_NAME]
-        files: list[str] = []
-        self.dirs.append((directory, "/".join(names), files))
-        for child in children:
-            if child.name == ".git":
-                continue  # never resolved into (see `_plain_manifest`, `_names_git`)
-            if child.is_dir(follow_symlinks=False):
-                if not self._list(child.path):
-                    return False
-            else:
-                files.append(child.name)
-        return True
-
-    def finish(
+    def seal(
         self,
         *,
         manifest: bytes,
-        lock_text: bytes | None,
+        lock_text: bytes,
         observed: list[tuple[str, os.stat_result]] | None,
         totals: tuple[int, int, int],
         git: bool,
     ) -> None:
-        """Write the record when `lock_text` is now the lock on disk and every condition holds;
-        otherwise remove the project's record."""
+        """Take the project's listings and fingerprints now that the resolution is done (and
+        before the lock is written into the root); nothing is recorded if any of them may have
+        changed since the resolution began."""
+        try:
+            self._sealed = None if git else self._seal(manifest, lock_text, observed or [], totals)
+        except (OSError, ValueError, OverflowError):
+            self._sealed = None
+
+    def finish(self, lock_text: bytes | None) -> None:
+        """Write the record when `lock_text` is now the lock on disk (None: it is not the sealed
+        one); otherwise remove the project's record."""
         path = record_path(layout.cache(), self.root)
-        data = None
-        if lock_text is not None and not git:
-            try:
-                data = self._render(manifest, lock_text, observed or [], totals)
-            except (OSError, ValueError, OverflowError):
-                data = None
-        if data is None:
+        if lock_text is None or self._sealed is None:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             return
-        import tempfile
+        import blake3
 
-        try:  # like the stat cache: atomic, not durable (a lost record costs one resolution)
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".relock-")
-        except OSError:
-            return  # an optimisation: never fail a lock on it
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        from agentstack.treehash import write_private
 
-    def _render(
+        header, body = self._sealed
+        header[6] = blake3.blake3(lock_text).hexdigest()
+        data = "\n".join(header).encode("utf-8", "surrogateescape") + b"\n\n" + body
+        with contextlib.suppress(OSError):  # an optimisation: never fail a lock on it
+            write_private(path, data)
+
+    def _seal(
         self,
         manifest: bytes,
         lock_text: bytes,
         observed: list[tuple[str, os.stat_result]],
         totals: tuple[int, int, int],
-    ) -> bytes | None:
+    ) -> tuple[list[str], bytes] | None:
         import array
-
-        import blake3
 
         from agentstack import surface
 
-        if not self.ok or surface.outside_lookups != self._outside:
+        if self.root == "/" or surface.outside_lookups != self._outside:
             return None
         if not _plain_manifest(manifest) or _names_git(lock_text):
             return None
         limit = self.started_ns - _RACY_SLACK_NS
-        known = dict(observed)  # the stat each digest belongs to, taken before the read
+        # Directories: listed, then stat'ed. A directory whose entries changed since the racy
+        # window before the resolution began is not vouched for (a name added and removed again
+        # during the resolution would leave the listing equal); the root, where `lock` itself
+        # writes, must instead be exactly as it was when the resolution began.
+        dirs: list[tuple[str, str, list[str]]] = []
+        pending = [self.root]
+        while pending:
+            directory = pending.pop()
+            with os.scandir(directory) as it:
+                children = list(it)
+            names = [c.name for c in children]
+            if directory == self.root:
+                if LOCK_NAME in names:
+                    names.remove(LOCK_NAME)
+                if (names, _dir_times(directory)) != self._root_before:
+                    return None
+            else:
+                mtime, ctime = _dir_times(directory)
+                if mtime >= limit or ctime >= limit:
+                    return None
+            files: list[str] = []
+            dirs.append((directory, "/".join(names), files))
+            for child in children:
+                name = child.name
+                if name == ".git" or (name == LOCK_NAME and directory == self.root):
+                    continue  # never resolved into (see `_plain_manifest`, `_names_git`)
+                if child.is_dir(follow_symlinks=False):
+                    pending.append(child.path)
+                else:
+                    files.append(name)
+        # Every other entry: its fingerprint (the stat its digest was made from, when the walk
+        # read it), under the racy-timestamp rule.
+        known = dict(observed)
         lstat = os.lstat
         flat: list[int] = []
         add = flat.extend
         links: dict[str, str] = {}
         skip = len(self.root) + 1
         count = 0
-        for directory, _, files in self.dirs:
+        for directory, _, files in dirs:
             prefix = directory + "/"
             count += len(files)
             for name in files:
@@ -343,29 +349,45 @@ class Recorder:
             mtime, ctime = (int(v) for v in ledger_print.split(":")[3:5])
             if max(mtime, ctime) >= limit:
                 return None
-        dirs = _package_dirs()
+        package_dirs = _package_dirs()
         block = "\0".join(
             [
-                *(d for d, _, _ in self.dirs),
-                *(listing for _, listing, _ in self.dirs),
-                *("/".join(files) for _, _, files in self.dirs),
+                *(d for d, _, _ in dirs),
+                *(listing for _, listing, _ in dirs),
+                *("/".join(files) for _, _, files in dirs),
             ]
         ).encode("utf-8", "surrogateescape")
         header = [
             MAGIC,
             self.root,
-            "\0".join(dirs),
-            _code_token(dirs),
+            "\0".join(package_dirs),
+            _code_token(package_dirs),
             ledger_path,
             ledger_print,
-            blake3.blake3(lock_text).hexdigest(),
+            "",  # the lock's digest, when it is written (finish)
             " ".join(map(str, totals)),
-            f"{len(self.dirs)} {count} {len(block)}",
+            f"{len(dirs)} {count} {len(block)}",
         ]
-        text = "\n".join(header)
-        if "\n\n" in text or any("\n" in field for field in header):
+        if any("\n" in field for field in header):
             return None
-        return text.encode("utf-8", "surrogateescape") + b"\n\n" + block + ints.tobytes()
+        return header, block + ints.tobytes()
+
+
+def _dir_times(directory: str) -> tuple[int, int]:
+    st = os.lstat(directory)
+    return st.st_mtime_ns, st.st_ctime_ns
+
+
+def _root_state(root: str) -> tuple[list[str], tuple[int, int]] | None:
+    """The root's listing (without the lock) and then its times, before the resolution."""
+    try:
+        names = os.listdir(root)
+        times = _dir_times(root)
+    except OSError:
+        return None
+    if LOCK_NAME in names:
+        names.remove(LOCK_NAME)
+    return names, times
 
 
 def _plain_manifest(manifest: bytes) -> bool:
@@ -388,7 +410,9 @@ _BOUNDARY = frozenset(bytes([c]) for c in b"/\"' \t\r\n[],={}")
 
 def _names_git(lock_text: bytes) -> bool:
     """A pinned path with a `.git` component (only a surface or tree path can have one)."""
-    return any(marker in lock_text for marker in (b'".git/', b"/.git/", b'/.git"', b'".git"'))
+    return b".git" in lock_text and any(
+        marker in lock_text for marker in (b'".git/', b"/.git/", b'/.git"', b'".git"')
+    )
 
 
 def _links_stay_inside(links: dict[str, str]) -> bool:

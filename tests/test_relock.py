@@ -91,15 +91,17 @@ def record_file(root: Path) -> Path:
     return Path(relock.record_path(layout.cache(), str(root)))
 
 
-def test_the_defaults_agree_with_treehash(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.undo()  # the modules' own values
+_SLACKS = (relock._RACY_SLACK_NS, treehash.RACY_SLACK_NS)  # before any test patches them
+
+
+def test_the_defaults_agree_with_treehash() -> None:
     default = Limits()
     assert (
         default.max_files,
         default.max_total_bytes,
         default.max_file_bytes,
     ) == relock.DEFAULT_LIMITS
-    assert relock._RACY_SLACK_NS == treehash.RACY_SLACK_NS
+    assert _SLACKS[0] == _SLACKS[1]
 
 
 def test_unchanged_relock_resolves_nothing_and_says_what_a_full_lock_says(
@@ -344,3 +346,43 @@ def test_the_code_that_resolves_is_part_of_the_record(tmp_path: Path) -> None:
 def test_str_order_of_paths_is_the_order_of_their_utf8_bytes(paths: list[str]) -> None:
     """The lock sorts walked rows by str (lockfile._tree_rows): the same order as raw bytes."""
     assert sorted(paths) == sorted(paths, key=lambda p: p.encode("utf-8"))
+
+
+@pytest.mark.parametrize("where", ["skills/s/lib/flash.txt", "AGENTS.md"])
+def test_a_name_that_comes_and_goes_during_the_resolution_is_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The listings are taken after the resolution: a file the resolution saw and that is gone
+    again (an A-B-A change) leaves them equal, so the directory's times must say it changed."""
+    root = project(tmp_path)
+    original = lockfile.Resolver.resolve
+
+    def flashing(self: lockfile.Resolver, manifest: object) -> dict[str, object]:
+        (root / where).write_text("seen by the resolution\n")
+        try:
+            return original(self, manifest)  # type: ignore[arg-type]
+        finally:
+            (root / where).unlink()
+
+    monkeypatch.setattr(lockfile.Resolver, "resolve", flashing)
+    assert lock(root) == 0
+    assert where.rsplit("/", 1)[-1] in (root / "agentstack.lock").read_text()
+    assert not record_file(root).exists()
+    assert not fast(root)
+    monkeypatch.setattr(lockfile.Resolver, "resolve", original)
+    settle()
+    assert lock(root) == 0  # resolved in full: the lock no longer names it
+    assert (root / "agentstack.lock").read_bytes() == resolved(root)
+    assert fast(root)
+
+
+def test_a_stale_lock_found_by_a_freshness_check_removes_the_record(tmp_path: Path) -> None:
+    from agentstack.errors import StaleLock
+
+    root = project(tmp_path)
+    assert lock(root) == 0
+    assert record_file(root).exists()
+    (root / "skills/s/SKILL.md").write_text("changed\n")
+    with pytest.raises(StaleLock):
+        lockfile.fresh_lock(root, manifestview.load_view(root))
+    assert not record_file(root).exists()
