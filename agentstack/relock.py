@@ -120,6 +120,11 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
 
     import blake3
 
+    try:  # first: no lock (a first lock), no record to read
+        with open(os.path.join(real_root, LOCK_NAME), "rb") as handle:
+            lock_bytes = handle.read()
+    except OSError:
+        return False
     data = _read_own(record_path(layout.cache(), real_root))
     if data is None:
         return False
@@ -151,9 +156,8 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
     dirs = code_dirs.split("\0")
     if dirs[0] != os.path.dirname(os.path.abspath(__file__)) or code != _code_token(dirs):
         return False
-    with open(os.path.join(real_root, LOCK_NAME), "rb") as handle:
-        if blake3.blake3(handle.read()).hexdigest() != lock_digest:
-            return False
+    if blake3.blake3(lock_bytes).hexdigest() != lock_digest:
+        return False
     n_dirs, n_files, block_len = (int(v) for v in sizes.split(" "))
     start = header_end + 2
     names = data[start : start + block_len].split(b"\0")
