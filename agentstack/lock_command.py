@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,9 +55,9 @@ def run_lock(
             if as_json:
                 print_json({"lock": "fresh", "changed": []})
             elif check:
-                echo(f"{LOCK_NAME} is up to date")
+                _say(f"{LOCK_NAME} is up to date")
             else:
-                echo(f"unchanged: {root / LOCK_NAME}")
+                _say(f"unchanged: {root / LOCK_NAME}")
             return 0
         recorder = relock.Recorder(str(root))
     from agentstack.lockfile import (
@@ -148,6 +149,14 @@ def run_lock(
             + (f" ({', '.join(changed)})" if changed and old_bytes is not None else "")
         )
     return 0
+
+
+def _say(message: str) -> None:
+    """`echo`, without importing the sanitiser for printable ASCII (which it leaves as it is)."""
+    if message.isascii() and message.isprintable():
+        sys.stderr.write(message + "\n")
+    else:
+        echo(message)
 
 
 def _manifest_bytes(root: Path) -> bytes:

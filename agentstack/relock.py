@@ -116,8 +116,6 @@ def unchanged(real_root: str, limits: Limits | None) -> bool:
 
 
 def _unchanged(real_root: str, limits: Limits | None) -> bool:
-    import array
-
     import blake3
 
     try:  # first: no lock (a first lock), no record to read
@@ -163,10 +161,10 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
     names = data[start : start + block_len].split(b"\0")
     if len(names) != 3 * n_dirs:
         return False
-    expected = array.array("q")
-    expected.frombytes(data[start + block_len :])
-    if len(expected) != _FIELDS * n_files:
+    packed = memoryview(data)[start + block_len :]
+    if len(packed) != 8 * _FIELDS * n_files:
         return False
+    expected = packed.cast("q").tolist()  # native int64s (no `array` import: start-up cost)
     # Per directory: its listing, then one lstat (relative to the open directory) per entry that
     # is not a directory; the fingerprints are compared in one go at the end.
     seen: list[int] = []
@@ -199,7 +197,7 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
                     )
         finally:
             close(fd)
-    return seen == expected.tolist()
+    return seen == expected
 
 
 def _read_own(path: str) -> bytes | None:

@@ -386,3 +386,20 @@ def test_a_stale_lock_found_by_a_freshness_check_removes_the_record(tmp_path: Pa
     with pytest.raises(StaleLock):
         lockfile.fresh_lock(root, manifestview.load_view(root))
     assert not record_file(root).exists()
+
+
+def test_a_hostile_project_path_is_shown_sanitised_on_the_fast_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = make_project(tmp_path / "p\u202e\x1b]0;x\x07", MANIFEST, FILES).resolve()
+    settle()
+    assert lock(root) == 0  # writes the lock
+    record_file(root).unlink()
+    capsys.readouterr()
+    assert lock(root) == 0  # a full resolution that finds it unchanged (writes the record)
+    slow = capsys.readouterr().err.splitlines()[-1]
+    assert fast(root)
+    assert lock(root) == 0
+    quick = capsys.readouterr().err.splitlines()[-1]
+    assert quick == slow
+    assert "\x1b" not in quick and "\u202e" not in quick and "\\u202e" in quick
