@@ -293,15 +293,23 @@ class Recorder:
         # Directories: listed, then stat'ed. A directory whose entries changed since the racy
         # window before the resolution began is not vouched for (a name added and removed again
         # during the resolution would leave the listing equal); the root, where `lock` itself
-        # writes, must instead be exactly as it was when the resolution began.
+        # writes, must instead be exactly as it was when the resolution began. Every other entry:
+        # its fingerprint (the stat its digest was made from, when the walk read it), under the
+        # racy-timestamp rule.
+        known = dict(observed)
+        lstat = os.lstat
+        flat: list[int] = []
+        add = flat.extend
+        links: dict[str, str] = {}
+        skip = len(self.root) + 1
+        count = 0
         dirs: list[tuple[str, str, list[str]]] = []
         pending = [self.root]
         while pending:
             directory = pending.pop()
-            with os.scandir(directory) as it:
-                children = list(it)
-            names = [c.name for c in children]
-            if directory == self.root:
+            names = os.listdir(directory)
+            top = directory == self.root
+            if top:
                 if LOCK_NAME in names:
                     names.remove(LOCK_NAME)
                 if (names, _dir_times(directory)) != self._root_before:
@@ -312,37 +320,25 @@ class Recorder:
                     return None
             files: list[str] = []
             dirs.append((directory, "/".join(names), files))
-            for child in children:
-                name = child.name
-                if name == ".git" or (name == LOCK_NAME and directory == self.root):
-                    continue  # never resolved into (see `_plain_manifest`, `_names_git`)
-                if child.is_dir(follow_symlinks=False):
-                    pending.append(child.path)
-                else:
-                    files.append(name)
-        # Every other entry: its fingerprint (the stat its digest was made from, when the walk
-        # read it), under the racy-timestamp rule.
-        known = dict(observed)
-        lstat = os.lstat
-        flat: list[int] = []
-        add = flat.extend
-        links: dict[str, str] = {}
-        skip = len(self.root) + 1
-        count = 0
-        for directory, _, files in dirs:
             prefix = directory + "/"
-            count += len(files)
-            for name in files:
+            for name in names:
+                if name == ".git":
+                    continue  # never resolved into (see `_plain_manifest`, `_names_git`)
                 path = prefix + name
                 st = known.get(path)
                 if st is None:
                     st = lstat(path)
+                mode = st.st_mode
+                if stat.S_ISDIR(mode):
+                    pending.append(path)
+                    continue
                 if st.st_mtime_ns >= limit or st.st_ctime_ns >= limit:
                     return None  # racily clean: cannot be vouched for by its stat
-                mode = st.st_mode
                 if stat.S_ISLNK(mode):
                     links[path[skip:]] = os.readlink(path)
                 add((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode))
+                files.append(name)
+            count += len(files)
         ints = array.array("q", flat)
         if links and not _links_stay_inside(links):
             return None
