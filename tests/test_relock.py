@@ -4,6 +4,7 @@ never when a full resolution would render other bytes."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from agentstack import lockfile, manifestview, relock, treehash
 from agentstack.lock_command import run_lock
+from agentstack.paths import apply_ledger_path
 from agentstack.treehash import LimitExceeded, Limits
 from tests.conftest import make_project
 
@@ -187,6 +189,12 @@ MUTATIONS: dict[str, Callable[[Path], None]] = {
         (r / ".git").mkdir(exist_ok=True),
         (r / ".git/HEAD").write_text("ref\n"),
     ),
+    "apply ledger written": lambda r: (
+        apply_ledger_path(r).parent.mkdir(parents=True, exist_ok=True),
+        apply_ledger_path(r).write_text(
+            json.dumps({"files": {str(r / "CLAUDE.md"): {"kind": "text"}}})
+        ),
+    ),
     "nothing": lambda r: None,
 }
 
@@ -214,6 +222,8 @@ def test_a_record_never_vouches_for_a_lock_a_full_resolution_would_change(
         # The record's answer must be the full resolution's answer.
         assert (root / "agentstack.lock").read_bytes() == resolved(root) == on_disk
         assert set(names) <= {"nothing", "inside .git"}
+    if "apply ledger written" in names:
+        assert not fast(root)
     # Whatever happened, a lock now leaves exactly what a full resolution renders.
     settle()
     assert lock(root) == 0
