@@ -10,10 +10,13 @@ falls through to the full resolution (which writes a fresh record).
 
 What a record vouches for, and why that is enough:
 
-- **Every directory of the project** (except inside `.git`) is listed *before* the resolution
-  starts, and the listings are compared name for name: a file added, removed or renamed anywhere in
-  the project is a difference. `agentstack.lock` itself is left out of the root's listing (its
-  bytes are compared instead).
+- **Every directory of the project** (except inside `.git`) is listed after the resolution (and
+  before the lock is written), and the listings are compared name for name: a file added, removed
+  or renamed anywhere in the project is a difference. A directory whose times show a change since
+  the racy window before the resolution began is not recorded (a name added and removed during the
+  resolution leaves its listing equal); the root, where `lock` writes, must have the listing and
+  times it had when the resolution began. `agentstack.lock` itself is left out of the root's
+  listing (its bytes are compared instead).
 - **Every other entry of the project** (files, links, anything else) has its `lstat` fingerprint
   `(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, st_mode)` recorded, taken before its bytes
   were read (the walk's own stat) or after the resolution. The racy-timestamp rule holds for every
