@@ -588,10 +588,11 @@ def stat_cache_path(root: Path) -> Path:
     project (named by BLAKE3 of its real path), so a lock loads only its own project's entries."""
     import blake3
 
+    from agentstack import layout
     from agentstack.paths import agentstack_cache
 
     name = blake3.blake3(os.fsencode(str(root.resolve()))).hexdigest()[:32]
-    return agentstack_cache() / "statcache-v3" / f"{name}.json"
+    return Path(layout.stat_cache(str(agentstack_cache()))) / f"{name}.json"
 
 
 def resolver_for(

@@ -67,7 +67,7 @@ def record_path(cache_dir: str, real_root: str) -> str:
     import blake3
 
     name = blake3.blake3(os.fsencode(real_root)).hexdigest()[:32]
-    return os.path.join(cache_dir, "statcache-v3", name + ".relock")
+    return os.path.join(layout.stat_cache(cache_dir), name + ".relock")
 
 
 def _package_dirs() -> list[str]:
