@@ -235,6 +235,18 @@ def _cached_digest(cached: object, st: os.stat_result) -> str | None:
 
 
 def _hash_fd(fd: int, size: int) -> str:
+    if size <= _BIG_FILE:
+        read_size = max(size + 1, 4096)
+        chunk = os.read(fd, read_size)
+        if len(chunk) < read_size:
+            # A short read of a regular file is its end: one read and one hash call per file.
+            return DIGEST_PREFIX + blake3.blake3(chunk).hexdigest()
+        hasher = blake3.blake3(chunk)  # it grew meanwhile: read on
+        while chunk := os.read(fd, read_size):
+            hasher.update(chunk)
+            if len(chunk) < read_size:
+                break
+        return DIGEST_PREFIX + hasher.hexdigest()
     big = size > _BIG_FILE
     hasher = blake3.blake3(max_threads=blake3.blake3.AUTO) if big else blake3.blake3()
     read_size = 16 * _CHUNK if big else max(size + 1, 4096)
