@@ -417,9 +417,17 @@ def _names_git(lock_text: bytes) -> bool:
 
 
 def _links_stay_inside(links: dict[str, str]) -> bool:
+    """Every link in the project leads inside it (followed through the others as the kernel
+    would), and neither through nor into a `.git` entry (not fingerprinted)."""
     from agentstack.treehash import _resolve_link
 
-    try:
-        return all(_resolve_link(rel, links) is not None for rel in links)
-    except Exception:  # noqa: BLE001 - a loop or anything odd: not recorded
-        return False
+    for rel, target in links.items():
+        if ".git" in target.split("/"):
+            return False
+        try:
+            parts = _resolve_link(rel, links)
+        except Exception:  # noqa: BLE001 - a loop or anything odd: not recorded
+            return False
+        if parts is None or ".git" in parts:
+            return False
+    return True

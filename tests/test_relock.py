@@ -308,7 +308,13 @@ def test_a_record_does_not_lift_the_limits(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "case",
-    ["link outside", "git path in the manifest", "escape in the manifest", "import from home"],
+    [
+        "link outside",
+        "link into .git",
+        "git path in the manifest",
+        "escape in the manifest",
+        "import from home",
+    ],
 )
 def test_what_a_record_cannot_vouch_for_is_always_resolved(tmp_path: Path, case: str) -> None:
     manifest, files = MANIFEST, dict(FILES)
@@ -322,6 +328,11 @@ def test_what_a_record_cannot_vouch_for_is_always_resolved(tmp_path: Path, case:
     if case == "link outside":
         (root / "docs").mkdir()
         (root / "docs/elsewhere").symlink_to(tmp_path)
+    elif case == "link into .git":
+        (root / ".git").mkdir()
+        (root / ".git/config").symlink_to(tmp_path)  # not fingerprinted: .git is not listed
+        (root / ".claude").rename(root / "claude-settings")
+        (root / ".claude").symlink_to(".git/config")
     root = root.resolve()
     settle()
     assert lock(root) == 0
