@@ -27,7 +27,7 @@ name (a test scans the package's string constants for them).
     $AGENTSTACK_CACHE/                 (else $XDG_CACHE_HOME/agentstack, else ~/.cache/agentstack)
       git/<url-hash>.git               bare mirrors of locked git sources
       content/<digest>                 the content store (locked bytes by digest)
-      statcache-v2.json                the lock's stat cache
+      statcache-v3/<project>.json      the lock's stat cache (and `.relock`, its re-lock record)
       crash/crash-<time>-<pid>.txt     crash reports
     <temp dir>/agentstack-run-*/       one confined run's private directory (removed on exit)
       ro/                              read-only copies of what the guard reads
@@ -74,7 +74,7 @@ SECCOMP_PROGRAMS = "seccomp-programs"
 # Under the cache.
 GIT_MIRRORS = "git"
 CONTENT_STORE = "content"
-STAT_CACHE = "statcache-v2.json"
+STAT_CACHE = "statcache-v3"
 CRASH_REPORTS = "crash"
 
 # A confined run's private directory (in the system's temp directory) and its read-only copies.

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentstack.entry import echo, print_json
+
+LOCK_NAME = "agentstack.lock"  # agentstack.manifestview.LOCK_NAME (not imported: start-up cost)
 
 if TYPE_CHECKING:
     from agentstack.treehash import Limits
@@ -42,6 +45,21 @@ def run_lock(
     as_json: bool,
     limits: Limits | None = None,
 ) -> int:
+    root = project_root(project)
+    recorder = None
+    if not frozen and not update:
+        from agentstack import relock
+
+        # Nothing changed since the last lock (the record's fingerprints say so): no resolution.
+        if relock.unchanged(str(root), limits):
+            if as_json:
+                print_json({"lock": "fresh", "changed": []})
+            elif check:
+                _say(f"{LOCK_NAME} is up to date")
+            else:
+                _say(f"unchanged: {root / LOCK_NAME}")
+            return 0
+        recorder = relock.Recorder(str(root))
     from agentstack.lockfile import (
         changed_items,
         dumps_lock,
@@ -51,9 +69,8 @@ def run_lock(
         parse_lock,
         resolver_for,
     )
-    from agentstack.manifestview import LOCK_NAME, load_view
+    from agentstack.manifestview import load_view
 
-    root = project_root(project)
     # Validated with the models only when these manifest bytes are new (agentstack.manifestview).
     manifest = load_view(root)
     if frozen:
@@ -80,6 +97,8 @@ def run_lock(
     resolver = resolver_for(
         root, previous, update_git=update, limits=limits or limits_from(None, None, None)
     )
+    if recorder is not None:
+        resolver.stat_cache.observed = []
     try:
         new = resolver.resolve(manifest)
     except Exception:
@@ -97,9 +116,20 @@ def run_lock(
         changed = changed_items(parse_lock(old_bytes), new)
     else:
         changed = changed_items(_parse_loosely(old_bytes), new)
+
+    if recorder is not None:  # before the lock is written into the project's root
+        recorder.seal(
+            manifest=_manifest_bytes(root),
+            lock_text=text,
+            observed=resolver.stat_cache.observed,
+            totals=(resolver.files_seen, resolver.bytes_seen, resolver.biggest),
+            git=has_git_skills(manifest),
+        )
     if as_json:
         print_json({"lock": "stale" if changed else "fresh", "changed": changed})
     if check:
+        if recorder is not None:
+            recorder.finish(None if changed else text)
         if not as_json:
             echo(
                 f"{LOCK_NAME} would change: {', '.join(changed)}"
@@ -111,12 +141,29 @@ def run_lock(
         from agentstack.fsutil import write_atomic
 
         write_atomic(lock_path, text)
+    if recorder is not None:
+        recorder.finish(text)
     if not as_json:
         echo(
             f"{'wrote' if changed else 'unchanged:'} {lock_path}"
             + (f" ({', '.join(changed)})" if changed and old_bytes is not None else "")
         )
     return 0
+
+
+def _say(message: str) -> None:
+    """`echo`, without importing the sanitiser for printable ASCII (which it leaves as it is)."""
+    if message.isascii() and message.isprintable():
+        sys.stderr.write(message + "\n")
+    else:
+        echo(message)
+
+
+def _manifest_bytes(root: Path) -> bytes:
+    try:
+        return (root / "agentstack.toml").read_bytes()
+    except OSError:
+        return b"\\u"  # unreadable now: nothing is recorded
 
 
 def _parse_loosely(data: bytes) -> dict[str, object]:

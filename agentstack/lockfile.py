@@ -7,6 +7,7 @@ the manifest it was resolved from, so a stale lock is detected without guessing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -68,6 +69,10 @@ def entry_json(entry: TreeEntry) -> dict[str, Any]:
     }
 
 
+def _path_of(row: Row) -> str:
+    return row[0]
+
+
 _ROOT_HINT = "name the directories and files the code loads with pin = [...]"
 
 
@@ -95,6 +100,7 @@ class Resolver:
         self._code: Analyser | None = None
         self.files_seen = 0
         self.bytes_seen = 0
+        self.biggest = 0  # the largest file pinned by a tree (what --max-file-size checks)
 
     def problem(self, path: str, message: str, hint: str = "") -> None:
         self.problems.append(Problem(file=MANIFEST_NAME, path=path, message=message, hint=hint))
@@ -240,6 +246,7 @@ class Resolver:
         self.files_seen += len(entries)
         self.bytes_seen += sum(e.size for e in entries)
         big = max(entries, key=lambda e: e.size, default=None)
+        self.biggest = max(self.biggest, big.size if big is not None else 0)
         if big is not None and big.size > limits.max_file_bytes:
             raise limits.file_too_big(where, big.path, big.size)
         if self.files_seen > limits.max_files:
@@ -255,6 +262,7 @@ class Resolver:
         self.files_seen += len(rows)
         self.bytes_seen += sum(r[3] for r in rows)
         big = max(rows, key=lambda r: r[3], default=None)
+        self.biggest = max(self.biggest, big[3] if big is not None else 0)
         if big is not None and big[3] > limits.max_file_bytes:
             raise limits.file_too_big(where, big[0], big[3])
         if self.files_seen > limits.max_files:
@@ -370,7 +378,9 @@ class Resolver:
 
     @staticmethod
     def _tree_rows(source: dict[str, Any], rows: list[Row]) -> dict[str, Any]:
-        ordered = sorted(rows, key=lambda r: r[0].encode("utf-8"))
+        # By path: str order is code-point order, which is the order of the UTF-8 bytes (the
+        # walk refuses names that are not UTF-8), so no key has to be encoded.
+        ordered = sorted(rows, key=_path_of)
         return {
             **source,
             "digest": tree_digest_rows(ordered),
@@ -577,14 +587,15 @@ def read_lock(root: Path) -> dict[str, Any] | None:
 
 
 def stat_cache_path(root: Path) -> Path:
-    """The project's stat cache, `$AGENTSTACK_CACHE/statcache-v2/<project>.json`: one file per
+    """The project's stat cache, `$AGENTSTACK_CACHE/statcache-v3/<project>.json`: one file per
     project (named by BLAKE3 of its real path), so a lock loads only its own project's entries."""
     import blake3
 
+    from agentstack import layout
     from agentstack.paths import agentstack_cache
 
     name = blake3.blake3(os.fsencode(str(root.resolve()))).hexdigest()[:32]
-    return agentstack_cache() / "statcache-v2" / f"{name}.json"
+    return Path(layout.stat_cache(str(agentstack_cache()))) / f"{name}.json"
 
 
 def resolver_for(
@@ -615,7 +626,16 @@ def fresh_lock(
     fast = _fresh_by_bytes(root, manifest, verify_git=verify_git)
     if fast is not None:
         return fast
-    return _fresh_by_parsing(root, manifest, verify_git=verify_git)
+    try:
+        return _fresh_by_parsing(root, manifest, verify_git=verify_git)
+    except StaleLock:
+        # The next `lock` resolves in full, whatever its re-lock record says (defence in depth:
+        # a record is only ever written for the lock a resolution rendered).
+        from agentstack import layout, relock
+
+        with contextlib.suppress(OSError):
+            os.unlink(relock.record_path(layout.cache(), os.path.realpath(root)))
+        raise
 
 
 def loads_unvalidated(data: bytes) -> dict[str, Any] | None:

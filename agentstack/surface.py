@@ -162,8 +162,10 @@ def checkout_above(root: Path) -> list[Path]:
     and whoever changes the checkout can change those. Empty when `root` is the checkout's top,
     when no `.git` is found, or when the search reaches the user's home directory (what lies
     there and above is the user's own)."""
+    global outside_lookups
     if os.path.lexists(root / ".git"):
         return []
+    outside_lookups += 1  # what lies above is outside the project's fingerprints (relock)
     home = os.path.realpath(os.path.expanduser("~"))
     out: list[Path] = []
     for directory in root.parents:
@@ -671,9 +673,15 @@ def _check_generated(context: _Context) -> list[str]:
     ]
 
 
+# How many imports looked outside the project's own files (an absolute, `~` or `.git` path):
+# what they found is not in the project's stat fingerprints, so agentstack.relock records nothing.
+outside_lookups = 0
+
+
 def _imports(
     context: _Context, rel: str, text: str, depth: int, pending: list[tuple[str, int]]
 ) -> list[str]:
+    global outside_lookups
     facts = []
     # Fences and code spans are not skipped: telling them apart exactly as Claude Code does is a
     # parser's job, and a guess (a one-line ```x```, an indented fence) would hide an import.
@@ -681,6 +689,8 @@ def _imports(
         for target in dict.fromkeys((raw, raw.rstrip(_TRAILING))):
             if not target:
                 continue
+            if target.startswith("~") or target.startswith("/") or ".git" in target:
+                outside_lookups += 1
             if target.startswith("~") or target.startswith("/"):
                 absolute = os.path.realpath(os.path.expanduser(target))
                 if absolute.startswith(str(context.top) + os.sep):

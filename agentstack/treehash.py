@@ -13,6 +13,7 @@ tick would leave every stat field equal (file timestamps come from a coarse cloc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -120,18 +121,24 @@ def _collision_key(name: str) -> str:
 
 
 class StatCache:
-    """Maps a file's stat fingerprint to its content digest, persisted under $AGENTSTACK_CACHE."""
+    """Maps a file's stat fingerprint to its content digest, persisted under $AGENTSTACK_CACHE.
 
-    VERSION = 2
+    An entry is one string, `dev:ino:size:mtime_ns:ctime_ns:hashed_ns:digest` (a flat JSON object
+    of strings is several times cheaper to load and save than one list per file)."""
+
+    VERSION = 3
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._entries: dict[str, list[int | str]] = {}
+        self._entries: dict[str, str] = {}
         self._dirty = False
         # Pruning: trees walked completely in this session, and every file seen in them. An
         # entry under such a tree that was not seen belongs to a file that is gone.
         self._walked: list[str] = []
         self._seen: set[str] = set()
+        # When a list: each file the walks looked at, with the stat its digest belongs to (for
+        # agentstack.relock's record of an unchanged tree).
+        self.observed: list[tuple[str, os.stat_result]] | None = None
         if path is not None:
             self._load(path)
 
@@ -145,30 +152,16 @@ class StatCache:
             if isinstance(entries, dict):
                 self._entries = entries
 
-    @staticmethod
-    def _key(st: os.stat_result) -> list[int | str]:
-        return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
     def lookup(self, abspath: str, st: os.stat_result) -> str | None:
         self._seen.add(abspath)
-        cached = self._entries.get(abspath)
-        if (
-            not isinstance(cached, list)
-            or len(cached) != 7
-            or cached[3] != st.st_mtime_ns
-            or cached[:5] != self._key(st)
-        ):
-            return None
-        digest, hashed_ns = cached[5], cached[6]
-        if not isinstance(digest, str) or not isinstance(hashed_ns, int):
-            return None
-        if max(st.st_mtime_ns, st.st_ctime_ns) >= hashed_ns - RACY_SLACK_NS:
-            return None  # racily clean: the stat fields cannot prove the bytes unchanged
-        return digest
+        return _cached_digest(self._entries.get(abspath), st)
 
     def store(self, abspath: str, st: os.stat_result, digest: str, hashed_ns: int) -> None:
         """Remember `digest` for `st`; `hashed_ns` is when reading began (the racy reference)."""
-        self._entries[abspath] = [*self._key(st), digest, hashed_ns]
+        self._entries[abspath] = (
+            f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+            f"{hashed_ns}:{digest}"
+        )
         self._seen.add(abspath)
         self._dirty = True
 
@@ -194,24 +187,63 @@ class StatCache:
         if self.path is None or not self._dirty:
             return
         payload = {"version": self.VERSION, "entries": self._entries}
-        import tempfile
-
+        # json.dumps, not json.dump: only the former uses the C encoder.
+        data = json.dumps(payload, separators=(",", ":")).encode("utf-8", "surrogateescape")
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".statcache-")
+            write_private(str(self.path), data)
         except OSError:
             return  # the cache is an optimisation; never fail a lock on it
-        try:
-            with os.fdopen(fd, "w") as handle:
-                # json.dumps, not json.dump: only the former uses the C encoder.
-                handle.write(json.dumps(payload, separators=(",", ":")))
-            os.replace(tmp, self.path)
-        except OSError:
-            Path(tmp).unlink(missing_ok=True)
         self._dirty = False
 
 
+def write_private(path: str, data: bytes) -> None:
+    """Replace `path` with `data` atomically (a temporary file beside it, mode 0600, then
+    `os.replace`; the directory is made 0700), without fsync: for caches, where a lost write
+    only costs work. No `tempfile` (its import pulls in `random` and `hashlib`)."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.urandom(6).hex()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _cached_digest(cached: object, st: os.stat_result) -> str | None:
+    """The digest in a stat-cache entry when `st` matches its fingerprint and the racy-timestamp
+    rule allows it, else None."""
+    if type(cached) is not str:
+        return None
+    key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+    if not cached.startswith(key):
+        return None
+    hashed, _, digest = cached[len(key) :].partition(":")
+    if not hashed.isdigit() or len(digest) != 67 or not digest.startswith(DIGEST_PREFIX):
+        return None
+    if max(st.st_mtime_ns, st.st_ctime_ns) >= int(hashed) - RACY_SLACK_NS:
+        return None  # racily clean: the stat fields cannot prove the bytes unchanged
+    return digest
+
+
 def _hash_fd(fd: int, size: int) -> str:
+    if size <= _BIG_FILE:
+        read_size = max(size + 1, 4096)
+        chunk = os.read(fd, read_size)
+        if len(chunk) < read_size:
+            # A short read of a regular file is its end: one read and one hash call per file.
+            return DIGEST_PREFIX + blake3.blake3(chunk).hexdigest()
+        hasher = blake3.blake3(chunk)  # it grew meanwhile: read on
+        while chunk := os.read(fd, read_size):
+            hasher.update(chunk)
+            if len(chunk) < read_size:
+                break
+        return DIGEST_PREFIX + hasher.hexdigest()
     big = size > _BIG_FILE
     hasher = blake3.blake3(max_threads=blake3.blake3.AUTO) if big else blake3.blake3()
     read_size = 16 * _CHUNK if big else max(size + 1, 4096)
@@ -222,6 +254,26 @@ def _hash_fd(fd: int, size: int) -> str:
             # a file that grew meanwhile still ends in a full read and is read on.
             break
     return DIGEST_PREFIX + hasher.hexdigest()
+
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
+
+
+def _open_digest(path: str, cache: StatCache | None) -> tuple[str, os.stat_result]:
+    """Read and hash the regular file at `path` (a link is not followed; a FIFO is not waited
+    on): its digest and the stat of the file that was read, remembered in `cache`."""
+    started_ns = time.time_ns()
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise TreeHashError(f"{path}: file was replaced while it was being hashed")
+        digest = _hash_fd(fd, opened.st_size)
+    finally:
+        os.close(fd)
+    if cache is not None:
+        cache.store(path, opened, digest, started_ns)
+    return digest, opened
 
 
 def hash_regular_file(path: Path | str, st: os.stat_result, cache: StatCache | None) -> str:
@@ -382,6 +434,7 @@ class _Walk:
         self.cache, self.links, self.exclude, self.excluded = cache, links, exclude, excluded
         self.rows, self.seen = rows, seen
         self.entries = cache._entries if cache is not None else None
+        self.observed = cache.observed if cache is not None else None
 
     def directory(self, prefix: str) -> None:
         root = self.root
@@ -391,7 +444,7 @@ class _Walk:
             children = sorted(it, key=_by_name)
         names: dict[str, str] = {}
         rows, seen, entries, cache = self.rows, self.seen, self.entries, self.cache
-        slack = RACY_SLACK_NS
+        observed = self.observed
         for child in children:
             name = child.name
             rel = f"{prefix}/{name}" if prefix else name
@@ -408,33 +461,28 @@ class _Walk:
                     hint="rename one of them",
                 )
             names[key] = name
+            path = child.path
+            if (entries is None or path not in entries) and child.is_file(follow_symlinks=False):
+                # Nothing cached: no lstat, the file's own fstat (open, fstat, read, close).
+                digest, opened = _open_digest(path, cache)
+                if observed is not None:
+                    observed.append((path, opened))
+                seen.append(path)
+                rows.append((rel, "file", opened.st_mode & 0o100 != 0, opened.st_size, digest))
+                continue
             st = child.stat(follow_symlinks=False)
             mode = st.st_mode
             kind = mode & _S_IFMT
             if kind == _S_IFREG:
-                path = child.path
-                digest = None
-                if entries is not None:
-                    cached = entries.get(path)
-                    # Inline StatCache.lookup: the same fields, the same racy rule.
-                    if (
-                        type(cached) is list
-                        and len(cached) == 7
-                        and cached[3] == st.st_mtime_ns
-                        and cached[4] == st.st_ctime_ns
-                        and cached[2] == st.st_size
-                        and cached[1] == st.st_ino
-                        and cached[0] == st.st_dev
-                        and type(cached[5]) is str
-                        and type(cached[6]) is int
-                        and st.st_mtime_ns < cached[6] - slack
-                        and st.st_ctime_ns < cached[6] - slack
-                    ):
-                        digest = cached[5]
-                if digest is None:
-                    digest = _read_digest(path, st, cache)
+                hit = None if entries is None else _cached_digest(entries.get(path), st)
+                if hit is None:
+                    digest, st = _open_digest(path, cache)
+                else:
+                    digest = hit
+                if observed is not None:
+                    observed.append((path, st))
                 seen.append(path)
-                rows.append((rel, "file", mode & 0o100 != 0, st.st_size, digest))
+                rows.append((rel, "file", st.st_mode & 0o100 != 0, st.st_size, digest))
             elif kind == _S_IFDIR:
                 if name in self.exclude:
                     self.excluded.append(rel)

@@ -537,7 +537,17 @@ def _damage_entries_null(path: Path) -> None:
 def _damage_entry_is_a_string(path: Path) -> None:
     raw = json.loads(path.read_bytes())
     for key, value in raw["entries"].items():
-        raw["entries"][key] = next(v for v in value if isinstance(v, str))  # just the digest
+        raw["entries"][key] = value.split(":", 6)[6]  # just the digest
+    path.write_text(json.dumps(raw))
+
+
+def _damage_entry_is_a_list(path: Path) -> None:
+    """The previous format's entry shape ([dev, ino, size, mtime, ctime, digest, hashed_ns])."""
+    raw = json.loads(path.read_bytes())
+    for key, value in raw["entries"].items():
+        dev, ino, size, mtime, ctime, hashed, digest = value.split(":", 6)
+        raw["entries"][key] = [int(dev), int(ino), int(size), int(mtime), int(ctime), digest,
+                               int(hashed)]
     path.write_text(json.dumps(raw))
 
 
@@ -549,14 +559,14 @@ def _damage_entries_type(path: Path) -> None:
 
 def _damage_wrong_digest_type(path: Path) -> None:
     raw = json.loads(path.read_bytes())
-    for value in raw["entries"].values():
-        value[5] = 12345  # [dev, ino, size, mtime, ctime, digest, ...]
+    for key, value in raw["entries"].items():
+        raw["entries"][key] = value.rsplit(":", 2)[0] + ":12345"  # dev:ino:…:hashed_ns:b3:hex
     path.write_text(json.dumps(raw))
 
 
 def _damage_entry_shape(path: Path) -> None:
-    """Valid JSON, right version, but an entry that is not a [dev, ino, size, mtime, ctime, digest]
-    list (bit rot, a hand edit, another version's writer)."""
+    """Valid JSON, right version, but an entry that is not a `dev:ino:…` string (bit rot, a hand
+    edit, another version's writer)."""
     raw = json.loads(path.read_bytes())
     for key in raw["entries"]:
         raw["entries"][key] = 0
@@ -565,15 +575,16 @@ def _damage_entry_shape(path: Path) -> None:
 
 def _damage_short_entry(path: Path) -> None:
     raw = json.loads(path.read_bytes())
-    for value in raw["entries"].values():
-        del value[5:]  # the fingerprint is intact but the digest is missing
-    path.write_text(json.dumps(raw))
+    for key, value in raw["entries"].items():
+        raw["entries"][key] = ":".join(value.split(":")[:5]) + ":"
+    path.write_text(json.dumps(raw))  # the fingerprint is intact but the digest is missing
 
 
 @pytest.mark.parametrize(
     "damage",
     [
         _damage_garbage,
+        _damage_entry_is_a_list,
         _damage_truncated,
         _damage_empty,
         _damage_version,
