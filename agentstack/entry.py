@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from pathlib import Path
-
-from agentstack.errors import EXIT_INTERNAL, AgentstackError
 
 TYPE_CHECKING = False  # typing, json and traceback are imported only when needed (start-up cost)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
     from typing import Any, NoReturn
+
+# `pathlib` and `agentstack.errors` (with `typing`) are imported where they are used: an
+# unchanged `lock` needs neither.
 
 LOCK_FLAGS = {"--check": "check", "--frozen": "frozen", "--update": "update", "--json": "as_json"}
 
@@ -38,8 +39,10 @@ def print_json(value: Any) -> None:
 def crash_report(exc: BaseException) -> Path | None:
     import time
     import traceback
+    from pathlib import Path
 
     from agentstack import __version__, layout
+    from agentstack.errors import AgentstackError
     from agentstack.fsutil import write_atomic
     from agentstack.paths import agentstack_cache
 
@@ -68,6 +71,8 @@ def run(command: Callable[[], int | None]) -> NoReturn:
 def outcome(command: Callable[[], int | None]) -> int:
     """A command's exit code: its own, or the documented one for what it raised (an
     AgentstackError its code, a bug 3 with a crash report)."""
+    from agentstack.errors import EXIT_INTERNAL, AgentstackError
+
     try:
         code = command()
     except SystemExit as exc:
@@ -109,8 +114,26 @@ def _fast_lock(argv: list[str]) -> dict[str, Any] | None:
     options: dict[str, Any] = {
         name: name_flag in argv[1:] for name_flag, name in LOCK_FLAGS.items()
     }
-    options["project"] = Path(project) if project is not None else None
+    options["project"] = project
     return options
+
+
+def _lock_unchanged(options: dict[str, Any]) -> bool:
+    """`lock` (or `lock --check`) found unchanged by its re-lock record, and said so, with
+    nothing but `os`, `layout` and `relock` imported; False whenever anything is in doubt (the
+    command then runs in full and reports for itself)."""
+    if options["frozen"] or options["update"]:
+        return False
+    try:
+        from agentstack import layout, relock
+
+        root = layout.find_project(os.getcwd(), options["project"])
+        if root is None or not relock.unchanged(root, None):
+            return False
+        relock.report_unchanged(root, check=options["check"], as_json=options["as_json"])
+    except Exception:  # noqa: BLE001 - the full command decides and reports
+        return False
+    return True
 
 
 def end(code: int) -> NoReturn:
@@ -147,8 +170,14 @@ def _run_fast(arguments: dict[str, Any]) -> int:
 def main() -> NoReturn:
     options = _fast_lock(sys.argv[1:])
     if options is not None:
+        if _lock_unchanged(options):
+            end(0)
+        from pathlib import Path
+
         from agentstack.lock_command import run_lock
 
+        if options["project"] is not None:
+            options["project"] = Path(options["project"])
         run(lambda: run_lock(**options))
     if sys.argv[1:2] == ["run"]:
         from agentstack.sandbox.session import fast_arguments

@@ -6,24 +6,34 @@ Exit codes (README.md, "Exit codes"): 0 done, 1 refused / does not hold, 2 usage
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_INVALID = 2
 EXIT_INTERNAL = 3
 
+TYPE_CHECKING = False  # `typing` is not imported at run time: every command imports this module
+if TYPE_CHECKING:
+    from typing import NamedTuple
 
-class Problem(NamedTuple):
+    class _Problem(NamedTuple):
+        file: str
+        path: str
+        message: str
+        hint: str = ""
+else:
+    _Problem = namedtuple("Problem", ("file", "path", "message", "hint"), defaults=("",))
+
+
+class Problem(_Problem):
     """One bad field of one input file, addressed by a dotted path (`servers.github.args[2]`).
 
-    (A NamedTuple, not a dataclass: every command imports this module, and `dataclasses` pulls in
-    `inspect`, which costs more than the interpreter's own start-up.)"""
+    (A named tuple, not a dataclass: every command imports this module, and `dataclasses` pulls in
+    `inspect`, which costs more than the interpreter's own start-up; and not `typing.NamedTuple`,
+    which imports `typing`.)"""
 
-    file: str
-    path: str
-    message: str
-    hint: str = ""
+    __slots__ = ()
 
     def render(self) -> str:
         where = f"{self.file}: {self.path}" if self.path else self.file

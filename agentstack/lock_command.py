@@ -52,12 +52,7 @@ def run_lock(
 
         # Nothing changed since the last lock (the record's fingerprints say so): no resolution.
         if relock.unchanged(str(root), limits):
-            if as_json:
-                print_json({"lock": "fresh", "changed": []})
-            elif check:
-                _say(f"{LOCK_NAME} is up to date")
-            else:
-                _say(f"unchanged: {root / LOCK_NAME}")
+            relock.report_unchanged(str(root), check=check, as_json=as_json)
             return 0
         recorder = relock.Recorder(str(root))
     from agentstack.lockfile import (

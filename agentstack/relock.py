@@ -431,3 +431,18 @@ def _links_stay_inside(links: dict[str, str]) -> bool:
         if parts is None or ".git" in parts:
             return False
     return True
+
+
+def report_unchanged(real_root: str, *, check: bool, as_json: bool) -> None:
+    """What `lock` says when the record proved the lock unchanged (the same words as after a full
+    resolution that found it so)."""
+    from agentstack.entry import echo, print_json
+
+    if as_json:
+        print_json({"lock": "fresh", "changed": []})
+        return
+    message = f"{LOCK_NAME} is up to date" if check else f"unchanged: {real_root}/{LOCK_NAME}"
+    if message.isascii() and message.isprintable():  # what the sanitiser leaves as it is
+        sys.stderr.write(message + "\n")
+    else:
+        echo(message)

@@ -453,3 +453,53 @@ def test_a_project_below_its_checkouts_top_is_never_recorded(tmp_path: Path) -> 
     loose = make_project(tmp_path / "loose", MANIFEST, FILES).resolve()
     settle()
     assert lock(loose) == 0 and not record_file(loose).exists()
+
+
+def test_an_unchanged_lock_imports_neither_pathlib_nor_typing_nor_the_resolver(
+    tmp_path: Path,
+) -> None:
+    """The process an unchanged `lock` is: the entry point, `layout` and `relock` (a test, so
+    that the start-up the record saves cannot come back unnoticed)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    root = project(tmp_path)
+    assert lock(root) == 0 and fast(root)
+    probe = (
+        "import json, sys\n"
+        "before = set(sys.modules)  # what the interpreter (and an editable install) loaded\n"
+        "from agentstack import entry\n"
+        "def end(code):\n"
+        "    sys.stderr.flush()\n"
+        "    print(json.dumps({'code': code, 'modules': sorted(set(sys.modules) - before)}))\n"
+        "    sys.exit(code)\n"
+        "entry.end = end\n"
+        "sys.argv = ['agentstack', 'lock']\n"
+        "entry.main()\n"
+    )
+    import sysconfig
+
+    # `-S`: no site processing, so an editable install's import hook (which loads pathlib and
+    # re) is not there either; the package and its dependencies by plain paths.
+    paths = sysconfig.get_paths()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), paths["purelib"],
+                                                        paths["platlib"]))}
+    env["AGENTSTACK_HOME"] = str(Path(layout_home()))
+    done = subprocess.run([sys.executable, "-S", "-c", probe], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=60)
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["code"] == 0 and "unchanged:" in done.stderr, done.stderr
+    loaded = set(report["modules"])
+    assert "agentstack.relock" in loaded
+    for name in ("pathlib", "typing", "agentstack.lock_command", "agentstack.lockfile",
+                 "agentstack.errors", "agentstack.paths", "agentstack.manifestview", "tomllib"):
+        assert name not in loaded, name
+
+
+def layout_home() -> str:
+    from agentstack import layout
+
+    return layout.home()
