@@ -258,7 +258,9 @@ _NO_PYDANTIC = textwrap.dedent(
     import sys
     from pathlib import Path
     sys.argv = ["agentstack", "lock"]
+    from agentstack import entry
     from agentstack.entry import main
+    entry.end = sys.exit  # go on below instead of the short exit
     try:
         main()
     except SystemExit as exc:

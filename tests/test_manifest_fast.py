@@ -735,7 +735,9 @@ def _unwrap(func: Any) -> Any:
 _IMPORTS = textwrap.dedent(
     """
     import sys
+    from agentstack import entry
     from agentstack.entry import main
+    entry.end = sys.exit  # report below instead of the short exit
     try:
         main()
     except SystemExit as exc:
