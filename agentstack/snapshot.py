@@ -236,12 +236,106 @@ def _fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
     return {**taken, "hash": expected_hash}
 
 
+# How long `write_snapshot` may wait for the filesystem's clock to tick past the files just written
+# (one scheduler tick, 1-10 ms, on a kernel without fine-grained file timestamps; none with them).
+MARK_WAIT_S = 0.02
+
+
+class SettleMark:
+    """The snapshot's settling mark (`agentstack._guard._mark_of`): a timestamp the filesystem
+    holding `directory` gives a probe file after everything written there so far, and strictly
+    later than any timestamp it gave before the probe was opened.
+
+    The racy-timestamp rule exists because a change made within the same timestamp tick as a
+    file's stat leaves the stat as it was; the guard's default slack (RACY_SLACK_NS, 1 s) covers
+    any clock the filesystem may use, so the snapshot `apply --write` takes right after its writes
+    would prove nothing by stats alone for a second. The mark proves the same thing with the
+    filesystem's own clock and granularity instead: a probe file is opened (an unnamed O_TMPFILE
+    inode, so the directory does not change; else a named one, unlinked at once), its timestamps
+    read (`floor`: no earlier write got a later one); then it is written again until its
+    timestamps are past `floor`. Every stat key taken after that, and every change made after a
+    stat key was taken, has timestamps at least the mark's; so a key whose mtime and ctime are
+    both *below* the mark (same device) can only change by getting different timestamps.
+
+    Built before the snapshot's work (listing the surface), taken (`take`) right before the first
+    stat key: the wait, if the clock has not ticked yet, overlaps that work. No mark (None) when
+    the probe cannot be written, the filesystem's timestamps are coarse (whole milliseconds:
+    1 s or 2 s on some filesystems; waiting a tick there would take too long), the tick does not
+    come within MARK_WAIT_S, or the mark is later than the system clock (a clock it cannot
+    compare): the guard then keeps its 1 s slack, and settles the snapshot itself."""
+
+    def __init__(self, directory: Path) -> None:
+        self.fd: int | None = None
+        self.floor = 0
+        try:
+            self.fd = self._open(str(directory))
+            st = os.fstat(self.fd)
+            here = os.lstat(directory)  # a named probe changed the directory: not later either
+            self.floor = max(st.st_mtime_ns, st.st_ctime_ns, here.st_mtime_ns, here.st_ctime_ns)
+            self.dev = st.st_dev
+        except OSError:
+            self.close()
+
+    @staticmethod
+    def _open(directory: str) -> int:
+        flags = os.O_WRONLY | os.O_CLOEXEC
+        tmpfile = getattr(os, "O_TMPFILE", 0)
+        if tmpfile:
+            try:
+                return os.open(directory, flags | tmpfile, 0o600)
+            except OSError:  # a filesystem without unnamed files (NFS, FAT): a named probe
+                pass
+        import secrets
+
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            name = f".agentstack-mark-{secrets.token_hex(8)}"
+            fd = os.open(name, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+            os.unlink(name, dir_fd=dir_fd)
+            return fd
+        finally:
+            os.close(dir_fd)
+
+    def take(self) -> list[int] | None:
+        """[st_dev, the mark's timestamp_ns], or None (see the class); closes the probe."""
+        if self.fd is None:
+            return None
+        import time
+
+        try:
+            if self.floor % 1_000_000 == 0:
+                return None  # coarse timestamps: a tick is too far away
+            deadline = time.monotonic() + MARK_WAIT_S
+            while True:
+                os.write(self.fd, b"\0")  # sets mtime and ctime: now, on this filesystem's clock
+                st = os.fstat(self.fd)
+                mark = min(st.st_mtime_ns, st.st_ctime_ns)
+                if mark > self.floor:
+                    break
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.0005)
+            if st.st_dev != self.dev or mark > time.time_ns():
+                return None
+            return [st.st_dev, mark]
+        except OSError:
+            return None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[str]:
     """Write the snapshot; returns what sits in guarded containers without being rendered (the
     guard will block until it is gone), for the caller to warn about."""
     from agentstack.trustlog import TrustLog
 
     root = root.resolve()
+    probe = SettleMark(root)  # opened after every write the snapshot fingerprints
     log = TrustLog(agentstack_home())
     count, head = log.head()
     try:
@@ -259,6 +353,7 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
     from agentstack.surface import snapshot_entries
 
     entries.update(snapshot_entries(root, document, entries))  # the harness surface, watched
+    mark = probe.take()  # before the first stat key below is taken
     snapshot = {
         "v": SNAPSHOT_VERSION,
         "project": str(root),
@@ -269,6 +364,8 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         "policy": compile_policy(root, document),
         "files": {path: _fingerprint(path, entry) for path, entry in sorted(entries.items())},
     }
+    if mark is not None:
+        snapshot["mark"] = mark
     foreign = [
         f"{path}: {item}"
         for path, entry in sorted(entries.items())
