@@ -243,26 +243,27 @@ MARK_WAIT_S = 0.02
 
 class SettleMark:
     """The snapshot's settling mark (`agentstack._guard._mark_of`): a timestamp the filesystem
-    holding `directory` gives a probe file after everything written there so far, and strictly
-    later than any timestamp it gave before the probe was opened.
+    holding `directory` gives a probe file after everything written there so far, strictly later
+    than any timestamp it gave before the probe was opened.
 
     The racy-timestamp rule exists because a change made within the same timestamp tick as a
-    file's stat leaves the stat as it was; the guard's default slack (RACY_SLACK_NS, 1 s) covers
-    any clock the filesystem may use, so the snapshot `apply --write` takes right after its writes
-    would prove nothing by stats alone for a second. The mark proves the same thing with the
-    filesystem's own clock and granularity instead: a probe file is opened (an unnamed O_TMPFILE
-    inode, so the directory does not change; else a named one, unlinked at once), its timestamps
-    read (`floor`: no earlier write got a later one); then it is written again until its
-    timestamps are past `floor`. Every stat key taken after that, and every change made after a
-    stat key was taken, has timestamps at least the mark's; so a key whose mtime and ctime are
-    both *below* the mark (same device) can only change by getting different timestamps.
+    file's stat leaves the stat as it was. The guard's default slack (RACY_SLACK_NS, 1 s of the
+    system clock) covers any filesystem, so the snapshot `apply --write` takes right after its
+    writes would prove nothing by stats alone for a second. The mark proves the same with the
+    filesystem's own clock and granularity: a probe is opened there (an unnamed O_TMPFILE inode:
+    nothing appears in the project, the directory does not change), its timestamps read
+    (`floor`: no earlier write got a later one), then it is written again until its timestamps
+    are past `floor`. Every stat key taken after that, and every change made after a stat key was
+    taken, has timestamps at least the mark's; so a key on that device whose mtime and ctime are
+    both *below* the mark can only change by getting different timestamps.
 
-    Built before the snapshot's work (listing the surface), taken (`take`) right before the first
-    stat key: the wait, if the clock has not ticked yet, overlaps that work. No mark (None) when
-    the probe cannot be written, the filesystem's timestamps are coarse (whole milliseconds:
-    1 s or 2 s on some filesystems; waiting a tick there would take too long), the tick does not
-    come within MARK_WAIT_S, or the mark is later than the system clock (a clock it cannot
-    compare): the guard then keeps its 1 s slack, and settles the snapshot itself."""
+    Opened before the snapshot's other work (listing the surface) and taken (`take`) right before
+    the first stat key, so a wait for the clock to tick overlaps that work (with fine-grained
+    file timestamps, Linux 6.13+, there is none; else at most one scheduler tick). No mark (None)
+    when the probe cannot be made (a filesystem without unnamed files, NFS or FAT), the
+    timestamps are coarse (whole milliseconds: 1 s or 2 s on some filesystems, a tick too far
+    away), the tick does not come within MARK_WAIT_S, or the mark is later than the system clock:
+    the guard then keeps its 1 s slack, and settles the snapshot itself on a later call."""
 
     def __init__(self, directory: Path) -> None:
         self.fd: int | None = None
@@ -270,31 +271,19 @@ class SettleMark:
         try:
             self.fd = self._open(str(directory))
             st = os.fstat(self.fd)
-            here = os.lstat(directory)  # a named probe changed the directory: not later either
-            self.floor = max(st.st_mtime_ns, st.st_ctime_ns, here.st_mtime_ns, here.st_ctime_ns)
+            self.floor = max(st.st_mtime_ns, st.st_ctime_ns)
             self.dev = st.st_dev
         except OSError:
             self.close()
 
     @staticmethod
     def _open(directory: str) -> int:
-        flags = os.O_WRONLY | os.O_CLOEXEC
+        """An unnamed file on `directory`'s filesystem: nothing appears in the project, and the
+        directory itself does not change. (A filesystem without them, NFS or FAT, gives no mark.)"""
         tmpfile = getattr(os, "O_TMPFILE", 0)
-        if tmpfile:
-            try:
-                return os.open(directory, flags | tmpfile, 0o600)
-            except OSError:  # a filesystem without unnamed files (NFS, FAT): a named probe
-                pass
-        import secrets
-
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            name = f".agentstack-mark-{secrets.token_hex(8)}"
-            fd = os.open(name, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
-            os.unlink(name, dir_fd=dir_fd)
-            return fd
-        finally:
-            os.close(dir_fd)
+        if not tmpfile:
+            raise OSError("no O_TMPFILE on this platform")
+        return os.open(directory, os.O_WRONLY | os.O_CLOEXEC | tmpfile, 0o600)
 
     def take(self) -> list[int] | None:
         """[st_dev, the mark's timestamp_ns], or None (see the class); closes the probe."""
