@@ -29,7 +29,7 @@ def _jobs(root: Path, count: int = 40) -> list[tuple[Path, bytes, bool, int, Pat
 def test_every_file_lands_whole_with_its_mode(tmp_path: Path) -> None:
     jobs = _jobs(tmp_path)
     apply._write_files(jobs)
-    for path, data, executable, mode, _ in jobs:
+    for path, data, _executable, mode, _ in jobs:
         assert path.read_bytes() == data
         assert path.stat().st_mode & 0o777 == mode
     left = [p for p in tmp_path.rglob("*") if p.is_file() and ".agentstack-" in p.name]
