@@ -1,10 +1,15 @@
-"""`apply --write` writes the rendered files several at a time (`apply._write_files`): every file
-lands whole with its mode, nothing temporary is left, a failure still surfaces (the first in plan
-order, once every write has ended; a link met on the way as the usual refusal), and each file
-keeps write_atomic's order (its bytes fsync'd before its rename, its directory fsync'd after)."""
+"""What makes `apply --write` (and `trust --lock --apply`) cheaper, without weakening it.
+
+The rendered files are written several at a time (`apply._write_files`): every file lands whole
+with its mode, nothing temporary is left, a failure still surfaces (the first in plan order, once
+every write has ended; a link met on the way as the usual refusal), and each file keeps
+write_atomic's order (its bytes fsync'd before its rename, its directory fsync'd after).
+`trust --lock --apply` writes the guard snapshot once (the apply's, after the files), and the
+guard finds it settled."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -12,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from agentstack import apply, fsutil
+from agentstack import _guard, apply, fsutil, snapshot
 from agentstack.errors import Refused
+from tests.conftest import make_project, run_cli_in_process
+from tests.test_trust_cli import FILES, MANIFEST
 
 
 def _jobs(root: Path, count: int = 40) -> list[tuple[Path, bytes, bool, int, Path]]:
@@ -115,3 +122,37 @@ def test_each_file_keeps_fsync_before_rename_and_directory_fsync_after(
         rename_at = order.index(next(e for e in order if e[1] == "rename" and e[2] == path.name))
         assert order[rename_at - 1][1] == "fsync" and ".agentstack-" in order[rename_at - 1][2]
         assert order[rename_at + 1] == (thread, "fsync", str(path.parent))
+
+
+def test_trust_lock_apply_writes_the_snapshot_once_and_settled(
+        tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = make_project(tmp_path / "proj", MANIFEST, FILES).resolve()
+    taken: list[Path] = []
+    real = snapshot.write_snapshot
+
+    def counting(where: Path, *args: Any) -> list[str]:
+        taken.append(where)
+        return real(where, *args)
+
+    monkeypatch.setattr(snapshot, "write_snapshot", counting)
+    result = run_cli_in_process("trust", "--lock", "--apply", "--yes", "--accept-risk", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert len(taken) == 1
+    state = os.environ["AGENTSTACK_HOME"]
+    written = _guard.load_snapshot(_guard.snapshot_path(state, str(root)))
+    mark = _guard._mark_of(written)
+    assert mark is not None
+    assert all(_guard._settled(e, mark) for e in written["files"].values()
+               if e.get("hash") != "unreadable")
+    event = json.dumps({"cwd": str(root), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+                        "tool_input": {"command": "ls"}}).encode()
+    before = Path(_guard.snapshot_path(state, str(root))).read_bytes()
+    _guard.decide("claude-code", event, state=state, project=str(root))
+    assert Path(_guard.snapshot_path(state, str(root))).read_bytes() == before
+
+    # Trust without --apply still writes it (the guard follows the new digest at once).
+    taken.clear()
+    (root / "AGENTS.base.md").write_text("Changed.\n")
+    result = run_cli_in_process("trust", "--lock", "--yes", "--accept-risk", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert len(taken) == 1
