@@ -362,6 +362,7 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         for item in foreign_entries(path, entry)
     ]
     ensure_private_dir(project_state_dir(root))
-    data = json.dumps(snapshot, indent=1, sort_keys=True).encode("utf-8")
+    # Compact: the guard parses it on every tool call (indented, it took ~1.8x as long).
+    data = json.dumps(snapshot, sort_keys=True, separators=(",", ":")).encode("utf-8")
     write_atomic(guard_snapshot_path(root), data, 0o600)
     return foreign
