@@ -20,6 +20,7 @@ import pytest
 from agentstack import _guard, apply, fsutil, snapshot
 from agentstack.errors import Refused
 from tests.conftest import make_project, run_cli_in_process
+from tests.test_guard_speed import needs_a_mark
 from tests.test_trust_cli import FILES, MANIFEST
 
 
@@ -126,6 +127,7 @@ def test_each_file_keeps_fsync_before_rename_and_directory_fsync_after(
 
 def test_trust_lock_apply_writes_the_snapshot_once_and_settled(
         tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_a_mark(tmp_path)
     root = make_project(tmp_path / "proj", MANIFEST, FILES).resolve()
     taken: list[Path] = []
     real = snapshot.write_snapshot
