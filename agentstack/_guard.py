@@ -273,10 +273,33 @@ def stat_key(st: os.stat_result) -> list[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _racy(key: list[int], hashed_ns: int) -> bool:
+def _racy(key: list[int], hashed_ns: int, mark: list[int] | None = None) -> bool:
     """The stat key's timestamps are too close to when it was taken to prove anything: a change in
-    the same timestamp tick would leave them as they are."""
-    return max(key[3], key[4]) >= hashed_ns - RACY_SLACK_NS
+    the same timestamp tick would leave them as they are. Settled (not racy) when both are more
+    than RACY_SLACK_NS older than `hashed_ns`, or older than the snapshot's `mark` (see _mark_of)
+    on the mark's filesystem."""
+    newest = key[3] if key[3] > key[4] else key[4]
+    if newest < hashed_ns - RACY_SLACK_NS:
+        return False
+    return mark is None or key[0] != mark[0] or newest >= mark[1]
+
+
+def _mark_of(snapshot: dict[str, Any]) -> list[int] | None:
+    """The snapshot's settling mark, [st_dev, timestamp_ns]: a timestamp the filesystem `st_dev`
+    gave (to a probe file `agentstack` wrote there) after the files were written and before any
+    stat key in the snapshot was taken. Any change made after a stat key was taken gets a
+    timestamp at least as late as the mark, so a key on that filesystem whose mtime and ctime
+    are both earlier than the mark proves its file unchanged. None when absent or malformed."""
+    mark = snapshot.get("mark")
+    if (
+        type(mark) is list
+        and len(mark) == 2
+        and type(mark[0]) is int
+        and type(mark[1]) is int
+        and mark[1] > 0
+    ):
+        return mark
+    return None
 
 
 def drifted(path: str, entry: dict[str, Any]) -> bool:
@@ -284,18 +307,22 @@ def drifted(path: str, entry: dict[str, Any]) -> bool:
 
 
 def recheck(
-    path: str, entry: dict[str, Any], started: int, files: dict[str, Any] | None
+    path: str,
+    entry: dict[str, Any],
+    started: int,
+    files: dict[str, Any] | None,
+    mark: list[int] | None = None,
 ) -> dict[str, Any] | None:
     """None when `path` is no longer what was trusted; else the snapshot entries to record for it
     ({} when the stat alone proved it unchanged). `files`: the whole snapshot, to judge
-    directories created since it was taken (None: not judged)."""
+    directories created since it was taken (None: not judged); `mark`: its settling mark."""
     try:
         st: os.stat_result | None = os.lstat(path)
     except FileNotFoundError:
         st = None
     if st is not None:
         key = stat_key(st)
-        if entry.get("stat") == key and not _racy(key, int(entry["hashed_ns"])):
+        if entry.get("stat") == key and not _racy(key, int(entry["hashed_ns"]), mark):
             return {}  # same stat, not racy: unchanged without reading a byte
     try:
         if _more().content_hash(path, entry) != entry.get("hash"):
@@ -329,10 +356,11 @@ def recheck(
     return found
 
 
-def _settled(entry: dict[str, Any]) -> bool:
-    """The entry proves its file unchanged from its stat alone (no longer racy)."""
+def _settled(entry: dict[str, Any], mark: list[int] | None = None) -> bool:
+    """The entry proves its file unchanged from its stat alone (no longer racy); `mark`: the
+    snapshot's settling mark (_mark_of)."""
     key = entry.get("stat") or (entry.get("anchor") or [None, None])[1]
-    return key is not None and not _racy(key, int(entry["hashed_ns"]))
+    return key is not None and not _racy(key, int(entry["hashed_ns"]), mark)
 
 
 # ------------------------------------------------------------------------------- where state is
@@ -567,9 +595,11 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
     anchors: dict[str, os.stat_result | None] = {}
     changed = []
     lstat = os.lstat
+    mark = _mark_of(snapshot)
+    mark_dev, mark_ns = mark if mark is not None else (-1, -1)
     for path, entry in files.items():
         key = entry.get("stat")
-        if key is not None:  # the steady case, inline: the same stat, not racy
+        if key is not None:  # the steady case, inline: the same stat, not racy (_racy)
             try:
                 now = lstat(path)
             except OSError:
@@ -581,9 +611,12 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
                     and now.st_ino == key[1]
                     and now.st_size == key[2]
                     and now.st_dev == key[0]
-                    and max(key[3], key[4]) < int(entry["hashed_ns"]) - RACY_SLACK_NS
                 ):
-                    continue
+                    newest = key[3] if key[3] > key[4] else key[4]
+                    if newest < int(entry["hashed_ns"]) - RACY_SLACK_NS or (
+                        newest < mark_ns and key[0] == mark_dev
+                    ):
+                        continue
         anchor = entry.get("anchor")
         if anchor is not None and key is None:
             # Absent at the snapshot: still absent while the directory above it is unchanged.
@@ -595,9 +628,9 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
             st = anchors[anchor[0]]
             if st is not None:
                 key = stat_key(st)
-                if key == anchor[1] and not _racy(key, int(entry["hashed_ns"])):
+                if key == anchor[1] and not _racy(key, int(entry["hashed_ns"]), mark):
                     continue
-        found = recheck(path, entry, started, files)
+        found = recheck(path, entry, started, files, mark)
         if found is None:
             changed.append((path, entry))
         elif refreshed is not None:
@@ -934,7 +967,8 @@ def decide(
     if event_name == PRE_TOOL:
         check_call(snapshot, event, cwd, harness)
     if writable is not None and (
-        trust_head is not None or any(_settled(entry) for entry in refreshed.values())
+        trust_head is not None
+        or any(_settled(entry, _mark_of(snapshot)) for entry in refreshed.values())
     ):
         # What had to be re-proved (by content, or the trust log by verification) is settled now:
         # record it, so the next call proves it by stats alone (the steady state, from the first

@@ -524,7 +524,7 @@ def refresh_snapshot(path: str, read_key: list[int], snapshot: dict[str, Any]) -
     directory fsync'd), unless the file is no longer the one read (stat key `read_key`): `trust` or
     `apply` wrote a newer one, which wins. True when written."""
     directory, name = os.path.split(path)
-    data = dumps(snapshot, sort_keys=True).encode("utf-8")
+    data = dumps(snapshot, sort_keys=True, separators=(",", ":")).encode("utf-8")
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         tmp = f".{name}.agentstack-{os.getpid()}-{time.time_ns()}"

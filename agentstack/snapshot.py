@@ -236,12 +236,95 @@ def _fingerprint(path: str, entry: dict[str, Any]) -> dict[str, Any]:
     return {**taken, "hash": expected_hash}
 
 
+# How long `write_snapshot` may wait for the filesystem's clock to tick past the files just written
+# (one scheduler tick, 1-10 ms, on a kernel without fine-grained file timestamps; none with them).
+MARK_WAIT_S = 0.02
+
+
+class SettleMark:
+    """The snapshot's settling mark (`agentstack._guard._mark_of`): a timestamp the filesystem
+    holding `directory` gives a probe file after everything written there so far, strictly later
+    than any timestamp it gave before the probe was opened.
+
+    The racy-timestamp rule exists because a change made within the same timestamp tick as a
+    file's stat leaves the stat as it was. The guard's default slack (RACY_SLACK_NS, 1 s of the
+    system clock) covers any filesystem, so the snapshot `apply --write` takes right after its
+    writes would prove nothing by stats alone for a second. The mark proves the same with the
+    filesystem's own clock and granularity: a probe is opened there (an unnamed O_TMPFILE inode:
+    nothing appears in the project, the directory does not change), its timestamps read
+    (`floor`: no earlier write got a later one), then it is written again until its timestamps
+    are past `floor`. Every stat key taken after that, and every change made after a stat key was
+    taken, has timestamps at least the mark's; so a key on that device whose mtime and ctime are
+    both *below* the mark can only change by getting different timestamps.
+
+    Opened before the snapshot's other work (listing the surface) and taken (`take`) right before
+    the first stat key, so a wait for the clock to tick overlaps that work (with fine-grained
+    file timestamps, Linux 6.13+, there is none; else at most one scheduler tick). No mark (None)
+    when the probe cannot be made (a filesystem without unnamed files, NFS or FAT), the
+    timestamps are coarse (whole milliseconds: 1 s or 2 s on some filesystems, a tick too far
+    away), the tick does not come within MARK_WAIT_S, or the mark is later than the system clock:
+    the guard then keeps its 1 s slack, and settles the snapshot itself on a later call."""
+
+    def __init__(self, directory: Path) -> None:
+        self.fd: int | None = None
+        self.floor = 0
+        try:
+            self.fd = self._open(str(directory))
+            st = os.fstat(self.fd)
+            self.floor = max(st.st_mtime_ns, st.st_ctime_ns)
+            self.dev = st.st_dev
+        except OSError:
+            self.close()
+
+    @staticmethod
+    def _open(directory: str) -> int:
+        """An unnamed file on `directory`'s filesystem: nothing appears in the project, and the
+        directory itself does not change. (A filesystem without them, NFS or FAT, gives no mark.)"""
+        tmpfile = getattr(os, "O_TMPFILE", 0)
+        if not tmpfile:
+            raise OSError("no O_TMPFILE on this platform")
+        return os.open(directory, os.O_WRONLY | os.O_CLOEXEC | tmpfile, 0o600)
+
+    def take(self) -> list[int] | None:
+        """[st_dev, the mark's timestamp_ns], or None (see the class); closes the probe."""
+        if self.fd is None:
+            return None
+        import time
+
+        try:
+            if self.floor % 1_000_000 == 0:
+                return None  # coarse timestamps: a tick is too far away
+            deadline = time.monotonic() + MARK_WAIT_S
+            while True:
+                os.write(self.fd, b"\0")  # sets mtime and ctime: now, on this filesystem's clock
+                st = os.fstat(self.fd)
+                mark = min(st.st_mtime_ns, st.st_ctime_ns)
+                if mark > self.floor:
+                    break
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.0005)
+            if st.st_dev != self.dev or mark > time.time_ns():
+                return None
+            return [st.st_dev, mark]
+        except OSError:
+            return None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[str]:
     """Write the snapshot; returns what sits in guarded containers without being rendered (the
     guard will block until it is gone), for the caller to warn about."""
     from agentstack.trustlog import TrustLog
 
     root = root.resolve()
+    probe = SettleMark(root)  # opened after every write the snapshot fingerprints
     log = TrustLog(agentstack_home())
     count, head = log.head()
     try:
@@ -259,6 +342,7 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
     from agentstack.surface import snapshot_entries
 
     entries.update(snapshot_entries(root, document, entries))  # the harness surface, watched
+    mark = probe.take()  # before the first stat key below is taken
     snapshot = {
         "v": SNAPSHOT_VERSION,
         "project": str(root),
@@ -269,6 +353,8 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         "policy": compile_policy(root, document),
         "files": {path: _fingerprint(path, entry) for path, entry in sorted(entries.items())},
     }
+    if mark is not None:
+        snapshot["mark"] = mark
     foreign = [
         f"{path}: {item}"
         for path, entry in sorted(entries.items())
@@ -276,6 +362,7 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         for item in foreign_entries(path, entry)
     ]
     ensure_private_dir(project_state_dir(root))
-    data = json.dumps(snapshot, indent=1, sort_keys=True).encode("utf-8")
+    # Compact: the guard parses it on every tool call (indented, it took ~1.8x as long).
+    data = json.dumps(snapshot, sort_keys=True, separators=(",", ":")).encode("utf-8")
     write_atomic(guard_snapshot_path(root), data, 0o600)
     return foreign

@@ -297,14 +297,17 @@ def keep_contents(store: TrustStore, contents: Any | None) -> None:
         keep_trusted(content_store, store)
 
 
-def record(store: TrustStore, reviewed: Review, contents: Any | None) -> tuple[TrustRecord, list[str]]:
+def record(store: TrustStore, reviewed: Review, contents: Any | None, *,
+           snapshot: bool = True) -> tuple[TrustRecord, list[str]]:
     """Record trust in a reviewed digest (after `require_acceptance`), keep the reviewed bytes,
-    and write the guard's snapshot. Returns the record and the undeclared files the guard will
-    block on."""
+    and write the guard's snapshot (not with `snapshot=False`: `trust --apply`, whose apply writes
+    it right after). Returns the record and the undeclared files the guard will block on."""
     from agentstack.snapshot import write_snapshot
 
     done = store.trust(reviewed.root, reviewed.digest, reviewed.document, lock_hash(reviewed.root))
     keep_contents(store, contents)
+    if not snapshot:
+        return done, []
     return done, list(write_snapshot(reviewed.root, reviewed.document, reviewed.digest))
 
 

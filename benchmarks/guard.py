@@ -12,20 +12,25 @@ least 50 files in the project. Each is locked, trusted and applied with this che
 
 Cases, each timed against `python -I -c pass` of the same (wheel) venv, in the same run:
 
-* first:  the first tool call after `apply --write`, once the racy window (1 s) has passed: the
-          snapshot apply wrote is restored before every sample (untimed), so every sample
-          re-proves the racy entries by their content and records them (the guard's own refresh);
+* first:  the first tool call right after a real `apply --write`: every round (untimed) the
+          rendered files are deleted and `apply --write` writes them all again (and its
+          snapshot), then the guard is called at once;
+* later:  the same, but the call comes once the guard's 1 s racy slack has passed since the
+          apply (where a snapshot taken inside that window is re-proved by content and settled
+          by the guard itself: a durable rewrite);
 * steady: every later call: stats only, no file read, no absent file probed;
 * moved:  the first call after another project was trusted under the same state directory: the
           trust log moved on, so the guard re-verifies it (its one slow path, with blake3) and
-          records the new head (restored before every sample, as for `first`).
+          records the new head (restored before every sample).
 
-The guard runs exactly as `apply` renders it (`agentstack.apply.guard_command()`, with the wheel
-venv's interpreter) with a PreToolUse Bash event on stdin and the project as cwd; it must allow.
-Rounds are interleaved (baseline, then each case, every round), medians reported, with the ratio
-to `python -I -c pass` and the goal (<= 1.0x). Also prints the modules one steady call imports
-beyond `python -I -c pass` (`-X importtime`). Exit status 0 whatever the figures are; non-zero
-only when something fails (a command errors, the guard denies, the refresh does not happen).
+The guard runs as `apply` rendered it: the PreToolUse command read from the project's rendered
+`.claude/settings.local.json`, with the wheel venv's interpreter in place of the one that ran
+`apply` (nothing else changed), a PreToolUse Bash event on stdin and the project as cwd; it must
+allow. Rounds are interleaved (baseline, then each case, every round), medians reported, with the
+ratio to `python -I -c pass` and the goal (<= 1.0x), and what `apply --write` itself took. Also
+prints the modules one steady call imports beyond `python -I -c pass` (`-X importtime`). Exit
+status 0 whatever the figures are; non-zero only when something fails (a command errors, the
+guard denies, the steady snapshot is not settled).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -55,11 +62,12 @@ HARNESS_VARS = (
     "XDG_CONFIG_HOME",
     "XDG_CACHE_HOME",
 )
-CASES = ("first", "steady", "moved")
+CASES = ("first", "later", "steady", "moved")
 LABELS = {
     "python -I -c pass": "python -I -c pass (wheel venv)",
     "python -I -S -c pass": "python -I -S -c pass (no site)",
-    "guard first": "guard, first call after apply",
+    "guard first": "guard, first call right after apply",
+    "guard later": "guard, first call 1 s after apply",
     "guard steady": "guard, steady",
     "guard moved": "guard, first call after log moved",
 }
@@ -147,26 +155,63 @@ def census(snapshot: Path) -> tuple[int, int, int]:
     probe, all entries)."""
     from agentstack import _guard
 
-    files = json.loads(snapshot.read_bytes())["files"]
+    data = json.loads(snapshot.read_bytes())
+    files = data["files"]
+    mark_of = getattr(_guard, "_mark_of", None)  # (absent before the settling mark)
+    mark = mark_of(data) if mark_of is not None else None
+
+    def settled(entry: dict[str, object]) -> bool:
+        return bool(_guard._settled(entry, mark) if mark is not None else _guard._settled(entry))
+
     reread = probed = 0
     for path, entry in files.items():
         if entry.get("stat") is None:  # absent: proved by its anchor's stat, once settled
-            probed += not _guard._settled(entry)
+            probed += not settled(entry)
             continue
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             probed += 1
             continue
-        if entry.get("stat") != _guard.stat_key(st) or not _guard._settled(entry):
+        if entry.get("stat") != _guard.stat_key(st) or not settled(entry):
             reread += 1
     return reread, probed, len(files)
 
 
+def rendered_hook(project: Path, interpreter: str) -> list[str]:
+    """The PreToolUse guard command `apply --write` rendered for Claude Code, as argv, with the
+    wheel venv's `interpreter` in place of the one that ran `apply`."""
+    settings = json.loads((project / ".claude/settings.local.json").read_bytes())
+    (group,) = settings["hooks"]["PreToolUse"]
+    (hook,) = group["hooks"]
+    argv = shlex.split(hook["command"])
+    if os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+        raise BenchError(f"the rendered hook runs {argv[0]}, not the interpreter that applied")
+    return [interpreter, *argv[1:]]
+
+
+def fresh_apply(cli: list[str], project: Path, env: dict[str, str], ledger: Path) -> float:
+    """Delete every file `apply` rendered in the project, then `apply --write` them all again (and
+    its snapshot), as after a change to the manifest: returns the seconds `apply --write` took."""
+    for path in json.loads(ledger.read_bytes())["files"]:
+        if path.startswith(str(project) + os.sep) and os.path.lexists(path):
+            os.unlink(path)
+    start = time.perf_counter_ns()
+    check_run([*cli, "apply", "--write"], project, env)
+    return (time.perf_counter_ns() - start) / 1e9
+
+
+CPU: list[float] = []  # the CPU time (user + system) of the last run_once's process
+
+
 def run_once(argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes) -> float:
+    """Wall time of one call (fork/exec included); its CPU time is left in CPU[0]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter_ns()
     proc = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, check=False)
     elapsed = (time.perf_counter_ns() - start) / 1e9
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[:] = [after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime]
     if proc.returncode != 0 or proc.stdout:
         raise BenchError(
             f"{argv[:4]} did not allow (exit {proc.returncode}):"
@@ -218,8 +263,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(tmp: Path, args: argparse.Namespace) -> int:
     sys.path.insert(0, str(REPO))
-    from agentstack.apply import guard_command
-
     base = {k: v for k, v in os.environ.items() if k not in HARNESS_VARS}
     base.pop("PYTHONDONTWRITEBYTECODE", None)
     base.update(
@@ -247,9 +290,8 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         for command in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
             check_run([*cli, *command], projects[case], envs[case])
         (snapshots[case],) = (home / ".config/agentstack/projects").glob("*/guard.json")
-    applied = time.monotonic()
-    as_applied = snapshots["first"].read_bytes()  # the snapshot exactly as apply wrote it
-    ledger = json.loads((snapshots["first"].parent / "apply.json").read_bytes())["files"]
+    ledgers = {case: snapshots[case].parent / "apply.json" for case in CASES}
+    ledger = json.loads(ledgers["first"].read_bytes())["files"]
     rendered = [p for p in ledger if p.startswith(str(projects["first"]) + os.sep)]
     print(f"rendered files in the project (apply ledger): {len(rendered)}")
     if len(rendered) < MIN_RENDERED:
@@ -264,17 +306,9 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
                 "tool_input": {"command": "ls"},
             }
         ).encode()
-        guard = [
-            python,
-            *guard_command()[1:],
-            "--harness",
-            "claude-code",
-            "--state",
-            envs[case]["AGENTSTACK_HOME"],
-            "--project",
-            str(projects[case]),
-        ]
+        guard = rendered_hook(projects[case], python)
         commands[f"guard {case}"] = (guard, projects[case], envs[case], event)
+    print(f"guard command (as rendered, wheel interpreter): {shlex.join(commands['guard first'][0])}")
     steady = commands["guard steady"]
     commands = {
         "python -I -c pass": ([python, "-I", "-c", "pass"], *steady[1:]),
@@ -284,11 +318,11 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     reread, probed, total = census(snapshots["first"])
     print(
         f"as apply wrote it: of {total} entries, {reread} must be re-proved by content and"
-        f" {probed} probed (racy: written within 1 s of the files)"
+        f" {probed} probed"
     )
 
-    time.sleep(max(0.0, applied + RACY_WAIT_S - time.monotonic()))
-    for case in ("steady", "moved"):  # the first call after the window settles them
+    time.sleep(RACY_WAIT_S)
+    for case in ("steady", "moved"):  # settled (by apply, or by this first call)
         run_once(*commands[f"guard {case}"])
     for case in ("steady", "moved"):
         reread, probed, total = census(snapshots[case])
@@ -302,23 +336,47 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     make_project(other, "other", 2)
     check_run([*cli, "lock"], other, envs["moved"])
     check_run([*cli, "trust", "--yes", "--accept-risk"], other, envs["moved"])
-    restore = {
-        "guard first": (snapshots["first"], as_applied),
-        "guard moved": (snapshots["moved"], snapshots["moved"].read_bytes()),
-    }
+    restore = {"guard moved": (snapshots["moved"], snapshots["moved"].read_bytes())}
 
     samples: dict[str, list[float]] = {label: [] for label in commands}
+    cpu: dict[str, list[float]] = {label: [] for label in commands}
+    apply_s: list[float] = []
+    settled_first = 0
+    rewrote = {"guard first": 0, "guard later": 0}
+    fresh_apply(cli, projects["later"], envs["later"], ledgers["later"])
+    later_at = time.monotonic() + RACY_WAIT_S
     for round_ in range(args.warmup + args.runs):
+        # Every timed call comes right after an apply (not after a sleep): the wait for `later`
+        # is here, before the round's apply of `first`.
+        time.sleep(max(0.0, later_at - time.monotonic()))
+        took = fresh_apply(cli, projects["first"], envs["first"], ledgers["first"])
+        if round_ >= args.warmup:
+            apply_s.append(took)
+            settled_first += census(snapshots["first"])[:2] == (0, 0)
         for label, command in commands.items():
             if label in restore:  # untimed: back to the snapshot before the first call
                 path, data = restore[label]
                 path.with_suffix(".bench").write_bytes(data)
                 os.replace(path.with_suffix(".bench"), path)
+            if label in ("guard first", "guard later"):
+                before = snapshots[label.split()[1]].read_bytes()
             elapsed = run_once(*command)
+            if label in ("guard first", "guard later") and round_ >= args.warmup:
+                rewrote[label] += snapshots[label.split()[1]].read_bytes() != before
             if label in restore and restore[label][0].read_bytes() == restore[label][1]:
                 raise BenchError(f"{label}: the call did not refresh the snapshot")
             if round_ >= args.warmup:
                 samples[label].append(elapsed)
+                cpu[label].append(CPU[0])
+        fresh_apply(cli, projects["later"], envs["later"], ledgers["later"])  # the next round's
+        later_at = time.monotonic() + RACY_WAIT_S
+    print(
+        f"\napply --write (this checkout's CLI, all {len(rendered)} files rewritten): median"
+        f" {statistics.median(apply_s) * 1e3:.1f} ms; its snapshot needed no re-proof by content"
+        f" in {settled_first} of {args.runs} rounds"
+    )
+    for label, count in rewrote.items():
+        print(f"{LABELS[label]}: rewrote the snapshot (settling it) in {count} of {args.runs}")
 
     med = {label: statistics.median(values) for label, values in samples.items()}
     anchor = med["python -I -c pass"]
@@ -326,14 +384,21 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         f"\n{args.warmup} warm-up + {args.runs} timed rounds, interleaved (every command once"
         " per round), subprocess.run with the event on stdin (fork/exec included)"
     )
+    cpu_med = {label: statistics.median(values) for label, values in cpu.items()}
     print(
-        f"{'command':<34} {'median ms':>9} {'min ms':>8} {'p90 ms':>8} {'/ python -I -c pass':>20}"
+        f"{'command':<37} {'median ms':>9} {'min ms':>8} {'p90 ms':>8} {'/ python -I -c pass':>20}"
+        f" {'CPU ms':>7} {'CPU ratio':>9}"
     )
     for label, values in samples.items():
         print(
-            f"{LABELS[label]:<34} {med[label] * 1e3:9.2f} {min(values) * 1e3:8.2f}"
+            f"{LABELS[label]:<37} {med[label] * 1e3:9.2f} {min(values) * 1e3:8.2f}"
             f" {p90(values) * 1e3:8.2f} {med[label] / anchor:19.2f}x"
+            f" {cpu_med[label] * 1e3:7.2f} {cpu_med[label] / cpu_med['python -I -c pass']:8.2f}x"
         )
+    print(
+        "(CPU: user + system time of the call's process, median; less sensitive to other load"
+        " than wall time, blind to time spent waiting on the disk)"
+    )
     paired = {
         label: statistics.median(
             g / b for g, b in zip(values, samples["python -I -c pass"], strict=True)
@@ -342,11 +407,11 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
         if label.startswith("guard")
     }
     print()
-    for label in ("guard steady", "guard first", "guard moved"):
+    for label in ("guard steady", "guard first", "guard later", "guard moved"):
         ratio = med[label] / anchor
         goal = " PASS" if ratio <= GOAL else " MISS"
         print(
-            f"  {LABELS[label]:<32} {ratio:5.2f}x python -I -c pass (median of paired ratios"
+            f"  {LABELS[label]:<36} {ratio:5.2f}x python -I -c pass (median of paired ratios"
             f" {paired[label]:5.2f}x; goal <= {GOAL}x){goal}"
         )
 
