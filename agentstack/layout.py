@@ -76,6 +76,7 @@ GIT_MIRRORS = "git"
 CONTENT_STORE = "content"
 STAT_CACHE = "statcache-v3"
 CRASH_REPORTS = "crash"
+TRACKED = "tracked"
 
 # A confined run's private directory (in the system's temp directory) and its read-only copies.
 RUN_DIR_PREFIX = "agentstack-run-"
@@ -91,7 +92,7 @@ STATE_FILES = (
 )
 STATE_DIRS = (
     CONSENTS, KEYS, SECRETS, SHIMS, QUARANTINE, QUARANTINE_META, PROJECTS, GIT_MIRRORS,
-    CONTENT_STORE, CRASH_REPORTS, RUN_READONLY, BACKUPS,
+    CONTENT_STORE, CRASH_REPORTS, RUN_READONLY, BACKUPS, TRACKED,
 )
 
 
@@ -215,6 +216,10 @@ def stat_cache(cache_dir: str) -> str:
 
 def crash_dir(cache_dir: str) -> str:
     return os.path.join(cache_dir, CRASH_REPORTS)
+
+
+def tracked_cache(cache_dir: str, root: str) -> str:
+    return os.path.join(cache_dir, TRACKED, project_id(root) + ".json")
 
 
 # --------------------------------------------------------------------------- finding a project

@@ -181,9 +181,78 @@ def rendered_state(
 
 def tracked_files(root: Path, paths: list[str]) -> list[str]:
     """Which rendered files git tracks. Only called for a trusted project's own files, with
-    fsmonitor and hooks disabled on the command line (ls-files never runs repo hooks)."""
+    fsmonitor and hooks disabled on the command line (ls-files never runs repo hooks). The
+    answer is kept in the user's cache, keyed by the git index's stat and the paths asked about:
+    git changes what it tracks only by rewriting its index, so an unchanged index (outside the
+    racy window) gives the same answer without starting git."""
     if not paths or not (root / ".git").exists():
         return []
+    import json
+    import os
+
+    from agentstack import layout
+
+    index = _git_index(root)
+    key = _settled_key(index) if index is not None else None
+    cache_file = layout.tracked_cache(layout.cache(), str(root))
+    if key is not None:
+        try:
+            fd = os.open(cache_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                cached = json.loads(handle.read())
+            if cached["index"] == key and cached["paths"] == paths:
+                return [str(p) for p in cached["tracked"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # no answer kept, or a damaged one: ask git
+    tracked = _ls_files(root, paths)
+    if tracked is not None and key is not None and index is not None and _settled_key(index) == key:
+        from agentstack.treehash import write_private
+
+        data = json.dumps({"index": key, "paths": paths, "tracked": tracked}).encode("utf-8")
+        import contextlib
+
+        with contextlib.suppress(OSError):  # a cache: a failed write costs the next status a git run
+            write_private(cache_file, data)
+    return tracked or []
+
+
+def _git_index(root: Path) -> str | None:
+    """The git index of the checkout at `root` (`.git/index`, or the index of the directory a
+    `.git` file names), None when it cannot be told."""
+    import os
+
+    dot_git = os.path.join(root, ".git")
+    if os.path.isdir(dot_git):
+        return os.path.join(dot_git, "index")
+    try:
+        with open(dot_git, "rb") as handle:
+            line = handle.read(4096).split(b"\n", 1)[0].decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not line.startswith("gitdir: "):
+        return None
+    return os.path.join(root, line[len("gitdir: ") :].strip(), "index")
+
+
+def _settled_key(index: str) -> list[int] | None:
+    """The index's stat key, None when it is missing or changed within the racy window (a
+    rewrite in the same clock tick could keep the key)."""
+    import os
+    import time
+
+    from agentstack._guard import RACY_SLACK_NS
+
+    try:
+        st = os.stat(index)
+    except OSError:
+        return None
+    if max(st.st_mtime_ns, st.st_ctime_ns) >= time.time_ns() - RACY_SLACK_NS:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _ls_files(root: Path, paths: list[str]) -> list[str] | None:
+    """`git ls-files` of `paths` (None when git could not answer)."""
     import subprocess
 
     try:
@@ -205,7 +274,9 @@ def tracked_files(root: Path, paths: list[str]) -> list[str]:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return []
+        return None
+    if result.returncode != 0:
+        return None
     return sorted(p for p in result.stdout.decode("utf-8", "replace").split("\0") if p)
 
 

@@ -269,3 +269,37 @@ def test_a_reader_verifies_unchanged_bytes_once_and_sees_every_change(
         reader.records()
     reader.path.write_bytes(data)
     assert reader.verify().ok and reader.state_for(project, second) == "trusted"
+
+
+def test_status_asks_git_what_it_tracks_only_when_the_index_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    from agentstack import _guard
+    from agentstack.status import tracked_files
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "CLAUDE.md").write_text("x\n")
+    (root / "AGENTS.md").write_text("y\n")
+    subprocess.run([*git, "add", "CLAUDE.md"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    asked = ["AGENTS.md", "CLAUDE.md"]
+    # Written just now: within the racy window nothing is kept, git answers every time.
+    assert tracked_files(root, asked) == ["CLAUDE.md"]
+    path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert tracked_files(root, asked) == []  # no git, no kept answer: nothing claimed
+    monkeypatch.setenv("PATH", path)
+    monkeypatch.setattr(_guard, "RACY_SLACK_NS", 0)  # the index has settled
+    assert tracked_files(root, asked) == ["CLAUDE.md"]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert tracked_files(root, asked) == ["CLAUDE.md"]  # kept: git was not started
+    assert tracked_files(root, ["AGENTS.md"]) == []  # other paths: not the kept answer
+    monkeypatch.setenv("PATH", path)
+    subprocess.run([*git, "rm", "-q", "--cached", "CLAUDE.md"], check=True)
+    subprocess.run([*git, "add", "AGENTS.md"], check=True)
+    assert tracked_files(root, asked) == ["AGENTS.md"]  # the index changed: git asked again
