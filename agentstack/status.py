@@ -193,6 +193,8 @@ def tracked_files(root: Path, paths: list[str]) -> list[str]:
     from agentstack import layout
 
     index = _git_index(root)
+    if index is not None and not os.path.lexists(index):
+        return []  # no index (nothing added yet): git tracks nothing
     key = _settled_key(index) if index is not None else None
     cache_file = layout.tracked_cache(layout.cache(), str(root))
     if key is not None:

@@ -285,12 +285,15 @@ def test_status_asks_git_what_it_tracks_only_when_the_index_changed(
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     (root / "CLAUDE.md").write_text("x\n")
     (root / "AGENTS.md").write_text("y\n")
+    path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert tracked_files(root, ["CLAUDE.md"]) == []  # no index yet: nothing tracked, no git run
+    monkeypatch.setenv("PATH", path)
     subprocess.run([*git, "add", "CLAUDE.md"], check=True)
     subprocess.run([*git, "commit", "-qm", "c"], check=True)
     asked = ["AGENTS.md", "CLAUDE.md"]
     # Written just now: within the racy window nothing is kept, git answers every time.
     assert tracked_files(root, asked) == ["CLAUDE.md"]
-    path = os.environ["PATH"]
     monkeypatch.setenv("PATH", "/nonexistent")
     assert tracked_files(root, asked) == []  # no git, no kept answer: nothing claimed
     monkeypatch.setenv("PATH", path)
