@@ -697,7 +697,11 @@ def write(
                     writes.append((change.path, change.new, change.executable, mode, base))
         except LinkInPath as exc:
             raise link_refusal(exc) from None
-    _write_files(writes)
+    # The project's files first; the user-level ones (the harness's trust of this project among
+    # them) only once every project file is written: a harness must never be told to trust a
+    # project whose guard hook failed to land.
+    _write_files([w for w in writes if plan.root in w[0].parents])
+    _write_files([w for w in writes if plan.root not in w[0].parents])
     for change in plan.changes:
         if change.ledger is None:
             files.pop(str(change.path), None)
@@ -724,8 +728,9 @@ def _write_files(jobs: list[tuple[Path, bytes, bool, int, Path]]) -> None:
     Each file is exactly as durable as when written alone (its bytes fsync'd before its rename,
     its directory fsync'd after); concurrent fsyncs share the filesystem's journal commits, so a
     project's rendered files cost a few commits instead of two each (57 files: ~150 ms -> ~20 ms
-    on the development machine's ext4). Every write runs to its end; then the first failure in
-    plan order is raised (as a refusal, for a link met on the way)."""
+    on the development machine's ext4). After a failure no further write starts; the writes under
+    way run to their end, then the first failure in plan order is raised (as a refusal, for a
+    link met on the way)."""
     if len(jobs) < 2:
         for path, data, executable, mode, base in jobs:
             try:
@@ -742,14 +747,15 @@ def _write_files(jobs: list[tuple[Path, bytes, bool, int, Path]]) -> None:
     def work() -> None:
         while True:
             with lock:
-                if not pending:
+                if not pending or any(e is not None for e in errors):
                     return
                 index = pending.pop()
             path, data, executable, mode, base = jobs[index]
             try:
                 _write_atomic(path, data, executable, mode, base=base)
             except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
-                errors[index] = exc
+                with lock:
+                    errors[index] = exc
 
     threads = [threading.Thread(target=work, daemon=False) for _ in range(min(WRITERS, len(jobs)))]
     for thread in threads:

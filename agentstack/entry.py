@@ -111,6 +111,8 @@ def _fast_lock(argv: list[str]) -> dict[str, Any] | None:
         project, argv = argv[0].split("=", 1)[1], argv[1:]
     if not argv or argv[0] != "lock" or any(a not in LOCK_FLAGS for a in argv[1:]):
         return None
+    if project is not None and (project.startswith("-") or not os.path.isdir(project)):
+        return None  # an option where the value belongs, or no directory: the table says so
     options: dict[str, Any] = {
         name: name_flag in argv[1:] for name_flag, name in LOCK_FLAGS.items()
     }

@@ -347,9 +347,9 @@ class Recorder:
             return None
         ledger_path, ledger_print = _ledger(self.root)
         if ledger_print != "-":
-            mtime, ctime = (int(v) for v in ledger_print.split(":")[3:5])
-            if max(mtime, ctime) >= limit:
-                return None
+            mtime, ctime, mode = (int(v) for v in ledger_print.split(":")[3:6])
+            if max(mtime, ctime) >= limit or not stat.S_ISREG(mode):
+                return None  # a link's target could change under an unchanged link
         package_dirs = _package_dirs()
         block = "\0".join(
             [
@@ -392,21 +392,28 @@ def _root_state(root: str) -> tuple[list[str], tuple[int, int]] | None:
 
 
 def _plain_manifest(manifest: bytes) -> bool:
-    """A manifest whose paths the record can vouch for: no `.git` path component and no `\\u`
-    escape (which could spell one)."""
-    if b"\\u" in manifest or b"\\U" in manifest:
+    """A manifest whose paths the record can vouch for: no key or string of it, as TOML reads
+    it (escapes and line continuations resolved), has a `.git` path component (in any case:
+    filesystems that fold case). What a `.git` path finds is not in the record's listings."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(manifest.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         return False
-    index = manifest.find(b".git")
-    while index != -1:
-        before = manifest[index - 1 : index] if index else b" "
-        after = manifest[index + 4 : index + 5] or b" "
-        if before in _BOUNDARY and after in _BOUNDARY:
-            return False
-        index = manifest.find(b".git", index + 1)
+    stack: list[object] = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            parts = value.replace("\\", "/").split("/")
+            if any(part.casefold() == ".git" for part in parts):
+                return False
     return True
-
-
-_BOUNDARY = frozenset(bytes([c]) for c in b"/\"' \t\r\n[],={}")
 
 
 def _names_git(lock_text: bytes) -> bool:

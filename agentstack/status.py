@@ -192,6 +192,10 @@ def tracked_files(root: Path, paths: list[str]) -> list[str]:
 
     from agentstack import layout
 
+    if any(name in os.environ for name in _GIT_LOCATION):
+        # Inside a git hook, or a user's own setting: git would read another index, or another
+        # repository, than the one the kept answer is keyed by. Ask git, keep nothing.
+        return _ls_files(root, paths) or []
     index = _git_index(root)
     if index is not None and not os.path.lexists(index):
         return []  # no index (nothing added yet): git tracks nothing
@@ -201,6 +205,9 @@ def tracked_files(root: Path, paths: list[str]) -> list[str]:
         try:
             fd = os.open(cache_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
             with os.fdopen(fd, "rb") as handle:
+                st = os.fstat(handle.fileno())
+                if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                    raise ValueError("not this user's own file")
                 cached = json.loads(handle.read())
             if cached["index"] == key and cached["paths"] == paths:
                 return [str(p) for p in cached["tracked"]]
@@ -216,6 +223,19 @@ def tracked_files(root: Path, paths: list[str]) -> list[str]:
         with contextlib.suppress(OSError):  # a cache: a failed write costs the next status a git run
             write_private(cache_file, data)
     return tracked or []
+
+
+# Environment variables that point git at another repository, index or configuration.
+_GIT_LOCATION = (
+    "GIT_DIR",
+    "GIT_INDEX_FILE",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+)
 
 
 def _git_index(root: Path) -> str | None:

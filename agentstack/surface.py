@@ -166,11 +166,13 @@ def checkout_above(root: Path) -> list[Path]:
     if os.path.lexists(root / ".git"):
         return []
     outside_lookups += 1  # what lies above is outside the project's fingerprints (relock)
-    home = os.path.realpath(os.path.expanduser("~"))
+    expanded = os.path.expanduser("~")
+    # No usable home (HOME unset and no passwd entry): no boundary, never a reason to stop early.
+    home = os.path.realpath(expanded) if os.path.isabs(expanded) else None
     out: list[Path] = []
     for directory in root.parents:
         text = str(directory)
-        if text == home or home.startswith(text.rstrip(os.sep) + os.sep):
+        if home is not None and (text == home or home.startswith(text.rstrip(os.sep) + os.sep)):
             return []
         out.append(directory)
         if os.path.lexists(directory / ".git"):
@@ -911,8 +913,11 @@ def snapshot_entries(
                 continue
             for parts in matched:
                 path = upper.joinpath(*parts)
-                if str(path) not in out and watchable(path):
-                    watch(path, {"kind": "raw"})
+                if str(path) in out:
+                    continue
+                # A directory (or a FIFO) where the harness expects a file: its listing, so that
+                # a file put in its place is drift (a FIFO's listing fails: the guard denies).
+                watch(path, {"kind": "raw" if watchable(path) else "listing"})
             top = upper.joinpath(*rule.parts[:-1])
             if rule.parts[-1] == "**" and top.is_dir() and not top.is_symlink():
                 for here, dirs, _ in os.walk(top):

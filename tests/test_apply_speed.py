@@ -59,7 +59,7 @@ def test_writes_run_concurrently(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert len(seen) > 1
 
 
-def test_the_first_failure_in_plan_order_is_raised_after_every_write(
+def test_after_a_failure_no_write_starts_and_the_first_failure_is_raised(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     jobs = _jobs(tmp_path, 20)
     broken = {jobs[5][0]: OSError(28, "No space left on device"), jobs[12][0]: ValueError("x")}
@@ -73,8 +73,12 @@ def test_the_first_failure_in_plan_order_is_raised_after_every_write(
     monkeypatch.setattr(apply, "_write_atomic", failing)
     with pytest.raises(OSError, match="No space left"):
         apply._write_files(jobs)
-    assert all(p.read_bytes() == d for p, d, *_ in jobs if p not in broken)
+    # Each file is whole or absent; the ones before the failure were written (they started
+    # first), and the last ones were never started.
+    assert all(p.read_bytes() == d for p, d, *_ in jobs if p.exists())
     assert not any(p.exists() for p in broken)
+    assert all(p.exists() for p, *_ in jobs[:5])
+    assert not jobs[-1][0].exists()
 
 
 def test_a_link_met_while_writing_is_the_usual_refusal(tmp_path: Path,
@@ -158,3 +162,34 @@ def test_trust_lock_apply_writes_the_snapshot_once_and_settled(
     result = run_cli_in_process("trust", "--lock", "--yes", "--accept-risk", cwd=root)
     assert result.returncode == 0, result.stderr
     assert len(taken) == 1
+
+
+def test_a_failed_project_write_never_leaves_the_harness_trusting_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The project's files are written before the user-level ones: when one of them fails (a full
+    disk), the harness is not told to trust a project whose guard hook never landed."""
+    import errno
+    import json
+
+    import agentstack.apply as apply_module
+    from tests.conftest import copy_example
+    from tests.test_surface import cli, ok
+
+    root = copy_example("minimal", tmp_path).resolve()
+    ok(root, "lock")
+    ok(root, "trust", "--yes", "--accept-risk")
+    real = apply_module.write_atomic
+
+    def failing(path: Path, data: bytes, mode: int | None = None, *, base: Path | None = None
+                ) -> None:
+        if str(path).endswith(".claude/settings.local.json"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, data, mode, base=base)
+
+    monkeypatch.setattr(apply_module, "write_atomic", failing)
+    result = cli(root, "apply", "--write")
+    assert result.code == 1, result.output
+    claude = Path.home() / ".claude.json"
+    projects = json.loads(claude.read_text()).get("projects", {}) if claude.exists() else {}
+    assert str(root) not in projects, projects

@@ -394,3 +394,15 @@ def test_a_dollar_that_expands_nothing_is_kept(tmp_path: Path) -> None:
     )
     project = make_project(tmp_path / "p", manifest)
     assert run_cli("lock", cwd=project).returncode == 0
+
+
+def test_the_lock_fast_path_leaves_odd_project_values_to_the_command_table(
+    tmp_path: Path,
+) -> None:
+    from agentstack.entry import _fast_lock
+
+    (tmp_path / "file").write_text("x")
+    assert _fast_lock(["--project", str(tmp_path), "lock"]) is not None
+    assert _fast_lock(["--project", "-h", "lock"]) is None  # argparse: the help
+    assert _fast_lock(["--project", str(tmp_path / "file"), "lock"]) is None  # "not a directory"
+    assert _fast_lock(["--project", str(tmp_path / "missing"), "lock"]) is None

@@ -306,3 +306,33 @@ def test_status_asks_git_what_it_tracks_only_when_the_index_changed(
     subprocess.run([*git, "rm", "-q", "--cached", "CLAUDE.md"], check=True)
     subprocess.run([*git, "add", "AGENTS.md"], check=True)
     assert tracked_files(root, asked) == ["AGENTS.md"]  # the index changed: git asked again
+
+
+def test_status_keeps_no_answer_git_gave_for_another_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside a git hook (GIT_INDEX_FILE set, e.g. `git commit <paths>`'s temporary index) git
+    answers for another index than `.git/index`: that answer is never kept under its key."""
+    import shutil
+    import subprocess
+
+    from agentstack import _guard
+    from agentstack.status import tracked_files
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "CLAUDE.md").write_text("x\n")
+    (root / "AGENTS.md").write_text("y\n")
+    subprocess.run([*git, "add", "AGENTS.md"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    monkeypatch.setattr(_guard, "RACY_SLACK_NS", 0)
+    other = tmp_path / "other-index"
+    shutil.copy(root / ".git" / "index", other)
+    subprocess.run([*git, "add", "CLAUDE.md"], check=True,
+                   env={**os.environ, "GIT_INDEX_FILE": str(other)})
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other))
+    assert tracked_files(root, ["CLAUDE.md"]) == ["CLAUDE.md"]  # git's answer for that index
+    monkeypatch.delenv("GIT_INDEX_FILE")
+    assert tracked_files(root, ["CLAUDE.md"]) == []  # the real index: not what was kept

@@ -315,6 +315,7 @@ def test_a_record_does_not_lift_the_limits(tmp_path: Path) -> None:
         "link into .git",
         "git path in the manifest",
         "escape in the manifest",
+        "line continuation in the manifest",
         "import from home",
     ],
 )
@@ -323,7 +324,10 @@ def test_what_a_record_cannot_vouch_for_is_always_resolved(tmp_path: Path, case:
     if case == "git path in the manifest":
         manifest += '\n[servers.hook]\ncommand = "sh"\nargs = [".git/hooks/x"]\n'
     elif case == "escape in the manifest":
-        manifest = manifest.replace('"base.md"', '"\\u0062ase.md"')
+        manifest += '\n[servers.hook]\ncommand = "sh"\nargs = ["\\u002egit/hooks/x"]\n'
+    elif case == "line continuation in the manifest":
+        manifest += '\n[servers.hook]\ncommand = "sh"\nargs = ["""./.\\\ngit/x.py"""]\n'
+
     elif case == "import from home":
         files["CLAUDE.md"] = "See @~/notes.md\n"
     root = make_project(tmp_path / "p", manifest, files)
@@ -335,6 +339,7 @@ def test_what_a_record_cannot_vouch_for_is_always_resolved(tmp_path: Path, case:
         (root / ".git/config").symlink_to(tmp_path)  # not fingerprinted: .git is not listed
         (root / ".claude").rename(root / "claude-settings")
         (root / ".claude").symlink_to(".git/config")
+    (root / ".git").mkdir(exist_ok=True)  # the checkout's top: only the case stops a record
     root = root.resolve()
     settle()
     assert lock(root) == 0
@@ -345,11 +350,16 @@ def test_what_a_record_cannot_vouch_for_is_always_resolved(tmp_path: Path, case:
 def test_git_paths_in_a_manifest_are_recognised() -> None:
     plain = relock._plain_manifest
     assert plain(b'[skills.s]\npath = "skills/s"\n')
-    assert plain(b'git = "https://example.com/r.git"\n.github = 1\n.gitignore')
+    assert plain(b'git = "https://example.com/r.git"\ngithub = ".github/x"\nx = ".gitignore"')
+    assert plain(b'path = "\\u0062ase.md"')  # an escape that spells no `.git`
     assert not plain(b'path = ".git/x"')
     assert not plain(b"path = 'a/.git'")
     assert not plain(b'args = ["x", ".git"]')
     assert not plain(b'path = "\\u002egit/x"')
+    assert not plain(b'args = ["""./.\\\ngit/x.py"""]')  # a line continuation
+    assert not plain(b'path = "a\\\\.GIT\\\\x"')  # backslashes, another case
+    assert not plain(b'[".git"]\nx = 1')  # a key
+    assert not plain(b"not toml = = =")
     assert relock._names_git(b'path = "a/.git/b"')
     assert not relock._names_git(b'path = ".github/x" git = "https://h/r.git"')
 

@@ -88,7 +88,11 @@ def test_a_changed_module_source_is_a_new_key(tmp_path: Path,
     base = seccomp.cache_key(allow_udp=False, allow_listen=False)
     edited = tmp_path / "seccomp.py"
     edited.write_bytes(Path(seccomp.__file__).read_bytes() + b"\n# edited\n")
+    # The key covers the source the running module was loaded from (read at import), not what
+    # is on disk now: an upgrade under a starting `run` cannot file the old program under it.
     monkeypatch.setattr(seccomp, "__file__", str(edited))
+    assert seccomp.cache_key(allow_udp=False, allow_listen=False) == base
+    monkeypatch.setattr(seccomp, "_OWN_SOURCE", seccomp._source_digest(str(edited)))
     assert seccomp.cache_key(allow_udp=False, allow_listen=False) != base
 
 
@@ -394,6 +398,8 @@ def test_run_fast_arguments_read_what_the_command_table_reads(
     ["run", "--harness", "a", "--harness", "b", "--", "x"],
     ["run", "--interactive", "--no-interactive"],
     ["run", "--bogus", "--", "x"],
+    ["run", "--harness", "-h", "--", "x"],       # argparse: help
+    ["run", "--harness", "--interactive", "--", "x"],
     ["--project", "p", "run", "--", "x"],      # global options: the table
     ["status"], [],
 ])
@@ -455,3 +461,74 @@ def test_the_run_directory_is_made_private_and_removed_whatever_the_session_left
     runner._write_readonly(second, {"trust.head": b"x"})
     runner._remove_run_dir(second)
     assert not os.path.lexists(second) and (outside / "file").read_text() == "kept"
+
+
+def test_the_run_directorys_removal_never_follows_a_link_the_session_planted(
+    tmp_path: Path,
+) -> None:
+    """With write access to the run directory a session could put a link where `ro` was; the
+    removal must not chmod or empty what it points at."""
+    from agentstack.sandbox import runner
+
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    (victim / "id_ed25519").write_text("key")
+    run_dir = runner._make_private_dir(str(tmp_path), layout.RUN_DIR_PREFIX)
+    os.mkdir(os.path.join(run_dir, "tmp"))
+    runner._write_readonly(run_dir, {"trust.head": b"x"})
+    os.chmod(os.path.join(run_dir, layout.RUN_READONLY), 0o700)
+    os.rename(os.path.join(run_dir, layout.RUN_READONLY), os.path.join(run_dir, "old"))
+    os.symlink(victim, os.path.join(run_dir, layout.RUN_READONLY))
+    runner._remove_run_dir(run_dir)
+    assert not os.path.lexists(run_dir)
+    assert (victim / "id_ed25519").read_text() == "key"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755
+
+
+def test_the_run_directory_goes_where_the_policy_grants_no_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentstack.sandbox import runner
+    from agentstack.sandbox.resolve import ConfinementError
+
+    class Policy:
+        def __init__(self, writable: tuple[str, ...]) -> None:
+            self.writable = writable
+
+        def decide_path(self, path: str, op: str) -> Any:
+            class Decision:
+                allowed = any(path.startswith(w + "/") for w in self.writable)
+            return Decision()
+
+    granted, free = tmp_path / "granted", tmp_path / "free"
+    granted.mkdir()
+    free.mkdir()
+    monkeypatch.setenv("TMPDIR", str(granted))
+    assert runner._temp_root() == str(granted)
+    assert runner._temp_root(Policy(())) == str(granted)  # type: ignore[arg-type]
+    chosen = runner._temp_root(Policy((str(granted),)))  # type: ignore[arg-type]
+    assert chosen != str(granted)
+    everything = Policy(("",))  # every path writable
+    with pytest.raises(ConfinementError, match="writable under the sandbox policy"):
+        runner._temp_root(everything)  # type: ignore[arg-type]
+
+
+def test_an_inherited_ignored_sigchld_does_not_hide_the_commands_status(tmp_path: Path) -> None:
+    """`run` started with SIGCHLD ignored (an odd parent) still passes the command's status on."""
+    root = make_project(Path(tempfile_dir()) / f"agentstack-test-chld-{os.getpid()}" / "demo",
+                        MANIFEST)
+    env = {"AGENTSTACK_HOME": str(tmp_path / "state"), "AGENTSTACK_CACHE": str(tmp_path / "cache")}
+    try:
+        assert run_cli("lock", cwd=root, env=env).returncode == 0
+        assert run_cli("trust", "--yes", "--accept-risk", cwd=root, env=env).returncode == 0
+        full = dict(os.environ, PYTHONPATH=str(REPO), **env)
+        probe = ("import signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+                 "sys.argv = ['agentstack', 'run', '--', 'sh', '-c', 'exit 7']\n"
+                 "from agentstack.entry import main; main()\n")
+        done = subprocess.run([sys.executable, "-c", probe], cwd=root, env=full,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 7, done.stderr
+    finally:
+        import shutil
+
+        shutil.rmtree(root.parent, ignore_errors=True)

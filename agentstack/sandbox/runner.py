@@ -635,7 +635,7 @@ def _confined(
         )
     enforcement = check_enforceable(policy)
     before: set[int] = set()
-    temp_root = _temp_root()
+    temp_root = _temp_root(policy)
     with _nothing_started(temp_root):
         run_dir = os.path.realpath(_make_private_dir(temp_root, layout.RUN_DIR_PREFIX))
         tmpdir = os.path.join(run_dir, "tmp")
@@ -956,18 +956,34 @@ def _terminal_path(stdin: FileArg) -> str | None:
     return os.path.realpath(os.ttyname(fd))
 
 
-def _temp_root() -> str:
+def _temp_root(policy: SandboxPolicy | None = None) -> str:
     """Where a run's private directory goes: what `tempfile.gettempdir()` picks (TMPDIR, TEMP or
     TMP when it names a usable directory, else /tmp, /var/tmp, /usr/tmp), without importing
-    tempfile (and with it shutil and random) on every `run`."""
-    for name in ("TMPDIR", "TEMP", "TMP"):
-        value = os.environ.get(name)
-        if value and os.path.isdir(value) and os.access(value, os.W_OK | os.X_OK):
-            return os.path.abspath(value)
-    for candidate in ("/tmp", "/var/tmp", "/usr/tmp"):  # noqa: S108 - tempfile's own list
-        if os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
-            return candidate
-    return os.getcwd()
+    tempfile (and with it shutil and random) on every `run`; with `policy`, the first of them
+    the confined process may not write in (its read-only copies live there: a write grant over
+    the directory would let it replace them, or plant a link that the removal follows), else
+    agentstack's cache. ConfinementError when there is none."""
+    candidates = [os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")]
+    candidates += ["/tmp", "/var/tmp", "/usr/tmp"]  # noqa: S108 - tempfile's own list
+    if policy is not None:
+        candidates.append(layout.cache())
+    for candidate in candidates:
+        if not candidate or not os.path.isdir(candidate):
+            continue
+        if not os.access(candidate, os.W_OK | os.X_OK):
+            continue
+        if policy is not None and policy.decide_path(
+            os.path.join(os.path.realpath(candidate), layout.RUN_DIR_PREFIX), "write"
+        ).allowed:
+            continue
+        return os.path.abspath(candidate)
+    if policy is None:
+        return os.getcwd()
+    raise ConfinementError(
+        "every directory a run's private state could go in (TMPDIR, /tmp, /var/tmp, "
+        "agentstack's cache) is writable under the sandbox policy",
+        hint="narrow sandbox.write_dirs, or set TMPDIR to a directory the policy does not grant",
+    )
 
 
 def _make_private_dir(parent: str, prefix: str) -> str:
@@ -984,20 +1000,31 @@ def _make_private_dir(parent: str, prefix: str) -> str:
 
 
 def _remove_run_dir(run_dir: str) -> None:
-    """Remove a run's private directory. What agentstack put there goes directly (the read-only
-    directory is made writable first: unlinking in it needs that, for a user who is not root);
-    a session TMPDIR that is not empty goes through `shutil.rmtree`, which never follows a link."""
-    readonly = os.path.join(run_dir, layout.RUN_READONLY)
+    """Remove a run's private directory. What agentstack put there goes directly, through
+    descriptors opened without following a link (the read-only directory is made writable first:
+    unlinking in it needs that, for a user who is not root); anything else (a session TMPDIR that
+    is not empty, a link where a directory was) goes through `shutil.rmtree`, which never follows
+    a link either."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
+        top = os.open(run_dir, flags)
         try:
-            os.chmod(readonly, 0o700)
-            for name in os.listdir(readonly):
-                os.unlink(os.path.join(readonly, name))
-            os.rmdir(readonly)
-        except FileNotFoundError:
-            pass
-        with contextlib.suppress(FileNotFoundError):
-            os.rmdir(os.path.join(run_dir, "tmp"))
+            try:
+                readonly = os.open(layout.RUN_READONLY, flags, dir_fd=top)
+            except FileNotFoundError:
+                pass
+            else:
+                try:
+                    os.fchmod(readonly, 0o700)
+                    for name in os.listdir(readonly):
+                        os.unlink(name, dir_fd=readonly)
+                finally:
+                    os.close(readonly)
+                os.rmdir(layout.RUN_READONLY, dir_fd=top)
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir("tmp", dir_fd=top)
+        finally:
+            os.close(top)
         os.rmdir(run_dir)
     except OSError:
         import shutil

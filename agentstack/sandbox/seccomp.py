@@ -253,7 +253,7 @@ def cache_key(*, allow_udp: bool, allow_listen: bool) -> str:
     parts = [
         CACHE_MAGIC,
         f"agentstack {agentstack.__version__}; udp {allow_udp}; listen {allow_listen}".encode(),
-        _source_digest(__file__),
+        _OWN_SOURCE,
         _source_digest(_pyseccomp_file()),
         f"libseccomp {libseccomp_version()}".encode(),
         " ".join(os.uname()[2:5]).encode(),  # release, version, machine
@@ -273,6 +273,12 @@ def _source_digest(path: str | None) -> bytes:
             return str(_sha256(handle.read()).hexdigest()).encode()
     except OSError:
         return b"unreadable"
+
+
+# This module's source as it was when it was imported (the code that builds the program), not as
+# it may be on disk later: an upgrade while a `run` starts must not file the old program under
+# the new code's key.
+_OWN_SOURCE = _source_digest(__file__)
 
 
 def _pyseccomp_file() -> str | None:

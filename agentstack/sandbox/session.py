@@ -199,6 +199,10 @@ def run_command(
 ) -> int:
     """`agentstack run`, from parsed arguments to its exit status: the session's status, or the
     signal that ended the command raised again on this process (so the caller's shell sees it)."""
+    _signal: Any = __import__("_signal")  # `signal`'s functions without its enums
+    # An ignored SIGCHLD (inherited) would make the command's exit status unreadable (waitpid
+    # fails with ECHILD) and be passed on to the harness: the default, as a shell starts with.
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     code = run_session(
         root, command, harness=harness, interactive=interactive, trust_store=trust_store, say=say
     )
@@ -230,6 +234,8 @@ def fast_arguments(argv: list[str]) -> dict[str, Any] | None:
             options["command"] = rest or None
             return options
         if word == "--harness" and rest and options["harness"] is None:
+            if rest[0].startswith("-"):
+                return None  # argparse reads that as another option (or help): the table decides
             options["harness"] = rest.pop(0)
         elif word.startswith("--harness=") and options["harness"] is None:
             options["harness"] = word.split("=", 1)[1]
