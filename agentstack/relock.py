@@ -126,7 +126,7 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
             lock_bytes = handle.read()
     except OSError:
         return False
-    data = _read_own(record_path(layout.cache(), real_root))
+    data = read_own(record_path(layout.cache(), real_root))
     if data is None:
         return False
     header_end = data.index(b"\n\n")
@@ -203,8 +203,9 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
     return seen == expected
 
 
-def _read_own(path: str) -> bytes | None:
-    """The file's bytes when it is a regular file owned by this user and writable by nobody else."""
+def read_own(path: str) -> bytes | None:
+    """The file's bytes when it is a regular file owned by this user and writable by nobody else
+    (opened without following a link, never blocking): how agentstack reads its own caches."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:

@@ -202,13 +202,10 @@ def tracked_files(root: Path, paths: list[str]) -> list[str]:
     key = _settled_key(index) if index is not None else None
     cache_file = layout.tracked_cache(layout.cache(), str(root))
     if key is not None:
+        from agentstack.relock import read_own
+
         try:
-            fd = os.open(cache_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as handle:
-                st = os.fstat(handle.fileno())
-                if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-                    raise ValueError("not this user's own file")
-                cached = json.loads(handle.read())
+            cached = json.loads(read_own(cache_file) or b"null")
             if cached["index"] == key and cached["paths"] == paths:
                 return [str(p) for p in cached["tracked"]]
         except (OSError, ValueError, KeyError, TypeError):

@@ -194,21 +194,26 @@ def test_opencode_mcp_list_only_after_trust(project: Path, isolated_home: Path) 
         assert "connected" in line, after
 
 
+def opencode_user_config(home: Path, model: MockModel, extra: dict[str, Any] | None = None
+                         ) -> dict[str, str]:
+    """Write the user's own OpenCode config (the mock model as its provider); its environment."""
+    config = home / ".config" / "opencode" / "opencode.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({
+        "provider": {"mock": {"npm": "@ai-sdk/openai-compatible", "name": "mock",
+                              "options": {"baseURL": model.openai_base_url, "apiKey": "dummy"},
+                              "models": {"mock-model": {"name": "mock", "tool_call": True}}}},
+        "model": "mock/mock-model", "autoupdate": False, "share": "disabled",
+        **(extra or {})}))
+    return opencode_env(home)
+
+
 def run_opencode(root: Path, home: Path, call: ToolCall,
                  extra: dict[str, Any] | None = None) -> tuple[bool, str]:
     """(did the call run?, what the model was told). The model provider is the user's own."""
 
     def env_for(model: MockModel) -> dict[str, str]:
-        config = home / ".config" / "opencode" / "opencode.json"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(json.dumps({
-            "provider": {"mock": {"npm": "@ai-sdk/openai-compatible", "name": "mock",
-                                  "options": {"baseURL": model.openai_base_url,
-                                              "apiKey": "dummy"},
-                                  "models": {"mock-model": {"name": "mock", "tool_call": True}}}},
-            "model": "mock/mock-model", "autoupdate": False, "share": "disabled",
-            **(extra or {})}))
-        return opencode_env(home)
+        return opencode_user_config(home, model, extra)
 
     ran, text, _ = drive(root, call, [str(harness_bin("opencode")), "run", "do it"], env_for)
     return ran, text

@@ -171,17 +171,10 @@ def _drive(harness: str, proj: Path, home: Path, model: MockModel) -> str:
         argv = [str(harness_bin("gemini")), "-p", "say hi", "--approval-mode", "yolo"]
         env = harness_env(home, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model.url)
     elif harness == "opencode":
-        from tests.test_adapters_opencode import opencode_env
+        from tests.test_adapters_opencode import opencode_user_config
 
-        config = home / ".config" / "opencode" / "opencode.json"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(json.dumps({
-            "provider": {"mock": {"npm": "@ai-sdk/openai-compatible", "name": "mock",
-                                  "options": {"baseURL": model.openai_base_url,
-                                              "apiKey": "dummy"},
-                                  "models": {"mock-model": {"name": "mock", "tool_call": True}}}},
-            "model": "mock/mock-model", "autoupdate": False, "share": "disabled"}))
-        argv, env = [str(harness_bin("opencode")), "run", "say hi"], opencode_env(home)
+        env = opencode_user_config(home, model)
+        argv = [str(harness_bin("opencode")), "run", "say hi"]
     else:
         from tests.test_adapters_copilot import copilot_env
 

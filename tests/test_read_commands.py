@@ -271,6 +271,19 @@ def test_a_reader_verifies_unchanged_bytes_once_and_sees_every_change(
     assert reader.verify().ok and reader.state_for(project, second) == "trusted"
 
 
+def _repository(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A git repository holding CLAUDE.md and AGENTS.md (neither added), and the git command
+    line to change it with."""
+    import subprocess
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "CLAUDE.md").write_text("x\n")
+    (root / "AGENTS.md").write_text("y\n")
+    return root, ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+
+
 def test_status_asks_git_what_it_tracks_only_when_the_index_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -279,12 +292,7 @@ def test_status_asks_git_what_it_tracks_only_when_the_index_changed(
     from agentstack import _guard
     from agentstack.status import tracked_files
 
-    root = tmp_path / "repo"
-    root.mkdir()
-    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    (root / "CLAUDE.md").write_text("x\n")
-    (root / "AGENTS.md").write_text("y\n")
+    root, git = _repository(tmp_path)
     path = os.environ["PATH"]
     monkeypatch.setenv("PATH", "/nonexistent")
     assert tracked_files(root, ["CLAUDE.md"]) == []  # no index yet: nothing tracked, no git run
@@ -319,12 +327,7 @@ def test_status_keeps_no_answer_git_gave_for_another_index(
     from agentstack import _guard
     from agentstack.status import tracked_files
 
-    root = tmp_path / "repo"
-    root.mkdir()
-    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    (root / "CLAUDE.md").write_text("x\n")
-    (root / "AGENTS.md").write_text("y\n")
+    root, git = _repository(tmp_path)
     subprocess.run([*git, "add", "AGENTS.md"], check=True)
     subprocess.run([*git, "commit", "-qm", "c"], check=True)
     monkeypatch.setattr(_guard, "RACY_SLACK_NS", 0)
