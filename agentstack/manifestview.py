@@ -524,25 +524,14 @@ def _consistent(source: bytes, digest: str, data: dict[str, Any]) -> bool:
 
 def _read_entry(directory: Path, key: str, source: bytes) -> ManifestView | None:
     from agentstack import __version__
+    from agentstack.relock import read_own
 
     schema = schema_digest()
+    found = read_own(str(directory / f"{key}.json"), limit=16 << 20)
+    if found is None:
+        return None  # missing, or not ours alone: never trusted
     try:
-        fd = os.open(
-            directory / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        )
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if (
-            not stat.S_ISREG(st.st_mode)
-            or st.st_uid != os.geteuid()
-            or st.st_mode & 0o022
-            or st.st_size > 16 << 20
-        ):
-            return None  # not ours alone: never trusted
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            raw = json.loads(handle.read())
+        raw = json.loads(found)
         if (
             not isinstance(raw, dict)
             or raw.get("format") != CACHE_FORMAT
@@ -558,10 +547,8 @@ def _read_entry(directory: Path, key: str, source: bytes) -> ManifestView | None
         if raw.get("check") != _checksum(digest, data) or not _consistent(source, digest, data):
             return None
         return ManifestView(data, digest)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None  # damaged: validate again and overwrite it
-    finally:
-        os.close(fd)
 
 
 def _write_entry(directory: Path, key: str, view: ManifestView) -> None:

@@ -203,9 +203,10 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
     return seen == expected
 
 
-def read_own(path: str) -> bytes | None:
+def read_own(path: str, limit: int | None = None) -> bytes | None:
     """The file's bytes when it is a regular file owned by this user and writable by nobody else
-    (opened without following a link, never blocking): how agentstack reads its own caches."""
+    (opened without following a link, never blocking), and no larger than `limit`: how
+    agentstack reads its own caches (this record, the manifest cache, `status`'s git answer)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
@@ -216,6 +217,7 @@ def read_own(path: str) -> bytes | None:
             not stat.S_ISREG(st.st_mode)
             or st.st_uid != os.geteuid()
             or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            or (limit is not None and st.st_size > limit)
         ):
             return None
         chunks = []

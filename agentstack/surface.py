@@ -157,13 +157,13 @@ def _above_rules(targets: list[str]) -> list[_Rule]:
 
 
 def checkout_above(root: Path) -> list[Path]:
-    """The directories above `root` up to the top of the git checkout it lies in (the nearest one
-    holding `.git`), nearest first: a harness started in the project loads files from them too,
-    and whoever changes the checkout can change those. Empty when `root` is the checkout's top,
-    when no `.git` is found, or when the search reaches the user's home directory (what lies
-    there and above is the user's own)."""
+    """The directories above `root` up to the top of the git checkout it lies in (the nearest
+    directory that is a checkout's top, see `_checkout_top`), nearest first: a harness started in
+    the project loads files from them too, and whoever changes the checkout can change those.
+    Empty when `root` is the checkout's top, when no top is found, or when the search reaches the
+    user's home directory (what lies there and above is the user's own)."""
     global outside_lookups
-    if os.path.lexists(root / ".git"):
+    if _checkout_top(root):
         return []
     outside_lookups += 1  # what lies above is outside the project's fingerprints (relock)
     expanded = os.path.expanduser("~")
@@ -175,9 +175,36 @@ def checkout_above(root: Path) -> list[Path]:
         if home is not None and (text == home or home.startswith(text.rstrip(os.sep) + os.sep)):
             return []
         out.append(directory)
-        if os.path.lexists(directory / ".git"):
+        if _checkout_top(directory):
             return out
     return []
+
+
+def _checkout_top(directory: Path) -> bool:
+    """`directory` is the top of a checkout: its `.git` is a directory, or a file naming a linked
+    worktree's git directory (`.../.git/worktrees/NAME`). A submodule's `.git` file (naming
+    `.../.git/modules/NAME`) is not: the superproject around it is the same checkout, and Claude
+    Code reads its files above the submodule. Anything else named `.git` (a link, a FIFO, a file
+    naming anything else, one planted to cut the search short) is no top either: the search goes
+    on, pinning more, never less."""
+    path = directory / ".git"
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        return True
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    try:
+        line = read_regular(path)[:4096].split(b"\n", 1)[0].decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not line.startswith("gitdir: "):
+        return False
+    target = os.path.realpath(os.path.join(directory, line[len("gitdir: ") :].strip()))
+    parts = target.split(os.sep)
+    return len(parts) >= 2 and parts[-2] == "worktrees"
 
 
 def _walk_above(directory: Path, rule: _Rule) -> tuple[list[list[str]], list[str] | None]:
@@ -219,6 +246,7 @@ def _anchors(rules: list[_Rule]) -> set[str]:
 
 class _Context(NamedTuple):
     root: Path
+    above: list[Path]  # `checkout_above(root)`: nearest first
     top: Path  # the top of the checkout (root itself unless the project lies below it)
     ledger: dict[str, dict[str, Any]]
     expected_blocks: set[str]
@@ -259,7 +287,7 @@ def _context(root: Path, lock: dict[str, Any] | None) -> _Context:
     }
     above = checkout_above(root)
     top = above[-1] if above else root
-    return _Context(root, top, _read_ledger(root), blocks, generated, skills)
+    return _Context(root, above, top, _read_ledger(root), blocks, generated, skills)
 
 
 # ----------------------------------------------------------------------------- scanning
@@ -310,7 +338,7 @@ def scan(
             _match_names(names, base, anchors, literals, found)
     # What the harnesses load from the directories above the project, within the checkout.
     above_rules = _above_rules(targets)
-    for depth, upper in enumerate(checkout_above(root) if above_rules else [], start=1):
+    for depth, upper in enumerate(context.above if above_rules else [], start=1):
         for rule in above_rules:
             for parts in _walk_above(upper, rule)[0]:
                 matched = found.setdefault("/".join([".."] * depth + parts), [])

@@ -489,28 +489,26 @@ def test_the_run_directory_goes_where_the_policy_grants_no_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentstack.sandbox import runner
+    from agentstack.sandbox.policy import Grant, SandboxPolicy
     from agentstack.sandbox.resolve import ConfinementError
 
-    class Policy:
-        def __init__(self, writable: tuple[str, ...]) -> None:
-            self.writable = writable
-
-        def decide_path(self, path: str, op: str) -> Any:
-            class Decision:
-                allowed = any(path.startswith(w + "/") for w in self.writable)
-            return Decision()
+    def policy(*writable: Path) -> SandboxPolicy:
+        return SandboxPolicy(
+            workdir=str(tmp_path), home=str(tmp_path / "home"),
+            agentstack_home=str(tmp_path / "state"), harness=None, denies=(),
+            grants=tuple(Grant(path=str(w), access="rw", source="test") for w in writable),
+        )
 
     granted, free = tmp_path / "granted", tmp_path / "free"
     granted.mkdir()
     free.mkdir()
     monkeypatch.setenv("TMPDIR", str(granted))
     assert runner._temp_root() == str(granted)
-    assert runner._temp_root(Policy(())) == str(granted)  # type: ignore[arg-type]
-    chosen = runner._temp_root(Policy((str(granted),)))  # type: ignore[arg-type]
+    assert runner._temp_root(policy()) == str(granted)
+    chosen = runner._temp_root(policy(granted))
     assert chosen != str(granted)
-    everything = Policy(("",))  # every path writable
     with pytest.raises(ConfinementError, match="writable under the sandbox policy"):
-        runner._temp_root(everything)  # type: ignore[arg-type]
+        runner._temp_root(policy(Path("/")))  # every path writable
 
 
 def test_an_inherited_ignored_sigchld_does_not_hide_the_commands_status(tmp_path: Path) -> None:

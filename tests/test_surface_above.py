@@ -52,12 +52,29 @@ def test_the_directories_above_are_those_up_to_the_checkouts_top(
     assert checkout_above(checkout) == []  # the top itself: nothing above is the checkout's
     loose = make_project(tmp_path / "loose" / "proj", MANIFEST)
     assert checkout_above(loose.resolve()) == []  # no checkout: nothing above is pinned
-    # A git worktree or submodule marks its top with a `.git` file.
+    # A linked worktree marks its top with a `.git` file naming `.git/worktrees/NAME`.
     sub = checkout / "a" / "proj" / "vendor" / "mod"
     sub.mkdir(parents=True)
-    (sub / ".git").write_text("gitdir: ../../.git/modules/mod\n")
+    (sub / ".git").write_text(f"gitdir: {checkout}/.git/worktrees/mod\n")
     inner = make_project(sub / "tool", MANIFEST)
     assert checkout_above(inner.resolve()) == [sub]
+    # A submodule's `.git` file (`.git/modules/NAME`) is no top: the superproject around it is
+    # the same checkout (Claude Code reads its files); nor is a `.git` planted to cut the search
+    # short (a link, a FIFO, a file naming anything else).
+    (sub / ".git").write_text("gitdir: ../../../../.git/modules/mod\n")
+    assert checkout_above(inner.resolve())[-1] == checkout
+    for planted in ("link", "fifo", "garbage"):
+        (sub / ".git").unlink()
+        if planted == "link":
+            (sub / ".git").symlink_to(checkout / ".git")
+        elif planted == "fifo":
+            os.mkfifo(sub / ".git")
+        else:
+            (sub / ".git").write_text("gitdir: /etc\n")
+        assert checkout_above(inner.resolve())[-1] == checkout, planted
+    (sub / ".git").unlink()
+    (inner / ".git").write_text("gitdir: /etc\n")  # planted in the project itself
+    assert checkout_above(inner.resolve())[-1] == checkout
 
 
 def test_the_search_stops_at_the_users_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

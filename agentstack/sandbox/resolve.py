@@ -26,10 +26,12 @@ from agentstack.sandbox.policy import (
 )
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from agentstack.manifest import Sandbox as SandboxModel
     from agentstack.manifestview import SandboxView
 
-    Sandbox = SandboxModel | SandboxView  # the validated model, or its plain-data view
+    Sandbox: TypeAlias = "SandboxModel | SandboxView"  # the validated model, or its plain data
 
 # nono's required Linux deny groups (credentials, keyrings, browser data, shell history/configs).
 NONO_DENY_GROUPS = (

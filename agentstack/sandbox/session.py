@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 from agentstack.errors import InvalidInput, Refused
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from agentstack.manifest import Manifest as ManifestModel
     from agentstack.manifestview import ManifestView
 
-    Manifest = ManifestModel | ManifestView
+    Manifest: TypeAlias = "ManifestModel | ManifestView"
     from agentstack.sandbox.policy import SandboxPolicy
     from agentstack.sandbox.watch import Change
     from agentstack.trust import TrustStore
