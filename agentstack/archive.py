@@ -13,6 +13,7 @@ memory or onto disk, and anything after the end-of-archive marker is refused. (`
 
 from __future__ import annotations
 
+import unicodedata
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import IO
 import blake3
 
 from agentstack.errors import Refused
+from agentstack.gitmeta import is_git_name
 
 MAX_RATIO = 200  # inflated bytes per compressed byte, once more than RATIO_GRACE are out
 RATIO_GRACE = 1 << 20
@@ -28,6 +30,12 @@ MAX_PAX_BYTES = 8192
 BLOCK = 512
 _BLOCK = BLOCK
 _CHUNK = 1 << 16
+MAX_PATH_BYTES = 1024
+MAX_DEPTH = 32
+# NAME_MAX is 255 bytes; a release writes `.<name>.agentstack-<12 hex>` next to a file first.
+MAX_COMPONENT_BYTES = 200
+# Bidirectional overrides and isolates: they make a name read differently from its bytes.
+_BIDI = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
 
 
 class BundleRejected(Refused):
@@ -40,6 +48,62 @@ class BundleRejected(Refused):
 
 def reject(code: str, message: str, hint: str = "") -> BundleRejected:
     return BundleRejected(code, f"bundle refused ({code}): {message}", hint=hint)
+
+
+# ------------------------------------------------------------------------------ names
+
+
+def check_name(path: str) -> None:
+    """The rules for every member name, checked before anything is written under it: relative,
+    no `..`, `.` or empty component, no NUL or backslash, UTF-8 and NFC, no control or
+    bidirectional-override character, at most MAX_COMPONENT_BYTES per component, MAX_PATH_BYTES
+    and MAX_DEPTH in all, and no component git treats as `.git` (agentstack.gitmeta)."""
+    shown = repr(path[:80])
+    if not path:
+        raise reject("unsafe-path", "a member has an empty path")
+    try:
+        raw = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise reject("unsafe-path", f"member {shown} is not valid UTF-8") from None
+    if "\0" in path or "\\" in path:
+        raise reject("unsafe-path", f"member {shown} has a NUL or backslash in its path")
+    if path.startswith("/"):
+        raise reject("absolute-path", f"member {shown} has an absolute path")
+    parts = path.split("/")
+    if ".." in parts:
+        raise reject("dotdot-path", f"member {shown} climbs out with '..'")
+    if any(p in ("", ".") for p in parts):
+        raise reject("unsafe-path", f"member {shown} has an empty or '.' path component")
+    if len(raw) > MAX_PATH_BYTES or len(parts) > MAX_DEPTH:
+        raise reject(
+            "unsafe-path",
+            f"member {shown} has a path that is too long or deep (at most {MAX_PATH_BYTES} "
+            f"bytes and {MAX_DEPTH} components)",
+        )
+    longest = max(len(p.encode("utf-8")) for p in parts)
+    if longest > MAX_COMPONENT_BYTES:
+        raise reject(
+            "name-too-long",
+            f"member {shown} has a path component of {longest} bytes (at most "
+            f"{MAX_COMPONENT_BYTES})",
+        )
+    if not path.isascii() or not path.isprintable():
+        for char in path:
+            if unicodedata.category(char) == "Cc" or char in _BIDI:
+                raise reject(
+                    "control-character",
+                    f"member {path[:80].encode('unicode_escape').decode()!r} has a control "
+                    f"character (U+{ord(char):04X}) in its path",
+                )
+        if unicodedata.normalize("NFC", path) != path:
+            raise reject("not-nfc", f"member {shown} is not NFC-normalised Unicode")
+    if "git" in path.casefold() or not path.isascii():
+        bad = next((p for p in parts if is_git_name(p)), None)
+        if bad is not None:
+            raise reject(
+                "git-metadata",
+                f"member {shown} is git metadata ({bad!r}): a bundle never carries a repository",
+            )
 
 
 # ------------------------------------------------------------------------------ writing
@@ -269,6 +333,7 @@ class TarReader:
                     path = joined.decode("utf-8")
                 except UnicodeDecodeError:
                     raise reject("unsafe-path", "a member name is not UTF-8") from None
+            check_name(path)
             self._pending = size
             return TarMember(path=path, size=size, executable=bool(mode & 0o100))
 

@@ -31,9 +31,18 @@ from typing import IO, Any
 
 import blake3
 
-from agentstack.archive import BLOCK, BundleRejected, Inflater, TarReader, reject, write_archive
+from agentstack.archive import check_name as check_archive_name
+from agentstack.archive import (
+    BLOCK,
+    MAX_DEPTH,
+    BundleRejected,
+    Inflater,
+    TarReader,
+    reject,
+    write_archive,
+)
 from agentstack.canonical import CanonicalError, b3, canonical_bytes, is_digest
-from agentstack.errors import InvalidInput, Refused
+from agentstack.errors import AgentstackError, InvalidInput, Refused
 from agentstack.gitobjects import GitSource, read_mirror_object, walk_git_source
 
 BUNDLE_FORMAT = 1
@@ -45,8 +54,6 @@ MAX_STATEMENT_BYTES = 1 << 20
 MAX_MEMBERS = 10_000
 MAX_TOTAL_BYTES = 256 << 20
 MAX_FILE_BYTES = 64 << 20
-MAX_PATH_BYTES = 1024
-MAX_DEPTH = 32
 CLOCK_SKEW_S = 300
 MAX_LIFETIME_S = 5 * 366 * 86400
 _VERSION_RE = re.compile(r"[0-9]{1,10}(\.[0-9]{1,10}){0,3}")
@@ -142,22 +149,10 @@ def _collision_key(path: str) -> str:
 
 
 def check_member_path(path: str) -> None:
-    """The rules for a member name, in the statement and in the archive alike."""
-    if not path:
-        raise reject("unsafe-path", "a member has an empty path")
-    if "\0" in path or "\\" in path:
-        raise reject("unsafe-path", f"member {path[:80]!r} has a NUL or backslash in its path")
-    if path.startswith("/"):
-        raise reject("absolute-path", f"member {path[:80]!r} has an absolute path")
+    """The rules for a member name, in the statement and in the archive alike: the archive
+    reader's name rules (`archive.check_name`), then files/<path> or git/<sha1>."""
+    check_archive_name(path)
     parts = path.split("/")
-    if ".." in parts:
-        raise reject("dotdot-path", f"member {path[:80]!r} climbs out with '..'")
-    if any(p in ("", ".") for p in parts):
-        raise reject("unsafe-path", f"member {path[:80]!r} has an empty or '.' path component")
-    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES or len(parts) > MAX_DEPTH:
-        raise reject("unsafe-path", f"member {path[:80]!r} has a path that is too long or deep")
-    if unicodedata.normalize("NFC", path) != path:
-        raise reject("not-nfc", f"member {path[:80]!r} is not NFC-normalised Unicode")
     if parts[0] == "files" and len(parts) >= 2:
         return
     if parts[0] == "git" and len(parts) == 2 and _SHA1_RE.fullmatch(parts[1]):
@@ -245,6 +240,7 @@ def parse_statement(data: bytes) -> Statement:
     if ordered != members:
         raise bad("does not list its members in path order")
     _check_prefixes([m.path for m in members])
+    _check_git_metadata([m.path for m in members])
     statement = Statement(
         name=doc["name"],
         version=doc["version"],
@@ -261,6 +257,20 @@ def parse_statement(data: bytes) -> Statement:
     if canonical != data:
         raise bad("is not in canonical form (its bytes were rewritten after signing)")
     return statement
+
+
+def _check_git_metadata(paths: list[str]) -> None:
+    """No member is git metadata, alone or together (a bare repository's HEAD + refs/), so a
+    release never writes a live repository (agentstack.gitmeta)."""
+    from agentstack.gitmeta import git_metadata
+
+    found = git_metadata(p.removeprefix("files/") for p in paths if p.startswith("files/"))
+    if found is not None:
+        raise reject(
+            "git-metadata",
+            f"member 'files/{found[:80]}' is git metadata (a repository's HEAD with its "
+            "objects, refs or commondir): a bundle never carries a repository",
+        )
 
 
 def _check_prefixes(paths: list[str]) -> None:
@@ -326,6 +336,20 @@ def pinned_files(lock: dict[str, Any]) -> list[PinnedFile]:
 
     walk({k: v for k, v in lock.items() if k not in ("version", "manifest")}, ".", None)
     return out
+
+
+def surface_files(lock: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(project-relative path, entry) of every surface file the lock pins. A surface entry's
+    digest is of the raw bytes (`kind` file or link) or of the part of the file that is not
+    agentstack's (`text`, `keys`): the bundle carries the whole file either way."""
+    surface = lock.get("surface")
+    if not isinstance(surface, dict):
+        return []
+    out = []
+    for item in surface.values():
+        if isinstance(item, dict) and isinstance(item.get("path"), str):
+            out.append((os.path.normpath(item["path"]), item))
+    return sorted(out, key=lambda pair: pair[0].encode("utf-8", "surrogatepass"))
 
 
 def local_roots(lock: dict[str, Any]) -> list[str]:
@@ -410,6 +434,10 @@ def collect_members(root: Path, lock: dict[str, Any]) -> list[tuple[Member, byte
         if b3(data) != entry["digest"] or len(data) != entry["size"]:
             raise Refused(f"{rel} changed since it was locked", hint="run 'agentstack lock'")
         add(f"files/{rel}", data, bool(entry["executable"]), entry["kind"])
+    for rel, entry in surface_files(lock):
+        data, executable, kind = _read_surface(root, real_root, rel, entry)
+        add(f"files/{rel}", data, executable, kind)
+    _check_carried(lock, found)
     sources = {p.git for p in pinned_files(lock) if p.git is not None}
     for source in sorted(sources, key=lambda s: (s.url, s.commit, s.subdir)):
         reader = readers.get(source.url)
@@ -419,6 +447,83 @@ def collect_members(root: Path, lock: dict[str, Any]) -> list[tuple[Member, byte
         for sha, raw in objects.items():
             add(f"git/{sha}", raw, False)
     return [found[p] for p in sorted(found, key=lambda p: p.encode("utf-8"))]
+
+
+def _read_surface(
+    root: Path, real_root: Path, rel: str, entry: dict[str, Any]
+) -> tuple[bytes, bool, str]:
+    """The bytes of a surface file the lock pins, as a member (bytes, executable, kind)."""
+    import stat as stat_module
+
+    from agentstack.treehash import check_links
+
+    if rel.startswith("../") or rel == ".." or os.path.isabs(rel):
+        raise Refused(f"the lock pins {rel!r}, which is outside the project")
+    path = root / rel
+    try:
+        st = os.lstat(path)
+        if stat_module.S_ISLNK(st.st_mode):
+            target = os.readlink(path)
+            data, executable, kind = os.fsencode(target), False, "link"
+        elif stat_module.S_ISREG(st.st_mode):
+            real = path.resolve(strict=True)
+            if real != real_root and real_root not in real.parents:
+                raise Refused(f"{rel} leads outside the project")
+            data, executable, kind = real.read_bytes(), bool(st.st_mode & 0o100), "file"
+        else:
+            raise Refused(
+                f"the lock pins the harness file {rel}, which is not a regular file or link: "
+                "a bundle cannot carry it",
+                hint="remove it, then run 'agentstack lock' and share again",
+            )
+    except OSError as exc:
+        raise Refused(
+            f"the lock pins the harness file {rel}, which cannot be read ({exc.strerror}): a "
+            "bundle cannot carry it",
+            hint="make it readable or remove it, then run 'agentstack lock' and share again",
+        ) from None
+    if kind == "link":
+        try:
+            check_links(".", {rel: target})
+        except AgentstackError:
+            raise Refused(
+                f"the lock pins the harness file {rel}, a link to {target!r} outside the "
+                "project: a bundle cannot carry it",
+                hint="replace the link with the file, then run 'agentstack lock' and share again",
+            ) from None
+    if entry.get("kind") in ("file", "link") and (
+        b3(data) != entry.get("digest") or kind != entry.get("kind")
+    ):
+        raise Refused(f"{rel} changed since it was locked", hint="run 'agentstack lock'")
+    return data, executable, kind
+
+
+def _check_carried(lock: dict[str, Any], found: dict[str, tuple[Member, bytes]]) -> None:
+    """Every project file the lock pins is a member, and every member name passes the
+    receiver's rules: `share` refuses, naming the file, rather than hand on a bundle that cannot
+    be received or released."""
+    from agentstack.gitmeta import HINT, describe, git_metadata, pinned_paths
+
+    carried = {p.removeprefix("files/") for p in found if p.startswith("files/")}
+    missing = sorted(set(pinned_paths(lock).get(".", [])) - carried)
+    if missing:
+        raise Refused(
+            f"the lock pins {missing[0]}, which share cannot carry"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+            hint="report this: the lock has a kind of entry this version cannot bundle",
+        )
+    for path in found:
+        try:
+            check_member_path(path)
+        except BundleRejected as exc:
+            raise Refused(
+                f"{path.removeprefix('files/')} cannot travel in a bundle: "
+                + exc.message.split(": ", 1)[-1],
+                hint="rename it, then run 'agentstack lock' and share again",
+            ) from None
+    metadata = git_metadata(carried)
+    if metadata is not None:
+        raise Refused(describe(metadata), hint=HINT)
 
 
 def build(

@@ -21,6 +21,7 @@ from agentstack.errors import (
     InvalidInput,
     ManifestInvalid,
     Problem,
+    Refused,
     StaleLock,
     TreeHashError,
 )
@@ -457,6 +458,12 @@ class Resolver:
         surface = scan(self.root, list(manifest.project.harnesses), lock)
         if surface:
             lock["surface"] = surface
+        from agentstack.gitmeta import HINT, describe, lock_problem
+
+        found = lock_problem(lock)
+        if found is not None:
+            tree, path = found
+            raise Refused(describe(path, "" if tree == "." else tree), hint=HINT)
         return lock
 
 

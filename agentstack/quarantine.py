@@ -51,11 +51,14 @@ def quarantine_root(home: Path | None = None) -> Path:
 # ------------------------------------------------------------------------------ safe writing
 
 
-def _open_dir(parent_fd: int, name: str, *, create: bool) -> int:
-    """A directory below `parent_fd`, never through a symbolic link."""
+def _open_dir(parent_fd: int, name: str, *, create: bool, made: list[str] | None = None) -> int:
+    """A directory below `parent_fd`, never through a symbolic link (`made` collects what was
+    created)."""
     if create:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, 0o700, dir_fd=parent_fd)
+            if made is not None:
+                made.append(name)
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except OSError as exc:
@@ -67,12 +70,20 @@ def _open_dir(parent_fd: int, name: str, *, create: bool) -> int:
 
 
 @contextlib.contextmanager
-def _parent_fd(root: Path, rel: str, *, create: bool) -> Iterator[int]:
-    """An fd of the directory holding `root/rel`, each component opened with O_NOFOLLOW."""
+def _parent_fd(
+    root: Path, rel: str, *, create: bool, made: list[str] | None = None
+) -> Iterator[int]:
+    """An fd of the directory holding `root/rel`, each component opened with O_NOFOLLOW; the
+    directories it creates are appended to `made` (root-relative, outermost first)."""
     fd = os.open(root, _DIR_FLAGS)
     try:
+        done: list[str] = []
         for part in rel.split("/")[:-1]:
-            inner = _open_dir(fd, part, create=create)
+            fresh: list[str] = []
+            inner = _open_dir(fd, part, create=create, made=None if made is None else fresh)
+            done.append(part)
+            if fresh and made is not None:
+                made.append("/".join(done))
             os.close(fd)
             fd = inner
         yield fd
@@ -385,6 +396,38 @@ def check_contents(qdir: Path, statement: Statement) -> Contents:
             links.setdefault(pinned.root, {})[inner] = target
         used.add(path)
         local[rel] = member
+    for rel, entry in bundle.surface_files(lock):
+        path = f"files/{rel}"
+        member = members.get(path)
+        if rel.startswith("../") or rel in (".", "..") or os.path.isabs(rel):
+            raise reject("unsafe-path", f"the lock pins {rel!r}, outside the project")
+        raw_digest = entry.get("kind") in ("file", "link")
+        if (
+            member is None
+            or (raw_digest and (member.blake3, member.kind) != (entry.get("digest"), entry["kind"]))
+            or (not raw_digest and member.kind != "file")
+            or (rel in local and local[rel] != member)
+        ):
+            raise reject(
+                "lock-member-mismatch",
+                f"the lock pins the harness file {rel!r}, but the bundle's {path!r} is missing "
+                "or different",
+            )
+        if member.kind == "link":
+            target = _read_member(qdir, path).decode("utf-8", "surrogateescape")
+            links.setdefault(".", {})[rel] = target
+        used.add(path)
+        local[rel] = member
+    from agentstack.gitmeta import lock_problem
+
+    metadata = lock_problem(lock)
+    if metadata is not None:
+        raise reject(
+            "git-metadata",
+            f"the bundled lock pins {metadata[1][:80]!r}"
+            + (f" in {metadata[0][:80]}" if metadata[0] != "." else "")
+            + ", git metadata: a bundle never carries a repository",
+        )
     for root, tree_links in links.items():
         try:
             check_links(root, tree_links)
@@ -536,20 +579,25 @@ def plan_release(contents: Contents, qdir: Path, dest: Path) -> Plan:
     return Plan(write=write, same=same, conflicts=conflicts, extras=sorted(extras))
 
 
-def _backup(dest: Path, rels: list[str], backup_root: Path) -> None:
+def _move(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.rename(source, target)
+
+
+def _backup(dest: Path, rels: list[str], backup_root: Path, moved: list[str]) -> None:
     for rel in rels:
-        source = dest / rel
-        target = backup_root / rel
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.rename(source, target)
+        _move(dest / rel, backup_root / rel)
+        moved.append(rel)
 
 
-def _install(dest: Path, rel: str, kind: str, data: bytes, executable: bool) -> None:
+def _install(
+    dest: Path, rel: str, kind: str, data: bytes, executable: bool, made: list[str] | None = None
+) -> None:
     """Create or replace dest/rel atomically, never through a symbolic link. (Not fsynced file by
     file: the release ends by re-hashing everything against the lock, and the lock is what
     every later command checks.)"""
     name = rel.rsplit("/", 1)[-1]
-    with _parent_fd(dest, rel, create=True) as parent:
+    with _parent_fd(dest, rel, create=True, made=made) as parent:
         tmp = f".{name}.agentstack-{os.urandom(6).hex()}"
         if kind == "link":
             os.symlink(os.fsdecode(data), tmp, dir_fd=parent)
@@ -663,45 +711,51 @@ def release(
             hint="release into an empty directory, or pass --force (the files are moved to a "
             "backup first)",
         )
-    dest.mkdir(parents=True, exist_ok=True)
-    backup: Path | None = None
-    if blocked:
-        backup = ensure_private_dir(home / layout.BACKUPS) / (
-            time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + held.id[:12]
-        )
-        _backup(dest, blocked, backup)
-    for url, objects in contents.git_objects.items():
-        seed_mirror(url, {sha: _read_member(held.path, path) for sha, path in objects.items()})
+    from agentstack.gitmeta import HINT, describe, git_metadata
+
+    metadata = git_metadata(plan.write + plan.same) or _makes_repository(dest, plan.write)
+    if metadata is not None:
+        raise Refused(describe(metadata), hint=HINT)
     from agentstack.manifestview import LOCK_NAME, MANIFEST_NAME
 
-    sources = {
-        MANIFEST_NAME: ("file", bundle.MANIFEST_MEMBER, False),
-        LOCK_NAME: ("file", bundle.LOCK_MEMBER, False),
-        **{rel: (m.kind, m.path, m.executable) for rel, m in contents.local.items()},
-    }
-    # Regular files first, so that a link is only made once what it points at exists.
-    ordered = sorted(plan.write, key=lambda rel: (sources[rel][0] == "link", rel.encode()))
-    for rel in ordered:
-        kind, member_path, executable = sources[rel]
-        _install(dest, rel, kind, _read_member(held.path, member_path), executable)
-    from agentstack.consent import consent_digest, consent_document
-    from agentstack.lockfile import fresh_lock
-    from agentstack.manifest import load_manifest
-
+    # All or nothing: every change is recorded as it is made and undone when a later step fails
+    # (the files installed, the directories made, the files moved to the backup).
+    made_above: list[Path] = []
+    made: list[str] = []
+    installed: list[str] = []
+    moved: list[str] = []
+    backup: Path | None = None
     try:
-        manifest = load_manifest(dest)
-        lock = fresh_lock(dest, manifest, verify_git=True)
-        document = consent_document(manifest, lock)
-        digest = consent_digest(document)
-    except AgentstackError as exc:
-        raise Refused(
-            f"the released setup in {dest} does not hold: {exc.message}",
-            hint=f"backups are in {backup}" if backup else "",
-        ) from None
-    if digest != statement.consent:
-        raise Refused(
-            f"the released setup has digest {digest}, not the bundle's {statement.consent}"
-        )
+        missing = dest
+        while not os.path.lexists(missing):
+            made_above.append(missing)
+            missing = missing.parent
+        for directory in reversed(made_above):
+            directory.mkdir()
+        if blocked:
+            backup = ensure_private_dir(home / layout.BACKUPS) / (
+                time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + held.id[:12]
+            )
+            _backup(dest, blocked, backup, moved)
+        for url, objects in contents.git_objects.items():
+            seed_mirror(
+                url, {sha: _read_member(held.path, path) for sha, path in objects.items()}
+            )
+        sources = {
+            MANIFEST_NAME: ("file", bundle.MANIFEST_MEMBER, False),
+            LOCK_NAME: ("file", bundle.LOCK_MEMBER, False),
+            **{rel: (m.kind, m.path, m.executable) for rel, m in contents.local.items()},
+        }
+        # Regular files first, so that a link is only made once what it points at exists.
+        ordered = sorted(plan.write, key=lambda rel: (sources[rel][0] == "link", rel.encode()))
+        for rel in ordered:
+            kind, member_path, executable = sources[rel]
+            _install(dest, rel, kind, _read_member(held.path, member_path), executable, made)
+            installed.append(rel)
+        digest, document = _prove(dest, statement)
+    except BaseException:
+        _roll_back(dest, installed, made, moved, backup, made_above)
+        raise
     from agentstack.trust import TrustStore
 
     store = TrustStore(home)
@@ -732,6 +786,80 @@ def release(
     ]
     _write_meta(held.path, meta)
     return Released(dest=dest, digest=digest, written=plan.write, backup=backup, trusted=trust)
+
+
+def _makes_repository(dest: Path, write: list[str]) -> str | None:
+    """A written `HEAD` next to an `objects`, `refs` or `commondir` already in `dest`: the
+    directory would become a repository git finds by itself."""
+    from agentstack.gitmeta import git_metadata
+
+    for rel in write:
+        if rel.rsplit("/", 1)[-1].casefold() != "head":
+            continue
+        parent = (dest / rel).parent
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        prefix = rel[: -len(rel.rsplit("/", 1)[-1])]
+        found = git_metadata([rel, *(prefix + name + "/x" for name in names)])
+        if found is not None:
+            return found
+    return None
+
+
+def _prove(dest: Path, statement: Statement) -> tuple[str, dict[str, Any]]:
+    """The released setup holds: the lock is fresh (git included) and the digest is the
+    statement's."""
+    from agentstack.consent import consent_digest, consent_document
+    from agentstack.lockfile import fresh_lock
+    from agentstack.manifest import load_manifest
+
+    try:
+        manifest = load_manifest(dest)
+        lock = fresh_lock(dest, manifest, verify_git=True)
+        document = consent_document(manifest, lock)
+        digest = consent_digest(document)
+    except AgentstackError as exc:
+        raise Refused(
+            f"the released setup in {dest} does not hold, so nothing was released: "
+            + exc.message,
+            hint="report it to the sender (the bundle is not the setup it claims to be here)",
+        ) from None
+    if digest != statement.consent:
+        raise Refused(
+            f"the released setup has digest {digest}, not the bundle's {statement.consent}, so "
+            "nothing was released",
+        )
+    return digest, document
+
+
+def _roll_back(
+    dest: Path,
+    installed: list[str],
+    made: list[str],
+    moved: list[str],
+    backup: Path | None,
+    made_above: list[Path],
+) -> None:
+    """Undo a release that failed part way: the target is left as it was."""
+    for rel in reversed(installed):
+        with contextlib.suppress(OSError), _parent_fd(dest, rel, create=False) as parent:
+            os.unlink(rel.rsplit("/", 1)[-1], dir_fd=parent)
+    for rel in sorted(made, key=lambda p: (-p.count("/"), p)):
+        with contextlib.suppress(OSError), _parent_fd(dest, rel, create=False) as parent:
+            os.rmdir(rel.rsplit("/", 1)[-1], dir_fd=parent)
+    if backup is not None:
+        for rel in reversed(moved):
+            with contextlib.suppress(OSError):
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.rename(backup / rel, dest / rel)
+        for current in sorted((c for c, _, _ in os.walk(backup)), reverse=True):
+            with contextlib.suppress(OSError):
+                os.rmdir(current)
+    for directory in made_above:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def discard(held: Held, *, home: Path | None = None) -> None:
