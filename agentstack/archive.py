@@ -222,7 +222,10 @@ class Inflater:
     def _check(self) -> None:
         if self.total_out > self.limit:
             raise reject("too-large", f"the archive inflates beyond {self.limit} bytes")
-        if self.total_out > RATIO_GRACE and self.total_out > MAX_RATIO * max(self.total_in, 1):
+        # Against the compressed bytes inflated so far, not those read ahead: a bomb is refused
+        # within RATIO_GRACE plus one chunk of output, whatever the size of its file.
+        consumed = self.total_in - len(self.z.unconsumed_tail) - len(self.z.unused_data)
+        if self.total_out > RATIO_GRACE and self.total_out > MAX_RATIO * max(consumed, 1):
             raise reject(
                 "compression-bomb",
                 f"the archive inflates more than {MAX_RATIO}x (a decompression bomb)",

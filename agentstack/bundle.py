@@ -31,7 +31,6 @@ from typing import IO, Any
 
 import blake3
 
-from agentstack.archive import check_name as check_archive_name
 from agentstack.archive import (
     BLOCK,
     MAX_DEPTH,
@@ -41,6 +40,7 @@ from agentstack.archive import (
     reject,
     write_archive,
 )
+from agentstack.archive import check_name as check_archive_name
 from agentstack.canonical import CanonicalError, b3, canonical_bytes, is_digest
 from agentstack.errors import AgentstackError, InvalidInput, Refused
 from agentstack.gitobjects import GitSource, read_mirror_object, walk_git_source
@@ -677,6 +677,7 @@ def open_bundle(
         )
         raise reject(code, exc.message) from None
     statement = parse_statement(statement_bytes)
+    _check_ratio(handle, statement)
     moment = time.time() if now is None else now
     if check_time:
         if parse_utc(statement.created) > moment + CLOCK_SKEW_S:
@@ -703,6 +704,24 @@ def open_bundle(
         signer_key=parsed.public_key,
         principals=principals,
     )
+
+
+def _check_ratio(handle: IO[bytes], statement: Statement) -> None:
+    """What the statement says the archive inflates to, against the size of the file: a bomb is
+    refused before any of it is inflated (the reader enforces each member's declared size)."""
+    from agentstack.archive import MAX_RATIO, RATIO_GRACE
+
+    try:
+        size = os.fstat(handle.fileno()).st_size
+    except (OSError, AttributeError, ValueError):
+        return  # not a file (a test's BytesIO): the inflater's own check still holds
+    declared = sum(m.size + 3 * BLOCK for m in statement.members)
+    if declared > RATIO_GRACE and declared > MAX_RATIO * max(size, 1):
+        raise reject(
+            "compression-bomb",
+            f"the statement declares {declared} bytes from a file of {size} bytes (more than "
+            f"{MAX_RATIO}x: a decompression bomb)",
+        )
 
 
 def stream_members(

@@ -70,8 +70,7 @@ def git_metadata(paths: Iterable[str]) -> str | None:
             if other.startswith(prefix) and other[len(prefix) :].split("/", 1)[0] in (
                 _GITDIR_SIBLINGS
             ):
-                if other[len(prefix) :] != "head":
-                    return head
+                return head
     return None
 
 
@@ -95,7 +94,12 @@ def pinned_paths(lock: dict[str, object]) -> dict[str, list[str]]:
     def walk(node: object, base: str, tree: str | None) -> None:
         if isinstance(node, dict):
             path = node.get("path")
-            if isinstance(path, str) and "digest" in node and "kind" in node and "files" not in node:
+            if (
+                isinstance(path, str)
+                and "digest" in node
+                and "kind" in node
+                and "files" not in node
+            ):
                 if tree is None:
                     out.setdefault(".", []).append(posixpath.normpath(f"{base}/{path}"))
                 else:

@@ -738,9 +738,7 @@ def release(
             )
             _backup(dest, blocked, backup, moved)
         for url, objects in contents.git_objects.items():
-            seed_mirror(
-                url, {sha: _read_member(held.path, path) for sha, path in objects.items()}
-            )
+            seed_mirror(url, {sha: _read_member(held.path, path) for sha, path in objects.items()})
         sources = {
             MANIFEST_NAME: ("file", bundle.MANIFEST_MEMBER, False),
             LOCK_NAME: ("file", bundle.LOCK_MEMBER, False),
@@ -822,8 +820,7 @@ def _prove(dest: Path, statement: Statement) -> tuple[str, dict[str, Any]]:
         digest = consent_digest(document)
     except AgentstackError as exc:
         raise Refused(
-            f"the released setup in {dest} does not hold, so nothing was released: "
-            + exc.message,
+            f"the released setup in {dest} does not hold, so nothing was released: " + exc.message,
             hint="report it to the sender (the bundle is not the setup it claims to be here)",
         ) from None
     if digest != statement.consent:

@@ -91,9 +91,24 @@ def raw_header(
     return bytes(block)
 
 
+def pax_path(name: bytes) -> bytes:
+    """A pax extended header holding only `path` (how any tar writes a name over 100 bytes)."""
+    body = b" path=" + name + b"\n"
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length = len(str(length)) + len(body)
+    record = str(length).encode() + body
+    return raw_header(b"PaxHeader", len(record), b"x") + record + b"\0" * (-len(record) % 512)
+
+
 def raw_member(name: str | bytes, data: bytes, typeflag: bytes = b"0", **kw: Any) -> bytes:
-    encoded = name.encode() if isinstance(name, str) else name
-    return raw_header(encoded, len(data), typeflag, **kw) + data + b"\0" * (-len(data) % 512)
+    encoded = name.encode("utf-8", "surrogateescape") if isinstance(name, str) else name
+    prefix = b""
+    if len(encoded) > 100:
+        prefix, encoded = pax_path(encoded), encoded[:100]
+    return (
+        prefix + raw_header(encoded, len(data), typeflag, **kw) + data + b"\0" * (-len(data) % 512)
+    )
 
 
 def gz(data: bytes) -> bytes:
