@@ -53,25 +53,29 @@ def is_git_name(component: str) -> bool:
 
 
 def git_metadata(paths: Iterable[str]) -> str | None:
-    """The first of `paths` (relative, `/`-separated, one tree) that is git metadata, or None."""
+    """The first of `paths` (relative, `/`-separated, one tree; by raw bytes) that is git
+    metadata, or None. Linear in the number of path components."""
     listed = list(paths)
-    heads: list[tuple[str, str]] = []  # (folded directory prefix, the HEAD path)
-    for path in sorted(listed, key=lambda p: p.encode("utf-8", "surrogatepass")):
-        folded = _fold(path)
+    hits: list[str] = []
+    heads: dict[str, str] = {}  # folded directory prefix ("" or "a/b/") -> its HEAD path
+    for path in listed:
+        folded = path.lower() if path.isascii() else _fold(path)
         if "git" in folded and any(is_git_name(part) for part in path.split("/")):
-            return path
-        if folded == "head" or folded.endswith("/head"):
-            heads.append((folded[:-4], path))
-    if not heads:
+            hits.append(path)
+        elif folded == "head" or folded.endswith("/head"):
+            heads.setdefault(folded[:-4], path)
+    if heads and not hits:
+        for path in listed:
+            parts = (path.lower() if path.isascii() else _fold(path)).split("/")
+            prefix = ""
+            for part in parts:
+                if part in _GITDIR_SIBLINGS and prefix in heads:
+                    hits.append(heads[prefix])
+                    break
+                prefix += part + "/"
+    if not hits:
         return None
-    folded_paths = [_fold(p) for p in listed]
-    for prefix, head in heads:
-        for other in folded_paths:
-            if other.startswith(prefix) and other[len(prefix) :].split("/", 1)[0] in (
-                _GITDIR_SIBLINGS
-            ):
-                return head
-    return None
+    return min(hits, key=lambda p: p.encode("utf-8", "surrogatepass"))
 
 
 def describe(path: str, where: str = "") -> str:
