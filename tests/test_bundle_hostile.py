@@ -515,3 +515,28 @@ def test_ordinary_data_is_never_taken_for_a_bomb(data: bytes, repeat: int) -> No
     payload = (data * repeat) + os.urandom(64)
     inflater = archive.Inflater(io.BytesIO(gzip.compress(payload, mtime=0)), limit=1 << 30)
     assert inflater.read(len(payload)) == payload
+
+
+def test_lock_refuses_a_git_sourced_skill_that_carries_a_bare_repository(tmp_path: Path) -> None:
+    """A repository may commit a bare repository's files (HEAD, config, refs/…) under a skill's
+    subdirectory; the same rule refuses the git-sourced tree at lock."""
+    from agentstack.lock_command import run_lock
+
+    repo = tmp_path / "repo"
+    skill = repo / "skills/style"
+    for rel, text in _planted("bare", tmp_path / "marker").items():
+        (skill / rel).parent.mkdir(parents=True, exist_ok=True)
+        (skill / rel).write_text(text)
+    (skill / "SKILL.md").write_text("---\nname: style\ndescription: s\n---\nBe terse.\n")
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "c", cwd=repo)
+    manifest = (
+        '[project]\nname = "team"\nharnesses = ["claude-code"]\n\n[skills.style]\n'
+        f'git = "file://{repo}"\nrev = "main"\nsubdir = "skills/style"\n'
+    )
+    project = make_project(tmp_path / "p", manifest)
+    with pytest.raises(Refused) as refused:
+        run_lock(project=project, check=False, frozen=False, update=False, as_json=False)
+    assert "HEAD is git metadata" in refused.value.message
+    assert f"file://{repo}" in refused.value.message
