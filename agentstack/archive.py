@@ -55,9 +55,10 @@ def reject(code: str, message: str, hint: str = "") -> BundleRejected:
 
 def check_name(path: str) -> None:
     """The rules for every member name, checked before anything is written under it: relative,
-    no `..`, `.` or empty component, no NUL or backslash, UTF-8 and NFC, no control or
-    bidirectional-override character, at most MAX_COMPONENT_BYTES per component, MAX_PATH_BYTES
-    and MAX_DEPTH in all, and no component git treats as `.git` (agentstack.gitmeta)."""
+    no `..`, `.` or empty component, no NUL or backslash, UTF-8 and NFC, no control, line
+    separator or bidirectional-override character, at most MAX_COMPONENT_BYTES per component,
+    MAX_PATH_BYTES and MAX_DEPTH in all, and no component git treats as `.git`
+    (agentstack.gitmeta)."""
     shown = repr(path[:80])
     if not path:
         raise reject("unsafe-path", "a member has an empty path")
@@ -89,7 +90,7 @@ def check_name(path: str) -> None:
         )
     if not path.isascii() or not path.isprintable():
         for char in path:
-            if unicodedata.category(char) == "Cc" or char in _BIDI:
+            if unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in _BIDI:
                 raise reject(
                     "control-character",
                     f"member {path[:80].encode('unicode_escape').decode()!r} has a control "

@@ -786,6 +786,8 @@ UNSAFE_NAMES: dict[str, tuple[str, str]] = {
     "bidi-override": ("files/evil\u202egnp.sh", "control-character"),
     "bidi-isolate": ("files/evil\u2066.md", "control-character"),
     "tab": ("files/a\tb.md", "control-character"),
+    "line-separator": ("files/a\u2028b.md", "control-character"),
+    "paragraph-separator": ("files/a\u2029b.md", "control-character"),
     "backslash": ("files\\..\\evil", "unsafe-path"),
     "empty-component": ("files//evil", "unsafe-path"),
     "dot-component": ("files/./evil", "unsafe-path"),

@@ -343,6 +343,7 @@ SURFACE_FILES = {
     **FILES,
     "CLAUDE.md": "Undeclared instructions a harness reads.\n",
     ".claude/commands/deploy.md": "Deploy the thing.\n",
+    ".claude/settings.json": '{"permissions": {"allow": ["Bash(ls)"]}}\n',
 }
 
 
@@ -359,8 +360,17 @@ def test_share_carries_every_file_the_lock_pins(tmp_path: Path) -> None:
     project = make_project(tmp_path / "sender", MANIFEST, SURFACE_FILES, EXECUTABLES)
     homes.run("alice", "lock", cwd=project)
     lock = read_lock(project)
-    assert lock is not None and set(lock["surface"]) == {"CLAUDE.md", ".claude/commands/deploy.md"}
+    assert lock is not None
+    assert set(lock["surface"]) == {
+        "CLAUDE.md",
+        ".claude/commands/deploy.md",
+        ".claude/settings.json",
+    }
+    assert {e["kind"] for e in lock["surface"].values()} == {"text", "file", "keys"}
     homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
+    # The sender's own rendering (an agentstack block in CLAUDE.md) travels as well.
+    homes.run("alice", "apply", "--write", cwd=project)
+    homes.run("alice", "lock", "--check", cwd=project)
     public = homes.run("alice", "keys", "generate", "k", cwd=project).stdout.strip()
     homes.run("bob", "keys", "trust", "alice", public, cwd=tmp_path)
     out = tmp_path / "b.astack"
@@ -368,9 +378,13 @@ def test_share_carries_every_file_the_lock_pins(tmp_path: Path) -> None:
     ident = homes.run("bob", "receive", str(out), cwd=tmp_path).stdout.strip()
     dest = tmp_path / "dest"
     homes.run("bob", "quarantine", "release", ident, "--into", str(dest), "--yes", cwd=tmp_path)
-    for rel, text in SURFACE_FILES.items():
-        assert (dest / rel).read_text() == text, rel
+    for rel in SURFACE_FILES:
+        assert (dest / rel).read_bytes() == (project / rel).read_bytes(), rel
     homes.run("bob", "lock", "--check", cwd=dest)
+    assert (
+        homes.run("bob", "digest", cwd=dest).stdout
+        == homes.run("alice", "digest", cwd=project).stdout
+    )
 
 
 def test_share_refuses_naming_a_pinned_file_it_cannot_carry(tmp_path: Path) -> None:
