@@ -458,7 +458,12 @@ def _read_surface(
     from agentstack.treehash import check_links
 
     if rel.startswith("../") or rel == ".." or os.path.isabs(rel):
-        raise Refused(f"the lock pins {rel!r}, which is outside the project")
+        raise Refused(
+            f"the lock pins {rel}, above the project (a harness loads it from the directories up "
+            "to the top of the git checkout): a bundle carries only the project",
+            hint=f"move {rel} out of the checkout (or share from a checkout whose top is the "
+            "project), run 'agentstack lock', and share again",
+        )
     path = root / rel
     try:
         st = os.lstat(path)

@@ -554,3 +554,20 @@ def test_lock_refuses_a_git_sourced_skill_that_carries_a_bare_repository(tmp_pat
         run_lock(project=project, check=False, frozen=False, update=False, as_json=False)
     assert "HEAD is git metadata" in refused.value.message
     assert f"file://{repo}" in refused.value.message
+
+
+def test_share_refuses_a_surface_file_above_the_project_naming_it(tmp_path: Path) -> None:
+    """What a harness loads above the project (`../CLAUDE.md` up to the checkout's top) is pinned
+    but cannot travel: a release never writes outside its target."""
+    homes = _homes(tmp_path)
+    checkout = tmp_path / "repo"
+    git("init", "-q", str(checkout), cwd=tmp_path)
+    (checkout / "CLAUDE.md").write_text("Instructions above the project.\n")
+    project = make_project(checkout / "proj", MANIFEST, FILES, EXECUTABLES)
+    homes.run("alice", "lock", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
+    homes.run("alice", "keys", "generate", "k", cwd=project)
+    refused = homes.run("alice", "share", "-o", str(tmp_path / "b.astack"), cwd=project, ok=False)
+    assert refused.returncode == 1, refused.stderr
+    assert "../CLAUDE.md, above the project" in refused.stderr
+    assert not (tmp_path / "b.astack").exists()
