@@ -8,6 +8,8 @@ The bundles are built once per test session, in process, from a few locked sende
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import stat
 import subprocess
@@ -19,6 +21,7 @@ import pytest
 
 from agentstack import bundle, gitmeta, quarantine
 from agentstack.archive import BundleRejected
+from agentstack.cli_share import quarantine_show
 from agentstack.keys import allowed_signers
 from agentstack.trustlog import TrustLog
 from tests import bundle_corpus
@@ -159,6 +162,10 @@ def test_hostile_bundle(
         statement, contents, principals = quarantine.verify_held(outcome.held)
         with monkeypatch.context() as patch:
             _no_processes(patch)
+            shown = io.StringIO()
+            with contextlib.redirect_stdout(shown):
+                quarantine_show(outcome.held.id, into=receiver)  # the review: nothing runs
+            assert outcome.held.id[:12] in shown.getvalue() or "team" in shown.getvalue()
             quarantine.release(
                 outcome.held, receiver, contents=contents, statement=statement,
                 principals=principals, now=NOW,
