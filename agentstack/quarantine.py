@@ -265,7 +265,15 @@ def receive(path: Path, *, now: float | None = None, home: Path | None = None) -
             os.chmod(staging, 0o700)
 
             def sink(member: Member, chunks: Iterator[bytes]) -> None:
-                _write_new(staging, member.path, chunks)
+                try:
+                    _write_new(staging, member.path, chunks)
+                except OSError as exc:
+                    # The names were checked already; what is left is the disk (ENOSPC, EDQUOT).
+                    raise Refused(
+                        f"the quarantine cannot hold {member.path[:80]!r} "
+                        f"({exc.strerror or type(exc).__name__}); nothing was kept",
+                        hint=f"free space where {root} is, then receive the bundle again",
+                    ) from None
 
             bundle.stream_members(opened, sink)
             bundle_digest = "b3:" + opened.inflater.hasher.hexdigest()

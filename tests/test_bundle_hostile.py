@@ -571,3 +571,28 @@ def test_share_refuses_a_surface_file_above_the_project_naming_it(tmp_path: Path
     assert refused.returncode == 1, refused.stderr
     assert "../CLAUDE.md, above the project" in refused.stderr
     assert not (tmp_path / "b.astack").exists()
+
+
+def test_a_full_disk_while_receiving_is_a_refusal_and_nothing_is_kept(
+    parts: Parts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    path = tmp_path / "good.astack"
+    path.write_bytes(parts.build())
+    real_write = os.write
+    calls = {"n": 0}
+
+    def full(fd: int, data: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", full)
+        with pytest.raises(Refused) as refused:
+            quarantine.receive(path, now=NOW)
+    assert refused.value.exit_code == 1 and "No space left" in refused.value.message
+    qroot = quarantine.quarantine_root(_home())
+    assert list(qroot.iterdir()) == []
