@@ -126,9 +126,31 @@ def pinned_paths(lock: dict[str, object]) -> dict[str, list[str]]:
 
 
 def lock_problem(lock: dict[str, object]) -> tuple[str, str] | None:
-    """(tree, path) of the first git metadata a lock pins, or None."""
+    """(where, path) of the first git metadata a lock pins, or None: `where` names the lock
+    entry (`skills.NAME`, `servers.NAME`, `surface`) for a project path, the source for a git
+    tree."""
     for tree, paths in sorted(pinned_paths(lock).items()):
         found = git_metadata(paths)
         if found is not None:
-            return tree, found
+            return (_owner(lock, found) if tree == "." else tree), found
     return None
+
+
+def _owner(lock: dict[str, object], path: str) -> str:
+    surface = lock.get("surface")
+    if isinstance(surface, dict) and path in surface:
+        return "surface"
+    for section in ("skills", "servers", "hooks"):
+        items = lock.get(section)
+        if not isinstance(items, dict):
+            continue
+        for name, item in sorted(items.items()):
+            if not isinstance(item, dict):
+                continue
+            roots = [item, *(r for r in item.get("roots", []) if isinstance(r, dict))]
+            if any(
+                isinstance(r.get("path"), str) and path.startswith(str(r["path"]).rstrip("/") + "/")
+                for r in roots
+            ):
+                return f"{section}.{name}"
+    return "."

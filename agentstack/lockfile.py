@@ -462,8 +462,8 @@ class Resolver:
 
         found = lock_problem(lock)
         if found is not None:
-            tree, path = found
-            raise Refused(describe(path, "" if tree == "." else tree), hint=HINT)
+            where, path = found
+            raise Refused(describe(path, "" if where == "." else where), hint=HINT)
         return lock
 
 

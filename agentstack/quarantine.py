@@ -433,7 +433,7 @@ def check_contents(qdir: Path, statement: Statement) -> Contents:
         raise reject(
             "git-metadata",
             f"the bundled lock pins {metadata[1][:80]!r}"
-            + (f" in {metadata[0][:80]}" if metadata[0] != "." else "")
+            + (f" ({metadata[0][:80]})" if metadata[0] != "." else "")
             + ", git metadata: a bundle never carries a repository",
         )
     for root, tree_links in links.items():

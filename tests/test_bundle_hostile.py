@@ -277,7 +277,8 @@ def test_lock_refuses_git_metadata_in_a_pinned_tree(kind: str, tmp_path: Path) -
     with pytest.raises(Refused) as refused:
         run_lock(project=project, check=False, frozen=False, update=False, as_json=False)
     assert refused.value.exit_code == 1
-    assert "skills/helper/" in refused.value.message and "git metadata" in refused.value.message
+    assert refused.value.message.startswith("skills.helper: skills/helper/")
+    assert "git metadata" in refused.value.message
     assert "git = URL" in refused.value.hint
     assert not (project / "agentstack.lock").exists()
 
