@@ -607,18 +607,18 @@ def _install(
     name = rel.rsplit("/", 1)[-1]
     with _parent_fd(dest, rel, create=True, made=made) as parent:
         tmp = f".{name}.agentstack-{os.urandom(6).hex()}"
-        if kind == "link":
-            os.symlink(os.fsdecode(data), tmp, dir_fd=parent)
-        else:
-            fd = os.open(tmp, _NEW_FILE, 0o755 if executable else 0o644, dir_fd=parent)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, 0o755 if executable else 0o644)
-            finally:
-                os.close(fd)
         try:
+            if kind == "link":
+                os.symlink(os.fsdecode(data), tmp, dir_fd=parent)
+            else:
+                fd = os.open(tmp, _NEW_FILE, 0o755 if executable else 0o644, dir_fd=parent)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fchmod(fd, 0o755 if executable else 0o644)
+                finally:
+                    os.close(fd)
             os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -759,26 +759,27 @@ def release(
             _install(dest, rel, kind, _read_member(held.path, member_path), executable, made)
             installed.append(rel)
         digest, document = _prove(dest, statement)
+        from agentstack.trust import TrustStore
+
+        store = TrustStore(home)
+        lock_hash = b3((dest / LOCK_NAME).read_bytes())
+        # The commit point: once the release is in the trust log, it stands.
+        store.log.append(
+            "release",
+            str(dest),
+            digest,
+            lock_hash,
+            extra={
+                "bundle": held.meta.get("bundle", ""),
+                "name": statement.name,
+                "version": statement.version,
+                "key": str(held.meta.get("fingerprint", "")),
+                "signer": ",".join(principals),
+            },
+        )
     except BaseException:
         _roll_back(dest, installed, made, moved, backup, made_above)
         raise
-    from agentstack.trust import TrustStore
-
-    store = TrustStore(home)
-    lock_hash = b3((dest / LOCK_NAME).read_bytes())
-    store.log.append(
-        "release",
-        str(dest),
-        digest,
-        lock_hash,
-        extra={
-            "bundle": held.meta.get("bundle", ""),
-            "name": statement.name,
-            "version": statement.version,
-            "key": str(held.meta.get("fingerprint", "")),
-            "signer": ",".join(principals),
-        },
-    )
     if trust:
         store.trust(dest, digest, document, lock_hash)
         from agentstack.snapshot import write_snapshot

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from agentstack import archive, bundle, gitmeta, quarantine
 from agentstack.archive import BundleRejected
-from agentstack.errors import Refused
+from agentstack.errors import AgentstackError, Refused
 from agentstack.keys import allowed_signers
 from tests.bundle_corpus import (
     EXECUTABLES,
@@ -420,6 +420,20 @@ def _fail_at(target: Callable[..., Any], at: int) -> Callable[..., Any]:
     return wrapped
 
 
+def _full_at(target: Callable[..., Any], at: int) -> Callable[..., Any]:
+    import errno
+
+    calls = {"n": 0}
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return target(*args, **kwargs)
+
+    return wrapped
+
+
 def _held(parts: Parts, tmp_path: Path) -> tuple[quarantine.Held, Any, Any]:
     path = tmp_path / "good.astack"
     path.write_bytes(parts.build())
@@ -475,8 +489,24 @@ def test_a_release_that_fails_at_any_step_leaves_the_target_as_it_was(
                 now=NOW,
             )  # fmt: skip
     assert not (tmp_path / "new").exists()
-    release()  # and the same release, uninterrupted, succeeds
+    # Any write failing (a full disk), in a file or in the trust log: until the release is in
+    # the trust log (its commit point), the target is as it was; no partial or temporary file.
+    from agentstack.trustlog import TrustLog
+
+    for at in range(1, files + 8):
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "write", _full_at(os.write, at))
+            with pytest.raises((OSError, AgentstackError)):
+                release()
+        if any(r.action == "release" for r in TrustLog(_home()).records()):
+            break  # committed: the failure came after the commit point
+        assert tree(dest) == before, ("os.write", at)
+    else:
+        raise AssertionError("no write failure came after the commit point")
+    assert at > files, "the trust log was written before the files"
+    # Committed: the release stands, as the trust log says.
     assert (dest / "AGENTS.md").read_text() == "Be careful.\n"
+    release()  # and releasing it again changes nothing
 
 
 # ------------------------------------------------------------------------------ limits
