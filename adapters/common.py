@@ -85,8 +85,15 @@ def instructions_text(context: RenderContext) -> str:
 
 def skill_files(context: RenderContext, base: str) -> list[WholeFile]:
     """Every locked skill file, under `base/<skill>/`, with its bytes verified against the lock."""
+    from agentstack.errors import Refused
+    from agentstack.gitmeta import HINT, describe, git_metadata
+
     out: list[WholeFile] = []
     for name, skill in sorted(context.consent["skills"].items()):
+        # Never rendered as a live repository, whatever lock it comes from (docs/lockfile.md).
+        planted = git_metadata([str(e["path"]) for e in skill["files"]])
+        if planted is not None:
+            raise Refused(describe(f"{base}/{name}/{planted}", f"skills.{name}"), hint=HINT)
         for entry in skill["files"]:
             path = f"{base}/{name}/{entry['path']}"
             data = context.read_skill_file(name, entry)

@@ -627,3 +627,26 @@ def test_a_full_disk_while_receiving_is_a_refusal_and_nothing_is_kept(
     assert refused.value.exit_code == 1 and "No space left" in refused.value.message
     qroot = quarantine.quarantine_root(_home())
     assert list(qroot.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["dot-git", "bare"])
+def test_apply_never_renders_a_repository_from_a_lock_that_pins_one(
+    kind: str, tmp_path: Path
+) -> None:
+    """A lock written before the rule (or by hand) that pins git metadata in a skill: the skill
+    is never rendered into `.claude/skills/` as a live repository."""
+    from agentstack_adapters.base import RenderContext
+    from agentstack_adapters.common import skill_files
+
+    files = [
+        {"path": rel, "kind": "file", "executable": False, "size": 1, "digest": "b3:" + "0" * 64}
+        for rel in _planted(kind, tmp_path / "marker")
+    ]
+    consent = {"skills": {"helper": {"files": files}}}
+    context = RenderContext(
+        root=tmp_path, consent=consent, digest="", guard_command="", state_home=tmp_path,
+        user_home=tmp_path, env={}, read_skill_file=lambda _n, _e: b"x",
+        read_project_file=lambda _p: b"",
+    )  # fmt: skip
+    with pytest.raises(Refused, match=r"skills\.helper: \.claude/skills/helper/.* is git metadata"):
+        skill_files(context, ".claude/skills")
