@@ -467,7 +467,14 @@ def _read_surface(
     path = root / rel
     try:
         st = os.lstat(path)
-        if stat_module.S_ISLNK(st.st_mode):
+        if stat_module.S_ISLNK(st.st_mode) and entry.get("kind") in ("text", "keys"):
+            # Pinned by what the link leads to (an import through an in-project link): carried
+            # as that file's bytes, which give the receiver the same entry.
+            real = path.resolve(strict=True)
+            if real != real_root and real_root not in real.parents:
+                raise Refused(f"{rel} leads outside the project")
+            data, executable, kind = real.read_bytes(), False, "file"
+        elif stat_module.S_ISLNK(st.st_mode):
             target = os.readlink(path)
             data, executable, kind = os.fsencode(target), False, "link"
         elif stat_module.S_ISREG(st.st_mode):

@@ -413,7 +413,7 @@ def check_contents(qdir: Path, statement: Statement) -> Contents:
         if (
             member is None
             or (raw_digest and (member.blake3, member.kind) != (entry.get("digest"), entry["kind"]))
-            or (not raw_digest and member.kind != "file")
+            or (not raw_digest and member.kind not in ("file", "link"))
             or (rel in local and local[rel] != member)
         ):
             raise reject(

@@ -342,7 +342,8 @@ def test_release_never_completes_a_repository_with_what_is_already_there(
 
 SURFACE_FILES = {
     **FILES,
-    "CLAUDE.md": "Undeclared instructions a harness reads.\n",
+    "CLAUDE.md": "Undeclared instructions a harness reads.\n@docs/imported.md\n",
+    "docs/real.md": "Imported through an in-project link.\n",
     ".claude/commands/deploy.md": "Deploy the thing.\n",
     ".claude/settings.json": '{"permissions": {"allow": ["Bash(ls)"]}}\n',
 }
@@ -359,6 +360,7 @@ def test_share_carries_every_file_the_lock_pins(tmp_path: Path) -> None:
 
     homes = _homes(tmp_path)
     project = make_project(tmp_path / "sender", MANIFEST, SURFACE_FILES, EXECUTABLES)
+    (project / "docs/imported.md").symlink_to("real.md")
     homes.run("alice", "lock", cwd=project)
     lock = read_lock(project)
     assert lock is not None
@@ -366,6 +368,7 @@ def test_share_carries_every_file_the_lock_pins(tmp_path: Path) -> None:
         "CLAUDE.md",
         ".claude/commands/deploy.md",
         ".claude/settings.json",
+        "docs/imported.md",
     }
     assert {e["kind"] for e in lock["surface"].values()} == {"text", "file", "keys"}
     homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
@@ -380,7 +383,9 @@ def test_share_carries_every_file_the_lock_pins(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     homes.run("bob", "quarantine", "release", ident, "--into", str(dest), "--yes", cwd=tmp_path)
     for rel in SURFACE_FILES:
-        assert (dest / rel).read_bytes() == (project / rel).read_bytes(), rel
+        if rel != "docs/real.md":  # not pinned: what the link leads to travels in its place
+            assert (dest / rel).read_bytes() == (project / rel).read_bytes(), rel
+    assert (dest / "docs/imported.md").read_text() == SURFACE_FILES["docs/real.md"]
     homes.run("bob", "lock", "--check", cwd=dest)
     assert (
         homes.run("bob", "digest", cwd=dest).stdout
