@@ -185,3 +185,18 @@ def test_inconclusive_exits_1_even_with_allow_unsupported(tmp_path: Path) -> Non
     assert as_json.returncode == 1
     report = json.loads(as_json.stdout)
     assert report["result"] == "inconclusive" and report["coverage"] == {"domains": []}
+
+
+def test_a_counterexample_for_every_host_is_found_past_suffix_rules() -> None:
+    """`*` (network.block = false) against `*.example` rules: the host named is one no rule
+    permits (the old candidates all ended in `.example`, and the check crashed)."""
+    boundary = _boundary(b"[filesystem]\nwrite = ['/p']\n[network]\n"
+                         b"connect = ['*.example', 'h0', '192.0.2.1']\n")
+    reach = build_reach({"sandbox": {"network": {"block": False}}}, ROOT, HOME)
+    result = check(reach, boundary)
+    assert result.result == "exceeds_boundary"
+    shown = result.violations[0].counterexample
+    assert shown.startswith("network connect ")
+    host, _, port = shown.removeprefix("network connect ").rpartition(":")
+    assert not any(rule.host.matches(host.strip("[]")) and rule.low <= int(port) <= rule.high
+                   for rule in boundary.connect), shown
