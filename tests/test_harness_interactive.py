@@ -88,10 +88,10 @@ def _on_pty(argv: list[str], cwd: Path, env: dict[str, str]) -> Iterator[Screen]
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(10)
+                proc.wait(scaled(10))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+                proc.wait(scaled(10))
         os.close(master)
 
 
@@ -163,7 +163,7 @@ def test_interactive_claude_asks_again_after_a_surface_change_and_runs_nothing_b
         assert not model.requests
         screen.send(b"\r")  # the default answer: "No, exit"
         screen.wait_for(lambda t: screen.proc.poll() is not None, timeout=15)
-        assert screen.proc.wait(15) is not None
+        assert screen.proc.wait(scaled(15)) is not None
     assert not (out / "hook-ran").exists() and not (out / "server-ran").exists()
     # Reviewed and applied again: no trust dialog (Claude's own per-server question for the
     # reviewed but undeclared `.mcp.json` server may follow; that is not a trust prompt).
