@@ -210,7 +210,10 @@ def parse_endpoint_rule(text: str) -> Rule:
     return Rule(parse_host(host), lo, hi, text)
 
 
-def _path(text: str, home: str, where: str) -> str:
+def _path(text: str, home: str, where: str, parents: dict[str, str] | None = None) -> str:
+    """The resolved prefix. `parents` caches resolved parent directories across one file's
+    paths: a normalised path resolves as its resolved parent joined with its last component,
+    unless that component is itself a symbolic link."""
     if text == "~" or text.startswith("~/"):
         text = home + text[1:]
     if not posixpath.isabs(text):
@@ -218,7 +221,13 @@ def _path(text: str, home: str, where: str) -> str:
     literal = posixpath.normpath(text)
     if literal.startswith("//"):
         literal = "/" + literal.lstrip("/")
-    return os.path.realpath(literal)
+    parent, leaf = posixpath.split(literal)
+    if parents is None or not leaf:
+        return os.path.realpath(literal)
+    if parent not in parents:
+        parents[parent] = os.path.realpath(parent)
+    joined = posixpath.join(parents[parent], leaf)
+    return os.path.realpath(joined) if os.path.islink(joined) else joined
 
 
 def compile_boundary(data: BoundaryFile, *, home: str, source: str) -> Boundary:
@@ -226,6 +235,7 @@ def compile_boundary(data: BoundaryFile, *, home: str, source: str) -> Boundary:
     read: list[str] = []
     write: list[str] = []
     globs: list[str] = []
+    parents: dict[str, str] = {}
     for key, out in (("read", read), ("write", write)):
         for index, item in enumerate(getattr(data.filesystem, key)):
             where = f"filesystem.{key}[{index}]"
@@ -233,7 +243,7 @@ def compile_boundary(data: BoundaryFile, *, home: str, source: str) -> Boundary:
                 globs.append(item)
                 continue
             try:
-                out.append(_path(item, home, where))
+                out.append(_path(item, home, where, parents))
             except ValueError as exc:
                 problems.append(str(exc))
 

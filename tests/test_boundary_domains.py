@@ -200,3 +200,22 @@ def test_a_counterexample_for_every_host_is_found_past_suffix_rules() -> None:
     host, _, port = shown.removeprefix("network connect ").rpartition(":")
     assert not any(rule.host.matches(host.strip("[]")) and rule.low <= int(port) <= rule.high
                    for rule in boundary.connect), shown
+
+
+def test_cached_parent_resolution_is_realpath(tmp_path: Path) -> None:
+    """Boundary prefixes resolve through a per-file cache of parents; that is os.path.realpath
+    whatever the links (a linked parent, a linked leaf, a dangling one, a missing tree)."""
+    import os
+
+    from agentstack.boundary import _path
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "leaf").symlink_to(tmp_path / "link")
+    (tmp_path / "real" / "dangling").symlink_to(tmp_path / "gone")
+    cache: dict[str, str] = {}
+    for rel in ("link/x", "link", "real/leaf", "real/leaf/y", "real/dangling", "real/dangling/z",
+                "nope/z", "link/../real/x"):
+        path = str(tmp_path / rel)
+        assert _path(path, HOME, "w", cache) == os.path.realpath(os.path.normpath(path)), rel
+    assert _path("/", HOME, "w", cache) == "/"
