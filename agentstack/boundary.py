@@ -5,7 +5,7 @@ with `--boundary`) is the most an environment permits, in the vocabulary of `age
 Everything it does not list is not permitted: an empty boundary permits only the project
 directory itself... and not even that unless `filesystem.write` covers it.
 
-The answer is one of three, never a silent pass:
+The answer is one of four, never a silent pass, and every domain (`DOMAINS`) is answered:
 
 * `within_boundary` — every access the setup can make is permitted;
 * `exceeds_boundary` — with one concrete counterexample per violated domain: an access the setup
@@ -14,7 +14,12 @@ The answer is one of three, never a silent pass:
   `servers.github runs npx @x/y@latest`);
 * `unsupported` — something the check does not model or cannot decide (a glob in a boundary path,
   a grant whose containment depends on a symbolic link, an address against host names), with the
-  reason.
+  reason;
+* `inconclusive` — past the check's limits (`LIMITS`: boundary rules, accesses of the setup, a time
+  budget) it does not decide; it says which limit and which domains it covered.
+
+Indexes keep the work linear: paths are looked up by their ancestors, hosts by their name, their
+dot-suffixes and their address, names by their prefixes, port ranges by bisection.
 
 The procedure is exact over the shapes it accepts: path prefixes (a directory grant is within the
 boundary iff one boundary prefix contains it — a finite set of deeper prefixes never covers a whole
@@ -27,8 +32,12 @@ docs/adr/0009-exact-boundary-check.md says why this and not an SMT solver.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 import posixpath
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,7 +58,7 @@ from agentstack.reach import (
 
 BOUNDARY_NAME = layout.BOUNDARY
 GLOB_CHARS = frozenset("*?[")
-Result = Literal["within_boundary", "exceeds_boundary", "unsupported"]
+Result = Literal["within_boundary", "exceeds_boundary", "unsupported", "inconclusive"]
 
 
 class _Model(BaseModel):
@@ -201,7 +210,10 @@ def parse_endpoint_rule(text: str) -> Rule:
     return Rule(parse_host(host), lo, hi, text)
 
 
-def _path(text: str, home: str, where: str) -> str:
+def _path(text: str, home: str, where: str, parents: dict[str, str] | None = None) -> str:
+    """The resolved prefix. `parents` caches resolved parent directories across one file's
+    paths: a normalised path resolves as its resolved parent joined with its last component,
+    unless that component is itself a symbolic link."""
     if text == "~" or text.startswith("~/"):
         text = home + text[1:]
     if not posixpath.isabs(text):
@@ -209,7 +221,13 @@ def _path(text: str, home: str, where: str) -> str:
     literal = posixpath.normpath(text)
     if literal.startswith("//"):
         literal = "/" + literal.lstrip("/")
-    return os.path.realpath(literal)
+    parent, leaf = posixpath.split(literal)
+    if parents is None or not leaf:
+        return os.path.realpath(literal)
+    if parent not in parents:
+        parents[parent] = os.path.realpath(parent)
+    joined = posixpath.join(parents[parent], leaf)
+    return os.path.realpath(joined) if os.path.islink(joined) else joined
 
 
 def compile_boundary(data: BoundaryFile, *, home: str, source: str) -> Boundary:
@@ -217,6 +235,7 @@ def compile_boundary(data: BoundaryFile, *, home: str, source: str) -> Boundary:
     read: list[str] = []
     write: list[str] = []
     globs: list[str] = []
+    parents: dict[str, str] = {}
     for key, out in (("read", read), ("write", write)):
         for index, item in enumerate(getattr(data.filesystem, key)):
             where = f"filesystem.{key}[{index}]"
@@ -224,7 +243,7 @@ def compile_boundary(data: BoundaryFile, *, home: str, source: str) -> Boundary:
                 globs.append(item)
                 continue
             try:
-                out.append(_path(item, home, where))
+                out.append(_path(item, home, where, parents))
             except ValueError as exc:
                 problems.append(str(exc))
 
@@ -306,6 +325,28 @@ def user_boundary_path() -> Path:
 
 # ------------------------------------------------------------------------- the check
 
+# Every domain the check answers, in the order it answers them. `document` stands for the consent
+# document's own shape: a section or field the check does not model makes it `unsupported`.
+DOMAINS = ("document", "filesystem", "network", "secrets", "environment", "commands", "servers",
+           "permissions", "settings", "surface")
+Status = Literal["within", "exceeds", "unsupported", "inconclusive"]
+UNCONFINED = "the unconfined harness"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Past these the check does not decide: the answer is `inconclusive` (never a pass).
+    `rules`: entries of the boundary file, every list item counted; `accesses`: what the setup
+    reaches (paths, endpoints, secret flows, variables, commands, rules and keys); `seconds`:
+    the time the check may take before it stops where it is."""
+
+    rules: int = 16_384
+    accesses: int = 16_384
+    seconds: float = 5.0
+
+
+LIMITS = Limits()
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -325,6 +366,9 @@ class CheckResult:
     violations: tuple[Violation, ...] = ()
     unsupported: tuple[Unsupported, ...] = ()
     counts: tuple[tuple[str, int], ...] = field(default=())
+    domains: tuple[tuple[str, Status], ...] = field(default=())
+    inconclusive: str | None = None
+    covered: tuple[str, ...] = ()  # the domains answered in full (within or beyond it)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -336,25 +380,225 @@ class CheckResult:
                 {"domain": u.domain, "what": u.what, "reason": u.reason}
                 for u in self.unsupported
             ],
+            "domains": dict(self.domains),
+            "coverage": {"domains": list(self.covered)},
+            "inconclusive": self.inconclusive,
         }
 
 
-def _within(path: str, prefix: str) -> bool:
-    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
+class _OutOfTime(Exception):
+    pass
 
 
-def _name_matches(name: str, pattern: str) -> bool:
-    if pattern == "*":
-        return True
-    if pattern.endswith("*"):
-        return name.startswith(pattern[:-1])
-    return name == pattern
+class _Names:
+    """Names and `PREFIX*` patterns, looked up by the name (exact) and its prefixes."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self.exact: set[str] = set()
+        self.prefixes: set[str] = set()
+        for pattern in patterns:
+            if pattern.endswith("*"):
+                self.prefixes.add(pattern[:-1])
+            else:
+                self.exact.add(pattern)
+        self.lengths = sorted({len(p) for p in self.prefixes})
+
+    def matches(self, name: str) -> bool:
+        if name in self.exact:
+            return True
+        for n in self.lengths:
+            if n > len(name):
+                return False
+            if name[:n] in self.prefixes:
+                return True
+        return False
+
+    def covers(self, pattern: str) -> bool:
+        """Every name `pattern` stands for (one name, or every `PREFIX*` name) matches."""
+        if not pattern.endswith("*"):
+            return self.matches(pattern)
+        stem = pattern[:-1]
+        return any(stem[:n] in self.prefixes for n in self.lengths if n <= len(stem))
+
+    def witness(self, pattern: str, first: Iterable[str] = ()) -> str:
+        """A name `pattern` stands for that does not match (`covers(pattern)` is false)."""
+        if not pattern.endswith("*"):
+            return pattern
+        stem = pattern[:-1]
+        for name in first:
+            if name.startswith(stem) and not self.matches(name):
+                return name
+        # No prefix that contains `stem` exists, so a next character that starts no longer
+        # prefix gives a name no prefix matches; a counter keeps it off the exact names.
+        taken = {p[len(stem)] for p in self.prefixes if len(p) > len(stem) and p.startswith(stem)}
+        alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz0123456789"
+        head = next((c for c in alphabet if c not in taken), None)
+        if head is None:
+            head = next(chr(n) for n in range(0x100, 0x110000) if chr(n) not in taken)
+        index = 0
+        while (name := f"{stem}{head}{index}") in self.exact:
+            index += 1
+        return name
 
 
-def _fs(grant: FsGrant, boundary: Boundary) -> Violation | Unsupported | None:
-    prefixes = boundary.write if grant.op == "write" else boundary.write + boundary.read
-    if any(_within(grant.path, p) for p in prefixes):
-        if grant.path != grant.literal and not any(_within(grant.literal, p) for p in prefixes):
+class _Prefixes:
+    """Directory prefixes, looked up by walking a path's ancestors."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.paths = frozenset(paths)
+
+    def covers(self, path: str) -> bool:
+        while True:
+            if path in self.paths:
+                return True
+            if path in ("/", ""):
+                return False
+            path = posixpath.dirname(path)
+
+
+class _Ranges:
+    """A union of port ranges, merged, searched by bisection."""
+
+    def __init__(self, ranges: Iterable[tuple[int, int]]) -> None:
+        merged: list[list[int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self.starts = [m[0] for m in merged]
+        self.ends = [m[1] for m in merged]
+
+    def end_of(self, point: int) -> int | None:
+        """The last port of the merged range holding `point`, or None."""
+        index = bisect.bisect_right(self.starts, point) - 1
+        if index >= 0 and self.ends[index] >= point:
+            return self.ends[index]
+        return None
+
+
+_NO_RANGES = _Ranges(())
+
+
+def _first_uncovered(low: int, high: int, unions: list[_Ranges]) -> int | None:
+    """The first port of low..high that none of `unions` holds (None: all are held)."""
+    point = low
+    while True:
+        moved = False
+        for union in unions:
+            end = union.end_of(point)
+            if end is not None:
+                point, moved = end + 1, True
+                if point > high:
+                    return None
+        if not moved:
+            return point
+
+
+def _dot_suffixes(name: str) -> Iterator[str]:
+    """`a.b.c` -> `b.c`, `c`: the suffixes a `*.suffix` rule must have to contain `name`."""
+    start = name.find(".")
+    while start >= 0:
+        yield name[start + 1 :]
+        start = name.find(".", start + 1)
+
+
+class _Hosts:
+    """Host rules indexed by kind and value: the rules containing a host set are found from the
+    host (its name, its dot-suffixes, its address) instead of by comparing it with every rule."""
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        grouped: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        named: list[tuple[int, int]] = []
+        for rule in rules:
+            grouped.setdefault((rule.host.kind, rule.host.value), []).append((rule.low, rule.high))
+            if rule.host.kind in ("name", "suffix"):
+                named.append((rule.low, rule.high))
+        self.by_key = {key: _Ranges(ranges) for key, ranges in grouped.items()}
+        self.names = sum(1 for kind, _ in grouped if kind == "name")
+        self.named = _Ranges(named)
+        self.any = self.by_key.get(("any", ""), _NO_RANGES)
+
+    def covering(self, host: Host) -> list[_Ranges]:
+        """The port unions of every rule whose host pattern contains `host` (as Host.contains)."""
+        keys: list[tuple[str, str]] = [("any", "")]
+        if host.kind == "name":
+            keys.append(("name", host.value))
+            keys += [("suffix", s) for s in _dot_suffixes(host.value)]
+        elif host.kind == "suffix":
+            keys.append(("suffix", host.value))
+            keys += [("suffix", s) for s in _dot_suffixes(host.value)]
+        elif host.kind == "ip":
+            keys.append(("ip", host.value))
+        return [self.by_key[k] for k in keys if k in self.by_key]
+
+    def permits(self, host: Host, port: int) -> bool:
+        return any(u.end_of(port) is not None for u in self.covering(host))
+
+
+def _candidates(host: Host, names: int) -> Iterator[str]:
+    if host.kind == "suffix":
+        yield from (f"h{i}.{host.value}" for i in itertools.count())
+    elif host.kind == "any":
+        yield from (f"h{i}.n{i}.example" for i in range(names + 1))
+        yield from (f"h{i}" for i in itertools.count())  # a single label: no suffix rule has it
+    else:  # ip-any: documentation addresses (RFC 5737, then RFC 3849)
+        for net in ("192.0.2", "198.51.100", "203.0.113"):
+            yield from (f"{net}.{i}" for i in range(1, 255))
+        yield from (f"2001:db8::{i:x}" for i in itertools.count(1))
+
+
+def _generic(host: Host, index: _Hosts, port: int) -> str:
+    """A concrete host of `host` that no boundary rule permits on `port`, given that the rules
+    containing `host` leave `port` uncovered. One exists: under a suffix only an exact name rule
+    can permit a fresh name, a single label only a name rule, an address only its own rule."""
+    if host.kind in ("name", "ip"):
+        return host.value
+    for candidate in _candidates(host, index.names):
+        if not index.permits(parse_host(candidate), port):
+            return candidate
+    raise AssertionError("unreachable: the candidates are infinite")  # pragma: no cover
+
+
+def _endpoint(
+    endpoint: Endpoint, index: _Hosts, domain: str, verb: str
+) -> Violation | Unsupported | None:
+    port = _first_uncovered(endpoint.low, endpoint.high, index.covering(endpoint.host))
+    if port is None:
+        return None
+    if endpoint.host.kind == "ip" and index.named.end_of(port) is not None:
+        return Unsupported(
+            domain, f"{endpoint.source}: {endpoint.host}:{port}",
+            "an address against host names: whether a permitted name resolves to this address "
+            "cannot be decided offline",
+        )
+    host = _generic(endpoint.host, index, port)
+    shown = f"[{host}]" if ":" in host else host
+    return Violation(domain, f"{verb} {shown}:{port}", endpoint.source)
+
+
+class _Programs:
+    """`*`, exact programs as written, and `DIR/*` (one level under DIR)."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self.exact: set[str] = set()
+        self.dirs: set[str] = set()
+        for pattern in patterns:
+            self.exact.add(pattern)
+            if pattern.endswith("/*"):
+                self.dirs.add(pattern[:-2])
+        self.star = "*" in self.exact
+
+    def matches(self, program: str) -> bool:
+        if self.star or program in self.exact:
+            return True
+        parent, sep, rest = program.rpartition("/")
+        return bool(sep) and bool(rest) and parent in self.dirs
+
+
+def _fs(grant: FsGrant, boundary: Boundary, prefixes: _Prefixes) -> Violation | Unsupported | None:
+    if prefixes.covers(grant.path):
+        if grant.path != grant.literal and not prefixes.covers(grant.literal):
             return Unsupported(
                 "filesystem", f"{grant.source}: {grant.literal}",
                 f"containment depends on a symbolic link ({grant.literal} -> {grant.path})",
@@ -374,81 +618,20 @@ def _fs(grant: FsGrant, boundary: Boundary) -> Violation | Unsupported | None:
     return Violation("filesystem", f"filesystem {grant.op} {grant.path}", grant.source)
 
 
-def _generic(host: Host, rules: tuple[Rule, ...], port: int) -> str:
-    """A concrete host of `host` that no boundary rule permits on `port`. One exists: each rule
-    that does not contain `host` matches at most one of the len(rules) + 1 candidates tried."""
-    if host.kind in ("name", "ip"):
-        return host.value
-    count = len(rules) + 1
-    if host.kind == "ip-any":
-        candidates = [f"192.0.2.{i + 1}" for i in range(min(count, 254))]  # TEST-NET-1
-    elif host.kind == "suffix":
-        candidates = [f"h{i}.{host.value}" for i in range(count)]
-    else:
-        candidates = [f"h{i}.n{i}.example" for i in range(count)]
-    for candidate in candidates:
-        if not any(r.host.matches(candidate) and r.low <= port <= r.high for r in rules):
-            return candidate
-    raise AssertionError("unreachable: every candidate host is permitted")  # pragma: no cover
-
-
-def _first_uncovered(low: int, high: int, ranges: list[tuple[int, int]]) -> int | None:
-    point = low
-    for lo, hi in sorted(ranges):
-        if lo > point:
-            break
-        point = max(point, hi + 1)
-        if point > high:
-            return None
-    return point if point <= high else None
-
-
-def _endpoint(
-    endpoint: Endpoint, rules: tuple[Rule, ...], domain: str, verb: str
-) -> Violation | Unsupported | None:
-    covering = [(r.low, r.high) for r in rules if r.host.contains(endpoint.host)]
-    port = _first_uncovered(endpoint.low, endpoint.high, covering)
-    if port is None:
-        return None
-    if endpoint.host.kind == "ip" and any(
-        r.host.kind in ("name", "suffix") and r.low <= port <= r.high for r in rules
-    ):
-        return Unsupported(
-            domain, f"{endpoint.source}: {endpoint.host}:{port}",
-            "an address against host names: whether a permitted name resolves to this address "
-            "cannot be decided offline",
-        )
-    host = _generic(endpoint.host, rules, port)
-    shown = f"[{host}]" if ":" in host else host
-    return Violation(domain, f"{verb} {shown}:{port}", endpoint.source)
-
-
-def _command_program(program: str, patterns: tuple[str, ...]) -> bool:
-    for pattern in patterns:
-        if pattern == "*" or program == pattern:
-            return True
-        if pattern.endswith("/*") and "/" in program and program.startswith(pattern[:-1]):
-            rest = program[len(pattern) - 1 :]
-            if rest and "/" not in rest:
-                return True
-    return False
-
-
-def _package_allowed(ecosystem: str, package: str, patterns: tuple[str, ...]) -> bool:
-    qualified = f"{ecosystem}:{package}"
-    return any(_name_matches(qualified, p) or p == "*" for p in patterns)
-
-
-def _check_commands(reach: Reach, boundary: Boundary) -> list[Violation]:
+def _check_commands(
+    reach: Reach, boundary: Boundary, tick: Callable[[], None]
+) -> list[Violation]:
     import shlex
 
+    programs = _Programs(boundary.executables)
+    packages = _Names(boundary.packages)
     out: list[Violation] = []
     for command in reach.commands:
+        tick()
         if not command.argv:
             continue
         line = shlex.join(command.argv)
-        program = command.argv[0]
-        if not _command_program(program, boundary.executables):
+        if not programs.matches(command.argv[0]):
             out.append(Violation("commands", f"{command.process} runs {line}", command.process))
             continue
         if command.package is not None:
@@ -459,7 +642,7 @@ def _check_commands(reach: Reach, boundary: Boundary) -> list[Violation]:
                               f"{ecosystem} package {package})", command.process)
                 )
                 continue
-            if not _package_allowed(ecosystem, package, boundary.packages):
+            if not packages.matches(f"{ecosystem}:{package}"):
                 out.append(
                     Violation("commands", f"{command.process} runs {line} ({ecosystem} "
                               f"package {package})", command.process)
@@ -487,9 +670,98 @@ def _check_commands(reach: Reach, boundary: Boundary) -> list[Violation]:
     return out
 
 
-def check(reach: Reach, boundary: Boundary) -> CheckResult:
+def _process_name(process: str) -> str:
+    return UNCONFINED if process == "harness" else process
+
+
+def _check_secrets(
+    reach: Reach, boundary: Boundary, tick: Callable[[], None]
+) -> list[Violation]:
+    keys = _Names(name for name, _ in boundary.secrets)
+    exact: dict[str, _Names] = {}
+    prefixed: dict[str, _Names] = {}
+    for name, processes in boundary.secrets:
+        table = prefixed if name.endswith("*") else exact
+        table[name.rstrip("*") if name.endswith("*") else name] = _Names(processes)
+
+    def tables(secret: str) -> list[_Names]:
+        """The process patterns of every key containing `secret` (a name, or PREFIX*)."""
+        stem = secret[:-1] if secret.endswith("*") else secret
+        found = [] if secret.endswith("*") else [exact[secret]] if secret in exact else []
+        found += [prefixed[stem[:n]] for n in keys.lengths
+                  if n <= len(stem) and stem[:n] in prefixed]
+        return found
+
+    out: list[Violation] = []
+    for flow in reach.secrets:
+        tick()
+        if any(t.matches(flow.process) for t in tables(flow.secret)):
+            continue
+        name = flow.secret
+        if name.endswith("*"):
+            # A secret no key permitting this process covers: the keys that do, as names.
+            allowing = _Names(k for k, procs in boundary.secrets
+                              if _Names(procs).matches(flow.process))
+            name = allowing.witness(name, ("github-token", "anthropic-api-key"))
+        out.append(Violation(
+            "secrets", f"secret {name} reaches {_process_name(flow.process)}",
+            "sandbox.enabled = false" if flow.process == "harness" else flow.process))
+    return out
+
+
+def _check_environment(
+    reach: Reach, boundary: Boundary, tick: Callable[[], None]
+) -> list[Violation]:
+    sandbox, servers = _Names(boundary.env_sandbox), _Names(boundary.env_servers)
+    out: list[Violation] = []
+    for env in reach.env:
+        tick()
+        names = sandbox if env.process == "sandbox" else servers
+        if names.covers(env.name):
+            continue
+        if env.name.endswith("*"):
+            shown = names.witness(env.name, ("HOME", "PATH", "SSH_AUTH_SOCK", "AWS_SECRET_KEY"))
+            where, source = UNCONFINED, "sandbox.enabled = false"
+        else:
+            shown = env.name
+            where = "the confined harness" if env.process == "sandbox" else env.process
+            source = "sandbox.env" if env.process == "sandbox" else f"{env.process}.env"
+        out.append(Violation("environment", f"environment {shown} reaches {where}", source))
+    return out
+
+
+def rule_count(boundary: Boundary) -> int:
+    """Every entry of the boundary file (each list item, each secret's process)."""
+    return (len(boundary.read) + len(boundary.write) + len(boundary.globs)
+            + len(boundary.connect) + len(boundary.remote)
+            + sum(1 + len(procs) for _, procs in boundary.secrets)
+            + len(boundary.env_sandbox) + len(boundary.env_servers)
+            + len(boundary.executables) + len(boundary.packages) + len(boundary.permissions)
+            + sum(1 + len(keys) for _, keys in boundary.passthrough) + len(boundary.surface))
+
+
+def access_count(reach: Reach) -> int:
+    return (len(reach.fs) + len(reach.network) + len(reach.remotes) + len(reach.secrets)
+            + len(reach.env) + len(reach.commands) + len(reach.permissions)
+            + len(reach.passthrough) + len(reach.surface))
+
+
+def check(
+    reach: Reach, boundary: Boundary, *, limits: Limits = LIMITS, budget: float | None = None
+) -> CheckResult:
+    """The answer for every domain. Past `limits` nothing is decided (`inconclusive`); past the
+    time budget (`budget` seconds, default `limits.seconds`) the domains not finished are
+    `inconclusive`; a counterexample found stands either way."""
     violations: list[Violation] = []
     unsupported: list[Unsupported] = list(reach.unsupported)
+    status: dict[str, Status] = {}
+    inconclusive: str | None = None
+    deadline = time.monotonic() + (limits.seconds if budget is None else budget)
+    cut: set[str] = set()
+
+    def tick() -> None:
+        if time.monotonic() >= deadline:
+            raise _OutOfTime
 
     def add(found: Violation | Unsupported | None) -> None:
         if isinstance(found, Violation):
@@ -497,60 +769,100 @@ def check(reach: Reach, boundary: Boundary) -> CheckResult:
         elif isinstance(found, Unsupported):
             unsupported.append(found)
 
-    for grant in reach.fs:
-        add(_fs(grant, boundary))
-    for endpoint in reach.network:
-        add(_endpoint(endpoint, boundary.connect, "network", "network connect"))
-    for endpoint in reach.remotes:
-        add(_endpoint(endpoint, boundary.remote, "servers", f"{endpoint.source} connects to"))
-    secret_rules = dict(boundary.secrets)
-    for flow in reach.secrets:
-        allowed = [
-            proc for name, procs in secret_rules.items() if _name_matches(flow.secret, name)
-            for proc in procs
-        ]
-        if not any(_name_matches(flow.process, p) for p in allowed):
-            violations.append(
-                Violation("secrets", f"secret {flow.secret} reaches {flow.process}", flow.process)
-            )
-    for env in reach.env:
-        patterns = boundary.env_sandbox if env.process == "sandbox" else boundary.env_servers
-        if not any(_name_matches(env.name, p) for p in patterns):
-            where = "the confined harness" if env.process == "sandbox" else env.process
-            source = "sandbox.env" if env.process == "sandbox" else f"{env.process}.env"
-            violations.append(
-                Violation("environment", f"environment {env.name} reaches {where}", source)
-            )
-    violations.extend(_check_commands(reach, boundary))
-    for rule in reach.permissions:
-        if not any(p == "*" or p == rule for p in boundary.permissions):
-            violations.append(
-                Violation("permissions", f"permission allow {rule}", "settings.permissions.allow")
-            )
-    passthrough = dict(boundary.passthrough)
-    for harness, key in reach.passthrough:
-        keys = [k for h, ks in passthrough.items() if h in ("*", harness) for k in ks]
-        if not any(k in ("*", key) for k in keys):
-            violations.append(
-                Violation("settings", f"passthrough {harness}.{key}",
-                          f"settings.passthrough.{harness}.{key}")
-            )
+    def filesystem() -> None:
+        write = _Prefixes(boundary.write)
+        read = _Prefixes(boundary.write + boundary.read)
+        for grant in reach.fs:
+            tick()
+            add(_fs(grant, boundary, write if grant.op == "write" else read))
 
-    for entry in reach.surface:
-        if not any(_name_matches(entry.path, p) for p in boundary.surface):
-            violations.append(
-                Violation("surface", f"surface {entry.path}: {entry.fact}",
-                          f"surface[{entry.path}]")
-            )
+    def network() -> None:
+        index = _Hosts(boundary.connect)
+        for endpoint in reach.network:
+            tick()
+            add(_endpoint(endpoint, index, "network", "network connect"))
+
+    def servers() -> None:
+        index = _Hosts(boundary.remote)
+        for endpoint in reach.remotes:
+            tick()
+            add(_endpoint(endpoint, index, "servers", f"{endpoint.source} connects to"))
+
+    def permissions() -> None:
+        allowed = set(boundary.permissions)
+        for rule in reach.permissions:
+            tick()
+            if "*" not in allowed and rule not in allowed:
+                violations.append(Violation("permissions", f"permission allow {rule}",
+                                            "settings.permissions.allow"))
+
+    def settings() -> None:
+        keys = dict(boundary.passthrough)
+        for harness, key in reach.passthrough:
+            tick()
+            permitted = set(keys.get("*", ())) | set(keys.get(harness, ()))
+            if "*" not in permitted and key not in permitted:
+                violations.append(Violation("settings", f"passthrough {harness}.{key}",
+                                            f"settings.passthrough.{harness}.{key}"))
+
+    def surface() -> None:
+        patterns = _Names(boundary.surface)
+        for entry in reach.surface:
+            tick()
+            if not patterns.matches(entry.path):
+                violations.append(Violation("surface", f"surface {entry.path}: {entry.fact}",
+                                            f"surface[{entry.path}]"))
+
+    steps: dict[str, Callable[[], None]] = {
+        "document": lambda: None,
+        "filesystem": filesystem,
+        "network": network,
+        "secrets": lambda: violations.extend(_check_secrets(reach, boundary, tick)),
+        "environment": lambda: violations.extend(_check_environment(reach, boundary, tick)),
+        "commands": lambda: violations.extend(_check_commands(reach, boundary, tick)),
+        "servers": servers,
+        "permissions": permissions,
+        "settings": settings,
+        "surface": surface,
+    }
+    rules, accesses = rule_count(boundary), access_count(reach)
+    if rules > limits.rules or accesses > limits.accesses:
+        inconclusive = (
+            f"the boundary has {rules:,} rules (the check decides up to {limits.rules:,})"
+            if rules > limits.rules else
+            f"the setup reaches {accesses:,} paths, endpoints and names (the check decides up "
+            f"to {limits.accesses:,})")
+        status = {d: "inconclusive" for d in DOMAINS}
+    else:
+        for domain in DOMAINS:
+            try:
+                tick()
+                steps[domain]()
+            except _OutOfTime:
+                seconds = limits.seconds if budget is None else budget
+                inconclusive = f"the check's time budget ({seconds:g} s) ran out in {domain}"
+                for rest in DOMAINS[DOMAINS.index(domain):]:
+                    status[rest] = "inconclusive"
+                    cut.add(rest)
+                break
+            status[domain] = "within"
 
     counts: dict[str, int] = {}
     first: dict[str, Violation] = {}
     for violation in violations:
         counts[violation.domain] = counts.get(violation.domain, 0) + 1
         first.setdefault(violation.domain, violation)
+    for item in unsupported:
+        domain = item.domain if item.domain in status else "document"
+        if status.get(domain) == "within":
+            status[domain] = "unsupported"
+    for domain in first:
+        status[domain] = "exceeds"
     result: Result
     if first:
         result = "exceeds_boundary"
+    elif inconclusive is not None:
+        result = "inconclusive"
     elif unsupported:
         result = "unsupported"
     else:
@@ -561,6 +873,9 @@ def check(reach: Reach, boundary: Boundary) -> CheckResult:
         violations=tuple(first.values()),
         unsupported=tuple(dict.fromkeys(unsupported)),
         counts=tuple(sorted(counts.items())),
+        domains=tuple((d, status[d]) for d in DOMAINS),
+        inconclusive=inconclusive,
+        covered=tuple(d for d in DOMAINS if d not in cut and status[d] in ("within", "exceeds")),
     )
 
 
@@ -596,6 +911,9 @@ def describe(result: CheckResult) -> list[str]:
                      f"(from {violation.source}{extra})")
     for item in result.unsupported:
         lines.append(f"  unsupported {item.domain}: {item.what}: {item.reason}")
+    if result.inconclusive is not None:
+        lines.append(f"  inconclusive: {result.inconclusive}")
+    lines.append("coverage: domains=" + (",".join(result.covered) or "none"))
     return lines
 
 

@@ -49,7 +49,10 @@ def server_states(output: str, servers: list[str]) -> dict[str, str]:
 
 
 def _mcp_list(binary: str, root: Path) -> tuple[int | None, str]:
+    from agentstack.patience import scaled
+
     env = dict(os.environ, NO_COLOR="1", TERM="dumb")
+    timeout = scaled(MCP_LIST_TIMEOUT)
     try:
         done = subprocess.run(
             [binary, "mcp", "list"],
@@ -58,11 +61,11 @@ def _mcp_list(binary: str, root: Path) -> tuple[int | None, str]:
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=MCP_LIST_TIMEOUT,
+            timeout=timeout,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return None, f"timed out after {MCP_LIST_TIMEOUT:.0f} s"
+        return None, f"timed out after {timeout:.0f} s"
     except OSError as exc:
         return None, str(exc)
     return done.returncode, done.stdout + done.stderr

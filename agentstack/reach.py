@@ -5,7 +5,7 @@ The consent document says what will run and what the model reads; this module tu
 
 * filesystem — every path the confined process may read or write beyond agentstack's own base
   profile (the project directory read-write, each `[sandbox]` grant); with the sandbox disabled,
-  everything;
+  everything (and then every variable and every secret reach the unconfined harness too);
 * network — every (host pattern, TCP port range) it may connect to: `allow_domains` and credential
   routes through the proxy, `localhost_ports` on *any* address (Landlock filters TCP by port only,
   as `agentstack why` says), everything when the network is not blocked;
@@ -144,13 +144,13 @@ class FsGrant:
 
 @dataclass(frozen=True)
 class SecretFlow:
-    secret: str
-    process: str
+    secret: str  # a secret's name, or `*`: every secret
+    process: str  # "servers.NAME", "sandbox.credentials.NAME", or "harness" (unconfined)
 
 
 @dataclass(frozen=True)
 class EnvFlow:
-    name: str
+    name: str  # a variable name, or `*`: every variable (an unconfined harness)
     process: str  # "sandbox" for the confined harness, or "servers.NAME"
 
 
@@ -293,6 +293,11 @@ def build_reach(document: dict[str, Any], root: str | None, home: str) -> Reach:
         fs.append(FsGrant("write", "/", "/", False, "sandbox.enabled = false"))
         network.append(Endpoint(Host("any"), 1, MAX_PORT, "sandbox.enabled = false"))
         network.append(Endpoint(Host("ip-any"), 1, MAX_PORT, "sandbox.enabled = false"))
+        # Unconfined, the harness gets the whole environment and can read every secret store.
+        env.append(EnvFlow("*", "sandbox"))
+        secrets.append(SecretFlow("*", "harness"))
+        for name in sandbox.get("env", []):
+            env.append(EnvFlow(name, "sandbox"))
     else:
         if root is None or workdir is None:
             unsupported.append(Unsupported(

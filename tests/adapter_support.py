@@ -13,6 +13,7 @@ from typing import Any
 
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin
+from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import MockModel, ToolCall
 
@@ -122,7 +123,7 @@ def guard_snapshot(root: Path) -> dict[str, Any]:
 def mcp_list(binary: str, root: Path, env: Mapping[str, str], timeout: int = 180) -> str:
     """`<binary> mcp list` in `root`: what the real harness says it loads (stdout and stderr)."""
     result = subprocess.run([str(harness_bin(binary)), "mcp", "list"], cwd=root, env=dict(env),
-                            capture_output=True, text=True, timeout=timeout)
+                            capture_output=True, text=True, timeout=scaled(timeout))
     return result.stdout + result.stderr
 
 
@@ -137,7 +138,7 @@ def drive(root: Path, call: ToolCall, argv: list[str],
     marker.unlink(missing_ok=True)
     with MockModel([call]) as model:
         result = subprocess.run(argv, cwd=root, env=dict(env_for(model)), capture_output=True,
-                                text=True, timeout=timeout)
+                                text=True, timeout=scaled(timeout))
     texts = [r.text for r in model.tool_results]
     ran = marker.exists() if call is TOUCH else any("added note" in t for t in texts)
     return ran, "\n".join(texts) + result.stdout + result.stderr, result.returncode

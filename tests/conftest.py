@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.deadline import scaled
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 _REAL_HOME = Path(os.path.expanduser("~"))
@@ -48,7 +50,7 @@ def run_cli(*args: str, cwd: Path, input: str | None = None,
         full_env.update(env)
     return subprocess.run(
         [sys.executable, "-m", "agentstack", *args],
-        cwd=cwd, input=input, capture_output=True, text=True, env=full_env, timeout=120,
+        cwd=cwd, input=input, capture_output=True, text=True, env=full_env, timeout=scaled(120),
     )
 
 

@@ -16,6 +16,7 @@ import pytest
 from agentstack.apply import GUARD_CODE
 from tests.adapter_support import locked_project, trust_and_apply
 from tests.conftest import run_cli
+from tests.harness.deadline import scaled
 
 STDIO_KEYS = {"command", "args", "env"}
 REMOTE_KEYS = {"url", "headers", "type"}
@@ -95,7 +96,7 @@ def test_guard_denies_in_cursors_shape(tmp_path: Path) -> None:
     event = {"hook_event_name": "preToolUse", "tool_name": "Shell",
              "tool_input": {"command": "ls"}, "workspace_roots": [str(root)]}
     result = subprocess.run(shlex.split(guard["command"]), cwd=root, input=json.dumps(event),
-                            capture_output=True, text=True, timeout=30)
+                            capture_output=True, text=True, timeout=scaled(30))
     assert result.returncode == 2
     decision = json.loads(result.stdout)
     assert decision["permission"] == "deny" and "revoked" in decision["agent_message"]

@@ -26,6 +26,7 @@ from tests.adapter_support import TOUCH, drive, guard_snapshot, mcp_list, notes_
 from tests.adapter_support import ok as _ok
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import ToolCall
 
@@ -151,7 +152,7 @@ def run_gemini(root: Path, home: Path, call: ToolCall, *args: str) -> tuple[bool
     return drive(
         root, call, [str(harness_bin("gemini")), "-p", "do it", "--approval-mode", "yolo", *args],
         lambda model: harness_env(home, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model.url),
-        timeout=120)
+        timeout=scaled(120))
 
 
 @pytest.mark.slow

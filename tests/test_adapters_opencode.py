@@ -29,6 +29,7 @@ from tests.adapter_support import ok as _ok
 from tests.adapter_support import render as _render
 from tests.conftest import REPO, run_cli
 from tests.harness.binaries import harness_bin, harness_env, in_ci
+from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import MockModel, ToolCall
 
@@ -100,7 +101,7 @@ def _plugin_decision(project: Path, tmp_path: Path, guard: list[str], *, tool: s
         " {args: {command: 'true'}}); console.log('ALLOW'); }\n"
         "catch (e) { console.log('DENY ' + e.message); }\n")
     result = subprocess.run([node, str(tmp_path / "call.mjs")], capture_output=True, text=True,
-                            timeout=60)
+                            timeout=scaled(60))
     return result.stdout.strip()
 
 

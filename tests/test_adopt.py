@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import copy_example
+from tests.harness.deadline import scaled
 from tests.test_surface import HOOK, cli, ok
 
 
@@ -109,7 +110,7 @@ def test_shims_start_the_harness_only_on_the_trusted_surface(project: Path, tmp_
 
     def start(cwd: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["claude", "-p", "hi"], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=scaled(60))
 
     # Outside any agentstack project: straight through.
     outside = tmp_path / "elsewhere"

@@ -19,6 +19,7 @@ from agentstack import archive, bundle
 from agentstack.trustlog import TrustLog
 from tests.bundle_corpus import make_locked_project
 from tests.conftest import copy_example, run_cli
+from tests.harness.deadline import scaled
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 
@@ -517,7 +518,7 @@ def test_release_asks_on_a_terminal_and_no_writes_nothing(tmp_path: Path, homes:
         )  # fmt: skip
         os.close(slave)
         output, answered = b"", False
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 0.5)
             if ready:
@@ -533,7 +534,7 @@ def test_release_asks_on_a_terminal_and_no_writes_nothing(tmp_path: Path, homes:
                     answered = True
             elif proc.poll() is not None:
                 break
-        code = proc.wait(timeout=30)
+        code = proc.wait(timeout=scaled(30))
         os.close(master)
         return code, output.decode(errors="replace")
 

@@ -32,6 +32,7 @@ import pytest
 
 from agentstack.sandbox import verify
 from tests.conftest import REPO, make_project, run_cli
+from tests.harness.deadline import scaled
 
 PYTHON = verify.system_python()
 PROBE = REPO / "agentstack" / "sandbox" / "probe.py"
@@ -94,7 +95,7 @@ def test_probe_observes_success_unconfined(scene: verify.Scenario, row: verify.R
     if row.name == "raw-disk" and not scene.values["disk"]:
         pytest.skip("no block device backs /")
     argv = scene.argv(row, "direct")
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=scene.workdir, timeout=30,
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=scene.workdir, timeout=scaled(30),
                           stdin=subprocess.DEVNULL, check=False)
     output = done.stdout.strip()
     if row.name == "tiocsti":  # stdin is not a terminal: the ioctl reaches the tty layer
@@ -225,7 +226,7 @@ def test_sigterm_to_run_reaches_the_command(shared: tuple[Path, dict[str, str]],
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 42
+    assert proc.wait(timeout=scaled(30)) == 42
 
 
 def test_interactive_run_keeps_the_terminal(shared: tuple[Path, dict[str, str]],
@@ -242,7 +243,7 @@ def test_interactive_run_keeps_the_terminal(shared: tuple[Path, dict[str, str]],
         os.execv(sys.executable, [sys.executable, "-m", "agentstack", "run", "--", PYTHON or
                                   "python3", "-c", script])
     output = b""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline:
         ready, _, _ = select.select([fd], [], [], 1)
         if ready:
@@ -276,7 +277,7 @@ def test_ctrl_c_on_the_terminal_reaches_the_harness(shared: tuple[Path, dict[str
                                   "python3", "-c", script])
     output = b""
     sent = False
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline:
         ready, _, _ = select.select([fd], [], [], 0.5)
         if ready:
@@ -512,7 +513,7 @@ def test_readonly_files_for_the_guard(scene: verify.Scenario) -> None:
                   {"PATH": "/usr/bin:/bin"}, interactive=False, stdin=subprocess.DEVNULL,
                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                   readonly_files={"snapshot.json": b'{"snapshot": 1}'}) as child:
-        out, _ = child.process.communicate(timeout=30)
+        out, _ = child.process.communicate(timeout=scaled(30))
     lines = out.decode().split("\n")
     assert lines[:3] == ['{"snapshot": 1}', "DENIED 13", "DENIED 13"], out
 
@@ -558,7 +559,14 @@ def joiner():
     time.sleep(300)
 daemon(respawn)
 daemon(joiner)
-time.sleep(0.3)
+# Until both daemons (and a respawned child) have written their pids: 101 + 3 lines. The bound
+# only ends a hang; the test counts the lines itself.
+end = time.monotonic() + 300
+while time.monotonic() < end:
+    with open("pids.txt") as handle:
+        if len(handle.read().split()) >= 104:
+            break
+    time.sleep(0.01)
 """
 
 
@@ -605,7 +613,7 @@ def test_nothing_outlives_run(scene: verify.Scenario, containment: str, launcher
         work, scene.policy, ["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"},
         interactive=False, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
     ) as child:  # a file, not a pipe: the survivors would hold a pipe open
-        assert child.process.wait(timeout=60) == 0, log.read_text()
+        assert child.process.wait(timeout=scaled(60)) == 0, log.read_text()
         pids = [int(p) for p in pids_file.read_text().split()]
         assert len(pids) >= 104, len(pids)  # 101 in the chain, 2 daemons, >= 1 respawned child
         assert len(_alive(pids)) >= 100  # the command exited; its tree is still running
@@ -640,6 +648,7 @@ def thief():
             fd = os.open(path, os.O_RDONLY)
         except OSError:
             continue
+        open("tried.txt", "w").close()
         with open("stolen.txt", "ab") as out:
             while True:
                 try:
@@ -648,9 +657,13 @@ def thief():
                     break
                 out.write(data)
                 out.flush()
+    open("tried.txt", "w").close()
     time.sleep(300)
 daemon(thief)
-time.sleep(0.3)
+# Until the thief has opened a terminal (or found none it can open); the bound only ends a hang.
+end = time.monotonic() + 300
+while not os.path.exists("tried.txt") and time.monotonic() < end:
+    time.sleep(0.01)
 print("SESSION", os.isatty(0), os.ttyname(0) != sys.argv[2], flush=True)
 """
 
@@ -663,7 +676,7 @@ def test_interactive_run_owns_the_terminal_and_leaves_nothing(
     terminal is gone when `run` returns, and the next line typed reaches the shell."""
     project, env = shared
     (project / "thief.py").write_text(THIEF)
-    for name in ("pids.txt", "stolen.txt"):
+    for name in ("pids.txt", "stolen.txt", "tried.txt"):
         (project / name).unlink(missing_ok=True)
     pid, fd = pty.fork()
     if pid == 0:
@@ -674,7 +687,7 @@ def test_interactive_run_owns_the_terminal_and_leaves_nothing(
         os.execv("/bin/sh", ["/bin/sh", "-c", shell])
     output = b""
     sent = False
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + scaled(90)
     while time.monotonic() < deadline and b"GOT:" not in output:
         ready, _, _ = select.select([fd], [], [], 0.5)
         if ready:
@@ -724,7 +737,7 @@ def test_nono_alone_would_tunnel_and_the_gate_refuses(scene: verify.Scenario) ->
                    f"Proxy-Authorization: Basic {token}\r\n\r\n").encode()
         replies = {}
         for name, port in (("nono", proxy.nono_port), ("gate", proxy.port)):
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            with socket.create_connection(("127.0.0.1", port), timeout=scaled(10)) as sock:
                 sock.sendall(request)
                 replies[name] = sock.recv(4096).split(b"\r\n", 1)[0]
         child.process.kill()
@@ -792,7 +805,7 @@ def test_checks_run_once_the_tree_is_gone(shared: tuple[Path, dict[str, str]]) -
     late = "(setsid sh -c 'sleep 1; echo late >> .git/config' > /dev/null 2>&1 &); exit 0"
     done = run_cli("run", "--", "/bin/sh", "-c", late, cwd=project, env=env)
     assert done.returncode == 0, done.stderr
-    time.sleep(2)
+    time.sleep(scaled(2))  # the late writer (sleep 1) would have written by now
     assert config.read_text() == "[core]\n"
     assert "WARNING" not in done.stderr
     shutil.rmtree(project / ".git")

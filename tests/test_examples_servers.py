@@ -22,6 +22,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from agentstack.manifest import parse_manifest
+from tests.harness.deadline import scaled
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MINIMAL = EXAMPLES / "minimal"
@@ -31,7 +32,7 @@ SERVER_TIMEOUT = 15.0
 
 async def _session(root: Path, script: str, env: dict[str, str], log: Path, check: Any) -> None:
     params = StdioServerParameters(command=sys.executable, args=[script], cwd=root, env=env)
-    with anyio.fail_after(SERVER_TIMEOUT), log.open("w") as errlog:
+    with anyio.fail_after(scaled(SERVER_TIMEOUT)), log.open("w") as errlog:
         async with (
             stdio_client(params, errlog=errlog) as (read, write),
             ClientSession(read, write) as session,
@@ -165,7 +166,7 @@ def test_make_skill_repo_is_idempotent(tmp_path: Path) -> None:
             env=env,
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=scaled(30),
             check=False,
         )
         assert done.returncode == 0, done.stderr
@@ -216,7 +217,7 @@ def test_make_skill_repo_takes_a_directory(tmp_path: Path) -> None:
         env=_git_env(tmp_path),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=scaled(30),
         check=True,
     )
     assert done.stdout.splitlines() == [str(target.resolve()), f"file://{target.resolve()}"]

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from agentstack import githooks
 from agentstack.errors import Refused
 from tests.conftest import make_project, run_cli
+from tests.harness.deadline import scaled
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
@@ -28,7 +29,7 @@ GIT_ENV = {
 def git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """git in a repository this test made itself (never in one it did not)."""
     result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                            env={**os.environ, **GIT_ENV}, timeout=60)
+                            env={**os.environ, **GIT_ENV}, timeout=scaled(60))
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 
@@ -94,7 +95,7 @@ def test_an_existing_hook_is_chained_with_its_arguments_and_input(repo: Path, tm
     chained = repo / ".git" / "hooks" / ("post-rewrite" + githooks.CHAINED)
     assert chained.read_bytes() == before
     run = subprocess.run([str(original), "rebase"], input="old new\n", capture_output=True,
-                         text=True, cwd=repo, timeout=60)
+                         text=True, cwd=repo, timeout=scaled(60))
     assert run.returncode == 7  # the chained hook's status is git's
     assert log.read_text() == "args=rebase\nold new\n"  # our check did not eat its input
     githooks.remove(repo)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from agentstack.apply import guard_command
 from tests.conftest import REPO, make_project, run_cli
+from tests.harness.deadline import scaled
 
 MANIFEST = """\
 [project]
@@ -71,7 +72,7 @@ def guard(harness: str, payload: bytes | str, *, cwd: Path | None = None,
     full_env.update(env or {})
     return subprocess.run(guard_argv(harness, None if user_level else project, event=hook_event),
                           input=data, capture_output=True, cwd=cwd or REPO, env=full_env,
-                          timeout=30)
+                          timeout=scaled(30))
 
 
 def event(root: Path, tool: str = "Bash", **tool_input: object) -> str:
@@ -303,7 +304,7 @@ def test_huge_and_truncated_input(project: Path) -> None:
 def test_guard_path_imports_only_the_standard_library(project: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-I", "-X", "importtime", *guard_argv("claude-code", project)[2:]],
-        input=event(project).encode(), capture_output=True, timeout=30)
+        input=event(project).encode(), capture_output=True, timeout=scaled(30))
     assert result.returncode == 0, result.stderr
     imported = {line.split("|")[-1].strip().split(".")[0]
                 for line in result.stderr.decode().splitlines() if line.startswith("import time:")}
@@ -325,7 +326,7 @@ def test_guard_survives_broken_stdout(project: Path) -> None:
                             stderr=subprocess.PIPE)
     assert proc.stdout is not None
     proc.stdout.close()
-    _, err = proc.communicate(event(project, "mcp__evil__x").encode(), timeout=30)
+    _, err = proc.communicate(event(project, "mcp__evil__x").encode(), timeout=scaled(30))
     assert proc.returncode == 2
     assert b"Traceback" not in err
 

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from agentstack import _guard, _guard_more
 from agentstack.apply import guard_command
 from tests.conftest import REPO, make_project, run_cli
+from tests.harness.deadline import scaled
 
 MANIFEST = """\
 [project]
@@ -490,7 +491,7 @@ def test_trusted_unchanged_path_imports_none_of_the_slow_modules(project: Projec
     command = [argv[0], "-I", "-S", "-X", "importtime", "-c", code, "--harness", "claude-code",
                "--state", str(project.state), "--project", str(project.root)]
     result = subprocess.run(command, input=project.event(), capture_output=True,
-                            cwd=project.root, timeout=30)
+                            cwd=project.root, timeout=scaled(30))
     assert result.returncode == 0, result.stderr
     imported = {line.split("|")[-1].strip() for line in result.stderr.decode().splitlines()
                 if line.startswith("import time:")}
@@ -509,7 +510,7 @@ def test_the_rendered_command_survives_every_config_format() -> None:
 
     assert tomllib.loads(f"c = {json.dumps(line)}")["c"] == line
     check = subprocess.run([sys.executable, "-I", "-c", argv[3], "--harness", "nope", "--project", "/x"],
-                           input=b"{}", capture_output=True, timeout=30)
+                           input=b"{}", capture_output=True, timeout=scaled(30))
     assert check.returncode == 2 and b"unknown harness" in check.stderr
 
 

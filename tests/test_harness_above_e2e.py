@@ -26,6 +26,7 @@ import pytest
 
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.deadline import scaled
 from tests.harness.drive import run_claude, run_codex
 from tests.harness.mock_model import MockModel
 from tests.test_harness_surface_e2e import _codex_home
@@ -181,7 +182,7 @@ def _drive(harness: str, proj: Path, home: Path, model: MockModel) -> str:
         argv = [str(harness_bin("copilot")), "-p", "say hi", "--allow-all-tools"]
         env = copilot_env(home, COPILOT_PROVIDER_BASE_URL=model.openai_base_url,
                           COPILOT_MODEL="gpt-4o")
-    done = subprocess.run(argv, cwd=proj, env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(argv, cwd=proj, env=env, capture_output=True, text=True, timeout=scaled(240))
     return done.stdout + done.stderr
 
 

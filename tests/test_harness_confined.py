@@ -21,6 +21,7 @@ import pytest
 from agentstack.sandbox import verify
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin
+from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
 
 REAL_KEY = "sk-ant-real-key-never-in-the-sandbox-0042"
@@ -289,7 +290,7 @@ base_url_env = "ANTHROPIC_BASE_URL"
 
         def wait_for(pattern: str, timeout: float = 60) -> bool:
             nonlocal screen
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + scaled(timeout)
             while time.monotonic() < deadline:
                 plain = re.sub(rb"\x1b\[[0-9;?<>]*[a-zA-Z~]|\x1b\][^\x07]*\x07|\x1b.", b"", screen)
                 if pattern.encode() in plain:
@@ -308,7 +309,7 @@ base_url_env = "ANTHROPIC_BASE_URL"
         try:
             assert wait_for("auto mode"), screen[-2000:]
             os.write(fd, b"go\r")
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + scaled(60)
             while not model.tool_results and time.monotonic() < deadline:
                 wait_for("\0", 0.5)
             assert model.tool_results, screen[-2000:]

@@ -24,6 +24,7 @@ import pytest
 
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.deadline import scaled
 from tests.harness.drive import CODEX_OFFLINE_TOML, NOTES_SERVER, run_claude, run_codex
 from tests.harness.mock_model import MockModel, ToolCall
 
@@ -96,7 +97,7 @@ def _codex_config(home: Path, model: MockModel | None) -> None:
 def _mcp_list(harness: str, root: Path, home: Path) -> str:
     argv = [str(harness_bin("claude" if harness == "claude-code" else "codex")), "mcp", "list"]
     result = subprocess.run(argv, cwd=root, env=harness_env(home), capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=scaled(120))
     return result.stdout + result.stderr
 
 

@@ -28,6 +28,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel
 from tests.test_harness_surface_e2e import _claude_entries, _codex_entries, _codex_home, _ok
 from tests.test_harness_surface_e2e import project as project
@@ -53,7 +54,7 @@ class Screen:
         return re.sub(r"\s+", "", _ANSI.sub(b"", self.raw).decode("utf-8", "replace"))
 
     def wait_for(self, done: Callable[[str], bool], timeout: float = 30) -> bool:
-        end = time.monotonic() + timeout
+        end = time.monotonic() + scaled(timeout)
         while time.monotonic() < end:
             if done(self.text):
                 return True
@@ -87,10 +88,10 @@ def _on_pty(argv: list[str], cwd: Path, env: dict[str, str]) -> Iterator[Screen]
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(10)
+                proc.wait(scaled(10))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+                proc.wait(scaled(10))
         os.close(master)
 
 
@@ -157,12 +158,12 @@ def test_interactive_claude_asks_again_after_a_surface_change_and_runs_nothing_b
     with MockModel([]) as model, interactive_claude(project, isolated_home, model) as screen:
         assert screen.wait_for(lambda t: TRUST_DIALOG in t), screen.text[-2000:]
         assert ".claude/settings.json" in screen.text  # it names the hooks it would load
-        time.sleep(2)  # give anything that would run early the chance to
+        time.sleep(scaled(2))  # give anything that would run early the chance to
         assert not (out / "hook-ran").exists() and not (out / "server-ran").exists()
         assert not model.requests
         screen.send(b"\r")  # the default answer: "No, exit"
         screen.wait_for(lambda t: screen.proc.poll() is not None, timeout=15)
-        assert screen.proc.wait(15) is not None
+        assert screen.proc.wait(scaled(15)) is not None
     assert not (out / "hook-ran").exists() and not (out / "server-ran").exists()
     # Reviewed and applied again: no trust dialog (Claude's own per-server question for the
     # reviewed but undeclared `.mcp.json` server may follow; that is not a trust prompt).
@@ -194,7 +195,7 @@ def test_interactive_codex_asks_again_after_a_surface_change_and_starts_no_serve
     assert withdrawn.returncode == 1 and "withdrew" in withdrawn.stderr
     with MockModel([]) as model, interactive_codex(project, isolated_home, model) as screen:
         assert screen.wait_for(lambda t: CODEX_TRUST_DIALOG in t), screen.text[-2000:]
-        time.sleep(2)
+        time.sleep(scaled(2))
         assert not (out / "server-ran").exists()  # the planted project server did not start
         assert not model.requests
     # Reviewed and applied: no dialog, and the (now reviewed) server starts.

@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.deadline import scaled
 from tests.harness.drive import CODEX_OFFLINE_TOML, run_claude, run_codex
 from tests.harness.mock_model import MockModel
 
@@ -170,7 +171,7 @@ def test_the_shim_refuses_a_drifted_project_before_claude_runs_anything(
     def via_shim(model: MockModel) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["claude", "-p", "say hi", "--output-format", "json"], cwd=project,
                               env={**env, "ANTHROPIC_BASE_URL": model.url}, capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=scaled(120))
 
     with MockModel([]) as model:
         started = via_shim(model)

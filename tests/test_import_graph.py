@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.harness.deadline import scaled
 
 PACKAGE = REPO / "agentstack"
 
@@ -159,7 +160,7 @@ def test_help_and_parsing_import_no_framework(tmp_path: Path) -> None:
     for args in (["--help"], ["status", "--help"], ["trust", "--help"], ["add", "server", "-h"],
                  ["digest", "--no-such-option"], ["run", "--help"]):
         result = subprocess.run([sys.executable, "-c", probe, *args], cwd=tmp_path,
-                                capture_output=True, text=True, timeout=60,
+                                capture_output=True, text=True, timeout=scaled(60),
                                 env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
                                      "HOME": str(tmp_path)})
         assert result.stderr.rstrip().endswith("IMPORTED:"), (args, result.stderr)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import git, make_project, run_cli
+from tests.harness.deadline import scaled
 
 BASE = """\
 [project]
@@ -327,7 +328,7 @@ def test_cli_does_not_import_git_unless_resolving(project: Path, args: list[str]
     run_cli("lock", cwd=project)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     result = subprocess.run([sys.executable, "-c", _PROBE, *args], cwd=project, env=env,
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=scaled(60))
     assert "IMPORTED:\n" in result.stderr or result.stderr.rstrip().endswith("IMPORTED:"), (
         result.stderr
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import git, make_project, run_cli
+from tests.harness.deadline import scaled
 
 
 def _repo(path: Path, files: dict[str, bytes]) -> Path:
@@ -72,7 +73,7 @@ def test_a_huge_git_blob_is_hashed_without_reading_it_into_memory(tmp_path: Path
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     result = subprocess.run([sys.executable, "-c", probe], cwd=project, env=env,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=scaled(300))
     line = [x for x in result.stderr.splitlines() if x.startswith("RSS")][-1]
     _, rss_kb, code = line.split()
     assert code == "0", result.stderr

@@ -38,6 +38,7 @@ from agentstack.lockfile import (
 from agentstack.manifest import Manifest, load_manifest, parse_manifest
 from agentstack.manifestview import ManifestView, as_view, cache_dir, cache_key, load_view
 from tests.conftest import REPO, git, make_project
+from tests.harness.deadline import scaled
 from tests.test_digest_properties import MUTATIONS, build_project
 
 
@@ -307,7 +308,7 @@ def test_unchanged_lock_and_consent_digest_do_not_import_pydantic(
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=scaled(120),
         )
 
     first = run()  # validates (the fast validator: no pydantic either) and writes the lock

@@ -39,6 +39,7 @@ from agentstack.errors import ManifestInvalid
 from agentstack.manifest import Manifest, parse_manifest
 from agentstack.manifestview import ManifestView, view_of_bytes
 from tests.conftest import EXAMPLES, REPO, make_project
+from tests.harness.deadline import scaled
 from tests.test_digest_properties import emit
 
 # ============================================================================ the generators
@@ -760,7 +761,7 @@ def _agentstack(root: Path, tmp_path: Path, *args: str) -> subprocess.CompletedP
     )
     return subprocess.run(
         [sys.executable, "-c", f"import sys; sys.argv = {['agentstack', *args]!r}\n" + _IMPORTS],
-        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+        cwd=root, env=env, capture_output=True, text=True, timeout=scaled(120),
     )  # fmt: skip
 
 
@@ -823,7 +824,7 @@ def test_the_fast_path_modules_import_only_the_standard_library(module: str) -> 
         [sys.executable, "-c", f"import sys, agentstack.{module}; "
          "print(sorted(m for m in sys.modules if m.split('.')[0] in "
          "('pydantic', 'pydantic_core', 'blake3', 'typer', 'rich')))"],
-        env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=scaled(60),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

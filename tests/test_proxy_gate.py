@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentstack.sandbox.gate import Gate, Refusal, forbidden_address, split_authority
+from tests.harness.deadline import scaled
 
 TOKEN = "t0ken"
 AUTH = "Proxy-Authorization: Basic " + base64.b64encode(f"nono:{TOKEN}".encode()).decode()
@@ -83,7 +84,7 @@ def gate() -> Iterator[tuple[Gate, FakeUpstream]]:
 
 
 def _exchange(port: int, request: bytes, *, close_write: bool = True) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=scaled(5)) as sock:
         sock.sendall(request)
         if close_write:
             sock.shutdown(socket.SHUT_WR)
@@ -106,13 +107,13 @@ def _status(reply: bytes) -> int:
 def _settle(upstream: FakeUpstream, count: int) -> list[bytes]:
     import time
 
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + scaled(3)
     while time.monotonic() < deadline:
         with upstream.lock:
             if len(upstream.received) >= count:
                 break
         time.sleep(0.01)
-    time.sleep(0.05)
+    time.sleep(scaled(0.05))  # and nothing more arrives
     with upstream.lock:
         return list(upstream.received)
 
@@ -198,7 +199,7 @@ def test_nothing_after_a_forwarded_request_reaches_the_upstream(
 
 def test_close_ends_open_connections(gate: tuple[Gate, FakeUpstream]) -> None:
     g, _ = gate
-    sock = socket.create_connection(("127.0.0.1", g.port), timeout=5)
+    sock = socket.create_connection(("127.0.0.1", g.port), timeout=scaled(5))
     sock.sendall(b"GET /mock/x HTTP/1.1\r\n")  # never finishes its head
     g.close()
     # FIN, or RST when the gate had unread bytes: either way the connection is over
@@ -245,7 +246,7 @@ def test_a_route_request_sent_through_the_proxy_setting_is_a_route_request(
 
 def test_expect_continue_and_oversized_bodies(gate: tuple[Gate, FakeUpstream]) -> None:
     g, upstream = gate
-    with socket.create_connection(("127.0.0.1", g.port), timeout=5) as sock:
+    with socket.create_connection(("127.0.0.1", g.port), timeout=scaled(5)) as sock:
         sock.sendall(b"POST /mock/x HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
         assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")
         sock.sendall(b"hello")

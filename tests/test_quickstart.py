@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.deadline import scaled
 
 ANSWERS = ((b"anything else declines", b"accept-risk\n"), (b"[y/N]", b"y\n"))
 
@@ -31,7 +32,7 @@ def _run_on_terminal(script: str, cwd: Path, env: dict[str, str]) -> tuple[int, 
                             stdin=slave, stdout=slave, stderr=slave)
     os.close(slave)
     output, answered_upto = b"", 0
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + scaled(300)
     while time.monotonic() < deadline:
         ready, _, _ = select.select([master], [], [], 0.5)
         if ready:
@@ -49,7 +50,7 @@ def _run_on_terminal(script: str, cwd: Path, env: dict[str, str]) -> tuple[int, 
                     answered_upto = at + len(prompt)
         elif proc.poll() is not None:
             break
-    code = proc.wait(timeout=60)
+    code = proc.wait(timeout=scaled(60))
     os.close(master)
     return code, output.decode("utf-8", "replace")
 
@@ -73,7 +74,7 @@ def test_quickstart_runs_as_written(tmp_path: Path, isolated_home: Path) -> None
     if os.environ.get("CI") == "true" or _have_claude():
         listed = subprocess.run([str(harness_bin("claude")), "mcp", "list"], cwd=project,
                                 env=harness_env(isolated_home), capture_output=True, text=True,
-                                timeout=120)
+                                timeout=scaled(120))
         hello = [ln for ln in listed.stdout.splitlines() if ln.startswith("hello:")]
         assert hello and "✔ Connected" in hello[0], listed.stdout + listed.stderr
 
@@ -82,7 +83,7 @@ def test_quickstart_runs_as_written(tmp_path: Path, isolated_home: Path) -> None
     assert "+Keep functions short." in output  # the diff shows the line
     assert re.search(r"revoked b3:[0-9a-f]{64}", output)
     status = subprocess.run(["agentstack", "status"], cwd=project, env=env, capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=scaled(120))
     assert status.returncode == 1 and "REVOKED" in status.stderr
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, make_project, run_cli, run_cli_in_process
+from tests.harness.deadline import scaled
 
 MANIFEST = """\
 [project]
@@ -153,7 +154,7 @@ def test_status_digest_and_show_import_only_what_their_data_needs(project: Path)
         for _ in range(2):  # the second run: every cache warm, as in the benchmark
             result = subprocess.run(
                 [sys.executable, "-I", "-c", PROBE, *args],
-                cwd=project, capture_output=True, text=True, env=env, timeout=60,
+                cwd=project, capture_output=True, text=True, env=env, timeout=scaled(60),
             )  # fmt: skip
             assert result.returncode == 0, (args, result.stderr)
         if "--json" in args:  # the whole output reached the pipe before the fast exit

@@ -20,6 +20,7 @@ from agentstack.lock_command import run_lock
 from agentstack.paths import apply_ledger_path
 from agentstack.treehash import LimitExceeded, Limits
 from tests.conftest import make_project
+from tests.harness.deadline import scaled
 
 SLACK_NS = 50_000_000  # a short racy window, so tests wait 0.08 s instead of 1 s
 
@@ -499,7 +500,7 @@ def test_an_unchanged_lock_imports_neither_pathlib_nor_typing_nor_the_resolver(
                                                         paths["platlib"]))}
     env["AGENTSTACK_HOME"] = str(Path(layout_home()))
     done = subprocess.run([sys.executable, "-S", "-c", probe], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=scaled(60))
     report = json.loads(done.stdout.splitlines()[-1])
     assert report["code"] == 0 and "unchanged:" in done.stderr, done.stderr
     loaded = set(report["modules"])

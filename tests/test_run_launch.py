@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from agentstack import layout
 from agentstack.sandbox import seccomp, watch
 from tests.conftest import REPO, make_project, run_cli
+from tests.harness.deadline import scaled
 
 MANIFEST = '[project]\nname = "speed"\nharnesses = ["claude-code"]\n\n[sandbox]\nwrite_dirs = ["."]\n'
 
@@ -152,6 +153,7 @@ CLONE_PROBE = textwrap.dedent("""
     import json, os, subprocess, sys
     from pathlib import Path
     from agentstack.manifest import load_manifest
+    from agentstack.patience import scaled
     from agentstack.sandbox.resolve import resolve_policy
     from agentstack.sandbox.runner import confined
     root = Path(sys.argv[1])
@@ -160,7 +162,7 @@ CLONE_PROBE = textwrap.dedent("""
     with confined(root, policy, ["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"},
                   interactive=False, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                   stderr=subprocess.STDOUT) as child:
-        out, _ = child.process.communicate(timeout=30)
+        out, _ = child.process.communicate(timeout=scaled(30))
         group = child.cgroup.path if child.cgroup else None
     print(json.dumps({"kind": type(child.process).__name__, "code": child.process.returncode,
                       "out": out.decode(), "group": group}))
@@ -173,7 +175,7 @@ def test_a_single_threaded_run_clones_the_launcher_into_its_cgroup(tmp_path: Pat
     try:
         env = dict(os.environ, PYTHONPATH=str(REPO), AGENTSTACK_HOME=str(tmp_path / "state"))
         done = subprocess.run([sys.executable, "-c", CLONE_PROBE, str(root)],
-                              capture_output=True, text=True, env=env, timeout=120)
+                              capture_output=True, text=True, env=env, timeout=scaled(120))
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout)
         assert report["kind"] == "_Clone" and report["code"] == 0, report
@@ -238,7 +240,7 @@ def test_run_imports_nothing_it_does_not_need_before_exec(tmp_path: Path) -> Non
         assert run_cli("run", "--", "/bin/true", cwd=root, env=env).returncode == 0  # warm
         full = dict(os.environ, PYTHONPATH=str(REPO), **env)
         done = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=root, env=full,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=scaled(120))
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout.splitlines()[-1])
         assert report["code"] == 0 and report["modules"], report
@@ -524,7 +526,7 @@ def test_an_inherited_ignored_sigchld_does_not_hide_the_commands_status(tmp_path
                  "sys.argv = ['agentstack', 'run', '--', 'sh', '-c', 'exit 7']\n"
                  "from agentstack.entry import main; main()\n")
         done = subprocess.run([sys.executable, "-c", probe], cwd=root, env=full,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=scaled(120))
         assert done.returncode == 7, done.stderr
     finally:
         import shutil

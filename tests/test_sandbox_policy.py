@@ -16,6 +16,7 @@ from agentstack.sandbox import profiles, seccomp
 from agentstack.sandbox.policy import Deny, Grant, SandboxPolicy
 from agentstack.sandbox.resolve import ConfinementError, resolve_policy
 from tests.conftest import make_project, run_cli
+from tests.harness.deadline import scaled
 
 
 def _sandbox(**values: object) -> Sandbox:
@@ -663,7 +664,7 @@ def test_a_fifo_or_link_at_the_index_never_hangs_or_misleads_the_watch(tmp_path:
     result: list[object] = []
     worker = threading.Thread(target=lambda: result.append(watch.snapshot(root)), daemon=True)
     worker.start()
-    worker.join(10)
+    worker.join(scaled(10))
     assert not worker.is_alive(), "the watch blocked on a FIFO at .git/index"
     assert watch.gitlinks(str(root / ".git" / "index")) == ["<not a regular file>"]
     (root / ".git" / "index").unlink()

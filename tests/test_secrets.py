@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from agentstack.errors import InvalidInput, Refused
 from agentstack.secrets import FILE_BYTES, MAX_SECRET_BYTES, SecretStore, pad, unpad
 from tests.conftest import run_cli
+from tests.harness.deadline import scaled
 
 
 def _store_dir() -> Path:
@@ -225,7 +226,7 @@ def test_nono_would_inject_the_padding_so_run_hands_it_the_bare_value() -> None:
             opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
             before = len(seen)
             try:
-                opener.open(request, timeout=10).read()
+                opener.open(request, timeout=scaled(10)).read()
             except (urllib.error.URLError, ConnectionError, OSError):
                 return None
             return seen[-1] if len(seen) > before else None

@@ -18,6 +18,7 @@ import pytest
 from agentstack.launch import LaunchError, parse, read_secret
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
 
 SECRET = "s3cret-value with spaces"
@@ -48,7 +49,7 @@ env = {{ NOTES_TOKEN = "secret:vault-token", NOTES_FILE = {json.dumps(str(notes_
 
 def _run_launcher(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-I", "-m", "agentstack.launch", *args],
-                          capture_output=True, text=True, env=env or dict(os.environ), timeout=60)
+                          capture_output=True, text=True, env=env or dict(os.environ), timeout=scaled(60))
 
 
 def test_launcher_reads_the_store_and_execs(isolated_home: Path) -> None:
@@ -108,7 +109,7 @@ def test_real_claude_starts_a_server_that_needs_a_secret(tmp_path: Path,
     def mcp_list() -> str:
         result = subprocess.run([str(claude), "mcp", "list"], cwd=root,
                                 env=harness_env(isolated_home), capture_output=True, text=True,
-                                timeout=120)
+                                timeout=scaled(120))
         line = [ln for ln in (result.stdout + result.stderr).splitlines()
                 if ln.startswith("vault:")]
         assert line, result.stdout + result.stderr

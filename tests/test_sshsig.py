@@ -15,6 +15,7 @@ from agentstack import keys, sshsig
 from agentstack.errors import InvalidInput, Refused
 from agentstack.sshsig import AllowedSigners, PrivateKey, PublicKey, SignatureError
 from tests.conftest import run_cli
+from tests.harness.deadline import scaled
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 needs_ssh_keygen = pytest.mark.skipif(
@@ -28,7 +29,7 @@ SEED = bytes(range(32))
 def _keygen(*args: str, cwd: Path, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     assert SSH_KEYGEN is not None, "ssh-keygen is required in CI (apt-get install openssh-client)"
     return subprocess.run(
-        [SSH_KEYGEN, *args], cwd=cwd, input=data, capture_output=True, timeout=30, check=False
+        [SSH_KEYGEN, *args], cwd=cwd, input=data, capture_output=True, timeout=scaled(30), check=False
     )
 
 

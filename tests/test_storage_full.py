@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.harness.deadline import scaled
 
 pytestmark = pytest.mark.skipif(
     shutil.which("unshare") is None or not sys.platform.startswith("linux"),
@@ -48,7 +49,7 @@ def sh(*argv):
 def cli(*args, cwd, input="sk-value"):
     env = dict(os.environ, PYTHONPATH=REPO)
     done = subprocess.run([sys.executable, "-m", "agentstack", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120, input=input)
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT, input=input)
     return {"code": done.returncode, "out": done.stdout, "err": done.stderr}
 
 def setenv(home, state):
@@ -78,7 +79,7 @@ out = {}
 
 def _in_namespace(base: Path, body: str) -> dict[str, object]:
     script = (
-        f"REPO = {str(REPO)!r}\nMANIFEST = {MANIFEST!r}\n"
+        f"REPO = {str(REPO)!r}\nMANIFEST = {MANIFEST!r}\nCLI_TIMEOUT = {scaled(120)!r}\n"
         + PRELUDE
         + f"BASE = Path({str(base)!r})\n"
         + textwrap.dedent(body)
@@ -88,7 +89,7 @@ def _in_namespace(base: Path, body: str) -> dict[str, object]:
         ["unshare", "-rm", "--propagation", "private", sys.executable, "-c", script],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
     )
     if done.returncode != 0 and "unshare failed" in done.stderr:
         pytest.skip(f"no mount namespace here: {done.stderr.strip()}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentstack.surface import scan, snapshot_entries
+from tests.harness.deadline import scaled
 
 PKG = ".opencode/package.json"
 
@@ -110,7 +111,7 @@ def test_real_opencode_writing_its_package_file_is_not_drift_but_a_planted_depen
             "model": "mock/mock-model", "autoupdate": False, "share": "disabled"}))
         run = subprocess.run([str(harness_bin("opencode")), "run", "hi"], cwd=project,
                              env=opencode_env(isolated_home), capture_output=True, text=True,
-                             timeout=180)
+                             timeout=scaled(180))
     assert run.returncode == 0, run.stdout + run.stderr
     written = json.loads((project / PKG).read_text())
     assert "@opencode-ai/plugin" in written["dependencies"], written  # OpenCode wrote it

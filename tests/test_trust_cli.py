@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, make_project, run_cli
+from tests.harness.deadline import scaled
 from tests.test_consent_view import _hostile_manifest
 
 MANIFEST = """\
@@ -81,7 +82,7 @@ def test_interactive_prompt_on_a_terminal(project: Path) -> None:
                                 stdin=slave, stdout=slave, stderr=slave, env=env)
         os.close(slave)
         output = b""
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         answered = False
         while time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 0.5)
@@ -98,7 +99,7 @@ def test_interactive_prompt_on_a_terminal(project: Path) -> None:
                     answered = True
             elif proc.poll() is not None:
                 break
-        code = proc.wait(timeout=30)
+        code = proc.wait(timeout=scaled(30))
         os.close(master)
         return code, output.decode(errors="replace")
 

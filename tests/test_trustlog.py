@@ -30,6 +30,7 @@ from agentstack.trustlog import (
     TrustLogTampered,
     TrustRecordInvalid,
 )
+from tests.harness.deadline import scaled
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = "/work/projects/alpha"
@@ -308,9 +309,9 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
     )
     (tmp_path / "go").touch()
     for proc in writers:
-        assert proc.wait(timeout=300) == 0
+        assert proc.wait(timeout=scaled(300)) == 0
     (tmp_path / "done").touch()
-    reader_out, _ = reader.communicate(timeout=60)
+    reader_out, _ = reader.communicate(timeout=scaled(60))
     elapsed = time.monotonic() - started
     print(f"{workers}x{per_worker} appends in {elapsed:.1f}s; reader: {reader_out.strip()}")
     assert reader.returncode == 0, reader_out
@@ -340,7 +341,7 @@ def test_writers_exclude_each_other_and_readers_never_wait(log: TrustLog) -> Non
         results: list[object] = []
         reader = threading.Thread(target=lambda: results.append(log.state_for(PROJECT, digest(1))))
         reader.start()
-        reader.join(timeout=10)
+        reader.join(timeout=scaled(10))
         assert results == ["trusted"], "a reader waited for the writer lock"
         writer = threading.Thread(
             target=lambda: results.append(log.append("trust", PROJECT, digest(2)))
@@ -350,7 +351,7 @@ def test_writers_exclude_each_other_and_readers_never_wait(log: TrustLog) -> Non
         assert writer.is_alive(), "append did not wait for the lock"
     finally:
         os.close(fd)
-    writer.join(timeout=10)
+    writer.join(timeout=scaled(10))
     assert not writer.is_alive()
     assert log.trusted_digests(PROJECT) == [digest(1), digest(2)]
 
@@ -417,7 +418,7 @@ def test_sigkill_never_loses_an_acknowledged_record(tmp_path: Path) -> None:
         assert proc.stdout.readline() == "ready\n"
         time.sleep(rng.uniform(0, 0.05))
         os.kill(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=scaled(30))
         assert proc.returncode == -signal.SIGKILL
         acked = [tuple(map(int, line.split())) for line in out.split("\n")[:-1]]
         seen["acked"] += len(acked)

@@ -104,11 +104,14 @@ def containment_check() -> Check:
 
 
 def _version(path: str) -> str | None:
+    from agentstack.patience import scaled
+
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": os.environ.get("HOME", "/"),
            "TERM": "dumb", "NO_COLOR": "1"}
     try:
         done = subprocess.run([path, "--version"], capture_output=True, text=True, env=env,
-                              stdin=subprocess.DEVNULL, timeout=VERSION_TIMEOUT, check=False)
+                              stdin=subprocess.DEVNULL, timeout=scaled(VERSION_TIMEOUT),
+                              check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = (done.stdout or done.stderr).strip().splitlines()

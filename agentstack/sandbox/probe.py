@@ -106,8 +106,18 @@ def op_workdir() -> str:
     return f"workdir and TMPDIR writable ({back})"
 
 
+def _patience(seconds: float) -> float:
+    """`seconds` stretched by the machine's load, as agentstack.patience does (this program
+    imports only the standard library): a timeout never counts as a denial (EACCES/EPERM)."""
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        load = 1.0
+    return seconds * max(1.0, min(8.0, load))
+
+
 def op_connect(host: str, port: str) -> str:
-    with socket.create_connection((host, int(port)), timeout=5):
+    with socket.create_connection((host, int(port)), timeout=_patience(5)):
         return f"connected to {host}:{port}"
 
 
@@ -182,7 +192,7 @@ def op_stream_proto(proto: str, host: str, port: str) -> str:
     name TCP only."""
     number = {"mptcp": IPPROTO_MPTCP, "sctp": IPPROTO_SCTP}[proto]
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM, number) as sock:
-        sock.settimeout(5)
+        sock.settimeout(_patience(5))
         sock.connect((host, int(port)))
     return f"connected to {host}:{port} over {proto}"
 
@@ -190,7 +200,7 @@ def op_stream_proto(proto: str, host: str, port: str) -> str:
 def op_unix(address: str) -> str:
     target = "\0" + address[1:] if address.startswith("@") else address
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(5)
+        sock.settimeout(_patience(5))
         sock.connect(target)
     return f"connected to unix socket {address}"
 
@@ -368,7 +378,7 @@ def _proxy() -> tuple[int, str]:
 
 def _proxy_exchange(request: bytes) -> bytes:
     port, _ = _proxy()
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=_patience(10)) as sock:
         sock.sendall(request)
         data = b""
         while True:
@@ -496,7 +506,7 @@ def op_http(base_env: str, key_env: str, header: str) -> str:
     value = f"Bearer {key}" if header.lower() == "authorization" else key
     request = urllib.request.Request(base + "/v1/echo", headers={header: value})  # noqa: S310
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=10) as response:
+    with opener.open(request, timeout=_patience(10)) as response:
         body = response.read().decode("utf-8", "replace")
     env = json.dumps(dict(os.environ), sort_keys=True)
     return f"status {response.status} body {body} env {env}"

@@ -453,7 +453,10 @@ def _reap_descendants(before: set[int], *, timeout: float = KILL_TIMEOUT) -> int
     our child (we are the subreaper, so orphans come to us, never to init). A process with a
     fatal signal pending cannot fork, so each round only sees what was alive in the previous one;
     there is no round cap, only a time limit after which the survivors are an error."""
+    from agentstack.patience import scaled
+
     killed = 0
+    timeout = scaled(timeout)  # a busy machine takes longer to walk and kill, never less surely
     deadline = time.monotonic() + timeout
     while True:
         strays = _descendants(before)

@@ -45,7 +45,7 @@ SECRET_NAME = "VERIFY_KEY"  # noqa: S105 - the name of a decoy secret, not a sec
 SHORT_SECRET_NAME = "VERIFY_SHORT"  # noqa: S105 - a second one, one character long
 PHANTOM_ENV = "MOCK_API_KEY"
 BASE_URL_ENV = "MOCK_BASE_URL"
-ROW_TIMEOUT = 30.0
+ROW_TIMEOUT = 30.0  # on an idle machine; scaled to the load (agentstack.patience)
 # Decoys live outside /tmp: nono's system_write group (and many sandboxes) grant /tmp.
 DECOY_ROOT = "/var/tmp"  # noqa: S108 - a fresh mkdtemp directory is made under it
 
@@ -415,6 +415,7 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
 
 
 def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
+    from agentstack.patience import scaled
     from agentstack.sandbox.runner import confined
 
     if row.name == "raw-disk" and not sc.values["disk"]:
@@ -428,7 +429,7 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                   stderr=subprocess.STDOUT) as child:
         try:
-            out, _ = child.process.communicate(timeout=ROW_TIMEOUT)
+            out, _ = child.process.communicate(timeout=scaled(ROW_TIMEOUT))
         except subprocess.TimeoutExpired:
             child.process.kill()
             out, _ = child.process.communicate()
@@ -449,8 +450,10 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
         if row.name == "kill" and sc.decoy.poll() is not None:
             passed, detail = False, "the decoy process outside was killed"
         if passed and any("{denied_port}" in a for a in row.args):
-            time.sleep(0.02)  # the listener's accept thread
-            if len(sc.denied_accepts) != accepts_before:
+            arrived = _arrived(sc, accepts_before)
+            if arrived is None:
+                passed, detail = False, "the listener on the denied port did not answer in time"
+            elif arrived:
                 passed, detail = False, "the listener on the denied port accepted a connection"
         return RowResult(row.name, mode, row.what, passed, code, text, detail)
     passed = code == 0 and text.startswith("ALLOWED")
@@ -460,6 +463,25 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
     if passed and row.name == "proxy":
         passed, detail = _check_proxy(sc, text, sc.upstream.received[before:])
     return RowResult(row.name, mode, row.what, passed, code, _redact(text, sc), detail)
+
+
+def _arrived(sc: Scenario, before: int) -> list[str] | None:
+    """What the listener on the denied port accepted since `before`, known for certain: a
+    connection of our own goes in behind whatever the (exited) probe got through, and the accept
+    queue is first in, first out, so once ours is accepted everything before it has been too.
+    None: ours was not accepted within the (load-scaled) deadline, so nothing can be said."""
+    from agentstack.patience import scaled
+
+    with socket.create_connection(("127.0.0.1", int(sc.values["denied_port"])),
+                                  timeout=scaled(10)) as sock:
+        ours = str(sock.getsockname())
+    deadline = time.monotonic() + scaled(10)
+    while ours not in sc.denied_accepts[before:]:
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.005)
+    got = sc.denied_accepts[before:]
+    return got[: got.index(ours)]
 
 
 def _check_reported(sc: Scenario, row: Row, mode: str, code: int | None, text: str,

@@ -34,9 +34,10 @@ from typing import Any
 
 from .binaries import harness_bin, harness_env
 from .codex_trust import codex_hook_trust_entries, codex_hook_trust_toml, toml_string
+from .deadline import scaled
 from .mock_model import MockModel
 
-RUN_TIMEOUT = 120  # seconds, per harness run
+RUN_TIMEOUT = 120  # seconds per harness run on an idle machine (scaled: tests/harness/deadline.py)
 NOTES_SERVER = Path(__file__).resolve().parent / "notes_mcp.py"
 
 DENY_REASON = "blocked by test"
@@ -110,10 +111,10 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> Har
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as proc:
         try:
-            stdout, stderr = proc.communicate(timeout=timeout)
+            stdout, stderr = proc.communicate(timeout=scaled(timeout))
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            stdout, stderr = proc.communicate(timeout=30)
+            stdout, stderr = proc.communicate(timeout=scaled(30))
             raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr) from None
         finally:
             _kill_group(proc)  # leftovers: hook or MCP server processes still in the group
@@ -265,7 +266,7 @@ def codex_hooks_list(project: Path, home: Path, *, timeout: float = 30) -> list[
     """The hooks Codex itself sees for ``project``, from ``codex app-server`` → ``hooks/list``:
     each with ``key``, ``currentHash``, ``trustStatus`` (untrusted | trusted | modified | managed),
     ``eventName``, ``matcher``, ``command``, ``timeoutSec``, ``async``, ``statusMessage``."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     with subprocess.Popen([str(harness_bin("codex")), "app-server"], cwd=project,
                           env=harness_env(Path(home)), stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -309,7 +310,7 @@ def codex_hooks_list(project: Path, home: Path, *, timeout: float = 30) -> list[
             listed = call(2, "hooks/list", {"cwds": [str(project)]})
         finally:
             _kill_group(proc)  # the node launcher AND the native app-server (it holds stdout)
-            proc.wait(timeout=10)
+            proc.wait(timeout=scaled(10))
     hooks: list[dict[str, Any]] = []
     for entry in listed.get("data", []):
         hooks.extend(entry.get("hooks", []))

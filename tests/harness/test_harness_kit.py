@@ -23,6 +23,7 @@ from .codex_trust import (
     codex_hook_trust_toml,
     codex_hook_trusted_hash,
 )
+from .deadline import scaled
 from .drive import (
     CODEX_OFFLINE_TOML,
     DENY_REASON,
@@ -80,7 +81,7 @@ def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"content-type": "application/json",
                                               **(headers or {})})
-    with _DIRECT.open(request, timeout=10) as response:
+    with _DIRECT.open(request, timeout=scaled(10)) as response:
         return response.status, response.headers["content-type"], response.read().decode()
 
 
@@ -96,7 +97,7 @@ def test_mock_side_requests_and_recording() -> None:
     with MockModel([TOUCH]) as model:
         for method in ("HEAD", "GET"):
             with pytest.raises(urllib.error.HTTPError) as info:
-                _DIRECT.open(urllib.request.Request(model.url + "/", method=method), timeout=10)
+                _DIRECT.open(urllib.request.Request(model.url + "/", method=method), timeout=scaled(10))
             assert info.value.code == 404
         assert json.loads(_post(model.url + "/v1/messages/count_tokens?beta=true",
                                 {"messages": []})[2]) == {"input_tokens": 42}
