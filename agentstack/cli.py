@@ -333,10 +333,18 @@ def _load_document(path: Path) -> dict[str, Any]:
         nargs="?"),
     Arg("new", "NEW", "A later document (default: the project).", nargs="?", type=Path),
     JSON,
+    Opt(("--format",), "output_format", "text, json or sarif (SARIF 2.1.0 for code scanning).",
+        metavar="FORMAT"),
 )
-def diff(old: str | None = None, new: Path | None = None, as_json: bool = False) -> None:
+def diff(
+    old: str | None = None, new: Path | None = None, as_json: bool = False,
+    output_format: str | None = None,
+) -> None:
     """Consent diff against the last trusted (or given) digest or document, risk findings first."""
     from agentstack.canonical import is_digest
+    from agentstack.sarif import output_format as chosen_format
+
+    fmt = chosen_format(output_format, as_json)
     from agentstack.diff import consent_diff
 
     before: dict[str, Any] | None
@@ -366,7 +374,15 @@ def diff(old: str | None = None, new: Path | None = None, as_json: bool = False)
                 "document written by 'agentstack show --json' instead",
             )
     result = consent_diff(before, after)
-    if as_json:
+    if fmt == "sarif":
+        from agentstack.sarif import ManifestLines, diff_findings, print_sarif
+
+        project = _root_dir() if new is None else None
+        lines = ManifestLines.of(project) if project is not None else ManifestLines("")
+        print_sarif(diff_findings([f.to_json() for f in result.findings], lines),
+                    command="diff", root=project)
+        return
+    if fmt == "json":
         print_json(result.to_json())
         return
     from agentstack.contentstore import Contents, ContentStore, collect

@@ -366,11 +366,17 @@ def revoke(
         echo(f"still trusted: {value} ('agentstack revoke' without --digest withdraws it too)")
 
 
-@app.command(JSON)
-def status(as_json: bool = False) -> int:
+@app.command(
+    JSON,
+    Opt(("--format",), "output_format", "text, json or sarif (SARIF 2.1.0 for code scanning).",
+        metavar="FORMAT"),
+)
+def status(as_json: bool = False, output_format: str | None = None) -> int:
     """Lock freshness, trust state of the current digest, and what changed since the trusted one.
 
     Exit 0 when the lock is fresh and its digest trusted; 1 otherwise."""
     from agentstack import readcmds
+    from agentstack.sarif import output_format as chosen_format
 
-    return readcmds.status(root_dir(), store(), as_json)
+    fmt = chosen_format(output_format, as_json)
+    return readcmds.status(root_dir(), store(), fmt == "json", sarif=fmt == "sarif")

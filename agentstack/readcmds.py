@@ -49,13 +49,18 @@ def show(root: Path, as_json: bool) -> int:
     return 0
 
 
-def status(root: Path, store: TrustStore, as_json: bool) -> int:
-    """`agentstack status [--json]`: exit 0 when the lock is fresh and its digest trusted."""
+def status(root: Path, store: TrustStore, as_json: bool, *, sarif: bool = False) -> int:
+    """`agentstack status [--json | --format sarif]`: exit 0 when the lock is fresh and its
+    digest trusted."""
     from agentstack.status import project_status, status_lines
 
     report = project_status(root, store)
     ok = report.pop("ok")
-    if as_json:
+    if sarif:
+        from agentstack.sarif import ManifestLines, print_sarif, status_findings
+
+        print_sarif(status_findings(report, ManifestLines.of(root)), command="status", root=root)
+    elif as_json:
         print_json(report)
     else:
         echo("\n".join(status_lines(report)))
