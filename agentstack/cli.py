@@ -466,6 +466,7 @@ def load_commands() -> None:
     from agentstack import (  # noqa: F401 - imported for their declarations
         cli_apply,
         cli_check,
+        cli_policy,
         cli_sandbox,
         cli_share,
         cli_surface,

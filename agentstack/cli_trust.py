@@ -102,6 +102,9 @@ def trust(
         from agentstack.boundary import enforce as enforce_boundary
 
         enforce_boundary(document, root, boundary_file=boundary)
+    from agentstack.teampolicy import enforce as enforce_policy
+
+    enforce_policy(document, root, action="trust")  # the team policy in force, if any
     the_store = store()
     reviewed = rules.review(the_store, root, document, value)
     result: dict[str, Any]
