@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentstack.cli_base import JSON, Arg, Opt, app, root_dir, state
+from agentstack.cli_base import JSON, USER, Arg, Opt, app, root_dir, state, use_user
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
@@ -37,12 +37,15 @@ def _current(root: Path) -> tuple[ManifestView, dict[str, Any], dict[str, Any], 
 @app.command(
     Opt(("--harness",), "harness", "Harness target; repeatable.", kind="list", metavar="NAME"),
     Opt(("--name",), "name", "Project name (default: the directory name)."),
+    USER,
 )
-def init(harness: list[str] | None = None, name: str | None = None) -> None:
+def init(harness: list[str] | None = None, name: str | None = None, user: bool = False) -> None:
     """Write a starter agentstack.toml."""
     import re
 
     from agentstack.edit import init as do_init
+
+    use_user(user, must_exist=False)
 
     root = (_state.project or Path.cwd()).resolve()
     default = re.sub(r"[^a-z0-9._-]+", "-", root.name.lower()).strip("-._") or "project"
@@ -92,6 +95,7 @@ def _must_exist(rel: str, kind: str, what: str) -> None:
     Opt(("--cwd",), "cwd", "Working directory, relative to the project."),
     Opt(("--replace",), "replace", "Replace an existing server of that name.", kind="pair",
         default=False),
+    USER,
     name="server",
 )
 def add_server(
@@ -102,8 +106,10 @@ def add_server(
     header: list[str] | None = None,
     cwd: str | None = None,
     replace: bool = False,
+    user: bool = False,
 ) -> None:
     """Add an MCP server: `add server NAME -- CMD ARG…` or `add server NAME --url URL`."""
+    use_user(user)
     values: dict[str, Any] = {}
     if url is not None:
         if command:
@@ -268,6 +274,7 @@ def remove(kind: str, name: str) -> None:
     Opt(("--max-files",), "max_files", "Refuse to pin more than N files.", type=int, minimum=1),
     Opt(("--max-total-size",), "max_total_size", "Refuse to pin more than N bytes in all.",
         type=int, minimum=1),
+    USER,
 )
 def lock(
     check: bool = False,
@@ -277,9 +284,12 @@ def lock(
     max_file_size: int | None = None,
     max_files: int | None = None,
     max_total_size: int | None = None,
+    user: bool = False,
 ) -> int:
     """Resolve every item and pin it into agentstack.lock."""
     from agentstack.lock_command import limits_from, run_lock
+
+    use_user(user)
 
     code = run_lock(
         project=_state.project,
@@ -292,18 +302,25 @@ def lock(
     return code
 
 
-@app.command(JSON)
-def digest(as_json: bool = False) -> None:
+@app.command(JSON, USER)
+def digest(as_json: bool = False, user: bool = False) -> None:
     """Print the consent digest (b3:<64 hex>) of the current manifest and lock."""
     from agentstack import readcmds
+
+    use_user(user)
 
     readcmds.digest(_root_dir(), as_json)
 
 
-@app.command(JSON)
-def show(as_json: bool = False) -> None:
-    """The consent view: what will run and what the model will read."""
+@app.command(JSON, USER)
+def show(as_json: bool = False, user: bool = False) -> None:
+    """The consent view: what will run and what the model will read.
+
+    In a project, the user-level setup's items are listed after it (a project item shadows a
+    user-level item of the same name)."""
     from agentstack import readcmds
+
+    use_user(user)
 
     readcmds.show(_root_dir(), as_json)
 
