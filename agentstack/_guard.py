@@ -30,7 +30,9 @@ S/projects/<id>/guard.json (never inside the project):
    does not know that names a path, a URL or a server is denied; every malformed shape is denied.
 A hook rendered for a project denies when the project's snapshot is missing. Only the user-level
 guard (`--user-level`, kept by Codex so a revoked project stays blocked) allows, and only where no
-agentstack project encloses the directory.
+agentstack project encloses the directory; there, a tool of a server of the user-level setup
+($AGENTSTACK_HOME/agentstack.toml) is decided by that setup's own snapshot (`_guard_more`), as it
+is in a project where no project server of that name shadows it.
 
 Standard library only on this path (an import-hygiene test enforces it); a trusted, unchanged call
 takes about as long as `python -I -c pass` (benchmarks/guard.py).

@@ -208,3 +208,28 @@ def foreign(root: Path, document: dict[str, Any], digest: str) -> list[str]:
             elif not rendered:
                 out.append(f"{op.path}: {'.'.join(container)}")
     return out
+
+
+def doctor_check() -> Any:
+    """`doctor`'s row: the user-level setup, its digest and trust state (or that there is none)."""
+    from agentstack import layout
+    from agentstack.errors import AgentstackError
+    from agentstack.sandbox.doctor import Check
+    from agentstack.trust import TrustStore
+
+    root = Path(layout.home())
+    manifest = root / "agentstack.toml"
+    if not manifest.is_file():
+        return Check("user-level", "ok", f"no user-level setup ({manifest} does not exist)",
+                     {"user_level": None})
+    try:
+        found = user_document()
+    except AgentstackError as exc:
+        return Check("user-level", "warn", f"{manifest}: {exc.message}", {"user_level": None})
+    assert found is not None
+    document, digest = found
+    trust = TrustStore(explicit=[]).state(root.resolve(), digest).state
+    servers = sorted(document.get("servers", {}))
+    return Check("user-level", "ok" if trust == "trusted" else "warn",
+                 f"{manifest}: {digest}, {trust}; servers: {', '.join(servers) or 'none'}",
+                 {"user_level": {"digest": digest, "trust": trust, "servers": servers}})

@@ -131,3 +131,40 @@ def test_codex_lists_runs_and_guards_a_user_level_server(anywhere: Path,
     config.write_text(config.read_text() + "\n[mcp_servers.notes]\n" + "\n".join(lines) + "\n")
     ran, text = _codex(anywhere, isolated_home)
     assert not ran and "revoked" in text, text
+
+
+def test_claude_in_a_project_runs_a_user_level_server_by_its_own_trust(
+    anywhere: Path, isolated_home: Path, tmp_path: Path
+) -> None:
+    harness_bin("claude")
+    from tests.conftest import make_project
+
+    project = make_project(tmp_path / "proj", """\
+[project]
+name = "proj"
+harnesses = ["claude-code"]
+
+[settings.permissions]
+allow = ["mcp__notes__add_note"]
+""").resolve()
+    _ok("lock", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    _ok("trust", "--user", "--yes", "--accept-risk", cwd=anywhere)
+    _ok("apply", "--user", "--write", cwd=anywhere)
+    ran, text = _claude(project, isolated_home)
+    assert ran, text  # not the project's server: the user-level setup's, by its own trust
+    # the user-level setup drifts: its server is blocked in the project too
+    claude_json = isolated_home / ".claude.json"
+    doc = json.loads(claude_json.read_text())
+    doc["mcpServers"]["notes"]["args"].append("--debug")
+    claude_json.write_text(json.dumps(doc))
+    ran, text = _claude(project, isolated_home)
+    assert not ran and "user-level setup" in text, text
+    _ok("apply", "--user", "--write", "--force", cwd=anywhere)
+    assert _claude(project, isolated_home)[0]
+    # the project drifts: every tool there is blocked, the user-level ones too
+    manifest = project / "agentstack.toml"
+    manifest.write_text(manifest.read_text().replace('name = "proj"', 'name = "changed"'))
+    ran, text = _claude(project, isolated_home)
+    assert not ran, text

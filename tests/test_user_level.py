@@ -248,3 +248,29 @@ def test_no_user_setup_is_a_clear_error(tmp_path: Path) -> None:
 def test_without_a_user_setup_the_user_level_guard_is_unchanged(tmp_path: Path,
                                                                 harness: str) -> None:
     assert allowed("mcp__notes__add_note", tmp_path, harness=harness) == ""
+
+
+def test_doctor_shows_the_user_level_setup(tmp_path: Path) -> None:
+    def row() -> dict[str, object]:
+        proc = run_cli_in_process("doctor", "--json", cwd=tmp_path)
+        return next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "user-level")
+
+    assert row()["user_level"] is None
+    user_setup(tmp_path)
+    assert row()["status"] == "warn"
+    ok("trust", "--user", "--yes", "--accept-risk", cwd=tmp_path)
+    shown = row()
+    assert shown["status"] == "ok"
+    assert shown["user_level"] == {"digest": ok("digest", "--user", cwd=tmp_path).strip(),
+                                   "trust": "trusted", "servers": ["notes"]}
+
+
+def test_check_user_checks_the_user_setup(tmp_path: Path) -> None:
+    user_setup(tmp_path)
+    boundary = tmp_path / "b.toml"
+    boundary.write_text('[commands]\nexecutables = ["node"]\n')
+    proc = run_cli_in_process("check", "--user", "--boundary", str(boundary), "--format",
+                              "sarif", cwd=tmp_path)
+    assert proc.returncode == 1
+    results = json.loads(proc.stdout)["runs"][0]["results"]
+    assert "boundary/commands" in [r["ruleId"] for r in results]
