@@ -23,6 +23,7 @@ import fnmatch
 import json
 import os
 import posixpath
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ POLICY_NAME = "agentstack-policy.toml"
 SIGNATURE_NAME = POLICY_NAME + ".sig"
 MAX_POLICY_BYTES = 256 * 1024
 _SECTIONS = {"policy", "require", "forbid", "boundary"}
+_FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
 _KINDS = ("servers", "skills", "hooks", "instructions", "plugins", "agents", "commands")
 
 
@@ -351,6 +353,8 @@ def in_force(home: Path | None = None) -> InForce | None:
         return None
     try:
         state = json.loads(_read_private(state_path, 64 * 1024))
+        if not _FULL_COMMIT.fullmatch(str(state["commit"])):
+            raise ValueError(f"{state['commit']!r} is not a commit id")
         version_dir = policy_dir(home) / str(state["commit"])
         text = _read_private(version_dir / POLICY_NAME, MAX_POLICY_BYTES)
         signature = _read_private(version_dir / SIGNATURE_NAME, 16 * 1024)
