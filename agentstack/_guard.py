@@ -30,7 +30,9 @@ S/projects/<id>/guard.json (never inside the project):
    does not know that names a path, a URL or a server is denied; every malformed shape is denied.
 A hook rendered for a project denies when the project's snapshot is missing. Only the user-level
 guard (`--user-level`, kept by Codex so a revoked project stays blocked) allows, and only where no
-agentstack project encloses the directory.
+agentstack project encloses the directory; there, a tool of a server of the user-level setup
+($AGENTSTACK_HOME/agentstack.toml) is decided by that setup's own snapshot (`_guard_more`), as it
+is in a project where no project server of that name shadows it.
 
 Standard library only on this path (an import-hygiene test enforces it); a trusted, unchanged call
 takes about as long as `python -I -c pass` (benchmarks/guard.py).
@@ -809,7 +811,8 @@ def _tool_of(harness: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def check_call(
-    snapshot: dict[str, Any], event: dict[str, Any], cwd: str, harness: str = "claude-code"
+    snapshot: dict[str, Any], event: dict[str, Any], cwd: str, harness: str = "claude-code",
+    state: str | None = None,
 ) -> None:
     tool, arguments = _tool_of(harness, event)
     servers = [s for s in snapshot["servers"] if isinstance(s, str)]
@@ -841,7 +844,14 @@ def check_call(
     if tool[:3].lower() == "mcp":
         if not tool.startswith("mcp__"):
             raise Deny(f"tool {tool!r} looks like an MCP tool but is not named as one; denied")
-        _more().resolve_server(tool, servers)
+        try:
+            _more().resolve_server(tool, servers)
+        except Deny as first:
+            if state is None:
+                raise
+            # Not a project server: a server of the user-level setup, by that setup's own trust
+            # (a project server of the same name shadows it).
+            _more().user_server_call(tool, servers, state, first)
         return
     if "-" in tool and (harness == "copilot" or os.environ.get("COPILOT_CLI") == "1"):
         # Copilot CLI names MCP tools `<server>-<tool>`, also in the Claude Code hook files it
@@ -956,6 +966,8 @@ def decide(
                 project = found
                 break
         if project is None:
+            if event_name == PRE_TOOL:
+                _more().user_level_call(state, event, harness)
             return
     root = os.path.realpath(project)
     snapshot, trust_home, writable = _load_state(state, root)
@@ -965,7 +977,7 @@ def decide(
     refreshed: dict[str, Any] = {}
     check_files(snapshot, refreshed)
     if event_name == PRE_TOOL:
-        check_call(snapshot, event, cwd, harness)
+        check_call(snapshot, event, cwd, harness, state=state)
     if writable is not None and (
         trust_head is not None
         or any(_settled(entry, _mark_of(snapshot)) for entry in refreshed.values())

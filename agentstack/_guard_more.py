@@ -552,3 +552,82 @@ def refresh_snapshot(path: str, read_key: list[int], snapshot: dict[str, Any]) -
         return True
     finally:
         os.close(dir_fd)
+
+
+# ------------------------------------------------------------------ the user-level setup
+
+
+def user_servers(state: str) -> list[str] | None:
+    """The servers of the user-level setup (`$AGENTSTACK_HOME/agentstack.toml`, whose root is the
+    state directory itself) while its own trust holds and nothing it pinned or rendered changed
+    (its manifest and lock, the owned keys and watched containers of the user-level configs);
+    None when this machine holds no snapshot for it. Deny, naming why, otherwise."""
+    from agentstack import _guard as guard
+
+    root = os.path.realpath(state)
+    path = guard.snapshot_path(state, root)
+    if not os.path.lexists(path):
+        return None
+    try:
+        snapshot, trust_home, _ = guard._load_state(state, root)
+        if snapshot.get("project") != root:
+            raise Deny(f"its snapshot is for {snapshot.get('project')}, not {root}")
+        guard.check_trust(snapshot, trust_home)
+        guard.check_files(snapshot, {})
+    except Deny as exc:
+        raise Deny(f"the user-level setup ({root}/agentstack.toml) does not hold: {exc}") from None
+    return [s for s in snapshot["servers"] if isinstance(s, str)]
+
+
+def user_server_call(tool: str, shadowed: list[str], state: str, first: Deny) -> None:
+    """An `mcp__` tool that no project server resolves: allowed only when it resolves to exactly
+    one server of the user-level setup that no project server shadows, and that setup holds;
+    else `first` (the project's own refusal) or the user-level setup's reason."""
+    from agentstack import _guard as guard
+
+    path = guard.snapshot_path(state, os.path.realpath(state))
+    if not os.path.lexists(path):
+        raise first
+    names = {_normalise_server(s) for s in shadowed}
+    declared = [s for s in _declared_user_servers(path) if _normalise_server(s) not in names]
+    if not any(tool[5:].startswith(_normalise_server(s) + "__") for s in declared):
+        raise first  # not the user-level setup's either
+    servers = user_servers(state)  # Deny when that setup does not hold
+    assert servers is not None
+    resolve_server(tool, [s for s in servers if _normalise_server(s) not in names])
+
+
+def user_level_call(state: str, event: dict[str, Any], harness: str) -> None:
+    """The user-level guard outside any agentstack project: a tool of a server the user-level
+    setup declares is decided by that setup's trust and drift; every other call is left as it
+    was (outside agentstack's projects, only the user-level setup is agentstack's to decide)."""
+    from agentstack import _guard as guard
+
+    tool = event.get("tool_name")
+    if not isinstance(tool, str) or not tool.startswith("mcp__"):
+        return
+    root = os.path.realpath(state)
+    if not os.path.lexists(guard.snapshot_path(state, root)):
+        return
+    declared = _declared_user_servers(guard.snapshot_path(state, root))
+    rest = tool[5:]
+    if not any(rest.startswith(_normalise_server(s) + "__") for s in declared):
+        return  # not a user-level server: not agentstack's to decide here
+    servers = user_servers(state)
+    assert servers is not None
+    resolve_server(tool, servers)
+
+
+def _declared_user_servers(path: str) -> list[str]:
+    """The server names the user-level snapshot lists, read without verifying anything (only to
+    tell whether a tool is the user-level setup's at all); unreadable: Deny."""
+    try:
+        with open(path, "rb") as handle:
+            snapshot = loads(handle.read(16 * 1024 * 1024).decode("utf-8"))
+        servers = snapshot["servers"]
+        if not isinstance(servers, list):
+            raise ValueError("no server list")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise Deny(f"the user-level setup's guard snapshot {path} is unreadable ({exc}); "
+                   "run 'agentstack apply --user --write'") from None
+    return [s for s in servers if isinstance(s, str)]

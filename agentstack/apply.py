@@ -503,6 +503,12 @@ def _context(root: Path, consent: dict[str, Any], digest: str) -> RenderContext:
 def render_operations(
     root: Path, consent: dict[str, Any], digest: str, harnesses: list[str] | None = None
 ) -> list[FileOperation]:
+    from agentstack.userlevel import is_user_root
+
+    if is_user_root(root):  # the user-level setup renders into the user-level configs only
+        from agentstack.userlevel import render_user
+
+        return render_user(root, consent, digest, harnesses)
     targets = harnesses or list(consent["project"]["harnesses"])
     adapters = load_adapters(targets)
     unknown = [h for h in targets if h not in adapters]

@@ -40,7 +40,9 @@ def run_apply(
     """Plan (and with `write`, write) the rendered files; prints the outcome unless
     `report_only`. Returns the exit code and the JSON report."""
     from agentstack import apply as engine
+    from agentstack.teampolicy import enforce as enforce_policy
 
+    enforce_policy(document, root, action="apply")  # the team policy in force, if any
     state = store.state(root, digest) if write else None
     if write and (state is None or not state.trusted):
         raise Refused(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentstack.cli_base import JSON, Arg, Opt, app, root_dir, state
+from agentstack.cli_base import JSON, USER, Arg, Opt, app, root_dir, state, use_user
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
@@ -37,12 +37,15 @@ def _current(root: Path) -> tuple[ManifestView, dict[str, Any], dict[str, Any], 
 @app.command(
     Opt(("--harness",), "harness", "Harness target; repeatable.", kind="list", metavar="NAME"),
     Opt(("--name",), "name", "Project name (default: the directory name)."),
+    USER,
 )
-def init(harness: list[str] | None = None, name: str | None = None) -> None:
+def init(harness: list[str] | None = None, name: str | None = None, user: bool = False) -> None:
     """Write a starter agentstack.toml."""
     import re
 
     from agentstack.edit import init as do_init
+
+    use_user(user, must_exist=False)
 
     root = (_state.project or Path.cwd()).resolve()
     default = re.sub(r"[^a-z0-9._-]+", "-", root.name.lower()).strip("-._") or "project"
@@ -92,6 +95,7 @@ def _must_exist(rel: str, kind: str, what: str) -> None:
     Opt(("--cwd",), "cwd", "Working directory, relative to the project."),
     Opt(("--replace",), "replace", "Replace an existing server of that name.", kind="pair",
         default=False),
+    USER,
     name="server",
 )
 def add_server(
@@ -102,8 +106,10 @@ def add_server(
     header: list[str] | None = None,
     cwd: str | None = None,
     replace: bool = False,
+    user: bool = False,
 ) -> None:
     """Add an MCP server: `add server NAME -- CMD ARG…` or `add server NAME --url URL`."""
+    use_user(user)
     values: dict[str, Any] = {}
     if url is not None:
         if command:
@@ -268,6 +274,7 @@ def remove(kind: str, name: str) -> None:
     Opt(("--max-files",), "max_files", "Refuse to pin more than N files.", type=int, minimum=1),
     Opt(("--max-total-size",), "max_total_size", "Refuse to pin more than N bytes in all.",
         type=int, minimum=1),
+    USER,
 )
 def lock(
     check: bool = False,
@@ -277,9 +284,12 @@ def lock(
     max_file_size: int | None = None,
     max_files: int | None = None,
     max_total_size: int | None = None,
+    user: bool = False,
 ) -> int:
     """Resolve every item and pin it into agentstack.lock."""
     from agentstack.lock_command import limits_from, run_lock
+
+    use_user(user)
 
     code = run_lock(
         project=_state.project,
@@ -292,18 +302,25 @@ def lock(
     return code
 
 
-@app.command(JSON)
-def digest(as_json: bool = False) -> None:
+@app.command(JSON, USER)
+def digest(as_json: bool = False, user: bool = False) -> None:
     """Print the consent digest (b3:<64 hex>) of the current manifest and lock."""
     from agentstack import readcmds
+
+    use_user(user)
 
     readcmds.digest(_root_dir(), as_json)
 
 
-@app.command(JSON)
-def show(as_json: bool = False) -> None:
-    """The consent view: what will run and what the model will read."""
+@app.command(JSON, USER)
+def show(as_json: bool = False, user: bool = False) -> None:
+    """The consent view: what will run and what the model will read.
+
+    In a project, the user-level setup's items are listed after it (a project item shadows a
+    user-level item of the same name)."""
     from agentstack import readcmds
+
+    use_user(user)
 
     readcmds.show(_root_dir(), as_json)
 
@@ -333,10 +350,18 @@ def _load_document(path: Path) -> dict[str, Any]:
         nargs="?"),
     Arg("new", "NEW", "A later document (default: the project).", nargs="?", type=Path),
     JSON,
+    Opt(("--format",), "output_format", "text, json or sarif (SARIF 2.1.0 for code scanning).",
+        metavar="FORMAT"),
 )
-def diff(old: str | None = None, new: Path | None = None, as_json: bool = False) -> None:
+def diff(
+    old: str | None = None, new: Path | None = None, as_json: bool = False,
+    output_format: str | None = None,
+) -> None:
     """Consent diff against the last trusted (or given) digest or document, risk findings first."""
     from agentstack.canonical import is_digest
+    from agentstack.sarif import output_format as chosen_format
+
+    fmt = chosen_format(output_format, as_json)
     from agentstack.diff import consent_diff
 
     before: dict[str, Any] | None
@@ -366,7 +391,15 @@ def diff(old: str | None = None, new: Path | None = None, as_json: bool = False)
                 "document written by 'agentstack show --json' instead",
             )
     result = consent_diff(before, after)
-    if as_json:
+    if fmt == "sarif":
+        from agentstack.sarif import ManifestLines, diff_findings, print_sarif
+
+        project = _root_dir() if new is None else None
+        lines = ManifestLines.of(project) if project is not None else ManifestLines("")
+        print_sarif(diff_findings([f.to_json() for f in result.findings], lines),
+                    command="diff", root=project)
+        return
+    if fmt == "json":
         print_json(result.to_json())
         return
     from agentstack.contentstore import Contents, ContentStore, collect
@@ -450,6 +483,7 @@ def load_commands() -> None:
     from agentstack import (  # noqa: F401 - imported for their declarations
         cli_apply,
         cli_check,
+        cli_policy,
         cli_sandbox,
         cli_share,
         cli_surface,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentstack.cli_base import JSON, Opt, app, root_dir, store
+from agentstack.cli_base import JSON, USER, Opt, app, root_dir, store, use_user
 
 
 @app.command(
@@ -11,6 +11,7 @@ from agentstack.cli_base import JSON, Opt, app, root_dir, store
     Opt(("--check",), "check", "Exit 1 if anything would change.", kind="flag"),
     Opt(("--force",), "force", "Overwrite hand edits (backed up first).", kind="flag"),
     JSON,
+    USER,
 )
 def apply(
     harness: list[str] | None = None,
@@ -18,11 +19,13 @@ def apply(
     check: bool = False,
     force: bool = False,
     as_json: bool = False,
+    user: bool = False,
 ) -> int:
     """Render native harness config: without --write, show the planned diff and write nothing."""
     from agentstack.apply_command import run_apply
     from agentstack.consent import current
 
+    use_user(user)
     root = root_dir()
     _, _, document, digest = current(root)
     code, _ = run_apply(

@@ -451,3 +451,21 @@ def _dispatch(argv: list[str]) -> int | None:
 def _call(func: Callable[..., Any], kwargs: dict[str, Any]) -> int | None:
     result = func(**kwargs)
     return result if isinstance(result, int) else None
+
+
+# ------------------------------------------------------------------ the user-level setup
+
+USER = Opt(("--user",), "user",
+           "The user-level setup ($AGENTSTACK_HOME/agentstack.toml), not a project.", kind="flag")
+
+
+def use_user(user: bool, *, must_exist: bool = True) -> None:
+    """`--user`: every later `root_dir()` is the user-level setup's root ($AGENTSTACK_HOME)."""
+    if not user:
+        return
+    from agentstack.errors import InvalidInput
+    from agentstack.userlevel import require_manifest, user_root
+
+    if state.project is not None:
+        raise InvalidInput("--user and --project name two setups; give one of them")
+    state.project = require_manifest() if must_exist else user_root()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentstack.cli_base import JSON, Opt, app, root_dir
+from agentstack.cli_base import JSON, USER, Opt, app, root_dir, use_user
 from agentstack.entry import print_json
 from agentstack.errors import InvalidInput
 
@@ -16,14 +16,22 @@ from agentstack.errors import InvalidInput
     Opt(("--allow-unsupported",), "allow_unsupported",
         "Exit 0 when the only problem is something unmodelled.", kind="flag"),
     JSON,
+    Opt(("--format",), "output_format", "text, json or sarif (SARIF 2.1.0 for code scanning).",
+        metavar="FORMAT"),
+    USER,
 )
 def check(
-    boundary: Path | None = None, allow_unsupported: bool = False, as_json: bool = False
+    boundary: Path | None = None, allow_unsupported: bool = False, as_json: bool = False,
+    output_format: str | None = None, user: bool = False,
 ) -> int:
     """Check the setup against a boundary: within_boundary, exceeds_boundary with a
     counterexample per domain, or unsupported with the reason. Exit 0 only when within."""
     import os
 
+    from agentstack.sarif import output_format as chosen_format
+
+    fmt = chosen_format(output_format, as_json)
+    use_user(user)
     from agentstack.boundary import check_document, describe, load_boundary, user_boundary_path
 
     path = boundary if boundary is not None else user_boundary_path()
@@ -39,7 +47,12 @@ def check(
     root = root_dir()
     _, _, document, _ = current(root)
     result = check_document(document, root, compiled, home=home)
-    if as_json:
+    if fmt == "sarif":
+        from agentstack.sarif import ManifestLines, check_findings, print_sarif
+
+        print_sarif(check_findings(result.to_json(), ManifestLines.of(root)), command="check",
+                    root=root)
+    elif fmt == "json":
         print_json(result.to_json())
     else:
         sys.stdout.write("\n".join(describe(result)) + "\n")

@@ -205,6 +205,12 @@ def doctor(verify: bool = False, as_json: bool = False) -> int:
     from agentstack.boundary import doctor_check
 
     checks.append(doctor_check())
+    from agentstack.teampolicy import doctor_check as policy_check
+
+    checks.append(policy_check())
+    from agentstack.userlevel import doctor_check as user_check
+
+    checks.append(user_check())
     report: dict[str, Any] = {"checks": [c.to_json() for c in checks]}
     failed = doc.overall(checks) == "fail"
     rows: list[Any] = []

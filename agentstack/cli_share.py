@@ -468,6 +468,9 @@ def quarantine_release(
             "--allow-unknown-signer, or trust the signer first ('agentstack keys trust')",
         )
     dest = into.expanduser().resolve()
+    from agentstack.teampolicy import enforce as enforce_policy
+
+    enforce_policy(contents.document, dest, action="release")  # before anything is written
     if trust:  # trusting is refused beyond the boundary in force, before anything is written
         from agentstack.boundary import enforce
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
 
-from agentstack.cli_base import JSON, Opt, app, root_dir
+from agentstack.cli_base import JSON, USER, Opt, app, root_dir, use_user
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
@@ -259,6 +260,48 @@ def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return items, left
 
 
+def plan_user_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """`adopt --user`: the servers in the user-level configs that the user-level setup does not
+    declare (foreign), to move into $AGENTSTACK_HOME/agentstack.toml."""
+    import json
+    import tomllib
+
+    from agentstack.manifest import load_manifest
+
+    manifest = load_manifest(root)
+    taken = set(manifest.servers)
+    declared = set(manifest.servers)
+    home = Path.home()
+    codex = Path(os.environ["CODEX_HOME"]) if os.environ.get("CODEX_HOME") else home / ".codex"
+    sources = {"claude-code": (home / ".claude.json", "mcpServers"),
+               "codex": (codex / "config.toml", "mcp_servers")}
+    items: list[dict[str, Any]] = []
+    left: list[str] = []
+    for harness in manifest.project.harnesses:
+        if harness not in sources:
+            continue
+        path, key = sources[harness]
+        try:
+            data = path.read_bytes()
+            doc = json.loads(data) if path.suffix == ".json" else tomllib.loads(data.decode())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:
+            left.append(f"{path}: cannot be read or parsed ({exc}); fix it first")
+            continue
+        for name, spec in sorted((doc.get(key) or {}).items()):
+            if name in declared:
+                continue  # rendered from the user-level setup
+            notes: list[str] = []
+            server = _server(spec, notes)
+            if server is None:
+                left.append(f"{path}: {key}.{name} has neither a command nor a url")
+                continue
+            items.append({"kind": "servers", "name": _name(name, taken), "values": server,
+                          "source": str(path), "key": [key, name], "notes": notes})
+    return items, left
+
+
 def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
     """Take adopted entries out of the native files (apply renders them back from the manifest)."""
     import json
@@ -289,8 +332,9 @@ def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
 @app.command(
     Opt(("--write",), "write", "Edit agentstack.toml and the native files.", kind="flag"),
     JSON,
+    USER,
 )
-def adopt(write: bool = False, as_json: bool = False) -> None:
+def adopt(write: bool = False, as_json: bool = False, user: bool = False) -> None:
     """Move the servers and hooks already in the project's native configs into agentstack.toml.
 
     Dry run by default; with --write, agentstack.toml is edited (comments kept) and the adopted
@@ -298,8 +342,9 @@ def adopt(write: bool = False, as_json: bool = False) -> None:
     them with 'agentstack lock' and 'agentstack trust', and 'apply --write' renders them back."""
     from agentstack.edit import ManifestEditor
 
+    use_user(user)
     root = root_dir()
-    items, left = plan_adoption(root)
+    items, left = plan_user_adoption(root) if user else plan_adoption(root)
     if write and items:
         editor = ManifestEditor(root)
         for item in items:
@@ -328,6 +373,8 @@ def adopt(write: bool = False, as_json: bool = False) -> None:
     if not items:
         echo("nothing to adopt")
     elif write:
-        echo("next: 'agentstack lock', 'agentstack trust', 'agentstack apply --write'")
+        u = " --user" if user else ""
+        echo(f"next: 'agentstack lock{u}', 'agentstack trust{u}', 'agentstack apply{u} --write'")
     else:
-        echo("dry run: nothing was written; 'agentstack adopt --write' does it")
+        echo("dry run: nothing was written; 'agentstack adopt"
+             + (" --user" if user else "") + " --write' does it")

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from agentstack.cli_base import JSON, Arg, Opt, app, ask, root_dir, store
+from agentstack.cli_base import JSON, USER, Arg, Opt, app, ask, root_dir, store, use_user
 from agentstack.cli_base import store as trust_store
 from agentstack.entry import echo, print_json
 from agentstack.errors import InvalidInput, Refused
@@ -49,6 +49,7 @@ trust_app = app.group(
     Opt(("--force",), "force", "With --apply: overwrite hand edits (backed up first).",
         kind="flag"),
     JSON,
+    USER,
 )
 def trust(
     yes: bool = False,
@@ -60,6 +61,7 @@ def trust(
     harness: list[str] | None = None,
     force: bool = False,
     as_json: bool = False,
+    user: bool = False,
 ) -> int:
     """Review and record trust for the current consent digest.
 
@@ -72,6 +74,7 @@ def trust(
 
     if (harness or force) and not apply:
         raise InvalidInput("--harness and --force apply to --apply", hint="add --apply")
+    use_user(user)
     root = root_dir()
     try:
         _, _, document, value = current(root)
@@ -102,6 +105,9 @@ def trust(
         from agentstack.boundary import enforce as enforce_boundary
 
         enforce_boundary(document, root, boundary_file=boundary)
+    from agentstack.teampolicy import enforce as enforce_policy
+
+    enforce_policy(document, root, action="trust")  # the team policy in force, if any
     the_store = store()
     reviewed = rules.review(the_store, root, document, value)
     result: dict[str, Any]
@@ -195,6 +201,13 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
     for note in harness_notes(document):
         out.print(note, markup=False)
     outside = user_level_changes(root, document, value)
+    from agentstack.userlevel import foreign, is_user_root
+
+    if is_user_root(root):
+        for line in foreign(root, document, value):
+            out.print(f"foreign (not in the user-level setup; the guard refuses its servers' "
+                      f"tools while it is there; 'agentstack adopt --user' moves it in): {line}",
+                      markup=False, highlight=False)
     if outside:
         from agentstack.view import Wrapped, t
 
@@ -287,9 +300,11 @@ def trust_log(verify: bool = False, as_json: bool = False) -> int:
     Arg("digest_arg", "DIGEST", "Same as --digest.", nargs="?"),
     Opt(("--digest",), "digest", "Revoke only this digest (default: every trusted one)."),
     JSON,
+    USER,
 )
 def revoke(
-    digest_arg: str | None = None, digest: str | None = None, as_json: bool = False
+    digest_arg: str | None = None, digest: str | None = None, as_json: bool = False,
+    user: bool = False,
 ) -> None:
     """Withdraw trust: every digest trusted for this project (or --digest), and harness entries.
 
@@ -298,6 +313,7 @@ def revoke(
     from agentstack.canonical import is_digest
     from agentstack.trust import keep_contents
 
+    use_user(user)
     root = root_dir()
     store = trust_store()
     realpath = str(root.resolve())
@@ -366,11 +382,19 @@ def revoke(
         echo(f"still trusted: {value} ('agentstack revoke' without --digest withdraws it too)")
 
 
-@app.command(JSON)
-def status(as_json: bool = False) -> int:
+@app.command(
+    JSON,
+    Opt(("--format",), "output_format", "text, json or sarif (SARIF 2.1.0 for code scanning).",
+        metavar="FORMAT"),
+    USER,
+)
+def status(as_json: bool = False, output_format: str | None = None, user: bool = False) -> int:
     """Lock freshness, trust state of the current digest, and what changed since the trusted one.
 
     Exit 0 when the lock is fresh and its digest trusted; 1 otherwise."""
     from agentstack import readcmds
+    from agentstack.sarif import output_format as chosen_format
 
-    return readcmds.status(root_dir(), store(), as_json)
+    fmt = chosen_format(output_format, as_json)
+    use_user(user)
+    return readcmds.status(root_dir(), store(), fmt == "json", sarif=fmt == "sarif")

@@ -229,6 +229,23 @@ def resolve(
         raise GitSourceError("git", f"cannot read {commit_id[:12]} of {url!r}: {exc}") from None
 
 
+def fetch_and_resolve(cache: Path, url: str, rev: str) -> str:
+    """Fetch `url` into its mirror and pin `rev` to a full commit id (plumbing only; for files
+    read as git objects afterwards, such as a team policy)."""
+    import git
+
+    mirror = _fetch(cache, url)
+    try:
+        return _run(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+            cwd=mirror,
+        ).strip()
+    except git.GitCommandError:
+        raise GitSourceError(
+            "rev", f"{rev!r} is not a branch, tag or commit of {url!r}", "check 'git ls-remote URL'"
+        ) from None
+
+
 _MODES = {"100644": False, "100755": True, "120000": False}
 
 

@@ -279,7 +279,12 @@ def receive(path: Path, *, now: float | None = None, home: Path | None = None) -
             bundle_digest = "b3:" + opened.inflater.hasher.hexdigest()
             _write_new(staging, bundle.STATEMENT_NAME, iter([opened.statement_bytes]))
             _write_new(staging, bundle.SIGNATURE_NAME, iter([opened.signature]))
-            check_contents(staging, statement)
+            contents = check_contents(staging, statement)
+            from agentstack.teampolicy import enforce as enforce_policy
+
+            # A setup the team policy forbids is not held (the staging directory goes).
+            enforce_policy(contents.document, None, action=f"receive of {statement.name}",
+                           home=home)
             ident = bundle_digest[3:]
             final = root / ident
             if final.exists():

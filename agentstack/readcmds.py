@@ -46,16 +46,59 @@ def show(root: Path, as_json: bool) -> int:
     from agentstack.view import consent_renderable, console
 
     console().print(consent_renderable(doc, value))
+    lines = user_level_lines(root, doc)
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 
-def status(root: Path, store: TrustStore, as_json: bool) -> int:
-    """`agentstack status [--json]`: exit 0 when the lock is fresh and its digest trusted."""
+def user_level_lines(root: Path, doc: dict[str, object]) -> list[str]:
+    """`show` in a project: the user-level setup's items too, and which the project shadows."""
+    import os
+    from pathlib import Path
+
+    from agentstack import layout
+
+    user_root = layout.home()
+    if os.path.realpath(root) == os.path.realpath(user_root) or not os.path.isfile(
+        os.path.join(user_root, "agentstack.toml")
+    ):
+        return []
+    from agentstack.errors import AgentstackError
+    from agentstack.userlevel import composed, user_document
+
+    try:
+        found = user_document()
+    except AgentstackError as exc:
+        return [f"user-level setup ({user_root}/agentstack.toml): cannot be read: {exc.message}"]
+    if found is None:
+        return []
+    user_doc, digest = found
+    from agentstack.trust import TrustStore
+
+    state = TrustStore(explicit=[]).state(Path(user_root).resolve(), digest).state
+    lines = [f"user-level setup ({user_root}/agentstack.toml, {digest}, {state}):"]
+    for rows in composed(doc, user_doc).values():
+        for row in rows:
+            if row["from"] == "user":
+                lines.append(f"  {row['name']}  from the user-level setup")
+            elif row["shadows_user"]:
+                lines.append(f"  {row['name']}  the project's (shadows the user-level one)")
+    return lines if len(lines) > 1 else []
+
+
+def status(root: Path, store: TrustStore, as_json: bool, *, sarif: bool = False) -> int:
+    """`agentstack status [--json | --format sarif]`: exit 0 when the lock is fresh and its
+    digest trusted."""
     from agentstack.status import project_status, status_lines
 
     report = project_status(root, store)
     ok = report.pop("ok")
-    if as_json:
+    if sarif:
+        from agentstack.sarif import ManifestLines, print_sarif, status_findings
+
+        print_sarif(status_findings(report, ManifestLines.of(root)), command="status", root=root)
+    elif as_json:
         print_json(report)
     else:
         echo("\n".join(status_lines(report)))

@@ -143,10 +143,16 @@ def _watched_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, 
 
 def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
     from agentstack.apply import load_ledger
+    from agentstack.userlevel import is_user_root
 
+    # The user-level setup's rendered files are user-level by definition: watched by their owned
+    # keys and guarded containers only (the harness rewrites the rest of them constantly).
+    user_setup = is_user_root(root)
     files: dict[str, dict[str, Any]] = {}
     for path, recorded in load_ledger(root).get("files", {}).items():
-        if not path.startswith(str(root) + os.sep):
+        if not path.startswith(str(root) + os.sep) and not (
+            user_setup and recorded.get("kind") == "keys"
+        ):
             continue  # user-level harness files: the harness itself rewrites them constantly
         kind = recorded.get("kind")
         if kind == "keys":

@@ -1,0 +1,139 @@
+"""`agentstack policy`: the team policy a member follows (agentstack.teampolicy)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from agentstack.cli_base import JSON, Arg, Opt, app, root_dir
+from agentstack.entry import echo, print_json
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+policy_app = app.group(
+    "policy", "The team policy your setups must stay within (signed, fetched from git)."
+)
+
+
+@policy_app.command(
+    Arg("url", "URL", "The policy's git repository (https, ssh or file://)."),
+    Opt(("--signer",), "signer", "The team's public key: an OpenSSH line or a .pub file.",
+        required=True, metavar="KEY"),
+    Opt(("--ref",), "ref", "The branch or tag to follow (default: the repository's HEAD).",
+        default="HEAD"),
+    JSON,
+    name="add",
+)
+def policy_add(url: str, signer: str, ref: str = "HEAD", as_json: bool = False) -> None:
+    """Follow a team policy: fetch it, verify its signature by KEY, pin it by commit."""
+    from agentstack import teampolicy
+    from agentstack.keys import read_public_key
+
+    key = read_public_key(signer)
+    current = teampolicy.add(url, key.openssh(), ref=ref)
+    if as_json:
+        print_json(current.to_json())
+        return
+    echo(f"policy in force: {current.label()}\n"
+         "trust, apply, receive and quarantine release now refuse what it forbids")
+
+
+@policy_app.command(JSON, name="update")
+def policy_update(as_json: bool = False) -> None:
+    """Fetch the policy again; install a newer signed version (shown as a diff)."""
+    from agentstack import teampolicy
+
+    result = teampolicy.update()
+    if as_json:
+        print_json({"updated": result.after is not None,
+                    "before": result.before.to_json(),
+                    "after": result.after.to_json() if result.after else None,
+                    "diff": result.diff})
+        return
+    if result.after is None:
+        echo(f"up to date: {result.before.label()}")
+        return
+    sys.stdout.write(result.diff)
+    echo(f"policy in force: {result.after.label()}")
+
+
+@policy_app.command(JSON, name="show")
+def policy_show(as_json: bool = False) -> int:
+    """The policy in force (verified now) and its rules."""
+    from agentstack import teampolicy
+
+    current = teampolicy.in_force()
+    if current is None:
+        if as_json:
+            print_json({"policy": None})
+        else:
+            echo("no team policy ('agentstack policy add URL --signer KEY')")
+        return 0
+    if as_json:
+        print_json({"policy": current.to_json(), "text": current.text.decode("utf-8", "replace")})
+        return 0
+    echo(f"policy in force: {current.label()}")
+    sys.stdout.write(current.text.decode("utf-8", "replace"))
+    return 0
+
+
+@policy_app.command(JSON, name="check")
+def policy_check(as_json: bool = False) -> int:
+    """Check the project against the policy in force; exit 1 naming each rule it breaks."""
+    from agentstack import teampolicy
+    from agentstack.consent import current as current_setup
+
+    found = teampolicy.in_force()
+    if found is None:
+        from agentstack.errors import InvalidInput
+
+        raise InvalidInput("no team policy was added",
+                           hint="add one with 'agentstack policy add URL --signer KEY'")
+    root = root_dir()
+    _, _, document, _ = current_setup(root)
+    breaches = teampolicy.check(found.policy, document, root)
+    if as_json:
+        print_json({"policy": found.to_json(), "breaches": [b.to_json() for b in breaches]})
+    else:
+        sys.stdout.write("".join(f"{b.rule}: {b.detail}\n" for b in breaches)
+                         or f"within the team policy {found.policy.name} "
+                         f"v{found.policy.version}\n")
+    return 1 if breaches else 0
+
+
+@policy_app.command(name="remove")
+def policy_remove() -> None:
+    """Stop following the team policy."""
+    from agentstack import teampolicy
+
+    echo("removed the team policy" if teampolicy.remove() else "no team policy to remove")
+
+
+@policy_app.command(
+    Arg("file", "FILE", "The policy file (agentstack-policy.toml).", type=Path),
+    Opt(("--key",), "key", "A key from 'keys list'."),
+    Opt(("--ssh-key",), "ssh_key", "An unencrypted OpenSSH ed25519 key file.", type=Path),
+    name="sign",
+)
+def policy_sign(file: Path, key: str | None = None, ssh_key: Path | None = None) -> None:
+    """Sign a policy file (for the team): checks it, writes FILE.sig next to it."""
+    from agentstack import teampolicy
+
+    out = teampolicy.sign(file, _signing_key(key, ssh_key))
+    echo(f"wrote {out}; commit both files to the policy repository")
+
+
+def _signing_key(key: str | None, ssh_key: Path | None) -> Any:
+    from agentstack import keys
+    from agentstack.errors import InvalidInput
+    from agentstack.sshsig import load_private_key
+
+    if key is not None and ssh_key is not None:
+        raise InvalidInput("give --key NAME or --ssh-key PATH, not both")
+    if ssh_key is not None:
+        return load_private_key(ssh_key.expanduser())
+    if key is not None:
+        return keys.load(key)
+    return keys.default_key()
