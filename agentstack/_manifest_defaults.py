@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {'hooks': {'spec': {'*': {'spec': {'args': {'value': 
                                      'env': {'value': {}},
                                      'headers': {'value': {}},
                                      'pin': {'value': []},
+                                     'tools': {'value': None},
                                      'url': {'value': None}}}}},
  'settings': {'spec': {'passthrough': {'value': {}},
                        'permissions': {'spec': {'allow': {'value': []},

@@ -1,4 +1,9 @@
-"""Start an MCP server with its secrets: `python -I -m agentstack.launch --secret KEY=NAME … -- CMD…`.
+"""Start an MCP server with its secrets, behind the relay:
+`python -I -m agentstack.launch [--server NAME --project ROOT --state DIR] [--secret KEY=NAME]… -- CMD…`.
+
+With `--server` (how `apply` renders every stdio server) the launcher stays between the harness
+and the server as the MCP relay (`agentstack.relay`: listings held to their pins, tools allowed by
+name, receipts); without it, it only puts the secrets in place and execs the server.
 
 `apply` renders a server whose env names `secret:NAME` as this launcher in front of the server's
 own command, so the harness's config holds neither the secret nor a `${KEY}` the user would have to
@@ -26,7 +31,11 @@ from agentstack.secrets import FILE_BYTES, unpad
 
 _NAME = re.compile(SECRET_NAME_PATTERN)
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-USAGE = "usage: python -I -m agentstack.launch [--secret KEY=NAME]... -- COMMAND [ARG]..."
+USAGE = (
+    "usage: python -I -m agentstack.launch [--server NAME --project ROOT --state DIR] "
+    "[--secret KEY=NAME]... -- COMMAND [ARG]..."
+)
+_RELAY_OPTIONS = ("--server", "--project", "--state")
 
 
 class LaunchError(Exception):
@@ -80,7 +89,14 @@ def read_secret(directory: str, name: str) -> str:
 
 def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     """(KEY -> secret NAME, the server's argv)."""
+    secrets, _, command = parse_all(argv)
+    return secrets, command
+
+
+def parse_all(argv: list[str]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """(KEY -> secret NAME, the relay's options, the server's argv)."""
     secrets: dict[str, str] = {}
+    relay: dict[str, str] = {}
     index = 0
     while index < len(argv):
         arg = argv[index]
@@ -88,7 +104,16 @@ def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
             command = argv[index + 1 :]
             if not command:
                 raise LaunchError("no command after --")
-            return secrets, command
+            if relay and len(relay) != len(_RELAY_OPTIONS):
+                raise LaunchError("--server, --project and --state go together")
+            return secrets, relay, command
+        if arg in _RELAY_OPTIONS and index + 1 < len(argv) and arg not in relay:
+            value = argv[index + 1]
+            if not value or "\0" in value or (arg != "--server" and not os.path.isabs(value)):
+                raise LaunchError(f"{arg} {value!r}: an absolute path (or a server name) is needed")
+            relay[arg] = value
+            index += 2
+            continue
         if arg == "--secret" and index + 1 < len(argv):
             key, sep, name = argv[index + 1].partition("=")
             if not sep or not _KEY.match(key) or not _NAME.match(name):
@@ -118,7 +143,7 @@ def environment(secrets: dict[str, str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> NoReturn:
     try:
-        secrets, command = parse(list(sys.argv[1:] if argv is None else argv))
+        secrets, relay, command = parse_all(list(sys.argv[1:] if argv is None else argv))
     except LaunchError as exc:
         sys.stderr.write(f"agentstack launch: {exc}\n{USAGE}\n")
         sys.exit(2)
@@ -127,11 +152,23 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except LaunchError as exc:
         sys.stderr.write(f"agentstack launch: {exc}\n")
         sys.exit(1)
+    if relay:
+        sys.exit(run_relay(relay, command, env, [env[k] for k in secrets]))
     try:
         os.execvpe(command[0], command, env)  # noqa: S606 - the trusted server argv, no shell
     except OSError as exc:
         sys.stderr.write(f"agentstack launch: cannot start {command[0]!r}: {exc.strerror}\n")
         sys.exit(1)
+
+
+def run_relay(options: dict[str, str], command: list[str], env: dict[str, str],
+              secret_values: list[str]) -> int:
+    from agentstack import relay
+
+    setup = relay.load_setup(options["--state"], options["--project"], options["--server"])
+    if setup.closed is not None:
+        sys.stderr.write(f"agentstack launch: {options['--server']}: {setup.closed}\n")
+    return relay.serve(relay.Relay(setup, secret_values), command, env)
 
 
 if __name__ == "__main__":
