@@ -53,6 +53,28 @@ def launched(
     return launcher[0], [*launcher[1:], "--", command, *args]
 
 
+def server_tools(server: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """`servers.NAME.tools` as (allow, deny); both empty when the manifest names none."""
+    tools = server.get("tools") or {}
+    return sorted(tools.get("allow", [])), sorted(tools.get("deny", []))
+
+
+def native_tool_keys(server: dict[str, Any], allow_key: str, deny_key: str) -> dict[str, Any]:
+    """`servers.NAME.tools` in a harness's own per-server keys (the relay enforces it as well)."""
+    allow, deny = server_tools(server)
+    out: dict[str, Any] = {}
+    if allow:
+        out[allow_key] = allow
+    if deny:
+        out[deny_key] = deny
+    return out
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """`mcp__<server>__<tool>` as Claude Code and Codex name an MCP tool in rules and hooks."""
+    return "mcp__" + re.sub(r"[^A-Za-z0-9_-]", "_", server) + "__" + tool
+
+
 def header_values(server: dict[str, Any], reference: str) -> dict[str, str]:
     """A remote server's headers: literals as written, a secret as the harness's own reference
     to the variable it is forwarded in (`reference` with `{var}`: `${{{var}}}`, `{{env:{var}}}`).

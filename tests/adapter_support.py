@@ -141,3 +141,13 @@ def drive(root: Path, call: ToolCall, argv: list[str],
     texts = [r.text for r in model.tool_results]
     ran = marker.exists() if call is TOUCH else any("added note" in t for t in texts)
     return ran, "\n".join(texts) + result.stdout + result.stderr, result.returncode
+
+
+def without_relay(args: list[str]) -> list[str]:
+    """A rendered launcher argv without the relay's `--server N --project P --state S` (which
+    every stdio server rendered with a state directory carries, checked in test_relay)."""
+    out = list(args)
+    if out[3:4] == ["--server"]:
+        assert out[5] == "--project" and out[7] == "--state", out
+        del out[3:9]
+    return out
