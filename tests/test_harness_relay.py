@@ -1,0 +1,84 @@
+"""The relay with the real Claude Code and Codex, offline against the mock model.
+
+A trusted `notes` server changes `add_note`'s description on its next start (a "rug pull"): the
+model's next request offers the other tools and never the new text, until `agentstack trust`
+reviews the change (then the new text is offered). A tool `servers.notes.tools` denies is never
+called: the model asks for it and the notes file stays as it was.
+
+These tests skip locally when the harness CLIs are missing and fail in CI (CI=true).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli_in_process
+from tests.harness.binaries import harness_bin
+from tests.harness.drive import run_claude, run_codex
+from tests.harness.mock_model import MockModel, ToolCall
+from tests.test_harness_e2e import _codex_config, _codex_config_model
+from tests.test_relay import CHANGED, trusted_project
+
+pytestmark = pytest.mark.slow
+
+PERMISSIONS = """
+[settings.permissions]
+allow = ["mcp__notes__add_note", "mcp__notes__erase_notes", "mcp__notes__read_path"]
+"""
+
+
+def _requests_text(model: MockModel) -> str:
+    return "\n".join(json.dumps(r.body) for r in model.main_requests())
+
+
+def _run(harness: str, root: Path, home: Path, script: list[ToolCall]) -> MockModel:
+    with MockModel(script) as model:
+        if harness == "claude-code":
+            # Without tool search, Claude Code 2.1.332 puts each MCP tool (description and
+            # schema) in the request itself, instead of deferring it behind ToolSearch.
+            run = run_claude(root, home, model, "take notes", env={"ENABLE_TOOL_SEARCH": "false"})
+        else:
+            _codex_config_model(home, model)
+            run = run_codex(root, home, "take notes")
+    assert run.proc.returncode == 0, run.output
+    assert model.main_requests(), run.output
+    return model
+
+
+@pytest.mark.parametrize("harness", ["claude-code", "codex"])
+def test_a_rug_pull_is_withheld_and_a_denied_tool_never_called(
+    harness: str, tmp_path: Path, isolated_home: Path
+) -> None:
+    harness_bin("claude" if harness == "claude-code" else "codex")
+    if harness == "codex":
+        with MockModel([]) as placeholder:
+            _codex_config(isolated_home, placeholder)
+    root = trusted_project(tmp_path, tools='tools = { deny = ["erase_notes"] }\n' + PERMISSIONS)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me\n")
+
+    # First start, trusted: pinned. The denied tool is neither offered nor run when asked for.
+    model = _run(harness, root, isolated_home, [ToolCall("mcp__notes__erase_notes", {})])
+    offered = model.tools_offered()
+    assert "mcp__notes__add_note" in offered and "mcp__notes__read_path" in offered, offered
+    assert "mcp__notes__erase_notes" not in offered, offered
+    assert notes.read_text() == "keep me\n"
+    assert "Append a note to the notes file." in _requests_text(model)
+
+    # The server changes add_note's description: withheld; the new text never reaches the model.
+    (tmp_path / "description.txt").write_text(CHANGED)
+    model = _run(harness, root, isolated_home, [ToolCall("mcp__notes__add_note", {"text": "x"})])
+    offered = model.tools_offered()
+    assert "mcp__notes__read_path" in offered and "mcp__notes__add_note" not in offered, offered
+    assert "IGNORE ALL PREVIOUS" not in _requests_text(model)
+    assert notes.read_text() == "keep me\n"
+
+    # Reviewed: the new description is the pin, and the model is offered it.
+    reviewed = run_cli_in_process("trust", "--yes", cwd=root)
+    assert reviewed.returncode == 0, reviewed.stderr
+    model = _run(harness, root, isolated_home, [])
+    assert "mcp__notes__add_note" in model.tools_offered()
+    assert "IGNORE ALL PREVIOUS" in _requests_text(model)
