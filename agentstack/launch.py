@@ -23,7 +23,10 @@ import os
 import re
 import stat
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    import subprocess
 
 from agentstack import layout
 from agentstack.manifestview import SECRET_NAME_PATTERN
@@ -163,12 +166,35 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
 def run_relay(options: dict[str, str], command: list[str], env: dict[str, str],
               secret_values: list[str]) -> int:
+    """The relay in front of the server. Where the trusted state cannot be read, the server is
+    not started at all (nothing of an untrusted project runs); outside `agentstack run` it is
+    started under its own sandbox unless the manifest opted it out (`sandbox = false`)."""
     from agentstack import relay
 
-    setup = relay.load_setup(options["--state"], options["--project"], options["--server"])
+    name = options["--server"]
+    setup = relay.load_setup(options["--state"], options["--project"], name)
     if setup.closed is not None:
-        sys.stderr.write(f"agentstack launch: {options['--server']}: {setup.closed}\n")
-    return relay.serve(relay.Relay(setup, secret_values), command, env)
+        sys.stderr.write(f"agentstack launch: {name}: not started: {setup.closed}\n")
+        return 1
+    start = relay.start_plain
+    consent = setup.consent
+    if consent is not None:
+        from agentstack import serverbox
+
+        if serverbox.wanted(consent, name):
+            cwd = os.getcwd()
+
+            def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+                try:
+                    return serverbox.start(setup.root, consent, name, argv, env, cwd=cwd)
+                except serverbox.ServerConfinementError as exc:
+                    sys.stderr.write(
+                        f"agentstack launch: {name}: not started: its sandbox cannot be "
+                        f"enforced here: {exc}; to run it unconfined, set "
+                        f"servers.{name}.sandbox = false (then lock and trust)\n")
+                    raise SystemExit(1) from None
+
+    return relay.serve(relay.Relay(setup, secret_values), command, env, start=start)
 
 
 if __name__ == "__main__":

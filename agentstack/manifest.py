@@ -124,6 +124,8 @@ class Server(Model):
     # Code roots: the trees the process loads code from, instead of the ones agentstack infers.
     pin: list[PinPath] = Field(default_factory=list)
     tools: ServerTools | None = None
+    # false: the relay starts this server unconfined (the review rates it high).
+    sandbox: bool | None = None
 
     _pins = field_validator("pin")(rules.unique_pins)
     _command = field_validator("command")(rules.check_command)

@@ -290,6 +290,7 @@ SERVER = Table(
         Field("headers", DictOf(HEADER_NAME, VALUE_SOURCE), factory=dict),
         Field("pin", ListOf(PIN_PATH, (rules.unique_pins,)), factory=list),
         Field("tools", Optional(SERVER_TOOLS), None),
+        Field("sandbox", Optional(Bool()), None),
     ),
     (rules.check_server,),
 )

@@ -206,6 +206,8 @@ class Setup:
         closed: str | None = None,
         save: Callable[[Pins, bool], None] | None = None,
         receipt: Callable[[dict[str, Any]], None] | None = None,
+        root: str = "",
+        consent: dict[str, Any] | None = None,
     ) -> None:
         self.server = server
         self.pins = pins
@@ -215,6 +217,10 @@ class Setup:
         self.closed = closed
         self.save = save
         self.receipt = receipt
+        self.root = root
+        # The trusted consent document, when read from the state directory (outside `run`): the
+        # server is then started under its own sandbox (agentstack.serverbox).
+        self.consent = consent
 
 
 def load_setup(state_home: str, root: str, server: str) -> Setup:
@@ -260,7 +266,7 @@ def _setup_from_home(state_home: str, root: str, server: str, data: bytes) -> Se
         append_receipt(state_home, root, record)
 
     return Setup(server=server, pins=pins, policy=policy, digest=digest, trusted=trusted,
-                 save=save, receipt=receipt)
+                 save=save, receipt=receipt, root=root, consent=consent)
 
 
 def _trust_holds(snapshot: dict[str, Any], state_home: str) -> bool:
@@ -580,16 +586,23 @@ def read_lines(stream: IO[bytes]) -> Iterable[bytes]:
             yield line
 
 
-def serve(relay: Relay, argv: list[str], env: dict[str, str], *, cwd: str | None = None,
+Starter = Callable[[list[str], dict[str, str]], "subprocess.Popen[bytes]"]
+
+
+def start_plain(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(  # noqa: S603 - the trusted server argv, no shell
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
+    )
+
+
+def serve(relay: Relay, argv: list[str], env: dict[str, str], *, start: Starter = start_plain,
           stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None) -> int:
-    """Run the server and relay until it exits; its exit status."""
+    """Run the server (`start`: how) and relay until it exits; its exit status."""
     harness_in = stdin if stdin is not None else sys.stdin.buffer
     harness_out = stdout if stdout is not None else sys.stdout.buffer
     out_lock = threading.Lock()
     try:
-        child = subprocess.Popen(  # noqa: S603 - the trusted server argv, no shell
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=cwd, bufsize=0,
-        )
+        child = start(argv, env)
     except OSError as exc:
         sys.stderr.write(f"agentstack launch: cannot start {argv[0]!r}: {exc.strerror}\n")
         return 1

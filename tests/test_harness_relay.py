@@ -57,7 +57,7 @@ def test_a_rug_pull_is_withheld_and_a_denied_tool_never_called(
         with MockModel([]) as placeholder:
             _codex_config(isolated_home, placeholder)
     root = trusted_project(tmp_path, tools='tools = { deny = ["erase_notes"] }\n' + PERMISSIONS)
-    notes = tmp_path / "notes.txt"
+    notes = root / "notes.txt"
     notes.write_text("keep me\n")
 
     # First start, trusted: pinned. The denied tool is neither offered nor run when asked for.
@@ -69,7 +69,7 @@ def test_a_rug_pull_is_withheld_and_a_denied_tool_never_called(
     assert "Append a note to the notes file." in _requests_text(model)
 
     # The server changes add_note's description: withheld; the new text never reaches the model.
-    (tmp_path / "description.txt").write_text(CHANGED)
+    (root / "description.txt").write_text(CHANGED)
     model = _run(harness, root, isolated_home, [ToolCall("mcp__notes__add_note", {"text": "x"})])
     offered = model.tools_offered()
     assert "mcp__notes__read_path" in offered and "mcp__notes__add_note" not in offered, offered
