@@ -11,6 +11,8 @@ These tests skip locally when the harness CLIs are missing and fail in CI (CI=tr
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,38 @@ def test_a_rug_pull_is_withheld_and_a_denied_tool_never_called(
     model = _run(harness, root, isolated_home, [])
     assert "mcp__notes__add_note" in model.tools_offered()
     assert "IGNORE ALL PREVIOUS" in _requests_text(model)
+
+
+def test_claude_server_confined_while_the_same_server_outside_agentstack_reads(
+    tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`~/.ssh/id_ed25519` (a decoy in a HOME outside /tmp): the server Claude Code starts
+    behind the relay gets EACCES; the same server in a project Claude Code loads without
+    agentstack reads it (the control)."""
+    from agentstack.sandbox import verify
+    from tests.harness.drive import claude_setup, notes_server_spec
+
+    harness_bin("claude")
+    home = Path(tempfile.mkdtemp(dir=verify.DECOY_ROOT, prefix="agentstack-relay-home-")).resolve()
+    try:
+        (home / ".ssh").mkdir()
+        (home / ".ssh" / "id_ed25519").write_text("DECOY-KEY\n")
+        monkeypatch.setenv("HOME", str(home))  # apply writes ~/.claude.json here
+        read = ToolCall("mcp__notes__read_path", {"path": "~/.ssh/id_ed25519"})
+
+        control = tmp_path / "control"
+        control.mkdir()
+        spec = notes_server_spec(control / "notes.txt")
+        spec["env"]["NOTES_EXTRA_TOOLS"] = "1"
+        claude_setup(control, home, allow=["mcp__notes__read_path"], mcp_servers={"notes": spec})
+        model = _run("claude-code", control, home, [read])
+        assert any("read: DECOY-KEY" in r.text for r in model.tool_results), model.tool_results
+
+        root = trusted_project(tmp_path, tools=PERMISSIONS)
+        _run("claude-code", root, home, [])  # the first start, trusted: pinned
+        model = _run("claude-code", root, home, [read])
+        texts = [r.text for r in model.tool_results]
+        assert any("error: EACCES" in t for t in texts), texts
+        assert not any("DECOY-KEY" in t for t in texts), texts
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
