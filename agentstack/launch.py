@@ -150,6 +150,14 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except LaunchError as exc:
         sys.stderr.write(f"agentstack launch: {exc}\n{USAGE}\n")
         sys.exit(2)
+    if relay:
+        from agentstack import relay as relaying
+
+        address = relaying.broker_address(relay["--project"])
+        if address is not None and _store_closed(relay["--state"]):
+            # Inside `agentstack run`: the server, its secrets and the relay's checks all live
+            # in run's broker, outside the harness's sandbox.
+            sys.exit(relaying.pump_to_broker(address, relay["--server"]))
     try:
         env = environment(secrets)
     except LaunchError as exc:
@@ -162,6 +170,17 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except OSError as exc:
         sys.stderr.write(f"agentstack launch: cannot start {command[0]!r}: {exc.strerror}\n")
         sys.exit(1)
+
+
+def _store_closed(state: str) -> bool:
+    """The state directory is closed to this process (the kernel refuses it: inside `run`)."""
+    try:
+        os.listdir(state)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def run_relay(options: dict[str, str], command: list[str], env: dict[str, str],

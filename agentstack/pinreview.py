@@ -92,21 +92,3 @@ def record(root: Path, changes: list[PinChange], digest: str) -> None:
         pins.digest = digest
         relay.save_pins(home, str(root), server, pins)
         relay.drop_pending(home, str(root), server)
-
-
-def run_bundle(root: Path, document: dict[str, Any], digest: str) -> bytes:
-    """What a confined run's relays read instead of the closed state directory: every server's
-    pin and tool policy (the consent's `tools`), for this project and digest."""
-    home = str(agentstack_home())
-    servers: dict[str, Any] = {}
-    for name, server in sorted(document.get("servers", {}).items()):
-        try:
-            pins = relay.load_pins(home, str(root), name)
-        except (OSError, ValueError):
-            pins = None
-        entry: dict[str, Any] = {"pin": pins.to_json(name) if pins is not None else None}
-        if "tools" in server:
-            entry["tools"] = server["tools"]
-        servers[name] = entry
-    bundle = {"project": str(root), "digest": digest, "servers": servers}
-    return json.dumps(bundle, sort_keys=True).encode("utf-8")

@@ -280,32 +280,96 @@ def _trust_holds(snapshot: dict[str, Any], state_home: str) -> bool:
 
 
 def _setup_from_run(root: str, server: str) -> Setup:
-    """Inside `agentstack run` the state directory is closed: the pins and tool policy come from
-    run's read-only copy (proved to be run's own, as the guard proves its copies). Nothing new is
-    recorded there: a server never pinned lists nothing until it ran once outside, or at trust."""
+    """Inside `agentstack run` the state directory is closed: the relay runs in run's broker
+    instead (`broker_address`), never in here."""
+    raise ValueError("the state directory is closed here and agentstack run's broker was not "
+                     "found")
+
+
+def broker_address(root: str) -> tuple[int, str] | None:
+    """(port, token) of `agentstack run`'s server broker, from run's read-only copies (proved to
+    be run's own, as the guard proves them); None outside run."""
     from agentstack import _guard
 
     try:
         ro = _guard._run_copies()
-    except _guard.Deny as exc:
-        raise ValueError(str(exc)) from None
-    data = _read_private(os.path.join(ro, layout.RUN_PINS))
+        data = _read_private(os.path.join(ro, layout.RUN_PINS))
+    except (_guard.Deny, OSError):
+        return None
     if data is None:
-        raise ValueError("agentstack run gave no pins")
-    bundle = json.loads(data.decode("utf-8"))
-    if not isinstance(bundle, dict) or bundle.get("project") != root:
-        raise ValueError("agentstack run's pins are for another project")
-    entry = (bundle.get("servers") or {}).get(server)
-    if not isinstance(entry, dict):
-        raise ValueError(f"server {server!r} is not in the trusted consent")
-    pin = entry.get("pin")
-    return Setup(
-        server=server,
-        pins=Pins.parse(pin) if pin is not None else None,
-        policy=ToolPolicy.of(entry),
-        digest=str(bundle.get("digest", "")),
-        trusted=False,
-    )
+        return None
+    try:
+        bundle = json.loads(data.decode("utf-8"))
+        broker = bundle["broker"]
+        port, token = broker["port"], broker["token"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if bundle.get("project") != os.path.realpath(root) or not isinstance(port, int) or not (
+        isinstance(token, str)
+    ):
+        return None
+    return port, token
+
+
+def pump_to_broker(address: tuple[int, str], server: str) -> int:
+    """Inside `run`: hand this server's stdio to the broker, which runs the relay and the server
+    outside the harness's sandbox; only bytes pass here."""
+    import socket
+
+    port, token = address
+    try:
+        conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+    except OSError as exc:
+        sys.stderr.write(f"agentstack launch: {server}: cannot reach agentstack run's server "
+                         f"broker: {exc.strerror or exc}\n")
+        return 1
+    conn.settimeout(None)
+    rfile, wfile = conn.makefile("rb"), conn.makefile("wb")
+    wfile.write((canonical({"server": server, "token": token}) + "\n").encode())
+    wfile.flush()
+    answer = _parse_plain(rfile.readline(64 * 1024))
+    if answer is None or answer.get("ok") is not True:
+        why = answer.get("error") if answer is not None else None
+        sys.stderr.write(f"agentstack launch: {server}: not started: "
+                         f"{why if isinstance(why, str) else 'the broker refused'}\n")
+        return 1
+    out = sys.stdout.buffer
+
+    def upstream() -> None:
+        try:
+            while True:
+                chunk = sys.stdin.buffer.read1(65536)
+                if not chunk:
+                    break
+                wfile.write(chunk)
+                wfile.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            try:
+                conn.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    threading.Thread(target=upstream, name="agentstack-pump", daemon=True).start()
+    try:
+        while True:
+            chunk = rfile.read1(65536)
+            if not chunk:
+                break
+            out.write(chunk)
+            out.flush()
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _parse_plain(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 # ----------------------------------------------------------------------------- the checks

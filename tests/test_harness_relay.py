@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -117,5 +118,84 @@ def test_claude_server_confined_while_the_same_server_outside_agentstack_reads(
         texts = [r.text for r in model.tool_results]
         assert any("error: EACCES" in t for t in texts), texts
         assert not any("DECOY-KEY" in t for t in texts), texts
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+SECRET = "vault-secret-never-in-the-harness-0042"
+REAL_KEY = "sk-ant-real-key-never-in-the-sandbox-0042"
+
+
+def test_claude_inside_run_uses_a_server_that_needs_a_secret(tmp_path: Path) -> None:
+    """Inside `agentstack run` the store is closed to the harness's sandbox: the server with
+    `secret:vault-token` still starts (run's broker starts it, with the value) and answers the
+    real Claude Code; the harness's environment and the files it can reach never hold it."""
+    import hashlib
+    import subprocess
+
+    from agentstack.sandbox import verify
+    from tests.conftest import make_project, run_cli
+    from tests.harness.drive import NOTES_SERVER
+
+    claude = harness_bin("claude")
+    home = Path(tempfile.mkdtemp(dir=verify.DECOY_ROOT, prefix="agentstack-relay-home-")).resolve()
+    try:
+        script = [ToolCall("mcp__vault__add_note", {"text": "inside run"}),
+                  ToolCall("Bash", {"command": "env"})]
+        root = (tmp_path / "proj").resolve()
+        with MockModel(script) as model:
+            env_toml = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {
+                "NOTES_TOKEN": "secret:vault-token", "NOTES_FILE": str(root / "notes.txt"),
+                "NOTES_TOKEN_FILE": str(root / "token-seen")}.items())
+            manifest = f"""\
+[project]
+name = "vault"
+harnesses = ["claude-code"]
+
+[servers.vault]
+command = {json.dumps(sys.executable)}
+args = ["-I", {json.dumps(str(NOTES_SERVER))}]
+env = {{ {env_toml} }}
+
+[settings.permissions]
+allow = ["mcp__vault__add_note", "Bash(env)"]
+
+[sandbox]
+write_dirs = ["."]
+env = ["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER"]
+
+[sandbox.credentials.anthropic]
+upstream = "{model.url}"
+secret = "anthropic"
+header = "x-api-key"
+env = "ANTHROPIC_API_KEY"
+base_url_env = "ANTHROPIC_BASE_URL"
+"""
+            make_project(root, manifest)
+            env = {"HOME": str(home), "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                   "CLAUDE_CODE_MAX_RETRIES": "0", "DISABLE_AUTOUPDATER": "1"}
+            for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
+                result = run_cli(*args, cwd=root, env=env)
+                assert result.returncode == 0, result.stderr
+            for name, value in (("anthropic", REAL_KEY), ("vault-token", SECRET)):
+                assert run_cli("secret", "set", name, cwd=root, input=value + "\n",
+                               env=env).returncode == 0
+            run = run_cli("run", "--harness", "claude-code", "--", str(claude), "-p", "go",
+                          "--output-format", "json", cwd=root, env=env)
+            assert run.returncode == 0, run.stdout + run.stderr
+        first, second = model.tool_results
+        assert "added note 1" in first.text and first.is_error is not True, first.text
+        assert (root / "notes.txt").read_text() == "inside run\n"
+        seen = "sha256:" + hashlib.sha256(SECRET.encode()).hexdigest()
+        assert (root / "token-seen").read_text() == seen  # the server received the value
+        assert "HOME=" in second.text and SECRET not in second.text, second.text  # the env
+        for where in (root, home):
+            found = subprocess.run(["grep", "-r", "-l", SECRET, str(where)],
+                                   capture_output=True, text=True)
+            assert not found.stdout, found.stdout
+        log = run_cli("log", "--json", cwd=root, env=env)
+        receipts = [json.loads(line) for line in log.stdout.splitlines()]
+        assert [(r["server"], r["tool"], r["decision"]) for r in receipts] == [
+            ("vault", "add_note", "allow")]
     finally:
         shutil.rmtree(home, ignore_errors=True)

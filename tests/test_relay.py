@@ -319,3 +319,34 @@ def test_a_server_opted_out_runs_unconfined_and_the_review_says_so(tmp_path: Pat
     pinning.tools()
     pinning.close()
     assert "read: DECOY-KEY" in _read_key(spec, decoy_home)
+
+
+def test_run_broker_names_a_truly_missing_secret_accurately(tmp_path: Path) -> None:
+    from agentstack import serverbroker
+    from agentstack.consent import current
+
+    text = manifest((tmp_path / "proj").resolve()).replace(
+        'env = { ', 'env = { NOTES_TOKEN = "secret:never-set", ')
+    root = make_project(tmp_path / "proj", text).resolve()
+    assert run_cli_in_process("lock", cwd=root).returncode == 0
+    _, _, document, digest = current(root)
+    broker = serverbroker.Broker(root, document, digest)
+    try:
+        with pytest.raises(ValueError, match=r"^no secret 'never-set': run 'agentstack secret "
+                                             r"set never-set'$"):
+            broker._server("notes")
+        with pytest.raises(ValueError, match="not in the trusted consent"):
+            broker._hello(*_hello_pair(broker, {"server": "other", "token": broker.token}))
+        with pytest.raises(ValueError, match="not a request"):
+            broker._hello(*_hello_pair(broker, {"server": "notes", "token": "guess"}))
+    finally:
+        broker.close()
+
+
+def _hello_pair(broker: Any, hello: dict[str, Any]) -> tuple[Any, Any]:
+    import io
+    import socket
+
+    left, right = socket.socketpair()
+    right.close()
+    return left, io.BytesIO((json.dumps(hello) + "\n").encode())

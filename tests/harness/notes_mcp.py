@@ -8,7 +8,8 @@ For the relay's tests: ``$NOTES_DESCRIPTION_FILE``, when that file exists, is re
 ``add_note``'s description at each start (a server that changes what it says); with
 ``$NOTES_EXTRA_TOOLS`` set it also lists ``erase_notes`` (empties the file) and ``read_path``
 ({"path": str}: answers the file's first line, or ``error: <errno name>``); with
-``$NOTES_TOKEN_FILE`` it writes ``$NOTES_TOKEN`` (or ``<unset>``) to that file at start.
+``$NOTES_TOKEN_FILE`` it writes ``sha256:<hex of $NOTES_TOKEN>`` (or ``<unset>``) to that file
+at start: proof of the value received, without the value on disk.
 """
 
 from __future__ import annotations
@@ -93,8 +94,11 @@ def _call(params: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     token_file = os.environ.get("NOTES_TOKEN_FILE")
     if token_file:
+        import hashlib
+
+        token = os.environ.get("NOTES_TOKEN")
         with open(token_file, "w", encoding="utf-8") as fh:
-            fh.write(os.environ.get("NOTES_TOKEN", "<unset>"))
+            fh.write("sha256:" + hashlib.sha256(token.encode()).hexdigest() if token else "<unset>")
     for line in sys.stdin:
         line = line.strip()
         if not line:
