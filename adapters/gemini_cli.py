@@ -27,8 +27,8 @@ from .common import (
     header_values,
     hook_command,
     instructions_text,
-    skill_files,
     native_tool_keys,
+    skill_files,
     stdio_server,
 )
 

@@ -27,6 +27,7 @@ Standard library only: it starts with every server, and stays on the path of eve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -100,10 +101,8 @@ def _read_private(path: str, limit: int = 64 * 1024 * 1024) -> bytes | None:
 def _write_private(path: str, data: bytes) -> None:
     """Atomic 0600 write in agentstack's own directory (created 0700); links never followed."""
     directory = os.path.dirname(path)
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
     info = os.lstat(directory)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
         raise PermissionError(f"{directory} is not a directory of yours")
@@ -116,10 +115,8 @@ def _write_private(path: str, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temp)
-        except OSError:
-            pass
         raise
 
 
@@ -136,19 +133,15 @@ def save_pins(state_home: str, root: str, server: str, pins: Pins, *, pending: b
 
 
 def drop_pending(state_home: str, root: str, server: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(layout.pin_file(state_home, root, server, pending=True))
-    except FileNotFoundError:
-        pass
 
 
 def append_receipt(state_home: str, root: str, record: dict[str, Any]) -> None:
     """One line, one write(2) with O_APPEND (lines stay whole between writers); best effort."""
     line = (canonical(record) + "\n").encode("utf-8")
-    try:
+    with contextlib.suppress(OSError):
         os.mkdir(layout.project_dir(state_home, root), 0o700)
-    except OSError:
-        pass
     try:
         fd = os.open(
             layout.receipts_file(state_home, root),
@@ -338,7 +331,7 @@ def pump_to_broker(address: tuple[int, str], server: str) -> int:
     def upstream() -> None:
         try:
             while True:
-                chunk = sys.stdin.buffer.read1(65536)
+                chunk = os.read(0, 65536)  # what is there (nothing was read from stdin yet)
                 if not chunk:
                     break
                 wfile.write(chunk)
@@ -346,10 +339,8 @@ def pump_to_broker(address: tuple[int, str], server: str) -> int:
         except (OSError, ValueError):
             pass
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
 
     threading.Thread(target=upstream, name="agentstack-pump", daemon=True).start()
     try:
@@ -408,9 +399,10 @@ class Relay:
             tool = ""
             if method == "tools/call":
                 params = message.get("params")
-                tool = params.get("name") if isinstance(params, dict) else None
-                if not isinstance(tool, str):
+                named = params.get("name") if isinstance(params, dict) else None
+                if not isinstance(named, str):
                     return [], [_error(message["id"], INVALID_PARAMS, "tools/call names no tool")]
+                tool = named
                 refusal = self.refuse_call(tool)
                 if refusal is not None:
                     self._receipt(tool, "deny", len(line), 0)
@@ -574,10 +566,8 @@ class Relay:
         }
         if started is not None:
             record["ms"] = round((now - started) * 1000, 3)
-        try:
+        with contextlib.suppress(Exception):  # a receipt lost never changes a decision
             self.setup.receipt(record)
-        except Exception:  # noqa: BLE001,S110 - a receipt lost never changes a decision
-            pass
 
     def _holds_secret(self, text: str) -> bool:
         return any(s in text for s in (*self.secrets, *self._escaped))
@@ -654,7 +644,7 @@ Starter = Callable[[list[str], dict[str, str]], "subprocess.Popen[bytes]"]
 
 
 def start_plain(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(  # noqa: S603 - the trusted server argv, no shell
+    return subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
     )
 
@@ -696,10 +686,8 @@ def serve(relay: Relay, argv: list[str], env: dict[str, str], *, start: Starter 
         except (OSError, ValueError):
             pass
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 child_in.close()
-            except OSError:
-                pass
 
     reader = threading.Thread(target=pump_in, name="agentstack-relay-in", daemon=True)
     reader.start()

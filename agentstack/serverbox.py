@@ -125,7 +125,7 @@ def start(
     spec_r, spec_w = os.pipe()
     status_r, status_w = os.pipe()
     try:
-        process = subprocess.Popen(  # noqa: S603 - agentstack's own launcher
+        process = subprocess.Popen(
             [sys.executable, "-I", "-S", str(LAUNCHER), str(spec_r), str(status_w)],
             pass_fds=(spec_r, status_w), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             bufsize=0, cwd=policy.workdir,

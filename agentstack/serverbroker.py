@@ -28,10 +28,12 @@ import json
 import os
 import secrets as _random
 import socket
-import subprocess
 import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import subprocess
 
 HELLO_BYTES = 4096
 HELLO_TIMEOUT = 30.0
@@ -156,10 +158,12 @@ class Broker:
         consent = setup.consent
 
         def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+            import subprocess
+
             if serverbox.wanted(consent, name):
                 child = serverbox.start(str(self.root), consent, name, argv, env, cwd=cwd)
             else:
-                child = subprocess.Popen(  # noqa: S603 - the trusted server argv, no shell
+                child = subprocess.Popen(
                     argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=cwd,
                     bufsize=0)
             with self.lock:
@@ -187,11 +191,6 @@ def _mcp_error(wfile: IO[bytes], text: str) -> None:
 
 def has_stdio_servers(document: dict[str, Any]) -> bool:
     return any(s.get("transport") != "http" for s in document.get("servers", {}).values())
-
-
-def start(root: Path, document: dict[str, Any], digest: str) -> Broker | None:
-    """The broker, when the trusted declaration has a stdio server; else None."""
-    return Broker(root, document, digest) if has_stdio_servers(document) else None
 
 
 def run_bundle(root: Path, document: dict[str, Any], digest: str, broker: Broker | None) -> bytes:

@@ -21,8 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapter_support import without_relay
-from tests.adapter_support import TOUCH, current, drive, guard_snapshot, mcp_list, notes_project
+from tests.adapter_support import (
+    TOUCH,
+    current,
+    drive,
+    guard_snapshot,
+    mcp_list,
+    notes_project,
+    without_relay,
+)
 from tests.adapter_support import ok as _ok
 from tests.adapter_support import render as _ops
 from tests.conftest import REPO, run_cli

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import without_relay
-from tests.adapter_support import locked_project, trust_and_apply
+from tests.adapter_support import locked_project, trust_and_apply, without_relay
 from tests.conftest import run_cli
 
 STDIO_KEYS = {"command", "args", "env"}

@@ -22,8 +22,15 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import without_relay
-from tests.adapter_support import TOUCH, drive, guard_snapshot, mcp_list, notes_project, rendered
+from tests.adapter_support import (
+    TOUCH,
+    drive,
+    guard_snapshot,
+    mcp_list,
+    notes_project,
+    rendered,
+    without_relay,
+)
 from tests.adapter_support import ok as _ok
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env

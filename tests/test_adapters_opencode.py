@@ -24,8 +24,15 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import without_relay
-from tests.adapter_support import TOUCH, current, drive, guard_snapshot, mcp_list, notes_project
+from tests.adapter_support import (
+    TOUCH,
+    current,
+    drive,
+    guard_snapshot,
+    mcp_list,
+    notes_project,
+    without_relay,
+)
 from tests.adapter_support import ok as _ok
 from tests.adapter_support import render as _render
 from tests.conftest import REPO, run_cli

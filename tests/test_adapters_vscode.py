@@ -11,8 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.adapter_support import without_relay
-from tests.adapter_support import current, guard_snapshot, locked_project, trust_and_apply
+from tests.adapter_support import (
+    current,
+    guard_snapshot,
+    locked_project,
+    trust_and_apply,
+    without_relay,
+)
 from tests.conftest import run_cli
 
 ALL = '["claude-code", "codex", "gemini-cli", "opencode", "copilot", "vscode", "cursor"]'

@@ -184,14 +184,16 @@ def run_session(
     if interactive is None:
         interactive = sys.stdin.isatty()
     before = watch.snapshot(root)
-    from agentstack import layout, serverbroker
-
-    # The MCP servers run outside the harness's sandbox, each in its own, with their secrets
-    # and the relay's checks (agentstack.serverbroker); the sandbox may only connect to it.
-    broker = serverbroker.start(root, document, digest)
     copies = guard_state(root)
-    copies[layout.RUN_PINS] = serverbroker.run_bundle(root, document, digest, broker)
-    if broker is not None:
+    broker: Any = None
+    if any(s.get("transport") != "http" for s in document["servers"].values()):
+        # The MCP servers run outside the harness's sandbox, each in its own, with their
+        # secrets and the relay's checks (agentstack.serverbroker); the sandbox may only
+        # connect to it. (Imported only then: `run`'s fast path stays lean.)
+        from agentstack import layout, serverbroker
+
+        broker = serverbroker.Broker(root, document, digest)
+        copies[layout.RUN_PINS] = serverbroker.run_bundle(root, document, digest, broker)
         policy = policy._replace(broker_port=broker.port)
     try:
         return run_confined(
