@@ -25,14 +25,17 @@ import stat
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
+import contextlib
+
+from agentstack import layout
+
 if TYPE_CHECKING:
     import subprocess
 
-from agentstack import layout
-from agentstack.manifestview import SECRET_NAME_PATTERN
-from agentstack.secrets import FILE_BYTES, unpad
-
-_NAME = re.compile(SECRET_NAME_PATTERN)
+# What a secret name may be (agentstack.manifestview's pattern, which is loaded only when a
+# secret is read: the relay of a server without secrets starts without it and the store's code).
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_NAME = re.compile(_NAME_PATTERN)
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USAGE = (
     "usage: python -I -m agentstack.launch [--server NAME --project ROOT --state DIR] "
@@ -76,6 +79,8 @@ def read_secret(directory: str, name: str) -> str:
         raise NotThere(f"cannot read secret {name!r}: {exc.strerror}") from None
     except OSError as exc:
         raise LaunchError(f"cannot read secret {name!r}: {exc.strerror}") from None
+    from agentstack.secrets import FILE_BYTES, unpad
+
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077 or info.st_uid != os.geteuid():
@@ -157,19 +162,28 @@ def main(argv: list[str] | None = None) -> NoReturn:
         if address is not None and _store_closed(relay["--state"]):
             # Inside `agentstack run`: the server, its secrets and the relay's checks all live
             # in run's broker, outside the harness's sandbox.
-            sys.exit(relaying.pump_to_broker(address, relay["--server"]))
+            _leave(relaying.pump_to_broker(address, relay["--server"]))
     try:
         env = environment(secrets)
     except LaunchError as exc:
         sys.stderr.write(f"agentstack launch: {exc}\n")
         sys.exit(1)
     if relay:
-        sys.exit(run_relay(relay, command, env, [env[k] for k in secrets]))
+        _leave(run_relay(relay, command, env, [env[k] for k in secrets]))
     try:
         os.execvpe(command[0], command, env)  # noqa: S606 - the trusted server argv, no shell
     except OSError as exc:
         sys.stderr.write(f"agentstack launch: cannot start {command[0]!r}: {exc.strerror}\n")
         sys.exit(1)
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit now: a relay thread may still block on the harness's stdin, which an orderly
+    interpreter shutdown would wait for (or abort on)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def _store_closed(state: str) -> bool:

@@ -350,3 +350,10 @@ def _hello_pair(broker: Any, hello: dict[str, Any]) -> tuple[Any, Any]:
     left, right = socket.socketpair()
     right.close()
     return left, io.BytesIO((json.dumps(hello) + "\n").encode())
+
+
+def test_the_launcher_knows_secret_names_as_the_manifest_does() -> None:
+    from agentstack import launch
+    from agentstack.manifestview import SECRET_NAME_PATTERN
+
+    assert launch._NAME_PATTERN == SECRET_NAME_PATTERN
