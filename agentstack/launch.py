@@ -19,13 +19,12 @@ which secret is missing and how to set it. Standard library only: it starts with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 import sys
 from typing import TYPE_CHECKING, NoReturn
-
-import contextlib
 
 from agentstack import layout
 
