@@ -195,7 +195,13 @@ base_url_env = "ANTHROPIC_BASE_URL"
             assert not found.stdout, found.stdout
         log = run_cli("log", "--json", cwd=root, env=env)
         receipts = [json.loads(line) for line in log.stdout.splitlines()]
-        assert [(r["server"], r["tool"], r["decision"]) for r in receipts] == [
-            ("vault", "add_note", "allow")]
+        assert [(r["server"], r["tool"], r["decision"]) for r in receipts
+                if r["kind"] == "tool"] == [("vault", "add_note", "allow")]
+        # One per request through the credential proxy: where to, the decision, the bytes.
+        proxied = [r for r in receipts if r["kind"] == "proxy"]
+        assert proxied and {(r["host"], r["decision"]) for r in proxied} == {
+            ("route:anthropic", "allow")}, proxied
+        assert all(r["bytes_sent"] > 0 and r["bytes_received"] > 0 for r in proxied), proxied
+        assert REAL_KEY not in log.stdout and SECRET not in log.stdout
     finally:
         shutil.rmtree(home, ignore_errors=True)
