@@ -357,3 +357,56 @@ def test_the_launcher_knows_secret_names_as_the_manifest_does() -> None:
     from agentstack.manifestview import SECRET_NAME_PATTERN
 
     assert launch._NAME_PATTERN == SECRET_NAME_PATTERN
+
+
+# ------------------------------------------------------------------ the guard, by name
+
+
+@pytest.mark.parametrize("harness,allowed,denied", [
+    ("claude-code", "mcp__notes__add_note", "mcp__notes__erase_notes"),
+    ("codex", "mcp__notes__add_note", "mcp__notes__erase_notes"),
+    ("cursor", "MCP:notes:add_note", "MCP:notes:erase_notes"),
+])
+def test_the_guard_denies_a_tool_the_manifest_does_not_allow(harness: str, allowed: str,
+                                                            denied: str) -> None:
+    from agentstack import _guard
+
+    snapshot = {"servers": ["notes"], "policy": {}, "tools": {
+        "notes": {"allow": [], "deny": ["erase_notes"]}}}
+    event = {"tool_name": allowed, "tool_input": {}}
+    _guard.check_call(snapshot, event, "/", harness)
+    with pytest.raises(_guard.Deny, match="not allowed by servers.notes.tools"):
+        _guard.check_call(snapshot, {"tool_name": denied, "tool_input": {}}, "/", harness)
+    only = {**snapshot, "tools": {"notes": {"allow": ["read_path"], "deny": []}}}
+    with pytest.raises(_guard.Deny, match="not allowed"):
+        _guard.check_call(only, event, "/", harness)
+    broken = {**snapshot, "tools": {"notes": {"allow": "read_path"}}}
+    with pytest.raises(_guard.Deny, match="malformed"):
+        _guard.check_call(broken, event, "/", harness)
+
+
+def test_the_snapshot_carries_the_tool_tables(tmp_path: Path) -> None:
+    from agentstack import _guard
+
+    root = trusted_project(tmp_path, tools='tools = { deny = ["erase_notes"] }')
+    snapshot = _guard.load_snapshot(layout.guard_snapshot(os.environ["AGENTSTACK_HOME"],
+                                                          str(root)))
+    assert snapshot["tools"] == {"notes": {"allow": [], "deny": ["erase_notes"]}}
+    settings = json.loads((root / ".claude" / "settings.local.json").read_text())
+    assert "mcp__notes__erase_notes" in settings["permissions"]["deny"]
+    codex = (root / ".codex" / "config.toml").read_text()
+    assert 'disabled_tools = ["erase_notes"]' in codex
+
+
+def test_list_changed_is_forwarded_and_the_next_listing_checked() -> None:
+    pins = relay.Pins({"tools": {"t": {"name": "t", "description": "old"}}})
+    checks = relay.Relay(_setup(pins, trusted=False))
+    note = _msg(method="notifications/tools/list_changed")
+    assert checks.from_server(note) == [note]
+    checks.from_harness(_msg(id=7, method="tools/list"))
+    (out,) = checks.from_server(_msg(id=7, result={"tools": [{"name": "t",
+                                                               "description": "new"}]}))
+    assert json.loads(out)["result"]["tools"] == []
+    _, (refused,) = checks.from_harness(_msg(id=8, method="tools/call", params={"name": "t"}))
+    assert "changed since it was pinned" in json.loads(refused)["error"]["message"]
+    assert checks.changes.lists == {"tools": {"t": {"name": "t", "description": "new"}}}
