@@ -230,10 +230,11 @@ def _load_setup(state_home: str, root: str, server: str) -> Setup:
     try:
         data = _read_private(layout.guard_snapshot(state_home, root))
     except PermissionError:
-        data = None
-    if data is not None:
-        return _setup_from_home(state_home, root, server, data)
-    return _setup_from_run(root, server)
+        return _setup_from_run(root, server)
+    if data is None:
+        raise ValueError("this project has no trusted state here; run 'agentstack trust', then "
+                         "'agentstack apply --write'")
+    return _setup_from_home(state_home, root, server, data)
 
 
 def _setup_from_home(state_home: str, root: str, server: str, data: bytes) -> Setup:
