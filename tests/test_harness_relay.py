@@ -87,16 +87,17 @@ def test_a_rug_pull_is_withheld_and_a_denied_tool_never_called(
     assert "IGNORE ALL PREVIOUS" in _requests_text(model)
 
 
-def test_claude_server_confined_while_the_same_server_outside_agentstack_reads(
-    tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("harness", ["claude-code", "codex"])
+def test_a_server_is_confined_while_the_same_server_outside_agentstack_reads(
+    harness: str, tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`~/.ssh/id_ed25519` (a decoy in a HOME outside /tmp): the server Claude Code starts
-    behind the relay gets EACCES; the same server in a project Claude Code loads without
+    """`~/.ssh/id_ed25519` (a decoy in a HOME outside /tmp): the server the harness starts
+    behind the relay gets EACCES; the same server in a project the harness loads without
     agentstack reads it (the control)."""
     from agentstack.sandbox import verify
-    from tests.harness.drive import claude_setup, notes_server_spec
+    from tests.harness.drive import claude_setup, codex_setup, notes_server_spec
 
-    harness_bin("claude")
+    harness_bin("claude" if harness == "claude-code" else "codex")
     home = Path(tempfile.mkdtemp(dir=verify.DECOY_ROOT, prefix="agentstack-relay-home-")).resolve()
     try:
         (home / ".ssh").mkdir()
@@ -108,13 +109,23 @@ def test_claude_server_confined_while_the_same_server_outside_agentstack_reads(
         control.mkdir()
         spec = notes_server_spec(control / "notes.txt")
         spec["env"]["NOTES_EXTRA_TOOLS"] = "1"
-        claude_setup(control, home, allow=["mcp__notes__read_path"], mcp_servers={"notes": spec})
-        model = _run("claude-code", control, home, [read])
+        if harness == "claude-code":
+            claude_setup(control, home, allow=["mcp__notes__read_path"],
+                         mcp_servers={"notes": spec})
+            model = _run(harness, control, home, [read])
+        else:
+            with MockModel([read]) as model:
+                codex_setup(control, home, model, mcp_servers={"notes": spec})
+                run = run_codex(control, home, "read it")
+            assert run.proc.returncode == 0, run.output
         assert any("read: DECOY-KEY" in r.text for r in model.tool_results), model.tool_results
 
+        if harness == "codex":
+            with MockModel([]) as placeholder:
+                _codex_config(home, placeholder)  # the user's own settings, then agentstack's
         root = trusted_project(tmp_path, tools=PERMISSIONS)
-        _run("claude-code", root, home, [])  # the first start, trusted: pinned
-        model = _run("claude-code", root, home, [read])
+        _run(harness, root, home, [])  # the first start, trusted: pinned
+        model = _run(harness, root, home, [read])
         texts = [r.text for r in model.tool_results]
         assert any("error: EACCES" in t for t in texts), texts
         assert not any("DECOY-KEY" in t for t in texts), texts
