@@ -63,8 +63,9 @@ write_dirs = ["."]
 def notes_project(tmp_path: Path, name: str, harnesses: str) -> Path:
     """The notes project in `tmp_path/"proj <harness>"` (a git repository, its secret stored,
     locked, not trusted yet); returns its resolved root."""
-    root = make_project(tmp_path / f"proj {name.removesuffix('-e2e')}",
-                        notes_manifest(name, tmp_path / "notes.txt", harnesses),
+    # The notes file in the project: behind the relay, a server is confined to it by default.
+    where = tmp_path / f"proj {name.removesuffix('-e2e')}"
+    root = make_project(where, notes_manifest(name, where / "notes.txt", harnesses),
                         {"AGENTS.base.md": "Be careful.\n"})
     return _locked(root, secret=True)
 

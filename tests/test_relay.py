@@ -375,7 +375,7 @@ def test_the_guard_denies_a_tool_the_manifest_does_not_allow(harness: str, allow
         "notes": {"allow": [], "deny": ["erase_notes"]}}}
     event = {"tool_name": allowed, "tool_input": {}}
     _guard.check_call(snapshot, event, "/", harness)
-    with pytest.raises(_guard.Deny, match="not allowed by servers.notes.tools"):
+    with pytest.raises(_guard.Deny, match=r"not allowed by servers\.notes\.tools"):
         _guard.check_call(snapshot, {"tool_name": denied, "tool_input": {}}, "/", harness)
     only = {**snapshot, "tools": {"notes": {"allow": ["read_path"], "deny": []}}}
     with pytest.raises(_guard.Deny, match="not allowed"):
