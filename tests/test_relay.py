@@ -410,3 +410,19 @@ def test_list_changed_is_forwarded_and_the_next_listing_checked() -> None:
     _, (refused,) = checks.from_harness(_msg(id=8, method="tools/call", params={"name": "t"}))
     assert "changed since it was pinned" in json.loads(refused)["error"]["message"]
     assert checks.changes.lists == {"tools": {"t": {"name": "t", "description": "new"}}}
+
+
+def test_the_relay_path_is_standard_library_only() -> None:
+    """What the launcher loads to relay a server without secrets: agentstack's own small
+    modules and the standard library, nothing installed beside it."""
+    probe = ("import sys, agentstack.launch, agentstack.relay\n"
+             "print(' '.join(sorted(m for m in sys.modules)))")
+    done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    loaded = set(done.stdout.split())
+    ours = {m for m in loaded if m.split(".")[0] == "agentstack"}
+    assert ours == {"agentstack", "agentstack.launch", "agentstack.relay", "agentstack.layout"}
+    stdlib = set(sys.stdlib_module_names)
+    foreign = sorted(m for m in loaded - ours if m.split(".")[0] not in stdlib
+                     and not m.startswith("_") and "editable" not in m)
+    assert not foreign, foreign
