@@ -18,6 +18,8 @@ from .common import (
     header_values,
     hook_groups,
     instructions_text,
+    mcp_tool_name,
+    server_tools,
     servers_file,
     skill_files,
     stdio_server,
@@ -57,7 +59,12 @@ class ClaudeCodeAdapter:
             ("enabledMcpjsonServers",): sorted(servers),
             ("hooks",): hook_groups(context, NAME, guard_extra={"onFailure": "block"}),
         }
-        permissions = context.consent["settings"]["permissions"]
+        permissions = dict(context.consent["settings"]["permissions"])
+        # servers.NAME.tools: a denied tool as Claude Code's own deny rule (the relay and the
+        # guard refuse it too; an allow list has no native form, the relay filters the rest).
+        denied = [mcp_tool_name(n, t) for n, s in sorted(servers.items()) for t in server_tools(s)[1]]
+        if denied:
+            permissions["deny"] = [*permissions.get("deny", []), *denied]
         if any(permissions.values()):
             settings[("permissions",)] = {k: v for k, v in permissions.items() if v}
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):

@@ -21,6 +21,7 @@ from .common import (
     guard_groups,
     hook_groups,
     instructions_text,
+    native_tool_keys,
     secret_env_var,
     skill_files,
     stdio_server,
@@ -60,6 +61,7 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     out = {"command": command, "args": args, "cwd": str(context.root / server.get("cwd", "."))}
     if literal:
         out["env"] = literal
+    out.update(native_tool_keys(server, "enabled_tools", "disabled_tools"))
     return out
 
 

@@ -18,19 +18,61 @@ def secret_env_var(secret: str) -> str:
     return "AGENTSTACK_SECRET_" + re.sub(r"[^A-Z0-9]", "_", secret.upper())
 
 
+def server_name(context: RenderContext, server: dict[str, Any]) -> str | None:
+    """The name the consent document gives `server` (the very entry an adapter was handed)."""
+    servers = context.consent["servers"]
+    for name, entry in servers.items():
+        if entry is server:
+            return str(name)
+    for name, entry in servers.items():
+        if entry == server:
+            return str(name)
+    return None
+
+
 def launched(
     context: RenderContext, server: dict[str, Any], command: str, args: list[str]
 ) -> tuple[str, list[str]]:
-    """A server whose env names secrets starts through `agentstack.launch`, which reads them from
-    the secret store and execs the server: the harness config holds no secret and no `${KEY}`
-    the user must export. (`context.guard_command[0]` is agentstack's own interpreter.)"""
+    """Every stdio server starts through `agentstack.launch`, the MCP relay (its listings held
+    to their pins, its tools allowed by name), which also reads the server's secrets from the
+    secret store: the harness config holds no secret and no `${KEY}` the user must export. Its
+    state directory and project are arguments, never the environment. (Rendered without a state
+    directory, as adapter tests do, only a server with secrets goes through it, to exec.)
+    (`context.guard_command[0]` is agentstack's own interpreter.)"""
     secrets = sorted((k, v["secret"]) for k, v in server.get("env", {}).items() if "secret" in v)
-    if not secrets:
+    name = server_name(context, server)
+    relay = context.state_home is not None and name is not None
+    if not secrets and not relay:
         return command, args
     launcher = [context.guard_command[0], "-I", "-m", "agentstack.launch"]
+    if relay:
+        launcher += ["--server", str(name), "--project", str(context.root),
+                     "--state", str(context.state_home)]
     for key, name in secrets:
         launcher += ["--secret", f"{key}={name}"]
     return launcher[0], [*launcher[1:], "--", command, *args]
+
+
+def server_tools(server: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """`servers.NAME.tools` as (allow, deny); both empty when the manifest names none."""
+    tools = server.get("tools") or {}
+    return sorted(tools.get("allow", [])), sorted(tools.get("deny", []))
+
+
+def native_tool_keys(server: dict[str, Any], allow_key: str, deny_key: str) -> dict[str, Any]:
+    """`servers.NAME.tools` in a harness's own per-server keys (the relay enforces it as well)."""
+    allow, deny = server_tools(server)
+    out: dict[str, Any] = {}
+    if allow:
+        out[allow_key] = allow
+    if deny:
+        out[deny_key] = deny
+    return out
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """`mcp__<server>__<tool>` as Claude Code and Codex name an MCP tool in rules and hooks."""
+    return "mcp__" + re.sub(r"[^A-Za-z0-9_-]", "_", server) + "__" + tool
 
 
 def header_values(server: dict[str, Any], reference: str) -> dict[str, str]:

@@ -27,6 +27,7 @@ from .common import (
     header_values,
     hook_command,
     instructions_text,
+    native_tool_keys,
     skill_files,
     stdio_server,
 )
@@ -56,6 +57,7 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     out = {"command": command, "args": args, "cwd": str(context.root / server.get("cwd", "."))}
     if literal:
         out["env"] = literal
+    out.update(native_tool_keys(server, "includeTools", "excludeTools"))
     return out
 
 

@@ -810,6 +810,24 @@ def _tool_of(harness: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return tool, arguments
 
 
+def check_server_tool(snapshot: dict[str, Any], server: str, tool: str) -> None:
+    """Deny a tool `servers.NAME.tools` does not allow (deny wins; a non-empty allow is the
+    whole list). The snapshot holds the trusted table; a malformed one allows nothing."""
+    tables = snapshot.get("tools", {})
+    table = tables.get(server) if isinstance(tables, dict) else None
+    if table is None and isinstance(tables, dict):
+        return
+    allow = table.get("allow", []) if isinstance(table, dict) else None
+    deny = table.get("deny", []) if isinstance(table, dict) else None
+    if not isinstance(allow, list) or not isinstance(deny, list):
+        raise Deny(f"the guard snapshot's tool table for server {server!r} is malformed; denied")
+    if tool in deny or (allow and tool not in allow):
+        raise Deny(
+            f"tool {tool!r} of MCP server {server!r} is not allowed by servers.{server}.tools "
+            "in agentstack.toml"
+        )
+
+
 def check_call(
     snapshot: dict[str, Any], event: dict[str, Any], cwd: str, harness: str = "claude-code",
     state: str | None = None,
@@ -829,6 +847,8 @@ def check_call(
                 f"tool {tool!r} belongs to MCP server {name!r}, which is not in agentstack.lock; "
                 "add it to agentstack.toml, lock and trust it"
             )
+        prefix = "mcp_" + name + "_"
+        check_server_tool(snapshot, name, tool[len(prefix):] if tool.startswith(prefix) else tool)
         return
     if harness == "cursor" and tool.startswith("MCP:"):
         # Cursor names an MCP tool `MCP:<server>:<tool>`: one reading only.
@@ -840,18 +860,21 @@ def check_call(
                 f"tool {tool!r} belongs to MCP server {parts[1]!r}, which is not in "
                 "agentstack.lock; add it to agentstack.toml, lock and trust it"
             )
+        check_server_tool(snapshot, parts[1], parts[2])
         return
     if tool[:3].lower() == "mcp":
         if not tool.startswith("mcp__"):
             raise Deny(f"tool {tool!r} looks like an MCP tool but is not named as one; denied")
         try:
-            _more().resolve_server(tool, servers)
+            server = _more().resolve_server(tool, servers)
         except Deny as first:
             if state is None:
                 raise
             # Not a project server: a server of the user-level setup, by that setup's own trust
             # (a project server of the same name shadows it).
             _more().user_server_call(tool, servers, state, first)
+            return
+        check_server_tool(snapshot, server, tool[5 + len(server) + 2 :])
         return
     if "-" in tool and (harness == "copilot" or os.environ.get("COPILOT_CLI") == "1"):
         # Copilot CLI names MCP tools `<server>-<tool>`, also in the Claude Code hook files it

@@ -28,6 +28,8 @@ DEFAULTS: dict[str, Any] = {'hooks': {'spec': {'*': {'spec': {'args': {'value': 
                                      'env': {'value': {}},
                                      'headers': {'value': {}},
                                      'pin': {'value': []},
+                                     'sandbox': {'value': None},
+                                     'tools': {'value': None},
                                      'url': {'value': None}}}}},
  'settings': {'spec': {'passthrough': {'value': {}},
                        'permissions': {'spec': {'allow': {'value': []},

@@ -391,6 +391,11 @@ def diff(
                 "document written by 'agentstack show --json' instead",
             )
     result = consent_diff(before, after)
+    pins: list[Any] = []
+    if new is None:
+        from agentstack import pinreview
+
+        pins = pinreview.pending_changes(_root_dir().resolve(), sorted(after.get("servers", {})))
     if fmt == "sarif":
         from agentstack.sarif import ManifestLines, diff_findings, print_sarif
 
@@ -400,13 +405,28 @@ def diff(
                     command="diff", root=project)
         return
     if fmt == "json":
-        print_json(result.to_json())
+        print_json({**result.to_json(), "pins": [c.to_json() for c in pins]})
         return
     from agentstack.contentstore import Contents, ContentStore, collect
     from agentstack.view import console, diff_renderable
 
     found = collect(_root_dir(), after) if new is None else {}
     console().print(diff_renderable(result, contents=Contents(ContentStore(), found)))
+    if pins:
+        from agentstack import pinreview
+
+        print(f"{len(pins)} listing change(s) the relay withheld (review with 'agentstack trust'):")
+        for change in pins:
+            for line in pinreview.change_lines(change):
+                print(line)
+
+
+@app.command(JSON)
+def log(as_json: bool = False) -> None:
+    """The receipts of the project's MCP tool calls and proxied requests (no bodies, no secrets)."""
+    from agentstack import readcmds
+
+    readcmds.receipts(_root_dir(), as_json)
 
 
 @app.command(Arg("which", "WHICH", "manifest, lock or boundary", nargs="?", default="manifest"))

@@ -146,6 +146,10 @@ def trust(
         }
         if not as_json:
             echo(f"trusted {value} for {done.project} (trust log record {done.seq})")
+    pins = _review_pins(root.resolve(), document, value, yes=yes, accept_risk=accept_risk,
+                        as_json=as_json)
+    if pins:
+        result["pins"] = pins
     code = 0
     if apply:
         from agentstack.apply_command import run_apply
@@ -158,6 +162,32 @@ def trust(
     if as_json:
         print_json(result)
     return code
+
+
+def _review_pins(root: Path, document: dict[str, Any], digest: str, *, yes: bool,
+                 accept_risk: bool, as_json: bool) -> list[dict[str, Any]]:
+    """What the relay withheld (a server's changed or new tools, prompts, resources): shown as
+    lines, and once accepted recorded as the servers' new pins."""
+    from agentstack import pinreview
+    from agentstack import trust as rules
+
+    changes = pinreview.pending_changes(root, sorted(document.get("servers", {})))
+    if not changes:
+        return []
+    say = (lambda line: print(line, file=sys.stderr)) if as_json else echo
+    say(f"{len(changes)} listing change(s) the relay withheld since the servers were pinned "
+        "(the text the model would read):")
+    for change in changes:
+        for line in pinreview.change_lines(change):
+            say(line)
+    rules.require_acceptance(
+        0, yes=yes, accept_risk=accept_risk, interactive=sys.stdin.isatty(), ask=ask,
+        prompt_high="", prompt_plain="Record them as the servers' pins? [y/N] ",
+        refusal="pins not recorded",
+    )
+    pinreview.record(root, changes, digest)
+    say(f"recorded {len(changes)} listing change(s) as the servers' pins")
+    return [c.to_json() for c in changes]
 
 
 def _show_review(reviewed: Any, as_json: bool) -> Any:

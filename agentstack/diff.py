@@ -148,6 +148,23 @@ class _Differ:
                         f"{noun} now runs something different: {argv}"
                         + (f" ({what})" if what else ""),
                     )
+            if (
+                section == "servers"
+                and item.get("sandbox") is False
+                and (previous or {}).get("sandbox") is not False
+            ):
+                self.add(
+                    "high",
+                    "unconfined-server",
+                    where,
+                    f"runs unconfined (sandbox = false): the {noun} gets your full privileges, "
+                    "your home directory and the network",
+                )
+            if section == "servers" and (previous or {}).get("tools") != item.get("tools") and (
+                previous is not None
+            ):
+                self.add("medium", "server-tools", where,
+                         f"the tools allowed by name changed: {item.get('tools')}")
             for fact in sorted(
                 _facts(item, "unpinned-package:") - _facts(previous or {}, "unpinned-package:")
             ):

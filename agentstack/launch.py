@@ -1,4 +1,9 @@
-"""Start an MCP server with its secrets: `python -I -m agentstack.launch --secret KEY=NAME … -- CMD…`.
+"""Start an MCP server with its secrets, behind the relay:
+`python -I -m agentstack.launch [--server NAME --project ROOT --state DIR] [--secret KEY=NAME]… -- CMD…`.
+
+With `--server` (how `apply` renders every stdio server) the launcher stays between the harness
+and the server as the MCP relay (`agentstack.relay`: listings held to their pins, tools allowed by
+name, receipts); without it, it only puts the secrets in place and execs the server.
 
 `apply` renders a server whose env names `secret:NAME` as this launcher in front of the server's
 own command, so the harness's config holds neither the secret nor a `${KEY}` the user would have to
@@ -14,19 +19,28 @@ which secret is missing and how to set it. Standard library only: it starts with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from agentstack import layout
-from agentstack.manifestview import SECRET_NAME_PATTERN
-from agentstack.secrets import FILE_BYTES, unpad
 
-_NAME = re.compile(SECRET_NAME_PATTERN)
+if TYPE_CHECKING:
+    import subprocess
+
+# What a secret name may be (agentstack.manifestview's pattern, which is loaded only when a
+# secret is read: the relay of a server without secrets starts without it and the store's code).
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_NAME = re.compile(_NAME_PATTERN)
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-USAGE = "usage: python -I -m agentstack.launch [--secret KEY=NAME]... -- COMMAND [ARG]..."
+USAGE = (
+    "usage: python -I -m agentstack.launch [--server NAME --project ROOT --state DIR] "
+    "[--secret KEY=NAME]... -- COMMAND [ARG]..."
+)
+_RELAY_OPTIONS = ("--server", "--project", "--state")
 
 
 class LaunchError(Exception):
@@ -64,6 +78,8 @@ def read_secret(directory: str, name: str) -> str:
         raise NotThere(f"cannot read secret {name!r}: {exc.strerror}") from None
     except OSError as exc:
         raise LaunchError(f"cannot read secret {name!r}: {exc.strerror}") from None
+    from agentstack.secrets import FILE_BYTES, unpad
+
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077 or info.st_uid != os.geteuid():
@@ -80,7 +96,14 @@ def read_secret(directory: str, name: str) -> str:
 
 def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     """(KEY -> secret NAME, the server's argv)."""
+    secrets, _, command = parse_all(argv)
+    return secrets, command
+
+
+def parse_all(argv: list[str]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """(KEY -> secret NAME, the relay's options, the server's argv)."""
     secrets: dict[str, str] = {}
+    relay: dict[str, str] = {}
     index = 0
     while index < len(argv):
         arg = argv[index]
@@ -88,7 +111,16 @@ def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
             command = argv[index + 1 :]
             if not command:
                 raise LaunchError("no command after --")
-            return secrets, command
+            if relay and len(relay) != len(_RELAY_OPTIONS):
+                raise LaunchError("--server, --project and --state go together")
+            return secrets, relay, command
+        if arg in _RELAY_OPTIONS and index + 1 < len(argv) and arg not in relay:
+            value = argv[index + 1]
+            if not value or "\0" in value or (arg != "--server" and not os.path.isabs(value)):
+                raise LaunchError(f"{arg} {value!r}: an absolute path (or a server name) is needed")
+            relay[arg] = value
+            index += 2
+            continue
         if arg == "--secret" and index + 1 < len(argv):
             key, sep, name = argv[index + 1].partition("=")
             if not sep or not _KEY.match(key) or not _NAME.match(name):
@@ -118,20 +150,83 @@ def environment(secrets: dict[str, str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> NoReturn:
     try:
-        secrets, command = parse(list(sys.argv[1:] if argv is None else argv))
+        secrets, relay, command = parse_all(list(sys.argv[1:] if argv is None else argv))
     except LaunchError as exc:
         sys.stderr.write(f"agentstack launch: {exc}\n{USAGE}\n")
         sys.exit(2)
+    if relay:
+        from agentstack import relay as relaying
+
+        address = relaying.broker_address(relay["--project"])
+        if address is not None and _store_closed(relay["--state"]):
+            # Inside `agentstack run`: the server, its secrets and the relay's checks all live
+            # in run's broker, outside the harness's sandbox.
+            _leave(relaying.pump_to_broker(address, relay["--server"]))
     try:
         env = environment(secrets)
     except LaunchError as exc:
         sys.stderr.write(f"agentstack launch: {exc}\n")
         sys.exit(1)
+    if relay:
+        _leave(run_relay(relay, command, env, [env[k] for k in secrets]))
     try:
         os.execvpe(command[0], command, env)  # noqa: S606 - the trusted server argv, no shell
     except OSError as exc:
         sys.stderr.write(f"agentstack launch: cannot start {command[0]!r}: {exc.strerror}\n")
         sys.exit(1)
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit now: a relay thread may still block on the harness's stdin, which an orderly
+    interpreter shutdown would wait for (or abort on)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+def _store_closed(state: str) -> bool:
+    """The state directory is closed to this process (the kernel refuses it: inside `run`)."""
+    try:
+        os.listdir(state)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def run_relay(options: dict[str, str], command: list[str], env: dict[str, str],
+              secret_values: list[str]) -> int:
+    """The relay in front of the server. Where the trusted state cannot be read, the server is
+    not started at all (nothing of an untrusted project runs); outside `agentstack run` it is
+    started under its own sandbox unless the manifest opted it out (`sandbox = false`)."""
+    from agentstack import relay
+
+    name = options["--server"]
+    setup = relay.load_setup(options["--state"], options["--project"], name)
+    if setup.closed is not None:
+        sys.stderr.write(f"agentstack launch: {name}: not started: {setup.closed}\n")
+        return 1
+    start = relay.start_plain
+    consent = setup.consent
+    if consent is not None:
+        from agentstack import serverbox
+
+        if serverbox.wanted(consent, name):
+            cwd = os.getcwd()
+
+            def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+                try:
+                    return serverbox.start(setup.root, consent, name, argv, env, cwd=cwd)
+                except serverbox.ServerConfinementError as exc:
+                    sys.stderr.write(
+                        f"agentstack launch: {name}: not started: its sandbox cannot be "
+                        f"enforced here: {exc}; to run it unconfined, set "
+                        f"servers.{name}.sandbox = false (then lock and trust)\n")
+                    raise SystemExit(1) from None
+
+    return relay.serve(relay.Relay(setup, secret_values), command, env, start=start)
 
 
 if __name__ == "__main__":

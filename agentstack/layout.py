@@ -23,6 +23,10 @@ name (a test scans the package's string constants for them).
         guard.json                     the guard's snapshot (written by trust / apply --write)
         apply.json                     the apply ledger: what agentstack rendered, by hash
         harness-state/                 the private harness state `agentstack run` grants
+        mcp-pins/<server>.json         what each server listed (tools, prompts, resources) when
+                                       first run trusted; <server>.pending.json: a changed
+                                       listing the relay withheld, for `trust` to review
+        receipts.jsonl                 one line per tool call and proxied request (no bodies)
         backups/<time>/<path>          what `apply --write` replaced (0600)
     $AGENTSTACK_CACHE/                 (else $XDG_CACHE_HOME/agentstack, else ~/.cache/agentstack)
       git/<url-hash>.git               bare mirrors of locked git sources
@@ -70,6 +74,11 @@ APPLY_LEDGER = "apply.json"
 HARNESS_STATE = "harness-state"
 BACKUPS = "backups"
 SECCOMP_PROGRAMS = "seccomp-programs"
+MCP_PINS = "mcp-pins"
+PIN_SUFFIX = ".json"
+PENDING_SUFFIX = ".pending.json"
+RECEIPTS = "receipts.jsonl"
+RUN_PINS = "mcp-pins.json"  # in a confined run's ro/: every server's pin and tool policy
 
 # Under the cache.
 GIT_MIRRORS = "git"
@@ -81,14 +90,15 @@ TRACKED = "tracked"
 # A confined run's private directory (in the system's temp directory) and its read-only copies.
 RUN_DIR_PREFIX = "agentstack-run-"
 RUN_READONLY = "ro"
-RUN_READONLY_FILES = (GUARD_SNAPSHOT, TRUST_HEAD, TRUST_LOG)
+RUN_READONLY_FILES = (GUARD_SNAPSHOT, TRUST_HEAD, TRUST_LOG, RUN_PINS)
 
 # Names a test keeps out of every other module of the package (the distinctive ones anywhere; the
 # generic directory names, which are also ordinary words and keys, wherever they are joined into
 # a path).
 STATE_FILES = (
     TRUST_LOG, TRUST_HEAD, TRUST_LOCK, TRUST_TORN, ALLOWED_SIGNERS, BOUNDARY, GUARD_SNAPSHOT,
-    APPLY_LEDGER, HARNESS_STATE, STAT_CACHE, RUN_DIR_PREFIX, SECCOMP_PROGRAMS,
+    APPLY_LEDGER, HARNESS_STATE, STAT_CACHE, RUN_DIR_PREFIX, SECCOMP_PROGRAMS, MCP_PINS,
+    RECEIPTS, RUN_PINS,
 )
 STATE_DIRS = (
     CONSENTS, KEYS, SECRETS, SHIMS, QUARANTINE, QUARANTINE_META, PROJECTS, GIT_MIRRORS,
@@ -193,6 +203,18 @@ def guard_snapshot(state_home: str, root: str) -> str:
 
 def apply_ledger(state_home: str, root: str) -> str:
     return os.path.join(project_dir(state_home, root), APPLY_LEDGER)
+
+
+def pins_dir(state_home: str, root: str) -> str:
+    return os.path.join(project_dir(state_home, root), MCP_PINS)
+
+
+def pin_file(state_home: str, root: str, server: str, *, pending: bool = False) -> str:
+    return os.path.join(pins_dir(state_home, root), server + (PENDING_SUFFIX if pending else PIN_SUFFIX))
+
+
+def receipts_file(state_home: str, root: str) -> str:
+    return os.path.join(project_dir(state_home, root), RECEIPTS)
 
 
 def harness_state(state_home: str, root: str) -> str:

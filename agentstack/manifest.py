@@ -64,6 +64,7 @@ HEADER_NAME_PATTERN = rules.HEADER_NAME_PATTERN
 ItemName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
 HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
+ToolName = Annotated[str, StringConstraints(pattern=rules.TOOL_NAME_PATTERN)]
 Text = Annotated[str, StringConstraints(max_length=rules.TEXT_MAX)]
 
 
@@ -101,6 +102,16 @@ class ProjectSection(Model):
     _unique = field_validator("harnesses")(rules.unique_harnesses)
 
 
+class ServerTools(Model):
+    """The server's tools the model may see and call: `allow` (empty: all), `deny` (wins)."""
+
+    allow: list[ToolName] = Field(default_factory=list)
+    deny: list[ToolName] = Field(default_factory=list)
+
+    _allow = field_validator("allow")(rules.unique_tools)
+    _deny = field_validator("deny")(rules.unique_tools)
+
+
 class Server(Model):
     """An MCP server: stdio (`command`) or remote (`url`), never both."""
 
@@ -112,6 +123,9 @@ class Server(Model):
     headers: dict[HeaderName, ValueSource] = Field(default_factory=dict)
     # Code roots: the trees the process loads code from, instead of the ones agentstack infers.
     pin: list[PinPath] = Field(default_factory=list)
+    tools: ServerTools | None = None
+    # false: the relay starts this server unconfined (the review rates it high).
+    sandbox: bool | None = None
 
     _pins = field_validator("pin")(rules.unique_pins)
     _command = field_validator("command")(rules.check_command)

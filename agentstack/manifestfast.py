@@ -274,6 +274,11 @@ PROJECT = Table(
         ),
     ),
 )
+TOOL_NAMES = ListOf(Str(pattern=rules.TOOL_NAME_PATTERN), (rules.unique_tools,))
+SERVER_TOOLS = Table(
+    "ServerTools",
+    (Field("allow", TOOL_NAMES, factory=list), Field("deny", TOOL_NAMES, factory=list)),
+)
 SERVER = Table(
     "Server",
     (
@@ -284,6 +289,8 @@ SERVER = Table(
         Field("url", Optional(TEXT, (rules.check_server_url,)), None),
         Field("headers", DictOf(HEADER_NAME, VALUE_SOURCE), factory=dict),
         Field("pin", ListOf(PIN_PATH, (rules.unique_pins,)), factory=list),
+        Field("tools", Optional(SERVER_TOOLS), None),
+        Field("sandbox", Optional(Bool()), None),
     ),
     (rules.check_server,),
 )
@@ -386,6 +393,7 @@ TABLES: dict[str, Table] = {
     for t in (
         MANIFEST,
         PROJECT,
+        SERVER_TOOLS,
         SERVER,
         SKILL,
         INSTRUCTIONS,

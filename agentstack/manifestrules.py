@@ -27,6 +27,8 @@ HOOK_EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
+# An MCP tool name as the specification allows it (and every harness can name it in a rule).
+TOOL_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
 FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
 ABBREVIATED_COMMIT = re.compile(r"[0-9a-fA-F]{4,39}")
 # Revision-expression syntax (`v1^0`, `main~2`, `@{u}`, `HEAD:x`) is never a pin of its own.
@@ -201,6 +203,12 @@ def unique_pins(value: list[str]) -> list[str]:
 def unique_harnesses(value: list[str]) -> list[str]:
     if len(set(value)) != len(value):
         raise ValueError("lists a harness twice")
+    return value
+
+
+def unique_tools(value: list[str]) -> list[str]:
+    if len(set(value)) != len(value):
+        raise ValueError("names a tool twice")
     return value
 
 

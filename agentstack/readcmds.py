@@ -133,3 +133,39 @@ def run_fast(command: str, as_json: bool) -> int:
     from agentstack.trust import TrustStore
 
     return status(root, TrustStore(explicit=[]), as_json)
+
+
+def receipts(root: Path, as_json: bool) -> int:
+    """`agentstack log`: the project's receipts, oldest first (a torn last line is skipped)."""
+    import json
+    import os
+
+    from agentstack import layout
+    from agentstack.paths import agentstack_home
+
+    path = layout.receipts_file(str(agentstack_home()), str(root.resolve()))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if not as_json:
+            echo("no receipts yet: nothing went through the relay or the proxy for this project")
+        return 0
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read()
+    records = []
+    for line in data.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    for record in records:
+        if as_json:
+            print(json.dumps(record, sort_keys=True))
+            continue
+        what = record.get("tool") if record.get("kind") == "tool" else record.get("host")
+        where = record.get("server", "proxy")
+        size = f"{record.get('bytes_sent', 0)}B out, {record.get('bytes_received', 0)}B in"
+        print(f"{record.get('time', '?')}  {record.get('decision', '?'):5}  {where}  {what}  {size}")
+    return 0

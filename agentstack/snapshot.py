@@ -356,6 +356,12 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         "trust_source": source,
         "trust_head": [count, head, size],
         "servers": sorted(document["servers"]),
+        # servers.NAME.tools: the tools the guard lets through by name (as the relay does).
+        "tools": {
+            name: server["tools"]
+            for name, server in sorted(document["servers"].items())
+            if server.get("tools") is not None
+        },
         "policy": compile_policy(root, document),
         "files": {path: _fingerprint(path, entry) for path, entry in sorted(entries.items())},
     }

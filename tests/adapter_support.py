@@ -64,8 +64,9 @@ write_dirs = ["."]
 def notes_project(tmp_path: Path, name: str, harnesses: str) -> Path:
     """The notes project in `tmp_path/"proj <harness>"` (a git repository, its secret stored,
     locked, not trusted yet); returns its resolved root."""
-    root = make_project(tmp_path / f"proj {name.removesuffix('-e2e')}",
-                        notes_manifest(name, tmp_path / "notes.txt", harnesses),
+    # The notes file in the project: behind the relay, a server is confined to it by default.
+    where = tmp_path / f"proj {name.removesuffix('-e2e')}"
+    root = make_project(where, notes_manifest(name, where / "notes.txt", harnesses),
                         {"AGENTS.base.md": "Be careful.\n"})
     return _locked(root, secret=True)
 
@@ -142,3 +143,13 @@ def drive(root: Path, call: ToolCall, argv: list[str],
     texts = [r.text for r in model.tool_results]
     ran = marker.exists() if call is TOUCH else any("added note" in t for t in texts)
     return ran, "\n".join(texts) + result.stdout + result.stderr, result.returncode
+
+
+def without_relay(args: list[str]) -> list[str]:
+    """A rendered launcher argv without the relay's `--server N --project P --state S` (which
+    every stdio server rendered with a state directory carries, checked in test_relay)."""
+    out = list(args)
+    if out[3:4] == ["--server"]:
+        assert out[5] == "--project" and out[7] == "--state", out
+        del out[3:9]
+    return out

@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapter_support import TOUCH, current, drive, guard_snapshot, mcp_list, notes_project
+from tests.adapter_support import (
+    TOUCH,
+    current,
+    drive,
+    guard_snapshot,
+    mcp_list,
+    notes_project,
+    without_relay,
+)
 from tests.adapter_support import ok as _ok
 from tests.adapter_support import render as _ops
 from tests.conftest import REPO, run_cli
@@ -56,7 +64,7 @@ def test_mcp_json_shared_with_claude_code_merges(project: Path) -> None:
     notes = copilot.keys[("mcpServers", "notes")]
     # The secret reaches the server through the launcher: no secret and no reference in the file.
     assert "NOTES_TOKEN" not in notes.get("env", {})
-    assert notes["args"][:6] == ["-I", "-m", "agentstack.launch", "--secret",
+    assert without_relay(notes["args"])[:6] == ["-I", "-m", "agentstack.launch", "--secret",
                                  "NOTES_TOKEN=notes-token", "--"]
     _, _, document, digest = current(project)
     changes = [c for c in plan(project, document, digest).changes if c.display == ".mcp.json"]

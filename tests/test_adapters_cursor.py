@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import locked_project, trust_and_apply
+from tests.adapter_support import locked_project, trust_and_apply, without_relay
 from tests.conftest import run_cli
 from tests.harness.deadline import scaled
 
@@ -59,7 +59,7 @@ def test_rendered_files_use_only_documented_keys(tmp_path: Path) -> None:
     assert set(mcp["mcpServers"]["notes"]) <= STDIO_KEYS
     # Only literal values are rendered; the secret reaches the server through the launcher.
     assert mcp["mcpServers"]["notes"]["env"] == {"LEVEL": "info"}
-    assert mcp["mcpServers"]["notes"]["args"][:6] == [
+    assert without_relay(mcp["mcpServers"]["notes"]["args"])[:6] == [
         "-I", "-m", "agentstack.launch", "--secret", "TOKEN=notes-token", "--"]
     assert set(mcp["mcpServers"]["docs"]) <= REMOTE_KEYS
     assert mcp["mcpServers"]["docs"]["headers"] == {

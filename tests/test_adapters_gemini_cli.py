@@ -22,7 +22,15 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import TOUCH, drive, guard_snapshot, mcp_list, notes_project, rendered
+from tests.adapter_support import (
+    TOUCH,
+    drive,
+    guard_snapshot,
+    mcp_list,
+    notes_project,
+    rendered,
+    without_relay,
+)
 from tests.adapter_support import ok as _ok
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
@@ -51,8 +59,8 @@ def test_render_launches_secrets_and_guards_the_hook_switches(project: Path,
     # The secret reaches the server through the launcher (Gemini strips secret-looking inherited
     # variables; the launcher adds it after): no secret and no reference in the settings.
     assert "NOTES_TOKEN" not in notes["env"]
-    assert notes["args"][:6] == ["-I", "-m", "agentstack.launch", "--secret", "NOTES_TOKEN=notes-token", "--"]
-    assert notes["args"][6:] == [sys.executable, "-I", str(NOTES_SERVER)]
+    assert without_relay(notes["args"])[:6] == ["-I", "-m", "agentstack.launch", "--secret", "NOTES_TOKEN=notes-token", "--"]
+    assert without_relay(notes["args"])[6:] == [sys.executable, "-I", str(NOTES_SERVER)]
     assert notes["cwd"] == str(project) and "trust" not in notes
     guard = settings.keys[("hooks",)]["BeforeTool"][0]
     assert guard["matcher"] == ".*"

@@ -24,7 +24,15 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import TOUCH, current, drive, guard_snapshot, mcp_list, notes_project
+from tests.adapter_support import (
+    TOUCH,
+    current,
+    drive,
+    guard_snapshot,
+    mcp_list,
+    notes_project,
+    without_relay,
+)
 from tests.adapter_support import ok as _ok
 from tests.adapter_support import render as _render
 from tests.conftest import REPO, run_cli
@@ -52,8 +60,8 @@ def test_render_argv_arrays_launcher_and_plugin(project: Path) -> None:
     notes = config.keys[("mcp", "notes")]
     assert notes["type"] == "local" and notes["enabled"] is True
     # The secret reaches the server through the launcher: no `{env:...}` reference in the config.
-    assert notes["command"][1:7] == ["-I", "-m", "agentstack.launch", "--secret", "NOTES_TOKEN=notes-token", "--"]
-    assert notes["command"][7:] == [sys.executable, "-I", str(NOTES_SERVER)]
+    assert without_relay(notes["command"][1:])[:6] == ["-I", "-m", "agentstack.launch", "--secret", "NOTES_TOKEN=notes-token", "--"]
+    assert without_relay(notes["command"][1:])[6:] == [sys.executable, "-I", str(NOTES_SERVER)]
     assert "NOTES_TOKEN" not in notes["environment"]
     assert {("mcp",), ("plugin",), ("plugins",), ("provider",)} <= set(config.guarded)
     plugin = ops[".opencode/plugins/agentstack-guard.js"].content.decode()

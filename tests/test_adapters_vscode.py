@@ -11,7 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.adapter_support import current, guard_snapshot, locked_project, trust_and_apply
+from tests.adapter_support import (
+    current,
+    guard_snapshot,
+    locked_project,
+    trust_and_apply,
+    without_relay,
+)
 from tests.conftest import run_cli
 
 ALL = '["claude-code", "codex", "gemini-cli", "opencode", "copilot", "vscode", "cursor"]'
@@ -59,10 +65,11 @@ def test_mcp_json_uses_only_documented_keys(tmp_path: Path) -> None:
             assert "${" not in VARIABLE.sub("", value), value  # only variables VS Code knows
     # Only literal values are rendered; the secret reaches the server through the launcher.
     assert servers["notes"]["env"] == {"LEVEL": "info"}
-    assert servers["notes"]["args"][:6] == [
+    assert without_relay(servers["notes"]["args"])[:6] == [
         "-I", "-m", "agentstack.launch", "--secret", "TOKEN=notes-token", "--"]
-    assert servers["sub"]["command"] == "/usr/bin/env"
-    assert servers["sub"]["args"][:2] == ["-C", str(root / "sub")]
+    # Behind the relay, which starts env(1) in the server's directory.
+    sub = servers["sub"]["args"]
+    assert sub[sub.index("--") + 1 : sub.index("--") + 4] == ["/usr/bin/env", "-C", str(root / "sub")]
     assert servers["docs"]["headers"] == {
         "Authorization": "${env:AGENTSTACK_SECRET_DOCS_TOKEN}", "X-Team": "core"}
     hooks = json.loads((root / ".github" / "hooks" / "agentstack.json").read_text())

@@ -107,7 +107,8 @@ def test_apply_write_check_and_idempotence(tmp_path: Path, isolated_home: Path) 
     assert set(mcp["mcpServers"]) == {"notes", "clock", "docs"}
     notes = mcp["mcpServers"]["notes"]
     assert "NOTES_API_TOKEN" not in notes.get("env", {})  # the launcher reads it from the store
-    assert notes["args"][:4] == ["-I", "-m", "agentstack.launch", "--secret"]
+    assert notes["args"][:4] == ["-I", "-m", "agentstack.launch", "--server"]
+    assert "--secret" in notes["args"]
     settings = json.loads((root / ".claude/settings.local.json").read_text())
     assert settings["enabledMcpjsonServers"] == ["clock", "docs", "notes"]
     guard = settings["hooks"]["PreToolUse"][0]["hooks"][0]

@@ -59,7 +59,8 @@ write_dirs = ["."]
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     # A non-ASCII directory: Codex hashes hook commands (which name it) as raw UTF-8.
-    root = make_project(tmp_path / "projé e2e", manifest(tmp_path / "notes.txt"),
+    # The notes file in the project: behind the relay, a server is confined to it by default.
+    root = make_project(tmp_path / "projé e2e", manifest(tmp_path / "projé e2e" / "notes.txt"),
                         {"AGENTS.base.md": "Be careful.\n"})
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     assert run_cli("lock", cwd=root).returncode == 0

@@ -94,9 +94,13 @@ def test_an_explicit_environment_value_is_used_when_the_store_is_unreadable(
 def test_real_claude_starts_a_server_that_needs_a_secret(tmp_path: Path,
                                                         isolated_home: Path) -> None:
     claude = harness_bin("claude")
-    seen = tmp_path / "seen-token"
-    root = make_project(tmp_path / "proj", _manifest(tmp_path / "notes.txt", seen),
-                        {"servers/vault.sh": VAULT_SCRIPT}).resolve()
+    # Both files in the project: behind the relay, the server is confined to it by default.
+    # Behind the relay the server is confined: where it writes is granted by [sandbox].
+    out = tmp_path / "out"
+    out.mkdir()
+    seen = out / "seen-token"
+    text = _manifest(out / "notes.txt", seen) + f"\n[sandbox]\nwrite_dirs = [{json.dumps(str(out))}]\n"
+    root = make_project(tmp_path / "proj", text, {"servers/vault.sh": VAULT_SCRIPT}).resolve()
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     assert run_cli("lock", cwd=root).returncode == 0
     trusted = run_cli("trust", "--yes", "--accept-risk", cwd=root)

@@ -114,6 +114,7 @@ class Gate:
         routes: tuple[str, ...],
         allow_domains: tuple[str, ...],
         audit: Callable[[str, str], None] | None = None,
+        receipt: Callable[[dict[str, object]], None] | None = None,
     ) -> None:
         self.upstream_port = upstream_port
         self.token = token.encode()
@@ -121,6 +122,9 @@ class Gate:
         self.allow_domains = allow_domains
         self.log = GateLog()
         self._audit = audit
+        # One receipt per request (agentstack log): where to, the decision, the bytes; never
+        # a path, a query, a header or a body.
+        self._receipt = receipt
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -192,6 +196,21 @@ class Gate:
         sock.close()
 
     def _handle(self, client: socket.socket) -> None:
+        counts = [0, 0]  # bytes to the upstream, bytes back
+        where: list[str] = ["?"]
+        decision = self._handle_one(client, counts, where)
+        if self._receipt is not None and decision is not None:
+            import time
+
+            with contextlib.suppress(Exception):  # a receipt lost never changes a decision
+                self._receipt({
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "kind": "proxy", "host": where[0], "decision": decision,
+                    "bytes_sent": counts[0], "bytes_received": counts[1],
+                })
+
+    def _handle_one(self, client: socket.socket, counts: list[int], where: list[str]
+                    ) -> str | None:
         upstream: socket.socket | None = None
         target = "?"
         try:
@@ -209,6 +228,7 @@ class Gate:
                     raise Refusal(400, "a CONNECT inside a tunnel to the proxy")
             if method == "CONNECT":
                 host, port = split_authority(target)
+                where[0] = f"{host}:{port}"
                 self._check_token(headers)
                 why = self.allows_tunnel(host, port)
                 if why is not None:
@@ -217,8 +237,8 @@ class Gate:
                 upstream.sendall(head)
                 if rest:
                     upstream.sendall(rest)
-                _pipe(client, upstream)
-                return
+                counts[0], counts[1] = _pipe(client, upstream)
+                return "allow"
             if not target.startswith("/"):
                 host, port = _absolute_target(target)
                 if self._is_self(host, port):
@@ -226,9 +246,11 @@ class Gate:
                     target = "/" + target[7:].split("/", 1)[1] if "/" in target[7:] else "/"
             if target.startswith("/"):
                 prefix = target[1:].split("/", 1)[0].split("?", 1)[0]
+                where[0] = f"route:{prefix}" if prefix in self.routes else "route:?"
                 if prefix not in self.routes:
                     raise Refusal(404, "no credential route here")
             else:
+                where[0] = f"{host}:{port}"
                 self._check_token(headers)
                 if port != 80:
                     raise Refusal(403, f"port {port}: plain HTTP through the proxy to port 80 only")
@@ -241,10 +263,14 @@ class Gate:
                 headers = [(k, v) for k, v in headers if k != "expect"]
             body = _body_reader(headers, rest, client)
             upstream = self._upstream()
-            upstream.sendall(_rewrite_head(method, target, version, headers))
+            rewritten = _rewrite_head(method, target, version, headers)
+            upstream.sendall(rewritten)
+            counts[0] += len(rewritten)
             for chunk in body:
                 upstream.sendall(chunk)
-            _relay_response(upstream, client)
+                counts[0] += len(chunk)
+            counts[1] = _relay_response(upstream, client)
+            return "allow"
         except Refusal as refusal:
             self.log.add(target, refusal.reason)
             if self._audit is not None:
@@ -256,8 +282,9 @@ class Gate:
                     f"Content-Type: text/plain\r\nConnection: close\r\n"
                     f"Content-Length: {len(message)}\r\n\r\n".encode() + message
                 )
+            return "deny"
         except (OSError, ValueError):
-            pass
+            return "allow" if upstream is not None else None
         finally:
             if upstream is not None:
                 upstream.close()
@@ -407,36 +434,41 @@ def _read_chunked(rest: bytes, sock: socket.socket) -> bytes:
         position += size + 2
 
 
-def _relay_response(upstream: socket.socket, client: socket.socket) -> None:
+def _relay_response(upstream: socket.socket, client: socket.socket) -> int:
     client.settimeout(IDLE_TIMEOUT)
+    total = 0
     while True:
         chunk = upstream.recv(65536)
         if not chunk:
-            return
+            return total
         client.sendall(chunk)
+        total += len(chunk)
 
 
-def _pipe(a: socket.socket, b: socket.socket) -> None:
-    """Both directions until either side closes."""
+def _pipe(a: socket.socket, b: socket.socket) -> tuple[int, int]:
+    """Both directions until either side closes; (bytes a to b, bytes b to a)."""
     a.settimeout(None)
     b.settimeout(None)
+    totals = {0: 0, 1: 0}
 
-    def one_way(source: socket.socket, sink: socket.socket) -> None:
+    def one_way(source: socket.socket, sink: socket.socket, which: int) -> None:
         try:
             while True:
                 chunk = source.recv(65536)
                 if not chunk:
                     break
                 sink.sendall(chunk)
+                totals[which] += len(chunk)
         except OSError:
             pass
         with contextlib.suppress(OSError):
             sink.shutdown(socket.SHUT_WR)
 
-    other = threading.Thread(target=one_way, args=(b, a), daemon=True)
+    other = threading.Thread(target=one_way, args=(b, a, 1), daemon=True)
     other.start()
-    one_way(a, b)
+    one_way(a, b, 0)
     other.join(IDLE_TIMEOUT)
+    return totals[0], totals[1]
 
 
 __all__ = ["Gate", "Refusal", "forbidden_address", "host_matches", "split_authority"]

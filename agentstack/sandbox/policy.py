@@ -162,6 +162,8 @@ class SandboxPolicy(NamedTuple):
     # The harness's private user-level state (config dir, XDG dirs) for this project, if any.
     harness_state: str | None = None
     format: int = POLICY_FORMAT
+    # The MCP server broker of `run` (agentstack.serverbroker), on 127.0.0.1: connect only.
+    broker_port: int | None = None
 
     # ------------------------------------------------------------------ derived
 
@@ -175,6 +177,8 @@ class SandboxPolicy(NamedTuple):
         ports = set(self.localhost_ports)
         if self.proxy_port is not None:
             ports.add(self.proxy_port)
+        if self.broker_port is not None:
+            ports.add(self.broker_port)
         return tuple(sorted(ports))
 
     def with_runtime(
@@ -421,6 +425,7 @@ class SandboxPolicy(NamedTuple):
             proxy_port=data.get("proxy_port"),
             seccomp=bool(data.get("seccomp", True)),
             harness_state=data.get("harness_state"),
+            broker_port=data.get("broker_port"),
         )
 
     @classmethod

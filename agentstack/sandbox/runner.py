@@ -265,7 +265,8 @@ class Proxy:
             # The only port the confined process may reach: agentstack's gate, never nono's.
             self.gate = Gate(self.nono_port, self.token,
                              routes=tuple(c.name for c in policy.credentials),
-                             allow_domains=tuple(policy.allow_domains))
+                             allow_domains=tuple(policy.allow_domains),
+                             receipt=_receipts(policy))
         except OSError as exc:
             self.handle.shutdown()
             raise ConfinementError(f"the proxy gate did not start: {exc}") from None
@@ -1047,6 +1048,17 @@ def _write_readonly(run_dir: str, files: Mapping[str, bytes]) -> str:
             handle.write(data)
     os.chmod(directory, 0o500)
     return directory
+
+
+def _receipts(policy: SandboxPolicy) -> Callable[[dict[str, object]], None]:
+    """Where the gate's receipts go: the project's receipts log (`agentstack log`)."""
+
+    def append(record: dict[str, object]) -> None:
+        from agentstack.relay import append_receipt
+
+        append_receipt(policy.agentstack_home, policy.workdir, dict(record))
+
+    return append
 
 
 def _check_status(status: bytes, process: subprocess.Popen[bytes]) -> None:

@@ -99,6 +99,15 @@ def seed_private_state(
         ) from None
 
 
+def _before_start(
+    policy: SandboxPolicy, root: Path, document: dict[str, Any], digest: str,
+    routes: dict[str, str], broker: Any,
+) -> None:
+    seed_private_state(policy, root, document, digest, routes)
+    if broker is not None:
+        broker.serve()
+
+
 def report_lines(changes: list[Change]) -> list[str]:
     """What the user must hear about changes the session left behind, one line each."""
     from agentstack.sandbox import watch
@@ -175,13 +184,26 @@ def run_session(
     if interactive is None:
         interactive = sys.stdin.isatty()
     before = watch.snapshot(root)
+    copies = guard_state(root)
+    broker: Any = None
+    if any(s.get("transport") != "http" for s in document["servers"].values()):
+        # The MCP servers run outside the harness's sandbox, each in its own, with their
+        # secrets and the relay's checks (agentstack.serverbroker); the sandbox may only
+        # connect to it. (Imported only then: `run`'s fast path stays lean.)
+        from agentstack import layout, serverbroker
+
+        broker = serverbroker.Broker(root, document, digest)
+        copies[layout.RUN_PINS] = serverbroker.run_bundle(root, document, digest, broker)
+        policy = policy._replace(broker_port=broker.port)
     try:
         return run_confined(
-            root, policy, argv, env, interactive, readonly_files=guard_state(root),
-            before_start=lambda runtime, routes: seed_private_state(
-                runtime, root, document, digest, routes),
+            root, policy, argv, env, interactive, readonly_files=copies,
+            before_start=lambda runtime, routes: _before_start(
+                runtime, root, document, digest, routes, broker),
         )
     finally:
+        if broker is not None:
+            broker.close()
         # Only now: every process of the session is gone (run_confined kills the whole tree).
         for line in report_lines(watch.compare(before, watch.snapshot(root))):
             say(line)

@@ -1,0 +1,164 @@
+"""Each stdio server confined on its own: the relay starts it under Landlock + seccomp.
+
+Outside `agentstack run` the harness starts every server with the user's full privileges; the
+relay (`agentstack.relay`) starts it instead through the sandbox's own launcher
+(`agentstack/sandbox/launch.py`, the one `run` uses), under a policy built by the same resolver
+from the project's trusted `[sandbox]` declaration:
+
+- readable: the system directories, the interpreter and agentstack's own code, the server's
+  command's installation and its code roots (what the lock pinned it loading code from);
+- the project as `[sandbox]` says (the project directory read-write, plus its read/write lists);
+- denied: `$AGENTSTACK_HOME` and everything else in `$HOME` (`~/.ssh`, cloud credentials, …);
+- no network (no TCP connect or bind, no UDP): outside `run` there is no credential proxy to
+  route a declared domain through;
+- capabilities dropped, agentstack's seccomp blocklist loaded.
+
+Where the kernel cannot enforce a layer the server does not start and the message says why (fail
+closed). `servers.NAME.sandbox = false` in the manifest opts that server out (the review rates it
+high). Inside `agentstack run` the server already runs in the run's sandbox, with the harness.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import IO, Any
+
+SANDBOX_OFF = "sandbox"  # servers.NAME.sandbox = false: started unconfined
+
+
+class ServerConfinementError(Exception):
+    """The server's sandbox cannot be enforced here: nothing was started."""
+
+
+def wanted(consent: Mapping[str, Any], server: str) -> bool:
+    entry = consent.get("servers", {}).get(server, {})
+    return entry.get(SANDBOX_OFF) is not False
+
+
+def _sandbox_view(declared: Mapping[str, Any]) -> Any:
+    """The project's `[sandbox]` as the resolver reads it, networking closed (no proxy here)."""
+    network = SimpleNamespace(block=True, localhost_ports=[], allow_domains=[])
+    return SimpleNamespace(
+        read_dirs=list(declared.get("read_dirs", [])),
+        write_dirs=list(declared.get("write_dirs", [])),
+        read_files=list(declared.get("read_files", [])),
+        write_files=list(declared.get("write_files", [])),
+        env=[],
+        network=network,
+        credentials={},
+    )
+
+
+def _roots(root: str, entry: Mapping[str, Any]) -> list[str]:
+    out = []
+    for item in entry.get("roots", []) or []:
+        path = item.get("path") if isinstance(item, dict) else None
+        if isinstance(path, str) and path:
+            out.append(os.path.realpath(os.path.join(root, path)))
+    return out
+
+
+def policy_for(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str]) -> Any:
+    """The SandboxPolicy one server runs under (raises ServerConfinementError)."""
+    from pathlib import Path
+
+    from agentstack.sandbox import profiles
+    from agentstack.sandbox.policy import Grant
+    from agentstack.sandbox.resolve import ConfinementError, guard_runtime_dirs, resolve_policy
+
+    entry = consent.get("servers", {}).get(server, {})
+    try:
+        policy = resolve_policy(_sandbox_view(consent.get("sandbox", {})), Path(root))
+    except ConfinementError as exc:
+        raise ServerConfinementError(str(exc)) from None
+    extra: list[Any] = []
+    command = argv[0] if "/" in argv[0] else profiles.find_binary(argv[0], os.environ.get("PATH"))
+    if command and os.path.exists(command):
+        for path in profiles.install_dirs(command, os.environ.get("PATH")):
+            if os.path.isdir(path):
+                extra.append(Grant(path=os.path.realpath(path), access="ro",
+                                   source=f"servers.{server}: its command"))
+    for path in [*guard_runtime_dirs(), *_roots(root, entry)]:
+        if os.path.exists(path):
+            extra.append(Grant(path=path, access="ro", file=not os.path.isdir(path),
+                               source=f"servers.{server}: code"))
+    return policy._replace(grants=(*policy.grants, *extra))
+
+
+def start(
+    root: str,
+    consent: Mapping[str, Any],
+    server: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    cwd: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """The server, started confined, its stdin and stdout piped (stderr inherited); raises
+    ServerConfinementError when any layer cannot be enforced (then nothing runs)."""
+    from agentstack.sandbox.launch import ARMED, nono_module_path
+    from agentstack.sandbox.resolve import ConfinementError
+    from agentstack.sandbox.runner import LAUNCHER, check_enforceable
+
+    policy = policy_for(root, consent, server, argv)
+    try:
+        enforcement = check_enforceable(policy)
+    except ConfinementError as exc:
+        raise ServerConfinementError(f"{exc}{' (' + exc.hint + ')' if exc.hint else ''}") from None
+    spec = {
+        "argv": list(argv),
+        "env": dict(env),
+        "cwd": cwd or policy.workdir,
+        "grants": [{"path": g.path, "access": g.access, "file": g.file} for g in policy.grants],
+        "network_block": True,
+        "tcp_ports": [],
+        "seccomp": enforcement.seccomp_program,
+        "drop_capabilities": True,
+        "nono": nono_module_path(),
+        "parent_pid": os.getpid(),
+    }
+    spec_r, spec_w = os.pipe()
+    status_r, status_w = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(LAUNCHER), str(spec_r), str(status_w)],
+            pass_fds=(spec_r, status_w), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            bufsize=0, cwd=policy.workdir,
+        )
+    except OSError as exc:
+        for fd in (spec_r, spec_w, status_r, status_w):
+            os.close(fd)
+        raise ServerConfinementError(f"cannot start the sandbox launcher: {exc.strerror}") from None
+    os.close(spec_r)
+    os.close(status_w)
+    try:
+        with os.fdopen(spec_w, "wb") as handle:
+            handle.write(marshal.dumps(spec))
+    except BrokenPipeError:
+        pass
+    with os.fdopen(status_r, "rb") as status_handle:
+        status = status_handle.read()
+    if status == ARMED:
+        return process
+    _stop(process)
+    text = status[len(ARMED):] if status.startswith(ARMED) else status
+    line = text.decode("utf-8", "replace").splitlines()[0] if text else "the launcher died"
+    if line.startswith("E "):
+        stage, _, message = line[2:].partition("\t")
+        line = f"{message} ({stage})"
+    raise ServerConfinementError(f"the sandbox could not be applied: {line}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    streams: list[IO[bytes] | None] = [process.stdin, process.stdout]
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    for stream in streams:
+        if stream is not None:
+            stream.close()

@@ -1,0 +1,151 @@
+"""The MCP relay's cost: added latency per `tools/call` and per `tools/list`, and its start-up,
+against the same server started directly, in the same run (interleaved rounds).
+
+    .venv/bin/python benchmarks/relay.py               # 300 calls and lists per round, 5 rounds
+    .venv/bin/python benchmarks/relay.py --calls 1000 --rounds 7
+
+A throwaway project (a temporary AGENTSTACK_HOME and HOME) declares the test suite's `notes`
+server; it is locked, trusted and applied with the real CLI, and `.mcp.json`'s command line is
+started as a harness starts it. "direct" is the server's own command line (as before the relay);
+"relay" is the rendered one, with the server confined by its own sandbox (the default) and, as
+"relay, unconfined", with `sandbox = false`. Start-up is the time from spawn to the answer to
+`initialize`. Goals: <= 2 ms added per call and per listing, start-up <= 1.5x the server's own.
+Exits 0 whether or not the goals are met; non-zero only when something fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+NOTES = REPO / "tests" / "harness" / "notes_mcp.py"
+
+
+class Server:
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        start = time.perf_counter()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, cwd=cwd)
+        self.next_id = 0
+        self.call("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                 "clientInfo": {"name": "bench", "version": "0"}})
+        self.startup = time.perf_counter() - start
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}})
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the server closed its output ({method})")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise SystemExit(f"{method}: {answer['error']}")
+        return answer
+
+    def timed(self, method: str, params: dict[str, Any], count: int) -> list[float]:
+        out = []
+        for _ in range(count):
+            start = time.perf_counter()
+            self.call(method, params)
+            out.append(time.perf_counter() - start)
+        return out
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str]) -> None:
+    result = subprocess.run([sys.executable, "-m", "agentstack", *args], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode:
+        raise SystemExit(f"agentstack {' '.join(args)} failed: {result.stderr}")
+
+
+def project(base: Path, name: str, env: dict[str, str], extra: str
+            ) -> tuple[list[str], dict[str, str], Path]:
+    root = base / name
+    root.mkdir()
+    (root / "agentstack.toml").write_text(f"""\
+[project]
+name = "{name}"
+harnesses = ["claude-code"]
+
+[servers.notes]
+command = {json.dumps(sys.executable)}
+args = ["-I", {json.dumps(str(NOTES))}]
+env = {{ NOTES_FILE = {json.dumps(str(root / "notes.txt"))} }}
+{extra}
+""")
+    for args in (("lock",), ("trust", "--yes", "--accept-risk"), ("apply", "--write")):
+        cli(*args, cwd=root, env=env)
+    entry = json.loads((root / ".mcp.json").read_text())["mcpServers"]["notes"]
+    # NOTES_FILE: in each project, as the harness sets it from .mcp.json.
+    return [entry["command"], *entry["args"]], {**env, **entry.get("env", {})}, root
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=5)
+    options = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="agentstack-relay-bench-"))
+    try:
+        env = dict(os.environ, HOME=str(base / "home"), AGENTSTACK_HOME=str(base / "state"),
+                   AGENTSTACK_CACHE=str(base / "cache"), PYTHONPATH=str(REPO))
+        (base / "home").mkdir()
+        confined, confined_env, root = project(base, "confined", env, "")
+        unconfined, unconfined_env, other = project(base, "unconfined", env, "sandbox = false")
+        direct = confined[confined.index("--") + 1 :]
+        kinds = {"direct": (direct, confined_env, root), "relay": (confined, confined_env, root),
+                 "relay, unconfined": (unconfined, unconfined_env, other)}
+        results: dict[str, dict[str, list[float]]] = {
+            k: {"startup": [], "call": [], "list": []} for k in kinds}
+        args = {"name": "add_note", "arguments": {"text": "x"}}
+        for _ in range(options.rounds):
+            for kind, (argv, kind_env, cwd) in kinds.items():
+                server = Server(argv, kind_env, cwd)
+                results[kind]["startup"].append(server.startup)
+                server.call("tools/list")  # the first listing (the pin, when new)
+                results[kind]["call"] += server.timed("tools/call", args, options.calls)
+                results[kind]["list"] += server.timed("tools/list", {}, options.calls)
+                server.close()
+        med = {k: {m: statistics.median(v) * 1000 for m, v in r.items()} for k, r in results.items()}
+        print(f"{options.rounds} rounds, {options.calls} calls and listings each (medians, ms)")
+        print(f"{'':20} {'start-up':>10} {'tools/call':>11} {'tools/list':>11}")
+        for kind in kinds:
+            m = med[kind]
+            print(f"{kind:20} {m['startup']:10.1f} {m['call']:11.3f} {m['list']:11.3f}")
+        for kind in ("relay", "relay, unconfined"):
+            m, d = med[kind], med["direct"]
+            print(f"{kind}: +{m['call'] - d['call']:.3f} ms per tools/call "
+                  f"(x{m['call'] / d['call']:.2f}), +{m['list'] - d['list']:.3f} ms per "
+                  f"tools/list (x{m['list'] / d['list']:.2f}), start-up "
+                  f"x{m['startup'] / d['startup']:.2f} (goals: <= 2 ms, <= 2 ms, <= 1.5x)")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
