@@ -63,8 +63,13 @@ def _roots(root: str, entry: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def policy_for(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str]) -> Any:
-    """The SandboxPolicy one server runs under (raises ServerConfinementError)."""
+def policy_for(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str],
+               *, cwd: str | None = None) -> Any:
+    """The SandboxPolicy one server runs under (raises ServerConfinementError).
+
+    A server of the user-level setup (whose root is `$AGENTSTACK_HOME`, always denied) works in
+    the directory the harness started it in, `cwd`: that directory is its workdir, under the same
+    rules (a directory that holds agentstack's state, such as `$HOME`, is refused)."""
     from pathlib import Path
 
     from agentstack.sandbox import profiles
@@ -73,7 +78,8 @@ def policy_for(root: str, consent: Mapping[str, Any], server: str, argv: Sequenc
 
     entry = consent.get("servers", {}).get(server, {})
     try:
-        policy = resolve_policy(_sandbox_view(consent.get("sandbox", {})), Path(root))
+        policy = resolve_policy(_sandbox_view(consent.get("sandbox", {})),
+                                Path(_workdir(root, cwd)))
     except ConfinementError as exc:
         raise ServerConfinementError(str(exc)) from None
     extra: list[Any] = []
@@ -88,6 +94,14 @@ def policy_for(root: str, consent: Mapping[str, Any], server: str, argv: Sequenc
             extra.append(Grant(path=path, access="ro", file=not os.path.isdir(path),
                                source=f"servers.{server}: code"))
     return policy._replace(grants=(*policy.grants, *extra))
+
+
+def _workdir(root: str, cwd: str | None) -> str:
+    from agentstack import layout
+
+    if cwd is not None and os.path.realpath(root) == os.path.realpath(layout.home()):
+        return cwd
+    return root
 
 
 def start(
@@ -105,7 +119,7 @@ def start(
     from agentstack.sandbox.resolve import ConfinementError
     from agentstack.sandbox.runner import LAUNCHER, check_enforceable
 
-    policy = policy_for(root, consent, server, argv)
+    policy = policy_for(root, consent, server, argv, cwd=cwd)
     try:
         enforcement = check_enforceable(policy)
     except ConfinementError as exc:

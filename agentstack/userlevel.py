@@ -128,7 +128,8 @@ def render_user(root: Path, consent: dict[str, Any], digest: str,
         config = codex_home(context) / "config.toml"
         ops.append(OwnedKeys(
             path=str(config), format="toml",
-            keys={("mcp_servers", n): codex_server(context, s) for n, s in sorted(servers.items())},
+            keys={("mcp_servers", n): _codex_user_server(codex_server(context, s), s)
+                  for n, s in sorted(servers.items())},
             user_level=True, guarded=(("mcp_servers",),),
         ))
         guard: dict[tuple[str, ...], Any] = {}
@@ -140,6 +141,14 @@ def render_user(root: Path, consent: dict[str, Any], digest: str,
         ops.append(OwnedKeys(path=str(config), format="toml", keys=guard, user_level=True,
                              keep_on_revoke=True))
     return ops
+
+
+def _codex_user_server(rendered: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
+    """A user-level server without a `cwd` of its own starts where Codex runs, as in Claude
+    Code: its root, `$AGENTSTACK_HOME`, is closed to every server's sandbox."""
+    if server.get("cwd", ".") == ".":
+        rendered = {k: v for k, v in rendered.items() if k != "cwd"}
+    return rendered
 
 
 # ------------------------------------------------------------------ composition (`show`)

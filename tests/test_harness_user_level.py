@@ -10,6 +10,7 @@ Skips locally when the harness CLIs are missing (scripts/install-harnesses); fai
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,10 +35,18 @@ def anywhere(tmp_path: Path, isolated_home: Path) -> Path:
     """A directory that is no agentstack project, and a trusted, applied user-level setup."""
     where = tmp_path / "somewhere else"
     where.mkdir()
-    notes = tmp_path / "notes.txt"
+    notes = where / "notes.txt"  # inside the directory the server is confined to
     _ok("init", "--user", cwd=where)
     _ok("add", "server", "--user", "notes", "--env", f"NOTES_FILE={notes}", "--",
         sys.executable, "-I", str(NOTES_SERVER), cwd=where)
+    # The server runs confined (its relay's sandbox): it may write its notes file where the
+    # user-level setup's [sandbox] says, from any directory it is started in.
+    manifest = Path(os.environ["AGENTSTACK_HOME"]) / "agentstack.toml"
+    text = manifest.read_text()
+    assert text.count('\n[sandbox]\nwrite_dirs = ["."]\n') == 1, text
+    manifest.write_text(text.replace(
+        '\n[sandbox]\nwrite_dirs = ["."]\n',
+        f'\n[sandbox]\nwrite_dirs = [".", {json.dumps(str(where.resolve()))}]\n'))
     _ok("lock", "--user", cwd=where)
     return where.resolve()
 
@@ -123,8 +132,9 @@ def test_codex_lists_runs_and_guards_a_user_level_server(anywhere: Path,
     _ok("revoke", "--user", cwd=anywhere)
     assert "notes" not in _mcp_list("codex", anywhere, isolated_home)
     lines = [f"command = {json.dumps(saved['command'])}",
-             "args = [" + ", ".join(json.dumps(a) for a in saved["args"]) + "]",
-             f"cwd = {json.dumps(saved['cwd'])}"]
+             "args = [" + ", ".join(json.dumps(a) for a in saved["args"]) + "]"]
+    if "cwd" in saved:
+        lines.append(f"cwd = {json.dumps(saved['cwd'])}")
     if saved.get("env"):
         lines.append("env = { " + ", ".join(f"{k} = {json.dumps(v)}"
                                             for k, v in saved["env"].items()) + " }")

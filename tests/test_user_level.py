@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentstack import _guard
+from tests.adapter_support import without_relay
 from tests.conftest import make_project, run_cli_in_process
 from tests.harness.drive import NOTES_SERVER
 
@@ -91,13 +92,14 @@ def test_apply_user_writes_owned_keys_only_and_keeps_the_rest(tmp_path: Path) ->
     trusted_user_setup(tmp_path)
     claude = json.loads((home / ".claude.json").read_text())
     assert claude["numStartups"] == 7 and claude["projects"] == {"/x": {}}
-    assert claude["mcpServers"]["notes"]["args"] == ["-I", str(NOTES_SERVER)]
+    assert without_relay(claude["mcpServers"]["notes"]["args"])[-2:] == ["-I", str(NOTES_SERVER)]
     settings = json.loads((home / ".claude" / "settings.json").read_text())
     assert "--user-level" in settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
     text = (home / ".codex" / "config.toml").read_text()
     assert text.startswith('# mine\nmodel = "o4"\n')
     codex = tomllib.loads(text)
-    assert codex["mcp_servers"]["notes"]["args"] == ["-I", str(NOTES_SERVER)]
+    assert without_relay(codex["mcp_servers"]["notes"]["args"])[-2:] == ["-I", str(NOTES_SERVER)]
+    assert "cwd" not in codex["mcp_servers"]["notes"]  # starts where Codex runs
     assert "--user-level" in codex["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
     assert json.loads(run_cli_in_process("status", "--user", "--json", cwd=tmp_path).stdout)[
         "drift"] == []
