@@ -25,7 +25,8 @@ def quickstart_blocks() -> list[str]:
     return re.findall(r"```sh\n(.*?)```", section, re.S)
 
 
-def _run_on_terminal(script: str, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+def _run_on_terminal(script: str, cwd: Path, env: dict[str, str],
+                     answers: tuple[tuple[bytes, bytes], ...] = ANSWERS) -> tuple[int, str]:
     master, slave = pty.openpty()
     proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, env=env,
                             stdin=slave, stdout=slave, stderr=slave)
@@ -42,7 +43,7 @@ def _run_on_terminal(script: str, cwd: Path, env: dict[str, str]) -> tuple[int, 
             if not chunk:
                 break
             output += chunk
-            for prompt, answer in ANSWERS:
+            for prompt, answer in answers:
                 at = output.rfind(prompt)
                 if at >= answered_upto:
                     os.write(master, answer)
