@@ -108,8 +108,9 @@ def run_apply(
         if not plan.pending:
             echo("nothing to change")
         elif not check:
+            trusted = store is not None and store.state(root, digest).trusted
             echo(
                 f"{len(plan.pending)} file(s) would change; 'agentstack apply --write' writes "
-                "them once the digest is trusted"
+                + ("them (the digest is trusted)" if trusted else "them once the digest is trusted")
             )
     return (1 if check and (plan.pending or plan.conflicts) else 0), report

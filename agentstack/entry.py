@@ -30,6 +30,14 @@ def echo(message: str) -> None:
     sys.stderr.write(sanitize(message, keep_newlines=True) + "\n")
 
 
+def result(message: str) -> None:
+    """A result line on stdout (what the command was asked for: a report, a table, a verdict),
+    sanitised. Messages about what was done, warnings and errors go to stderr (`echo`)."""
+    from agentstack.sanitize import sanitize
+
+    sys.stdout.write(sanitize(message, keep_newlines=True) + "\n")
+
+
 def print_json(value: Any) -> None:
     import json
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from agentstack.entry import echo, print_json
+from agentstack.entry import echo, print_json, result
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def status(root: Path, store: TrustStore, as_json: bool) -> int:
     if as_json:
         print_json(report)
     else:
-        echo("\n".join(status_lines(report)))
+        result("\n".join(status_lines(report)))
         for path in report.get("withdrawn", []):
             echo(
                 f"withdrew agentstack's harness-side trust from {path} until the change is "

@@ -84,7 +84,7 @@ def test_quickstart_runs_as_written(tmp_path: Path, isolated_home: Path) -> None
     assert re.search(r"revoked b3:[0-9a-f]{64}", output)
     status = subprocess.run(["agentstack", "status"], cwd=project, env=env, capture_output=True,
                             text=True, timeout=120)
-    assert status.returncode == 1 and "REVOKED" in status.stderr
+    assert status.returncode == 1 and "REVOKED" in status.stdout
 
 
 def _have_claude() -> bool:

@@ -464,28 +464,28 @@ def test_why_cli(tmp_path: Path) -> None:
     home = Path(os.environ["HOME"])
     allowed = run_cli("why", "--path", "notes.md", "--op", "write", cwd=root)
     assert allowed.returncode == 0, allowed.stderr
-    assert allowed.stderr.startswith("allowed")
+    assert allowed.stdout.startswith("allowed")
     denied = run_cli("why", "--path", str(home / ".ssh" / "id_rsa"), "--json", cwd=root)
     assert denied.returncode == 1
     doc = json.loads(denied.stdout)
     assert doc["allowed"] is False and "deny_credentials" in doc["reason"]
     assert doc["query"] == {"path": str(home / ".ssh" / "id_rsa"), "op": "read"}
     port = run_cli("why", "--host", "127.0.0.1", "--port", "8080", cwd=root)
-    assert port.returncode == 0 and "localhost_ports" in port.stderr
+    assert port.returncode == 0 and "localhost_ports" in port.stdout
     host = run_cli("why", "--host", "example.com", "--port", "443", cwd=root)
-    assert host.returncode == 1 and "blocked" in host.stderr
+    assert host.returncode == 1 and "blocked" in host.stdout
     harness = run_cli("why", "--harness", "claude-code", "--path", str(home / ".claude"),
                       "--op", "write", cwd=root)
     assert harness.returncode == 1, harness.stderr
-    assert "private per-project copy" in harness.stderr
+    assert "private per-project copy" in harness.stdout
     wrong = run_cli("why", "--harness", "codex", "--path", "x", cwd=root)
     assert wrong.returncode == 1 and "does not target codex" in wrong.stderr
     policy = run_cli("why", "--json", cwd=root)
     assert json.loads(policy.stdout)["policy"]["localhost_ports"] == [8080]
     sees = run_cli("why", "--harness", "claude-code", cwd=root)
     assert sees.returncode == 0, sees.stderr
-    assert "private harness state" in sees.stderr and "CLAUDE_CONFIG_DIR=" in sees.stderr
-    assert "never granted" in sees.stderr
+    assert "private harness state" in sees.stdout and "CLAUDE_CONFIG_DIR=" in sees.stdout
+    assert "never granted" in sees.stdout
     bad = run_cli("why", "--path", "x", "--op", "exec", cwd=root)
     assert bad.returncode == 2
 
