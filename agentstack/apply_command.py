@@ -57,7 +57,10 @@ def run_apply(
     if write:
         exclude = root / ".git" / "info" / "exclude"
         excluded_before = _read_or_none(exclude)
-        backups = engine.write(plan, force=force)
+        from agentstack.progress import step
+
+        with step("apply: writing the rendered files", total=len(plan.pending)):
+            backups = engine.write(plan, force=force)
         exclude_changed = _read_or_none(exclude) != excluded_before
         from agentstack.snapshot import write_snapshot
 

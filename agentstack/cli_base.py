@@ -459,15 +459,22 @@ def _dispatch(argv: list[str]) -> int | None:
             return 0
         kwargs = parse(node, node.callback.params, rest)
         assert node.callback.func is not None
-        return _call(node.callback.func, kwargs)
+        return _call(node.callback.func, kwargs, _path(node))
     if wants_help(rest):
         sys.stdout.write(help_text(node))
         return 0
     kwargs = parse(node, node.params, rest)
     assert node.func is not None
-    return _call(node.func, kwargs)
+    return _call(node.func, kwargs, _path(node))
 
 
-def _call(func: Callable[..., Any], kwargs: dict[str, Any]) -> int | None:
-    result = func(**kwargs)
+def _call(func: Callable[..., Any], kwargs: dict[str, Any], label: str = "working") -> int | None:
+    if kwargs.get("as_json"):
+        from agentstack.progress import quiet
+
+        quiet()  # one JSON document on stdout, nothing drawn on the terminal
+    from agentstack.progress import step
+
+    with step(label):  # a bar only once the command has worked for a while (on a terminal)
+        result = func(**kwargs)
     return result if isinstance(result, int) else None

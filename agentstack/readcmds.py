@@ -51,9 +51,13 @@ def show(root: Path, as_json: bool) -> int:
 
 def status(root: Path, store: TrustStore, as_json: bool) -> int:
     """`agentstack status [--json]`: exit 0 when the lock is fresh and its digest trusted."""
+    from agentstack.progress import quiet, step
     from agentstack.status import project_status, status_lines
 
-    report = project_status(root, store)
+    if as_json:
+        quiet()
+    with step("status: checking the pinned files"):
+        report = project_status(root, store)
     ok = report.pop("ok")
     if as_json:
         print_json(report)
