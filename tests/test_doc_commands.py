@@ -59,7 +59,7 @@ BLOCKS: dict[tuple[str, str], Run | By | NotHere] = {
     ("README.md", "agentstack secret set anthropic"): Run(
         subs=(("agentstack secret set anthropic ", "echo sk-doc-test | agentstack secret set anthropic "),),
         skip={"agentstack run --harness claude-code":
-              "tests/test_harness_confined.py::test_claude_code_interactive_on_a_terminal_leaves_nothing"},
+              "tests/test_harness_credentials_tty.py::test_interactive_claude_under_run_through_the_credential_proxy"},
         exits={"agentstack why --path": 1}),
     ("README.md", "agentstack schema >"): Run(),
     ("README.md", "agentstack keys generate alice"): Run(

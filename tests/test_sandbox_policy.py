@@ -775,3 +775,35 @@ def test_nono_version_is_the_installed_distributions() -> None:
     pytest.importorskip("nono_py")
     nono_version.cache_clear()
     assert nono_version() == version("nono-py")
+
+
+def test_private_state_keeps_the_harness_onboarding_and_approves_only_the_phantom(
+        root: Path, home: Path) -> None:
+    """A new user's onboarding done inside `run` is not asked again at the next start (plain
+    values only, never read through a planted link), and the phantom token the proxy hands
+    Claude Code as ANTHROPIC_API_KEY is approved in the private state (by its last 20
+    characters, as Claude Code records it); nothing else is."""
+    from agentstack.sandbox.private_state import Layout, seed
+
+    layout = Layout(str(Path(os.environ["AGENTSTACK_HOME"]).resolve() / "projects" / "o" /
+                        "harness-state"))
+    seed(layout, workdir=str(root), home=str(home))
+    private = Path(layout.claude, ".claude.json")
+    private.write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "dark",
+                                   "mcpServers": {"evil": {"command": "evil"}},
+                                   "lastOnboardingVersion": {"not": "plain"}}))
+    phantom = "phantom-" + "x" * 40
+    seed(layout, workdir=str(root), home=str(home), api_keys=(phantom,))
+    claude = json.loads(private.read_text())
+    assert claude["hasCompletedOnboarding"] is True and claude["theme"] == "dark"
+    assert "mcpServers" not in claude and "lastOnboardingVersion" not in claude
+    assert claude["customApiKeyResponses"] == {"approved": [phantom[-20:]], "rejected": []}
+    seed(layout, workdir=str(root), home=str(home))  # no credential: nothing approved
+    assert "customApiKeyResponses" not in json.loads(private.read_text())
+    # a link planted in its place is not followed
+    elsewhere = home / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "secret-value"}))
+    private.unlink()
+    private.symlink_to(elsewhere)
+    seed(layout, workdir=str(root), home=str(home))
+    assert "secret-value" not in private.read_text()
