@@ -31,6 +31,82 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 _ANSI = re.compile(rb"\x1b\[[0-9;?<>]*[a-zA-Z~]|\x1b\][^\x07]*\x07|\x1b.")
 
 
+def tls_stand_in(model: MockModel, directory: Path) -> tuple[str, Path]:
+    """Serve `model` over TLS with a certificate for 127.0.0.1 from a CA made here: the URL, and
+    the CA's PEM (the only trust anchor that accepts it, handed to the proxy as SSL_CERT_FILE)."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentstack test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(hours=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False,
+                                       encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    ca_pem = directory / "ca.pem"
+    ca_pem.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    chain = directory / "server.pem"
+    chain.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(chain)
+    server = model._server
+    assert server is not None
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return f"https://127.0.0.1:{model.port}", ca_pem
+
+
+def _assert_tls_only(port: int, ca_pem: Path) -> None:
+    """The stand-in speaks TLS only, with a certificate only the test's CA vouches for."""
+    import http.client
+    import ssl
+
+    plain = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        plain.request("GET", "/")
+        with contextlib.suppress(http.client.HTTPException, OSError):
+            assert plain.getresponse().status >= 400
+    except OSError:
+        pass
+    finally:
+        plain.close()
+    default = http.client.HTTPSConnection("127.0.0.1", port, timeout=30,
+                                          context=ssl.create_default_context())
+    try:
+        default.request("GET", "/")
+        raise AssertionError("the stand-in's certificate passed without the test's CA")
+    except ssl.SSLError:
+        pass
+    finally:
+        default.close()
+
+
 def _readme_block() -> str:
     block = re.search(r"```toml\n(\[sandbox\.credentials\.anthropic\]\n.*?)```", README, re.S)
     assert block, "README.md has no [sandbox.credentials.anthropic] block"
@@ -100,11 +176,14 @@ def test_interactive_claude_under_run_through_the_credential_proxy(tmp_path: Pat
     root = (tmp_path / "readme").resolve()
     block = _readme_block()
     assert 'header = "x-api-key"' in block and 'env = "ANTHROPIC_API_KEY"' in block
+    (tmp_path / "tls").mkdir()
     with MockModel([ToolCall("Bash", {"command": "env > env.txt"})]) as model:
+        upstream, ca_pem = tls_stand_in(model, tmp_path / "tls")
+        _assert_tls_only(model.port, ca_pem)
         make_project(root, '[project]\nname = "readme"\nharnesses = ["claude-code"]\n\n'
                      '[settings.permissions]\nallow = ["Bash(env > env.txt)"]\n\n'
                      '[sandbox]\nwrite_dirs = ["."]\n\n'
-                     + block.replace("https://api.anthropic.com", model.url))
+                     + block.replace("https://api.anthropic.com", upstream))
         env = {"HOME": str(var_home)}
         for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
             result = run_cli(*args, cwd=root, env=env)
@@ -113,7 +192,9 @@ def test_interactive_claude_under_run_through_the_credential_proxy(tmp_path: Pat
                        env=env).returncode == 0
         pid, fd = pty.fork()
         if pid == 0:
-            os.environ.update(env, PYTHONPATH=str(REPO), TERM="xterm-256color")
+            # The proxy (outside the sandbox) trusts the test's CA, as it would a corporate one.
+            os.environ.update(env, PYTHONPATH=str(REPO), TERM="xterm-256color",
+                              SSL_CERT_FILE=str(ca_pem))
             os.environ.pop("ANTHROPIC_API_KEY", None)
             os.chdir(root)
             shell = f'"{sys.executable}" -m agentstack run --harness claude-code; echo "RUN-DONE $?"'
