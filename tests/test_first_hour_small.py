@@ -71,3 +71,21 @@ def test_a_moved_tag_is_reported_as_other_code_under_the_same_name() -> None:
     assert _finding(_skill("a" * 40), _skill("b" * 40, rev="v2")) == "rev v1.0.0 -> v2 in file:///repo"
     assert _finding(_skill("a" * 40), _skill("a" * 40, git="file:///other")) == (
         "now comes from file:///other (was file:///repo)")
+
+
+def test_a_re_review_shows_only_the_user_level_entries_that_change(tmp_path: Path) -> None:
+    root = tmp_path / "minimal"
+    shutil.copytree(EXAMPLES / "minimal", root)
+    assert run_cli_in_process("lock", cwd=root).returncode == 0
+    first = run_cli_in_process("trust", "--yes", "--accept-risk", cwd=root)
+    assert "will also record this outside the project" in first.stdout + first.stderr
+    assert ".claude.json" in first.stdout + first.stderr
+    assert run_cli_in_process("apply", "--write", cwd=root).returncode == 0
+    (root / "AGENTS.base.md").write_text("Run the tests twice.\n", encoding="utf-8")
+    assert run_cli_in_process("lock", cwd=root).returncode == 0
+    again = run_cli_in_process("trust", "--yes", cwd=root)
+    assert again.returncode == 0, again.stderr
+    shown = again.stdout + again.stderr
+    assert "Changes since the digest you trusted" in shown
+    # Everything outside the project is in place already; only a digest-bound entry would show.
+    assert "hasTrustDialogAccepted" not in shown and "trust_level" not in shown
