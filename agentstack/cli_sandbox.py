@@ -248,7 +248,9 @@ def doctor(verify: bool = False, as_json: bool = False) -> int:
                 f"{'ok  ' if not v['failed'] else 'FAIL'}  {'confinement suite':<20} "
                 f"{v['passed']} passed, {v['failed']} failed, {v['skipped']} skipped"
             )
-        result_line("\n".join(lines))
+        from agentstack.columns import fit
+
+        result_line("\n".join(fit(lines, 27)))
     return 1 if failed else 0
 
 

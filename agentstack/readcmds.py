@@ -62,7 +62,9 @@ def status(root: Path, store: TrustStore, as_json: bool) -> int:
     if as_json:
         print_json(report)
     else:
-        result("\n".join(status_lines(report)))
+        from agentstack.columns import fit
+
+        result("\n".join(fit(status_lines(report), 10)))
         for path in report.get("withdrawn", []):
             echo(
                 f"withdrew agentstack's harness-side trust from {path} until the change is "

@@ -77,3 +77,18 @@ def test_apply_dry_run_after_a_hand_edit_knows_the_digest_is_trusted(project) ->
     done = run_cli_in_process("apply", cwd=project)
     assert "once the digest is trusted" not in done.stderr
     assert "would change" in done.stderr and "(the digest is trusted)" in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["status"], ["doctor"], ["show"], ["trust", "list"],
+                                  ["keys", "list"]])
+def test_tables_at_80_columns_never_split_a_word(project, argv) -> None:  # type: ignore[no-untyped-def]
+    """At COLUMNS=80 every line fits, unless it is one word longer than the line (a digest or a
+    path, kept whole); and the words are exactly those of the unwrapped output, in order."""
+    (project / "AGENTS.base.md").write_text(
+        "Run the tests before you commit; " * 6 + "\n", encoding="utf-8")
+    wide = run_cli_in_process(*argv, cwd=project, env={"COLUMNS": "10000"})
+    narrow = run_cli_in_process(*argv, cwd=project, env={"COLUMNS": "80"})
+    assert narrow.returncode == wide.returncode
+    for line in narrow.stdout.splitlines():
+        assert len(line) <= 80 or len(line.split()) == 1 or len(line.strip().split()) == 1, line
+    assert narrow.stdout.split() == wide.stdout.split()
