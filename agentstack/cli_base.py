@@ -473,8 +473,15 @@ def _call(func: Callable[..., Any], kwargs: dict[str, Any], label: str = "workin
         from agentstack.progress import quiet
 
         quiet()  # one JSON document on stdout, nothing drawn on the terminal
+    if label.split(" ")[-1] in _OWN_TERMINAL:
+        result = func(**kwargs)  # the terminal is the harness's (or the hook's): never a bar
+        return result if isinstance(result, int) else None
     from agentstack.progress import step
 
     with step(label):  # a bar only once the command has worked for a while (on a terminal)
         result = func(**kwargs)
     return result if isinstance(result, int) else None
+
+
+# Commands that hand the terminal to another program, or speak a protocol on it.
+_OWN_TERMINAL = frozenset({"run", "guard"})

@@ -112,3 +112,15 @@ def test_fast_commands_do_not_import_rich_with_the_default_delay(tmp_path: Path)
         os.close(slave)
         os.close(master)
         assert b"RICH=False" in done.stderr, (args, done.stderr)
+
+
+def test_no_bar_is_ever_opened_over_a_harness_run_or_the_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentstack import cli_base, progress
+
+    monkeypatch.setattr(progress, "_terminal", lambda: True)
+    seen: list[object] = []
+    for label in ("agentstack run", "agentstack guard"):
+        cli_base._call(lambda: seen.append(progress._step), {}, label)
+    cli_base._call(lambda: seen.append(progress._step), {}, "agentstack lock")
+    assert seen[:2] == [None, None] and seen[2] is not None
+    assert progress._step is None  # closed after the command
