@@ -469,10 +469,9 @@ def _dispatch(argv: list[str]) -> int | None:
 
 
 def _call(func: Callable[..., Any], kwargs: dict[str, Any], label: str = "working") -> int | None:
-    if kwargs.get("as_json"):
-        from agentstack.progress import quiet
+    from agentstack.progress import quiet
 
-        quiet()  # one JSON document on stdout, nothing drawn on the terminal
+    quiet(bool(kwargs.get("as_json")))  # --json: one JSON document, nothing drawn on the terminal
     if label.split(" ")[-1] in _OWN_TERMINAL:
         result = func(**kwargs)  # the terminal is the harness's (or the hook's): never a bar
         return result if isinstance(result, int) else None

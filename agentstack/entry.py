@@ -147,8 +147,7 @@ def _lock_unchanged(options: dict[str, Any]) -> bool:
         from agentstack import layout, progress, relock
 
         root = layout.find_project(os.getcwd(), options["project"])
-        if options["as_json"]:
-            progress.quiet()
+        progress.quiet(bool(options["as_json"]))
         with progress.step("lock: checking the pinned files"):
             if root is None or not relock.unchanged(root, None):
                 return False

@@ -47,8 +47,7 @@ def run_lock(
 ) -> int:
     from agentstack import progress
 
-    if as_json:
-        progress.quiet()
+    progress.quiet(as_json)
     with progress.step("lock: checking and hashing the pinned files"):
         return _run_lock(project=project, check=check, frozen=frozen, update=update,
                          as_json=as_json, limits=limits)

@@ -54,8 +54,7 @@ def status(root: Path, store: TrustStore, as_json: bool) -> int:
     from agentstack.progress import quiet, step
     from agentstack.status import project_status, status_lines
 
-    if as_json:
-        quiet()
+    quiet(as_json)
     with step("status: checking the pinned files"):
         report = project_status(root, store)
     ok = report.pop("ok")

@@ -118,6 +118,7 @@ def test_no_bar_is_ever_opened_over_a_harness_run_or_the_guard(monkeypatch: pyte
     from agentstack import cli_base, progress
 
     monkeypatch.setattr(progress, "_terminal", lambda: True)
+    monkeypatch.setattr(progress, "_quiet", False)
     seen: list[object] = []
     for label in ("agentstack run", "agentstack guard"):
         cli_base._call(lambda: seen.append(progress._step), {}, label)
