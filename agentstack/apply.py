@@ -766,8 +766,12 @@ def _write_files(jobs: list[tuple[Path, bytes, bool, int, Path]]) -> None:
     threads = [threading.Thread(target=work, daemon=False) for _ in range(min(WRITERS, len(jobs)))]
     for thread in threads:
         thread.start()
+    from agentstack.progress import tick
+
     for thread in threads:
-        thread.join()
+        while thread.is_alive():
+            thread.join(timeout=0.1)
+            tick(len(jobs) - len(pending), len(jobs))  # from this thread only
     for error in errors:
         if isinstance(error, LinkInPath):
             raise link_refusal(error) from None

@@ -59,7 +59,10 @@ def run_apply(
     if write:
         exclude = root / ".git" / "info" / "exclude"
         excluded_before = _read_or_none(exclude)
-        backups = engine.write(plan, force=force)
+        from agentstack.progress import step
+
+        with step("apply: writing the rendered files", total=len(plan.pending)):
+            backups = engine.write(plan, force=force)
         exclude_changed = _read_or_none(exclude) != excluded_before
         from agentstack.snapshot import write_snapshot
 
@@ -110,8 +113,9 @@ def run_apply(
         if not plan.pending:
             echo("nothing to change")
         elif not check:
+            trusted = store is not None and store.state(root, digest).trusted
             echo(
                 f"{len(plan.pending)} file(s) would change; 'agentstack apply --write' writes "
-                "them once the digest is trusted"
+                + ("them (the digest is trusted)" if trusted else "them once the digest is trusted")
             )
     return (1 if check and (plan.pending or plan.conflicts) else 0), report

@@ -746,7 +746,11 @@ def stream_members(
     seen: dict[str, str] = {}
     count = 0
     reader = opened.reader
+    from agentstack.progress import tick
+
+    total = len(opened.statement.members)
     while True:
+        tick(count, total)
         item = reader.next()
         if item is None:
             break

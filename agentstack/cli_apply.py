@@ -29,7 +29,7 @@ def apply(
     root = root_dir()
     _, _, document, digest = current(root)
     code, _ = run_apply(
-        root, document, digest, store() if write else None, harness=harness, write=write,
+        root, document, digest, store(), harness=harness, write=write,
         check=check, force=force, as_json=as_json,
     )  # fmt: skip
     return code

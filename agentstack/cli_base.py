@@ -319,6 +319,9 @@ def _parser(node: Command | Group, params: tuple[Opt | Arg, ...]) -> argparse.Ar
 
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> Any:
+            prefix = "unrecognized arguments: "
+            if message.startswith(prefix):
+                message += _option_hint(message[len(prefix):].split(), params)
             raise UsageError(node, message)
 
     parser = Parser(prog=_path(node), add_help=False, allow_abbrev=False)
@@ -344,6 +347,18 @@ def _parser(node: Command | Group, params: tuple[Opt | Arg, ...]) -> argparse.Ar
             parser.add_argument(*p.flags, dest=p.dest, type=p.type, default=p.default,
                                 required=p.required, metavar=p.metavar or _type_name(p))
     return parser
+
+
+def _option_hint(words: list[str], params: tuple[Opt | Arg, ...]) -> str:
+    from agentstack.didyoumean import hint
+
+    known = [f for p in params if isinstance(p, Opt) for f in p.flags if f.startswith("--")]
+    for p in params:
+        if isinstance(p, Opt) and p.kind == "pair":
+            known += ["--no-" + f[2:] for f in p.flags if f.startswith("--")]
+    known += ["--help"]
+    first = next((w for w in words if w.startswith("-")), None)
+    return hint(first, known) if first else ""
 
 
 def _check_values(node: Command | Group, params: tuple[Opt | Arg, ...], values: dict[str, Any]) -> None:
@@ -374,7 +389,8 @@ def parse(node: Command | Group, params: tuple[Opt | Arg, ...], argv: list[str])
         if rest is None:
             rest = unknown
         elif unknown:
-            raise UsageError(node, "unrecognized arguments: " + " ".join(unknown))
+            raise UsageError(node, "unrecognized arguments: " + " ".join(unknown)
+                             + _option_hint(unknown, params))
         values = vars(namespace)
         if rest_param.nargs == "+" and not rest:
             raise UsageError(node, f"missing {rest_param.metavar}")
@@ -411,15 +427,17 @@ def _dispatch(argv: list[str]) -> int | None:
             root_words.append(argv[i + 1])
             i += 1
         i += 1
-    if "-h" in root_words or "--help" in root_words or (i >= len(argv) and "--version" not in root_words):
+    if "-h" in root_words or "--help" in root_words or not argv:
         sys.stdout.write(help_text(app))
         return 0
-    values = parse(app, ROOT_OPTIONS, root_words)
+    values = parse(app, ROOT_OPTIONS, root_words)  # an unknown option: a usage error (exit 2)
     if values["version"]:
         from agentstack import __version__
 
         sys.stdout.write(f"agentstack {__version__}\n")
         return 0
+    if i >= len(argv):
+        raise UsageError(app, "missing command")
     state.project = values["project"]
     state.trust_digests = list(values["trust_digest"] or [])
     node: Command | Group = app
@@ -432,24 +450,35 @@ def _dispatch(argv: list[str]) -> int | None:
             if wants_help(rest) or not rest:
                 sys.stdout.write(help_text(node))
                 return 0 if rest else EXIT_USAGE
-            raise UsageError(node, f"no such command {rest[0]!r}")
+            from agentstack.didyoumean import hint
+
+            raise UsageError(node, f"no such command {rest[0]!r}" + hint(rest[0], node.commands))
         # A group that is also a command: its options.
         if wants_help(rest):
             sys.stdout.write(help_text(node))
             return 0
         kwargs = parse(node, node.callback.params, rest)
         assert node.callback.func is not None
-        return _call(node.callback.func, kwargs)
+        return _call(node.callback.func, kwargs, _path(node))
     if wants_help(rest):
         sys.stdout.write(help_text(node))
         return 0
     kwargs = parse(node, node.params, rest)
     assert node.func is not None
-    return _call(node.func, kwargs)
+    return _call(node.func, kwargs, _path(node))
 
 
-def _call(func: Callable[..., Any], kwargs: dict[str, Any]) -> int | None:
-    result = func(**kwargs)
+def _call(func: Callable[..., Any], kwargs: dict[str, Any], label: str = "working") -> int | None:
+    from agentstack.progress import quiet
+
+    quiet(bool(kwargs.get("as_json")))  # --json: one JSON document, nothing drawn on the terminal
+    if label.split(" ")[-1] in _OWN_TERMINAL:
+        result = func(**kwargs)  # the terminal is the harness's (or the hook's): never a bar
+        return result if isinstance(result, int) else None
+    from agentstack.progress import step
+
+    with step(label):  # a bar only once the command has worked for a while (on a terminal)
+        result = func(**kwargs)
     return result if isinstance(result, int) else None
 
 
@@ -469,3 +498,7 @@ def use_user(user: bool, *, must_exist: bool = True) -> None:
     if state.project is not None:
         raise InvalidInput("--user and --project name two setups; give one of them")
     state.project = require_manifest() if must_exist else user_root()
+
+
+# Commands that hand the terminal to another program, or speak a protocol on it.
+_OWN_TERMINAL = frozenset({"run", "guard"})

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agentstack.cli_base import JSON, Arg, Opt, app, root_dir, state, store
 from agentstack.entry import echo, print_json
+from agentstack.entry import result as result_line
 from agentstack.errors import InvalidInput, Refused
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -133,7 +134,7 @@ def why(
     else:
         verdict = "allowed" if decision.allowed else "denied"
         reason = str(decision.reason)
-        echo(reason if reason.startswith(("allowed", "denied")) else f"{verdict}: {reason}")
+        result_line(reason if reason.startswith(("allowed", "denied")) else f"{verdict}: {reason}")
         if trust != "trusted":
             echo(
                 f"note: the current declaration is {trust}; 'agentstack run' refuses until "
@@ -184,7 +185,7 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
         from agentstack.sandbox.private_state import Layout, describe
 
         lines.extend(describe(Layout(policy.harness_state)))
-    echo("\n".join(lines))
+    result_line("\n".join(lines))
 
 
 # ------------------------------------------------------------------ doctor
@@ -223,14 +224,14 @@ def doctor(verify: bool = False, as_json: bool = False) -> int:
             def progress(result: Any) -> None:
                 if not as_json:
                     mark = "skip" if result.skipped else ("pass" if result.passed else "FAIL")
-                    echo(
+                    result_line(
                         f"  {mark:<4} {result.row:<16} {result.mode:<10} "
                         f"{(result.output.splitlines() or [''])[0][:70]}"
                         + (f"  ({result.detail})" if result.detail and not result.passed else "")
                     )
 
             if not as_json:
-                echo("confinement suite (a row passes only on the kernel's EACCES/EPERM, or "
+                result_line("confinement suite (a row passes only on the kernel's EACCES/EPERM, or "
                      "for proxy rows the gate's refusal with nothing reaching the listener):")
             rows = run_suite(progress=progress)
             passed, bad, skipped = summary(rows)
@@ -253,7 +254,9 @@ def doctor(verify: bool = False, as_json: bool = False) -> int:
                 f"{'ok  ' if not v['failed'] else 'FAIL'}  {'confinement suite':<20} "
                 f"{v['passed']} passed, {v['failed']} failed, {v['skipped']} skipped"
             )
-        echo("\n".join(lines))
+        from agentstack.columns import fit
+
+        result_line("\n".join(fit(lines, 27)))
     return 1 if failed else 0
 
 

@@ -182,6 +182,11 @@ def share(
     from agentstack import bundle
     from agentstack.fsutil import write_atomic
 
+    if output is not None and not output.parent.is_dir():
+        raise InvalidInput(
+            f"-o {output}: the directory {output.parent} does not exist; nothing was written",
+            hint=f"create it first ('mkdir -p {output.parent}') or write the bundle elsewhere",
+        )
     root = root_dir()
     signing_key = _signing_key(key, ssh_key)
     now = (
@@ -306,6 +311,20 @@ def receive(bundle_path: Path, as_json: bool = False) -> None:
 # ------------------------------------------------------------------------------ quarantine
 
 
+def _current_signers() -> dict[str, list[str]]:
+    """Key fingerprint -> the principals allowed_signers trusts it as for bundles, now."""
+    from agentstack import sshsig
+    from agentstack.keys import allowed_signers
+
+    out: dict[str, list[str]] = {}
+    moment = time.time()
+    for line in allowed_signers().lines():
+        if line.allows(sshsig.NAMESPACE, moment):
+            names = out.setdefault(line.key.fingerprint, [])
+            names.extend(p for p in line.principals.split(",") if p and p not in names)
+    return out
+
+
 @quarantine_app.command(JSON, name="list")
 def quarantine_list(as_json: bool = False) -> None:
     """Bundles held in quarantine."""
@@ -330,6 +349,12 @@ def quarantine_list(as_json: bool = False) -> None:
         }
         for h in held
     ]
+    # Who the signer is now (a key trusted since `receive` counts; one withdrawn since does not).
+    now = _current_signers()
+    for row in rows:
+        row["signer"] = now.get(str(row.get("fingerprint") or ""), [])
+        if row.get("state") in ("held", "unknown-signer"):
+            row["state"] = "held" if row["signer"] else "unknown-signer"
     if as_json:
         print_json({"quarantine": rows})
         return

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agentstack.cli_base import JSON, USER, Arg, Opt, app, ask, root_dir, store, use_user
 from agentstack.cli_base import store as trust_store
-from agentstack.entry import echo, print_json
+from agentstack.entry import echo, print_json, result
 from agentstack.errors import InvalidInput, Refused
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -308,10 +308,10 @@ def trust_log(verify: bool = False, as_json: bool = False) -> int:
             )
         if not report.ok:
             if not as_json:
-                echo(f"trust log does not verify: {report.problem}\nlog: {store.log.path}")
+                result(f"trust log does not verify: {report.problem}\nlog: {store.log.path}")
             return 1
         if not as_json:
-            echo(f"trust log verifies: {report.count} records, head {report.head}")
+            result(f"trust log verifies: {report.count} records, head {report.head}")
         return 0
     records = store.log.records()
     if as_json:
@@ -421,7 +421,11 @@ def revoke(
 def status(as_json: bool = False, output_format: str | None = None, user: bool = False) -> int:
     """Lock freshness, trust state of the current digest, and what changed since the trusted one.
 
-    Exit 0 when the lock is fresh and its digest trusted; 1 otherwise."""
+    Exit 0 when the lock is fresh and its digest trusted; 1 otherwise. When something trusted
+    before no longer holds (a stale lock, a changed file), status also withdraws agentstack's
+    harness-side trust entries from user-level files (~/.claude.json, ~/.codex/config.toml, …)
+    so the harness stops loading the project's servers and hooks, and says so ("withdrew ...";
+    in --json: "withdrawn"); 'agentstack apply --write' restores them once trusted again."""
     from agentstack import readcmds
     from agentstack.sarif import output_format as chosen_format
 

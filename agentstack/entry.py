@@ -23,11 +23,28 @@ if TYPE_CHECKING:
 LOCK_FLAGS = {"--check": "check", "--frozen": "frozen", "--update": "update", "--json": "as_json"}
 
 
+def _no_progress() -> None:
+    """Output ends a progress bar (agentstack.progress), when one was ever possible."""
+    progress = sys.modules.get("agentstack.progress")
+    if progress is not None:
+        progress.stop()
+
+
 def echo(message: str) -> None:
     """A status line on stderr (stdout stays clean for --json and pipes), sanitised."""
     from agentstack.sanitize import sanitize
 
+    _no_progress()
     sys.stderr.write(sanitize(message, keep_newlines=True) + "\n")
+
+
+def result(message: str) -> None:
+    """A result line on stdout (what the command was asked for: a report, a table, a verdict),
+    sanitised. Messages about what was done, warnings and errors go to stderr (`echo`)."""
+    from agentstack.sanitize import sanitize
+
+    _no_progress()
+    sys.stdout.write(sanitize(message, keep_newlines=True) + "\n")
 
 
 def print_json(value: Any) -> None:
@@ -127,11 +144,13 @@ def _lock_unchanged(options: dict[str, Any]) -> bool:
     if options["frozen"] or options["update"]:
         return False
     try:
-        from agentstack import layout, relock
+        from agentstack import layout, progress, relock
 
         root = layout.find_project(os.getcwd(), options["project"])
-        if root is None or not relock.unchanged(root, None):
-            return False
+        progress.quiet(bool(options["as_json"]))
+        with progress.step("lock: checking the pinned files"):
+            if root is None or not relock.unchanged(root, None):
+                return False
         relock.report_unchanged(root, check=options["check"], as_json=options["as_json"])
     except Exception:  # noqa: BLE001 - the full command decides and reports
         return False

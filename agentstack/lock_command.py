@@ -45,6 +45,23 @@ def run_lock(
     as_json: bool,
     limits: Limits | None = None,
 ) -> int:
+    from agentstack import progress
+
+    progress.quiet(as_json)
+    with progress.step("lock: checking and hashing the pinned files"):
+        return _run_lock(project=project, check=check, frozen=frozen, update=update,
+                         as_json=as_json, limits=limits)
+
+
+def _run_lock(
+    *,
+    project: Path | None,
+    check: bool,
+    frozen: bool,
+    update: bool,
+    as_json: bool,
+    limits: Limits | None = None,
+) -> int:
     root = project_root(project)
     recorder = None
     if not frozen and not update:

@@ -516,7 +516,10 @@ def verify_held(held: Held, *, home: Path | None = None) -> tuple[Statement, Con
             f"the quarantined copy {held.id[:12]} holds another statement than it received"
         )
     statement = bundle.parse_statement(statement_bytes)
-    for member in statement.members:
+    from agentstack.progress import tick
+
+    for done, member in enumerate(statement.members):
+        tick(done, len(statement.members))
         data = _read_member(qdir, member.path)
         if b3(data) != member.blake3:
             raise Refused(

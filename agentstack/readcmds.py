@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from agentstack.entry import echo, print_json
+from agentstack.entry import echo, print_json, result
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -90,9 +90,12 @@ def user_level_lines(root: Path, doc: dict[str, object]) -> list[str]:
 def status(root: Path, store: TrustStore, as_json: bool, *, sarif: bool = False) -> int:
     """`agentstack status [--json | --format sarif]`: exit 0 when the lock is fresh and its
     digest trusted."""
+    from agentstack.progress import quiet, step
     from agentstack.status import project_status, status_lines
 
-    report = project_status(root, store)
+    quiet(as_json)
+    with step("status: checking the pinned files"):
+        report = project_status(root, store)
     ok = report.pop("ok")
     if sarif:
         from agentstack.sarif import ManifestLines, print_sarif, status_findings
@@ -101,7 +104,9 @@ def status(root: Path, store: TrustStore, as_json: bool, *, sarif: bool = False)
     elif as_json:
         print_json(report)
     else:
-        echo("\n".join(status_lines(report)))
+        from agentstack.columns import fit
+
+        result("\n".join(fit(status_lines(report), 10)))
         for path in report.get("withdrawn", []):
             echo(
                 f"withdrew agentstack's harness-side trust from {path} until the change is "

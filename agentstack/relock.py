@@ -175,7 +175,10 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
     listdir, lstat, open_, close = os.listdir, os.lstat, os.open, os.close
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     top = os.fsencode(real_root)
+    from agentstack.progress import tick
+
     for index in range(n_dirs):
+        tick(len(seen) // 6, n_files)
         directory = names[index]
         fd = open_(directory, flags)
         try:

@@ -409,8 +409,7 @@ class _Review:
                 continue
             keys = ("source", "path", "git", "rev", "subdir", "commit")
             if any(previous.get(k) != skill.get(k) for k in keys):
-                origin = skill.get("git") or skill.get("path")
-                self.add("medium", "skill-source", f"skills.{name}", f"now comes from {origin}")
+                self.add("medium", "skill-source", f"skills.{name}", _source_change(previous, skill))
             elif previous != skill and previous.get("digest") == skill.get("digest"):
                 self.add("low", "model-reads", f"skills.{name}", "skill entry changed")
 
@@ -489,3 +488,19 @@ class _Review:
 def review_findings(old: dict[str, Any] | None, new: dict[str, Any]) -> list[Finding]:
     """The findings of the rules above (diff.py adds its own and shows them all)."""
     return _Review(old, new).run()
+
+
+def _source_change(previous: dict[str, Any], skill: dict[str, Any]) -> str:
+    """What moved in a skill's source, in words: another origin, another rev or subdir, or the
+    same rev of the same repository resolving to another commit (a moved tag or branch)."""
+    origin = skill.get("git") or skill.get("path")
+    was = previous.get("git") or previous.get("path")
+    if origin != was or previous.get("source") != skill.get("source"):
+        return f"now comes from {origin} (was {was})"
+    changed = [k for k in ("rev", "subdir") if previous.get(k) != skill.get(k)]
+    if changed:
+        moves = "; ".join(f"{k} {previous.get(k)} -> {skill.get(k)}" for k in changed)
+        return f"{moves} in {origin}"
+    old, new = str(previous.get("commit") or ""), str(skill.get("commit") or "")
+    return (f"{skill.get('rev')} in {origin} now resolves to commit {new[:12]} (was {old[:12]}): "
+            "the same name, other code")

@@ -27,6 +27,7 @@ import blake3
 
 from agentstack.canonical import DIGEST_PREFIX
 from agentstack.errors import Refused, TreeHashError
+from agentstack.progress import tick
 
 TREE_DOMAIN = b"agentstack-tree-v1\0"
 RACY_SLACK_NS = 1_000_000_000
@@ -444,6 +445,7 @@ class _Walk:
             children = sorted(it, key=_by_name)
         names: dict[str, str] = {}
         rows, seen, entries, cache = self.rows, self.seen, self.entries, self.cache
+        tick(len(rows))
         observed = self.observed
         for child in children:
             name = child.name

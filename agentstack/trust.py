@@ -332,9 +332,41 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
     lines = []
     for op in render_operations(root.resolve(), document, digest):
         if isinstance(op, OwnedKeys) and op.user_level:
+            in_place = _in_place(op)
             for key, value in op.keys.items():
+                if in_place(key, value):
+                    continue  # already there, as apply would write it: nothing changes
                 if len(key) >= 2 and key[-2] == MEMBER:  # one item added to a list
                     lines.append(f"{op.path}: {'.'.join(key[:-2])} += {key[-1]}")
                 else:
                     lines.append(f"{op.path}: {'.'.join(key)} = {toml_value(value)}")
     return lines
+
+
+def _in_place(op: Any) -> Any:
+    """A test of (key, value): does the user-level file hold that value at that key already?"""
+    from agentstack.apply import Planner, _get, _plain
+    from agentstack.canonical import canonical_bytes
+
+    try:
+        with open(op.path, "rb") as handle:
+            data = handle.read()
+        doc = Planner._parse_static(Path(op.path), data, op.format)
+    except Exception:  # noqa: BLE001 - unreadable or unparsable: every entry is shown
+        return lambda key, value: False
+
+    def same(key: tuple[str, ...], value: Any) -> bool:
+        try:
+            current = _get(doc, key)
+            if current is None:
+                return False
+            return canonical_bytes(_unwrap(_plain(current))) == canonical_bytes(_unwrap(value))
+        except Exception:  # noqa: BLE001 - not comparable: shown
+            return False
+
+    return same
+
+
+def _unwrap(value: Any) -> Any:
+    unwrap = getattr(value, "unwrap", None)
+    return unwrap() if callable(unwrap) else value

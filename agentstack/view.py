@@ -545,6 +545,9 @@ class _Console(Console):
 
 
 def console(stderr: bool = False, *, file: Any = None, width: int | None = None) -> Console:
+    from agentstack.progress import stop
+
+    stop()  # output follows: a progress bar (if any) goes away first
     # highlight=False: rich's repr highlighter must not restyle untrusted text either.
     return _Console(
         stderr=stderr, highlight=False, soft_wrap=False, file=file, width=width,

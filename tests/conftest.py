@@ -17,27 +17,76 @@ from tests.harness.deadline import scaled
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 _REAL_HOME = Path(os.path.expanduser("~"))
-_REAL_STATE = [_REAL_HOME / ".config" / "agentstack", _REAL_HOME / ".cache" / "agentstack"]
+# What agentstack (and a harness it renders for) writes at user level: the session guard watches these.
+_REAL_STATE = (".config/agentstack", ".cache/agentstack", ".claude.json", ".codex", ".gemini")
 
 
-def _snapshot() -> list[float | None]:
-    return [p.stat().st_mtime if p.exists() else None for p in _REAL_STATE]
+def real_state_snapshot(home: Path) -> dict[str, tuple[int, int]]:
+    """Every watched path under `home` (walked), by relative path: (mtime_ns, size)."""
+    seen: dict[str, tuple[int, int]] = {}
+    for rel in _REAL_STATE:
+        top = home / rel
+        paths = [top]
+        if top.is_dir() and not top.is_symlink():
+            paths += sorted(top.rglob("*"))
+        for path in paths:
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            seen[str(path.relative_to(home))] = (st.st_mtime_ns, st.st_size)
+    return seen
+
+
+def real_state_changes(home: Path, before: dict[str, tuple[int, int]]) -> list[str]:
+    after = real_state_snapshot(home)
+    return sorted(f"{'changed' if k in before and k in after else 'added' if k in after else 'removed'}"
+                  f" ~/{k}" for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+def _isolate(patch: pytest.MonkeyPatch, home: Path) -> None:
+    patch.setenv("HOME", str(home))
+    patch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    patch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    patch.setenv("AGENTSTACK_HOME", str(home / ".config" / "agentstack"))
+    patch.setenv("AGENTSTACK_CACHE", str(home / ".cache" / "agentstack"))
+    patch.delenv("AGENTSTACK_TRUSTED_DIGESTS", raising=False)
+    patch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    patch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+_SESSION_BEFORE: dict[str, tuple[int, int]] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION_BEFORE.update(real_state_snapshot(_REAL_HOME))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    changes = real_state_changes(_REAL_HOME, _SESSION_BEFORE)
+    if changes:
+        sys.stderr.write("the suite touched the real home: " + "; ".join(changes[:20]) + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A temporary home for the whole session, set before any module- or class-scoped fixture
+    (pytest sets up higher-scoped autouse fixtures first), so none of them can reach the real one."""
+    home = tmp_path_factory.mktemp("session-home")
+    with pytest.MonkeyPatch.context() as patch:
+        _isolate(patch, home)
+        yield home
 
 
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def isolated_home(session_home: Path, tmp_path_factory: pytest.TempPathFactory,
+                  monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("home")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
-    monkeypatch.setenv("AGENTSTACK_HOME", str(home / ".config" / "agentstack"))
-    monkeypatch.setenv("AGENTSTACK_CACHE", str(home / ".cache" / "agentstack"))
-    monkeypatch.delenv("AGENTSTACK_TRUSTED_DIGESTS", raising=False)
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    before = _snapshot()
+    _isolate(monkeypatch, home)
+    before = real_state_snapshot(_REAL_HOME)
     yield home
-    assert _snapshot() == before, "a test touched the real ~/.config/agentstack or ~/.cache/agentstack"
+    assert real_state_changes(_REAL_HOME, before) == [], "a test touched the real home"
 
 
 def run_cli(*args: str, cwd: Path, input: str | None = None,

@@ -283,13 +283,13 @@ def test_status_reports_drift_and_tracked_rendered_files(tmp_path: Path) -> None
     # rendered-file check sees the drift.
     assert report["drift"] == [".mcp.json"] and report["lock"] == "stale"
     assert "surface[.mcp.json]" in report["lock_problem"]
-    assert "drift     .mcp.json" in run_cli("status", cwd=root).stderr
+    assert "drift     .mcp.json" in run_cli("status", cwd=root).stdout
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x.invalid",
                GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@x.invalid")
     subprocess.run(["git", "add", "-f", ".mcp.json"], cwd=root, check=True, env=env)
     tracked = json.loads(run_cli("status", "--json", cwd=root).stdout)["tracked"]
     assert tracked == [".mcp.json"]
-    assert "git rm --cached .mcp.json" in run_cli("status", cwd=root).stderr
+    assert "git rm --cached .mcp.json" in run_cli("status", cwd=root).stdout
 
 
 def test_status_reports_a_missing_guard_snapshot(tmp_path: Path, isolated_home: Path) -> None:
@@ -300,6 +300,6 @@ def test_status_reports_a_missing_guard_snapshot(tmp_path: Path, isolated_home: 
     snapshots[0].unlink()
     status = run_cli("status", cwd=root)
     assert status.returncode == 1
-    assert "no readable guard snapshot" in status.stderr and "apply --write" in status.stderr
+    assert "no readable guard snapshot" in status.stdout and "apply --write" in status.stdout
     _ok("apply", "--write", cwd=root)
     assert run_cli("status", cwd=root).returncode == 0

@@ -106,8 +106,8 @@ def test_why_prints_one_verdict(tmp_path: Path) -> None:
     assert run_cli("lock", cwd=root).returncode == 0
     result = run_cli("why", "--path", str(tmp_path / "elsewhere"), "--op", "read", cwd=root)
     assert result.returncode == 1
-    first = result.stderr.splitlines()[0]
-    assert first.startswith("denied: ") and "denied — denied" not in result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("denied: ") and "denied — denied" not in result.stdout
 
 
 def test_status_and_apply_say_who_changed_what(tmp_path: Path) -> None:
@@ -121,13 +121,13 @@ def test_status_and_apply_say_who_changed_what(tmp_path: Path) -> None:
     again = run_cli("apply", "--write", cwd=root)
     assert "exclude" not in again.stderr  # unchanged: not listed
     (root / "RULES.md").write_text("Be very kind.\n")
-    stale = run_cli("status", cwd=root).stderr
+    stale = run_cli("status", cwd=root).stdout
     assert "RULES.md changed since it was locked and trusted: run 'agentstack lock'" in stale
     assert run_cli("lock", cwd=root).returncode == 0
-    locked = run_cli("status", cwd=root).stderr
+    locked = run_cli("status", cwd=root).stdout
     assert "agentstack.lock changed since you trusted (an agentstack edit" in locked
     assert "behind agentstack's back" not in locked
     mcp = root / ".claude" / "settings.local.json"
     mcp.write_text(mcp.read_text().replace("}", ', "x": 1}', 1))
-    edited = run_cli("status", cwd=root).stderr
+    edited = run_cli("status", cwd=root).stdout
     assert ".claude/settings.local.json was edited behind agentstack's back" in edited

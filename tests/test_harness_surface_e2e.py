@@ -115,7 +115,7 @@ def test_claude_code_surface_reaches_the_model_or_runs(project: Path, isolated_h
     expected = _claude_entries(project, out)
     # Every class is in the review, with its finding.
     status = run_cli("status", cwd=project)
-    assert status.returncode == 1 and "surface[" in status.stderr and "withdrew" in status.stderr
+    assert status.returncode == 1 and "surface[" in status.stdout and "withdrew" in status.stderr
     # Withdrawn workspace trust: what `claude -p` still loads (headless Claude Code applies project
     # settings without asking) is what no tool can stop once the files are there; `agentstack run`
     # and the shims refuse to start it instead (docs/surface.md).
@@ -245,7 +245,7 @@ def test_codex_surface_reaches_the_model_or_runs_and_withdrawn_trust_stops_its_c
     _ok("apply", "--write", cwd=project)
     expected = _codex_entries(project, out)
     status = run_cli("status", cwd=project)
-    assert status.returncode == 1 and "surface[.codex/config.toml]" in status.stderr
+    assert status.returncode == 1 and "surface[.codex/config.toml]" in status.stdout
     assert "withdrew" in status.stderr
     # Trust withdrawn: Codex no longer loads the project's config (notify, servers, developer
     # instructions); AGENTS.md and skills are read regardless of trust (documented).

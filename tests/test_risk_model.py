@@ -17,7 +17,9 @@ ITEM_SECTIONS = {"servers", "hooks", "skills", "sandbox.credentials"}
 
 
 @pytest.fixture(scope="module")
-def document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def document(tmp_path_factory: pytest.TempPathFactory, session_home: Path) -> dict[str, Any]:
+    # session_home: the temporary HOME is in place before this module-scoped fixture builds a
+    # project (which mirrors a git repository into agentstack's cache).
     p = build_project(tmp_path_factory.mktemp("risk"))
     p.data["sandbox"]["credentials"] = {
         "model": {

@@ -465,28 +465,28 @@ def test_why_cli(tmp_path: Path) -> None:
     home = Path(os.environ["HOME"])
     allowed = run_cli("why", "--path", "notes.md", "--op", "write", cwd=root)
     assert allowed.returncode == 0, allowed.stderr
-    assert allowed.stderr.startswith("allowed")
+    assert allowed.stdout.startswith("allowed")
     denied = run_cli("why", "--path", str(home / ".ssh" / "id_rsa"), "--json", cwd=root)
     assert denied.returncode == 1
     doc = json.loads(denied.stdout)
     assert doc["allowed"] is False and "deny_credentials" in doc["reason"]
     assert doc["query"] == {"path": str(home / ".ssh" / "id_rsa"), "op": "read"}
     port = run_cli("why", "--host", "127.0.0.1", "--port", "8080", cwd=root)
-    assert port.returncode == 0 and "localhost_ports" in port.stderr
+    assert port.returncode == 0 and "localhost_ports" in port.stdout
     host = run_cli("why", "--host", "example.com", "--port", "443", cwd=root)
-    assert host.returncode == 1 and "blocked" in host.stderr
+    assert host.returncode == 1 and "blocked" in host.stdout
     harness = run_cli("why", "--harness", "claude-code", "--path", str(home / ".claude"),
                       "--op", "write", cwd=root)
     assert harness.returncode == 1, harness.stderr
-    assert "private per-project copy" in harness.stderr
+    assert "private per-project copy" in harness.stdout
     wrong = run_cli("why", "--harness", "codex", "--path", "x", cwd=root)
     assert wrong.returncode == 1 and "does not target codex" in wrong.stderr
     policy = run_cli("why", "--json", cwd=root)
     assert json.loads(policy.stdout)["policy"]["localhost_ports"] == [8080]
     sees = run_cli("why", "--harness", "claude-code", cwd=root)
     assert sees.returncode == 0, sees.stderr
-    assert "private harness state" in sees.stderr and "CLAUDE_CONFIG_DIR=" in sees.stderr
-    assert "never granted" in sees.stderr
+    assert "private harness state" in sees.stdout and "CLAUDE_CONFIG_DIR=" in sees.stdout
+    assert "never granted" in sees.stdout
     bad = run_cli("why", "--path", "x", "--op", "exec", cwd=root)
     assert bad.returncode == 2
 
@@ -776,3 +776,35 @@ def test_nono_version_is_the_installed_distributions() -> None:
     pytest.importorskip("nono_py")
     nono_version.cache_clear()
     assert nono_version() == version("nono-py")
+
+
+def test_private_state_keeps_the_harness_onboarding_and_approves_only_the_phantom(
+        root: Path, home: Path) -> None:
+    """A new user's onboarding done inside `run` is not asked again at the next start (plain
+    values only, never read through a planted link), and the phantom token the proxy hands
+    Claude Code as ANTHROPIC_API_KEY is approved in the private state (by its last 20
+    characters, as Claude Code records it); nothing else is."""
+    from agentstack.sandbox.private_state import Layout, seed
+
+    layout = Layout(str(Path(os.environ["AGENTSTACK_HOME"]).resolve() / "projects" / "o" /
+                        "harness-state"))
+    seed(layout, workdir=str(root), home=str(home))
+    private = Path(layout.claude, ".claude.json")
+    private.write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "dark",
+                                   "mcpServers": {"evil": {"command": "evil"}},
+                                   "lastOnboardingVersion": {"not": "plain"}}))
+    phantom = "phantom-" + "x" * 40
+    seed(layout, workdir=str(root), home=str(home), api_keys=(phantom,))
+    claude = json.loads(private.read_text())
+    assert claude["hasCompletedOnboarding"] is True and claude["theme"] == "dark"
+    assert "mcpServers" not in claude and "lastOnboardingVersion" not in claude
+    assert claude["customApiKeyResponses"] == {"approved": [phantom[-20:]], "rejected": []}
+    seed(layout, workdir=str(root), home=str(home))  # no credential: nothing approved
+    assert "customApiKeyResponses" not in json.loads(private.read_text())
+    # a link planted in its place is not followed
+    elsewhere = home / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "secret-value"}))
+    private.unlink()
+    private.symlink_to(elsewhere)
+    seed(layout, workdir=str(root), home=str(home))
+    assert "secret-value" not in private.read_text()

@@ -108,7 +108,7 @@ def test_real_claude_starts_a_server_that_needs_a_secret(tmp_path: Path,
     applied = run_cli("apply", "--write", cwd=root)
     assert applied.returncode == 0, applied.stderr
     assert "needs secret:vault-token, which is not stored" in applied.stderr
-    assert "secret:vault-token" in run_cli("status", cwd=root).stderr
+    assert "secret:vault-token" in run_cli("status", cwd=root).stdout
 
     def mcp_list() -> str:
         result = subprocess.run([str(claude), "mcp", "list"], cwd=root,

@@ -48,6 +48,9 @@ CLAUDE_SETTINGS_KEYS = ("model", "theme", "outputStyle", "language", "includeCoA
 CLAUDE_GLOBAL_KEYS = ("hasCompletedOnboarding", "lastOnboardingVersion", "theme",
                       "autoUpdates", "hasSeenTasksHint")
 CLAUDE_PROJECT_KEYS = ("hasTrustDialogAccepted", "hasCompletedProjectOnboarding")
+CLAUDE_ONBOARDING_KEYS = ("hasCompletedOnboarding", "lastOnboardingVersion", "theme")
+CLAUDE_API_KEY_ENV = "ANTHROPIC_API_KEY"
+CLAUDE_KEY_SUFFIX = 20  # Claude Code records an approved key by its last 20 characters
 CODEX_CONFIG_KEYS = ("model", "model_provider", "model_providers", "model_reasoning_effort",
                      "model_reasoning_summary", "model_verbosity", "model_context_window",
                      "model_max_output_tokens", "hide_agent_reasoning", "approval_policy",
@@ -170,6 +173,22 @@ def _read_json(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _read_json_nofollow(path: str) -> dict[str, Any]:
+    """A JSON object from a file the confined harness wrote (never through a link it planted)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    try:
+        with open(fd, "rb", closefd=False) as handle:
+            data = json.loads(handle.read(8 * 1024 * 1024))
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
+    return data if isinstance(data, dict) else {}
+
+
 def _read_toml(path: str) -> dict[str, Any]:
     import tomllib
 
@@ -202,6 +221,7 @@ def seed(
     home: str,
     user_keys: Mapping[str, Mapping[tuple[str, ...], Any]] | None = None,
     route_urls: Mapping[str, str] | None = None,
+    api_keys: tuple[str, ...] = (),
 ) -> None:
     """Rewrite the private state's behaviour-deciding files before a session (see the module).
 
@@ -215,13 +235,27 @@ def seed(
     real_claude = os.path.join(home, ".claude")
     settings = _pick(_read_json(os.path.join(real_claude, "settings.json")), CLAUDE_SETTINGS_KEYS)
     real_global = _read_json(os.path.join(home, ".claude.json"))
-    claude_global = _pick(real_global, CLAUDE_GLOBAL_KEYS)
+    # What the harness learnt in an earlier session about its own onboarding (a theme picked, the
+    # onboarding done), kept: plain values only; the user's own ~/.claude.json decides over them.
+    earlier = _read_json_nofollow(os.path.join(layout.claude, ".claude.json"))
+    claude_global: dict[str, Any] = {k: v for k, v in _pick(earlier, CLAUDE_ONBOARDING_KEYS).items()
+                                     if isinstance(v, (bool, str))}
+    claude_global.update(_pick(real_global, CLAUDE_GLOBAL_KEYS))
     projects = real_global.get("projects")
     own = projects.get(workdir) if isinstance(projects, dict) else None
     claude_global["projects"] = {workdir: _pick(own, CLAUDE_PROJECT_KEYS)
                                  if isinstance(own, dict) else {}}
     for path, value in keys.get("claude.json", {}).items():
         _set(claude_global, path, value)
+    if api_keys:
+        # The phantom token(s) the credential proxy hands Claude Code as ANTHROPIC_API_KEY,
+        # approved in the private state: unapproved, interactive Claude Code treats the session
+        # as not logged in and, before its first prompt, checks that api.anthropic.com answers
+        # (a CONNECT through https_proxy, which the gate refuses by design). Claude Code keys
+        # its approvals by the last 20 characters of the key. The token is agentstack's own,
+        # valid for this session only; the user's own approvals are never copied in.
+        claude_global["customApiKeyResponses"] = {
+            "approved": [key[-CLAUDE_KEY_SUFFIX:] for key in api_keys], "rejected": []}
     codex = _pick(_read_toml(os.path.join(home, ".codex", "config.toml")), CODEX_CONFIG_KEYS)
     for path, value in keys.get("codex.toml", {}).items():
         _set(codex, path, value)

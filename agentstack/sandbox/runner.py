@@ -50,7 +50,9 @@ RUN_RO_ENV = layout.RUN_RO_ENV
 FileArg = int | IO[Any] | None
 # Called once the proxy runs, before anything is launched: (runtime policy, {route upstream: the
 # URL the confined process reaches it at}).
-BeforeStart = Callable[["SandboxPolicy", dict[str, str]], None]
+# (the runtime policy, each credential route's upstream -> the gate's URL for it, the phantom
+# token by credential env name)
+BeforeStart = Callable[["SandboxPolicy", dict[str, str], dict[str, str]], None]
 
 
 class Enforcement(NamedTuple):
@@ -289,6 +291,12 @@ class Proxy:
             if cred.base_url_env:
                 env[cred.base_url_env] = f"http://127.0.0.1:{self.port}/{cred.name}"
         return env
+
+    def phantoms(self) -> dict[str, str]:
+        """Each credential's env name -> the phantom token the confined process holds."""
+        credential_env = self.handle.credential_env_vars()
+        return {c.env: str(credential_env[c.env]) for c in self.policy.credentials
+                if credential_env.get(c.env)}
 
     def route_urls(self) -> dict[str, str]:
         """Each credential route's upstream -> the gate's URL for it."""
@@ -690,7 +698,8 @@ def _confined(
         with _nothing_started(runtime.harness_state or runtime.workdir):
             prepare_state(runtime)
         if before_start is not None:
-            before_start(runtime, proxy.route_urls() if proxy is not None else {})
+            before_start(runtime, proxy.route_urls() if proxy is not None else {},
+                         proxy.phantoms() if proxy is not None else {})
         child_env = build_env(runtime, env, extra_env)
         launch = _launch_spec(runtime, argv, child_env, enforcement.seccomp_program)
         launch["controlling_terminal"] = terminal is not None

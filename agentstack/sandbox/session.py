@@ -81,16 +81,23 @@ def guard_state(root: Path) -> dict[str, bytes]:
 def seed_private_state(
     policy: SandboxPolicy, root: Path, document: dict[str, Any], digest: str,
     routes: dict[str, str],
+    phantoms: dict[str, str] | None = None,
 ) -> None:
     """Rewrite the harness's private user-level state before the session (see private_state)."""
     if policy.harness_state is None:
         return
-    from agentstack.sandbox.private_state import Layout, rendered_user_keys, seed
+    from agentstack.sandbox.private_state import (
+        CLAUDE_API_KEY_ENV,
+        Layout,
+        rendered_user_keys,
+        seed,
+    )
 
     state = Layout(policy.harness_state)
     try:
         keys = rendered_user_keys(root, document, digest, state)
-        seed(state, workdir=policy.workdir, home=policy.home, user_keys=keys, route_urls=routes)
+        seed(state, workdir=policy.workdir, home=policy.home, user_keys=keys, route_urls=routes,
+             api_keys=tuple(v for k, v in (phantoms or {}).items() if k == CLAUDE_API_KEY_ENV))
     except OSError as exc:
         raise Refused(
             f"cannot prepare the harness's private state in {state.root}: {exc}",
@@ -101,9 +108,9 @@ def seed_private_state(
 
 def _before_start(
     policy: SandboxPolicy, root: Path, document: dict[str, Any], digest: str,
-    routes: dict[str, str], broker: Any,
+    routes: dict[str, str], broker: Any, phantoms: dict[str, str] | None = None,
 ) -> None:
-    seed_private_state(policy, root, document, digest, routes)
+    seed_private_state(policy, root, document, digest, routes, phantoms)
     if broker is not None:
         broker.serve()
 
@@ -198,8 +205,8 @@ def run_session(
     try:
         return run_confined(
             root, policy, argv, env, interactive, readonly_files=copies,
-            before_start=lambda runtime, routes: _before_start(
-                runtime, root, document, digest, routes, broker),
+            before_start=lambda runtime, routes, phantoms: _before_start(
+                runtime, root, document, digest, routes, broker, phantoms),
         )
     finally:
         if broker is not None:
