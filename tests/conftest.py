@@ -53,6 +53,9 @@ def _isolate(patch: pytest.MonkeyPatch, home: Path) -> None:
     patch.delenv("AGENTSTACK_TRUSTED_DIGESTS", raising=False)
     patch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     patch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    # Output is fitted to COLUMNS when set: every test starts from a pipe's (whole lines).
+    patch.delenv("COLUMNS", raising=False)
+    patch.delenv("LINES", raising=False)
 
 
 _SESSION_BEFORE: dict[str, tuple[int, int]] = {}

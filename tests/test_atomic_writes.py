@@ -16,6 +16,10 @@ PACKAGE = Path(agentstack.__file__).parent
 # Writers that are not "replace this file's content", each with its reason.
 NOT_A_REPLACEMENT = {
     "fsutil.py": "the atomic writer itself",
+    "relay.py": "the MCP relay's pins with write_atomic's steps (O_EXCL temp, fsync, rename; "
+    "standard library only, no pathlib, on every server start) and its append-only receipts "
+    "(O_APPEND, one write per line)",
+    "serverbox.py": "hands the sandbox launcher its spec on a pipe, not a file",
     "gitsource.py": "renames a freshly cloned mirror directory into place",
     "keys.py": "creates a private key exclusively (O_EXCL: never replaces one)",
     "quarantine.py": "stages a bundle in a fresh 0700 directory (O_EXCL), renames directories, "

@@ -68,7 +68,23 @@ BLOCKS: dict[tuple[str, str], Run | By | NotHere] = {
     ("docs/boundary.md", "agentstack check --boundary"): Run(
         setup=f'cp "{EXAMPLES}/boundaries/permissive.toml" team-boundary.toml\n',
         exits={"agentstack check --boundary": 1}),  # the example writes its workdir: exceeds
+    ("docs/ci.md", "agentstack check --boundary team-boundary.toml --format sarif > agentstack.sarif"): Run(
+        setup=f'cp "{EXAMPLES}/boundaries/permissive.toml" team-boundary.toml\n',
+        exits={"agentstack check --boundary": 1}),  # the example writes its workdir: exceeds
     ("docs/manifest.md", "agentstack schema >"): Run(),
+    ("docs/policy.md", "agentstack policy add"): By(
+        "tests/test_teampolicy.py::test_update_installs_a_newer_version_shown_as_a_diff",
+        also="add, update, show, check and remove against a local git repository (the URL here "
+        "is a placeholder); tests/test_teampolicy.py covers each"),
+    ("docs/policy.md", "agentstack policy sign"): By(
+        "tests/test_teampolicy.py::test_ssh_keygen_signs_a_policy_agentstack_accepts",
+        also="the key file is the reader's own; tests/test_teampolicy.py::"
+        "test_policy_sign_checks_the_file signs with agentstack's"),
+    ("docs/user-level.md", "agentstack init --user"): By(
+        "tests/test_harness_user_level.py::test_claude_lists_runs_and_guards_a_user_level_server",
+        also="init, add, lock, trust, apply, revoke with --user on the real Claude Code; the "
+        "npx server of the example needs the package index; tests/test_user_level.py covers "
+        "status, show, digest and adopt --user"),
     ("docs/rendering.md", "export AGENTSTACK_SECRET_DOCS_TOKEN"): Run(),
     ("docs/share.md", "# the sender"): Run(
         subs=(*_SHARE_SUBS, _RECEIVE, (" ID", ' "$id"'), ("~/code/project", '"$TMPDIR_DOC/project"'))),

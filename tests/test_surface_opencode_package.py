@@ -123,7 +123,7 @@ def test_real_opencode_writing_its_package_file_is_not_drift_but_a_planted_depen
     written["dependencies"]["evildep"] = "file:../dep"
     _write(project, written)
     status = run_cli("status", cwd=project)
-    assert status.returncode == 1 and f"surface[{PKG}]" in status.stderr, status.stderr
+    assert status.returncode == 1 and f"surface[{PKG}]" in status.stdout, status.stdout
     with (project / "AGENTS.md").open("a") as handle:  # the same guard call does see drift
         handle.write("planted\n")
     assert guard_denies(project, "opencode") is not None

@@ -67,7 +67,7 @@ def test_first_trust_needs_consent_then_records_it(project: Path) -> None:
     assert trusted.returncode == 0, trusted.stderr
     assert digest in trusted.stderr
     status = run_cli("status", cwd=project)
-    assert status.returncode == 0 and "trusted" in status.stderr
+    assert status.returncode == 0 and "trusted" in status.stdout
     stored = _home() / "consents" / f"{digest.replace(':', '-')}.json"
     assert json.loads(stored.read_bytes())["servers"]["notes"]["command"] == "python3"
     assert run_cli("trust", "--yes", "--accept-risk", cwd=project).stderr.startswith("already trusted")
@@ -354,7 +354,7 @@ def test_tampered_log_is_detected_by_every_reader(project: Path, tmp_path: Path,
         log.write_bytes(b"".join(lines))
     verify = run_cli("trust", "log", "--verify", cwd=project)
     assert verify.returncode == 1, verify.stderr
-    assert "does not verify" in verify.stderr
+    assert "does not verify" in verify.stdout
     for args in (["status"], ["trust", "--yes", "--accept-risk"], ["trust", "list"], ["revoke"], ["trust", "log"]):
         result = run_cli(*args, cwd=project)
         assert result.returncode == 1, (args, result.stderr)
