@@ -37,7 +37,10 @@ def check(
     from agentstack.consent import current
 
     root = root_dir()
-    _, _, document, _ = current(root)
+    manifest, _, document, _ = current(root)
+    from agentstack.sandbox.session import check_policies
+
+    check_policies(manifest, root)  # the policy `run` would enforce resolves, or the same error
     result = check_document(document, root, compiled, home=home)
     if as_json:
         print_json(result.to_json())

@@ -66,7 +66,7 @@ def run(
 
 @app.command(
     Opt(("--path",), "path", "A file or directory."),
-    Opt(("--op",), "op", "read or write.", default="read"),
+    Opt(("--op",), "op", "read, write or readwrite (both).", default="read"),
     Opt(("--host",), "host", "A host name or IP address."),
     Opt(("--port",), "port", "A TCP port.", type=int),
     HARNESS,
@@ -88,8 +88,8 @@ def why(
 
     if path is not None and host is not None:
         raise InvalidInput("give --path or --host, not both")
-    if op not in ("read", "write"):
-        raise InvalidInput(f"--op {op!r}: use read or write")
+    if op not in ("read", "write", "readwrite"):
+        raise InvalidInput(f"--op {op!r}: use read, write or readwrite")
     if port is not None and not 0 < port < 65536:
         raise InvalidInput(f"--port {port}: out of range")
     root = root_dir()

@@ -343,10 +343,10 @@ def prepare_state(policy: SandboxPolicy) -> None:
             else:
                 os.makedirs(grant.path, mode=0o700, exist_ok=True)
             continue
-        raise ConfinementError(
-            f"{grant.source} grants {grant.path}, which does not exist",
-            hint="create it, or remove the grant; Landlock can only grant existing paths",
-        )
+        from agentstack.sandbox.resolve import MISSING_HINT
+
+        raise ConfinementError(f"{grant.source} grants {grant.path}, which does not exist",
+                               hint=MISSING_HINT)
 
 
 class Confined:

@@ -58,6 +58,16 @@ def policy_for(
     return resolve_policy(manifest.sandbox, root, harness=harness, command=command)
 
 
+def check_policies(manifest: Manifest, root: Path) -> None:
+    """Resolve the policy of every harness the declaration targets (and of a plain command), as
+    `run` would; raise the first error `run` would raise. Nothing when the sandbox is disabled
+    (`run` refuses that on its own)."""
+    if not manifest.sandbox.enabled:
+        return
+    for harness in [None, *manifest.project.harnesses]:
+        policy_for(manifest, root, harness, None)
+
+
 def guard_state(root: Path) -> dict[str, bytes]:
     """Read-only copies of what the guard reads (the harness cannot reach $AGENTSTACK_HOME)."""
     from agentstack import layout
