@@ -18,6 +18,8 @@ from .common import (
     header_values,
     hook_groups,
     instructions_text,
+    native_sandbox_guarded,
+    native_sandbox_keys,
     servers_file,
     skill_files,
     stdio_server,
@@ -62,6 +64,7 @@ class ClaudeCodeAdapter:
             settings[("permissions",)] = {k: v for k, v in permissions.items() if v}
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             settings[(key,)] = value
+        settings.update(native_sandbox_keys(context, NAME))  # the trusted [sandbox], natively
         ops.append(
             OwnedKeys(
                 path=".claude/settings.local.json",
@@ -73,6 +76,7 @@ class ClaudeCodeAdapter:
                     ("disableAllHooks",),
                     ("enabledMcpjsonServers",),
                     ("hooks",),
+                    *native_sandbox_guarded(NAME),
                 ),
             )
         )

@@ -21,6 +21,8 @@ from .common import (
     guard_groups,
     hook_groups,
     instructions_text,
+    native_sandbox_guarded,
+    native_sandbox_keys,
     secret_env_var,
     skill_files,
     stdio_server,
@@ -108,10 +110,12 @@ class CodexAdapter:
         }
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             config[(key,)] = value
+        config.update(native_sandbox_keys(context, NAME))  # the trusted [sandbox], natively
         groups = hook_groups(context, NAME)
         ops: list[FileOperation] = [
             OwnedKeys(
-                path=".codex/config.toml", format="toml", keys=config, guarded=(("mcp_servers",),)
+                path=".codex/config.toml", format="toml", keys=config,
+                guarded=(("mcp_servers",), *native_sandbox_guarded(NAME)),
             ),
             OwnedKeys(
                 path=HOOKS_FILE, format="json", keys={("hooks",): groups}, guarded=(("hooks",),)

@@ -70,6 +70,9 @@ def run(
     Opt(("--host",), "host", "A host name or IP address."),
     Opt(("--port",), "port", "A TCP port.", type=int),
     HARNESS,
+    Opt(("--native",), "native",
+        "What the harness's own sandbox is given (apply --write renders it) and what it cannot "
+        "express.", kind="flag"),
     JSON,
 )
 def why(
@@ -78,6 +81,7 @@ def why(
     host: str | None = None,
     port: int | None = None,
     harness: str | None = None,
+    native: bool = False,
     as_json: bool = False,
 ) -> int:
     """Explain a sandbox decision: `why --path P --op read|write` or `why --host H [--port N]`.
@@ -88,6 +92,11 @@ def why(
 
     if path is not None and host is not None:
         raise InvalidInput("give --path or --host, not both")
+    if native:
+        if path is not None or host is not None or harness is None:
+            raise InvalidInput("--native takes --harness H and neither --path nor --host",
+                               hint="agentstack why --harness claude-code --native")
+        return _why_native(harness, as_json)
     if op not in ("read", "write", "readwrite"):
         raise InvalidInput(f"--op {op!r}: use read, write or readwrite")
     if port is not None and not 0 < port < 65536:
@@ -140,6 +149,42 @@ def why(
                 "it is trusted"
             )
     return 0 if decision.allowed else 1
+
+
+def _why_native(harness: str, as_json: bool) -> int:
+    """`why --harness H --native`: the keys `apply --write` gives H's own sandbox, whether the
+    rendered file carries them now, and every finding (what it cannot express)."""
+    from agentstack.manifest import load_manifest
+    from agentstack.sandbox import native
+
+    root = root_dir()
+    manifest = load_manifest(root)
+    if harness not in manifest.project.harnesses:
+        raise Refused(f"the declaration does not target {harness}",
+                      hint="see project.harnesses in agentstack.toml")
+    rendered = None
+    if manifest.sandbox.enabled:
+        rendered = native.render(native.native_policy(manifest.sandbox, root), harness)
+    on_disk = native.on_disk(root, rendered) if rendered is not None else None
+    if as_json:
+        print_json({"harness": harness, "project": str(root), "trust": _trust_note(root),
+                    "native": rendered.to_json() if rendered is not None else None,
+                    "on_disk": on_disk})
+        return 0
+    if rendered is None:
+        echo(f"{harness}: no native sandbox rendered"
+             + ("" if manifest.sandbox.enabled else " (sandbox.enabled = false)")
+             + f"; agentstack renders into: {', '.join(native.NATIVE_HARNESSES)}")
+        return 0
+    import json
+
+    lines = [f"{harness}: {rendered.path} ({on_disk})"]
+    for key, value in rendered.keys.items():
+        lines.append(f"  {'.'.join(key)} = {json.dumps(value, indent=2)}".replace("\n", "\n    "))
+    lines.append("what it cannot express:")
+    lines.extend(f"  {f.kind:<12} {f.what}: {f.detail}" for f in rendered.findings)
+    echo("\n".join(lines))
+    return 0
 
 
 def _trust_note(root: Path) -> str:

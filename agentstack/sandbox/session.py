@@ -182,6 +182,9 @@ def run_session(
         # The same lookup as doctor: PATH, then the checkout's .tools (install-harnesses).
         argv[0] = profiles.find_binary(argv[0], env.get("PATH")) or argv[0]
     policy = policy_for(manifest, root, chosen, argv[0])
+    from agentstack.sandbox.native import inside_run_argv
+
+    argv = inside_run_argv(chosen, argv)  # run is the stronger plane: the native one off inside
     if interactive is None:
         interactive = sys.stdin.isatty()
     before = watch.snapshot(root)
