@@ -237,14 +237,19 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
 
 @app.command(
     Opt(("--verify",), "verify", "Also run the confinement suite (about a minute).", kind="flag"),
+    Opt(("--landlock-abi",), "landlock_abi",
+        "With --verify: restrict Landlock to this older ABI's rights (1-6), as an older kernel "
+        "would; rows needing a missing feature are reported refused.", type=int),
     JSON,
 )
-def doctor(verify: bool = False, as_json: bool = False) -> int:
+def doctor(verify: bool = False, landlock_abi: int | None = None, as_json: bool = False) -> int:
     """Landlock ABI, nono, seccomp, harness binaries, and the project's trust and lock state.
 
     Exit 1 when the sandbox cannot be enforced here (or, with --verify, when a row fails)."""
     from agentstack.sandbox import doctor as doc
 
+    if landlock_abi is not None and (not verify or not 1 <= landlock_abi <= 6):
+        raise InvalidInput("--landlock-abi N needs --verify and N from 1 to 6")
     checks = doc.system_checks()
     checks.extend(_project_checks())
     from agentstack.boundary import doctor_check
@@ -261,7 +266,8 @@ def doctor(verify: bool = False, as_json: bool = False) -> int:
 
             def progress(result: Any) -> None:
                 if not as_json:
-                    mark = "skip" if result.skipped else ("pass" if result.passed else "FAIL")
+                    mark = ("REFUSED" if result.refused else "skip" if result.skipped
+                            else "pass" if result.passed else "FAIL")
                     echo(
                         f"  {mark:<4} {result.row:<16} {result.mode:<10} "
                         f"{(result.output.splitlines() or [''])[0][:70]}"
@@ -271,7 +277,17 @@ def doctor(verify: bool = False, as_json: bool = False) -> int:
             if not as_json:
                 echo("confinement suite (a row passes only on the kernel's EACCES/EPERM, or "
                      "for proxy rows the gate's refusal with nothing reaching the listener):")
-            rows = run_suite(progress=progress)
+            if landlock_abi is not None:
+                from agentstack.sandbox.abi import assess
+
+                emulated = assess(landlock_abi)
+                report["emulated_abi"] = emulated.to_json()
+                if not as_json:
+                    echo(f"Landlock restricted to ABI {landlock_abi}: {emulated.state}"
+                         + "".join(f"\n  refused: {r}" for r in emulated.refused)
+                         + "".join(f"\n  degraded: {d}" for d in emulated.degraded)
+                         + "".join(f"\n  covered: {c}" for c in emulated.covered))
+            rows = run_suite(progress=progress, landlock_abi=landlock_abi)
             passed, bad, skipped = summary(rows)
             report["verify"] = {
                 "passed": passed,

@@ -313,19 +313,24 @@ def test_environment_is_built_from_an_allowlist(shared: tuple[Path, dict[str, st
 
 
 def test_ssh_auth_sock_in_the_manifest_is_refused(tmp_path: Path) -> None:
+    """Refused already at `lock` (exit 2, with the field's path): `run` could never accept it."""
     root = make_project(tmp_path / "demo", MANIFEST.replace('"FOO"', '"SSH_AUTH_SOCK"'))
-    done = run_cli("run", "--", "/bin/true", cwd=root, env=_explicit(root))
-    assert done.returncode == 2
-    assert "SSH_AUTH_SOCK never passes" in done.stderr
+    locked = run_cli("lock", cwd=root)
+    assert locked.returncode == 2
+    assert "sandbox.env[0]" in locked.stderr and "SSH_AUTH_SOCK never passes" in locked.stderr
+    done = run_cli("run", "--", "/bin/true", cwd=root)
+    assert done.returncode != 0
 
 
 def test_unenforceable_manifest_is_refused_at_run(tmp_path: Path) -> None:
     root = make_project(tmp_path / "demo", MANIFEST.replace('write_dirs = ["."]',
                                                            'write_dirs = [".", "~"]'))
     marker = root / "ran"
-    done = run_cli("run", "--", "/bin/sh", "-c", f"touch {marker}", cwd=root, env=_explicit(root))
-    assert done.returncode == 1
-    assert "Landlock cannot deny a path under a granted directory" in done.stderr
+    locked = run_cli("lock", cwd=root)  # refused at lock already: run could never accept it
+    assert locked.returncode == 2 and "sandbox.write_dirs[1]" in locked.stderr
+    assert "Landlock cannot deny a path under a granted directory" in locked.stderr
+    done = run_cli("run", "--", "/bin/sh", "-c", f"touch {marker}", cwd=root)
+    assert done.returncode != 0
     assert not marker.exists()
 
 

@@ -178,6 +178,9 @@ class SandboxPolicy(NamedTuple):
     # The harness's private user-level state (config dir, XDG dirs) for this project, if any.
     harness_state: str | None = None
     format: int = POLICY_FORMAT
+    # The confinement suite only (`doctor --verify --landlock-abi N`): apply Landlock with exactly
+    # the rights of ABI N (an older kernel, emulated). Never set by `resolve_policy`.
+    landlock_abi: int | None = None
 
     # ------------------------------------------------------------------ derived
 
@@ -519,6 +522,7 @@ class SandboxPolicy(NamedTuple):
             proxy_port=data.get("proxy_port"),
             seccomp=bool(data.get("seccomp", True)),
             harness_state=data.get("harness_state"),
+            landlock_abi=data.get("landlock_abi"),
         )
 
     @classmethod
