@@ -150,9 +150,21 @@ def harness_checks() -> list[Check]:
     return out
 
 
+def git_state_check() -> Check:
+    """How `run` keeps what git executes later out of the session's reach."""
+    return Check(
+        "git state", "ok",
+        "rolled back after every session: .git/config, hooks, commondir, info/attributes, "
+        "nested and submodule git directories, gitlinks (a read-only mount is not used: "
+        "Landlock cannot carve them out of the writable workdir); .gitmodules, .gitattributes "
+        "and on-open files are reported only",
+        {"method": "rollback"},
+    )
+
+
 def system_checks() -> list[Check]:
     checks = [kernel_check(), landlock_check(), nono_check(), seccomp_check(),
-              containment_check()]
+              containment_check(), git_state_check()]
     return checks + harness_checks()
 
 

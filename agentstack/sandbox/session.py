@@ -187,7 +187,10 @@ def run_session(
     argv = inside_run_argv(chosen, argv)  # run is the stronger plane: the native one off inside
     if interactive is None:
         interactive = sys.stdin.isatty()
+    from agentstack.sandbox import rollback
+
     before = watch.snapshot(root)
+    saved = rollback.backups(str(root), before)  # what git executes, to put back afterwards
     try:
         return run_confined(
             root, policy, argv, env, interactive, readonly_files=guard_state(root),
@@ -195,8 +198,16 @@ def run_session(
                 runtime, root, document, digest, routes),
         )
     finally:
-        # Only now: every process of the session is gone (run_confined kills the whole tree).
-        for line in report_lines(watch.compare(before, watch.snapshot(root))):
+        # Only now: every process of the session is gone (run_confined kills the whole tree),
+        # so nothing can race the roll-back of git's execution state.
+        after = watch.snapshot(root)
+        outcome = rollback.roll_back(str(root), before, after, watch.compare(before, after),
+                                     saved)
+        for line in rollback.report_lines(outcome):
+            say(line)
+        remaining = watch.compare(before, watch.snapshot(root)) if outcome.done else None
+        for line in report_lines(remaining if remaining is not None
+                                 else watch.compare(before, after)):
             say(line)
 
 
