@@ -241,15 +241,27 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
 RENDERERS = {"claude-code": claude_code, "codex": codex}
 
 
-def render(policy: SandboxPolicy, harness: str, platform: str | None = None) -> NativeRender | None:
-    """What `apply` gives `harness`'s own sandbox (None: it has none agentstack renders into)."""
+def render(policy: SandboxPolicy, harness: str, platform: str | None = None, *,
+           check_paths: bool = True) -> NativeRender | None:
+    """What `apply` gives `harness`'s own sandbox (None: it has none agentstack renders into).
+    A manifest grant whose path does not exist is left out, and a finding (`check_paths=False`:
+    paths of another machine, for the golden files)."""
     renderer = RENDERERS.get(harness)
     if renderer is None:
         return None
     import sys
 
     chosen = platform or ("darwin" if sys.platform == "darwin" else "linux")
-    return renderer(policy, chosen)
+    missing = [g for g in policy.grants if check_paths
+               and g.source.startswith("sandbox.") and not os.path.exists(g.path)]
+    if missing:
+        policy = policy._replace(grants=tuple(g for g in policy.grants if g not in missing))
+    rendered = renderer(policy, chosen)
+    if missing:
+        rendered = rendered._replace(findings=(*rendered.findings, *(
+            Finding("dropped", g.source, f"{g.path} does not exist: not given natively (and "
+                    "agentstack run refuses the policy until it does)") for g in missing)))
+    return rendered
 
 
 def native_policy(sandbox: Any, root: Any, *, home: Any = None,
@@ -258,7 +270,11 @@ def native_policy(sandbox: Any, root: Any, *, home: Any = None,
     resolves it, without a harness profile (a harness started directly uses its real state)."""
     from agentstack.sandbox.resolve import resolve_policy
 
-    return resolve_policy(sandbox, root, home=home, agentstack_home=agentstack_home)
+    # Not refused here: a grant whose path is missing is dropped (and a finding, `render`);
+    # what `run` can never accept was refused at `lock`. Without nono-py (a Mac), the core of
+    # its credential group stands in for its deny groups.
+    return resolve_policy(sandbox, root, home=home, agentstack_home=agentstack_home, check=False,
+                          nono_fallback=True)
 
 
 def for_consent(consent: dict[str, Any], root: Any, harness: str, *, home: Any = None,

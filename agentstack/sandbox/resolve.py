@@ -47,13 +47,22 @@ class ConfinementError(Refused):
     """The sandbox cannot be enforced as declared (exit 1, never a warning)."""
 
 
-def nono_deny_paths(home: str) -> list[tuple[str, str]]:
-    """(path, 'nono:GROUP') for every path of nono's deny groups, `~`/$HOME expanded to `home`."""
+# Without nono-py (a machine where only the native plane is rendered, e.g. macOS): the core of
+# its credential group, so a rendered native sandbox still masks them. Never used by `run`.
+NONO_FALLBACK = (".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".kube", ".docker",
+                 ".git-credentials", ".netrc", ".npmrc", ".vault-token", ".config/op")
+
+
+def nono_deny_paths(home: str, *, fallback: bool = False) -> list[tuple[str, str]]:
+    """(path, 'nono:GROUP') for every path of nono's deny groups, `~`/$HOME expanded to `home`
+    (`fallback`: when nono-py is missing, `NONO_FALLBACK` instead of an error)."""
     try:
         from agentstack.sandbox.launch import load_nono
 
         document = json.loads(load_nono().embedded_policy_json())
     except ImportError as exc:
+        if fallback:
+            return [(os.path.join(home, p), "nono:deny_credentials") for p in NONO_FALLBACK]
         raise ConfinementError(
             f"nono-py is not usable: {exc}",
             hint="install it into agentstack's environment: pip install 'nono-py>=0.16,<0.17'",
@@ -137,6 +146,7 @@ def resolve_policy(
     agentstack_home: Path | None = None,
     search_path: str | None = None,
     check: bool = True,
+    nono_fallback: bool = False,
 ) -> SandboxPolicy:
     """The policy `run` enforces and `why` explains (`check=False`: without refusing it, for
     `lock_problems`).
@@ -231,7 +241,7 @@ def resolve_policy(
     )
     if literal_state != state_dir:
         denies.append(Deny(path=literal_state, source="agentstack-home"))
-    for path, source in nono_deny_paths(home_dir):
+    for path, source in nono_deny_paths(home_dir, fallback=nono_fallback):
         denies.append(Deny(path=os.path.abspath(path), source=source))
         real = realpath(os.path.abspath(path))
         if real != os.path.abspath(path):
