@@ -151,6 +151,7 @@ def _write(root: str, relative: str, backup: Backup) -> None:
             while view:
                 view = view[os.write(fd, view):]
             os.fchmod(fd, backup.mode)
+            os.fsync(fd)
         finally:
             os.close(fd)
         try:
