@@ -110,12 +110,13 @@ class CodexAdapter:
         }
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             config[(key,)] = value
-        config.update(native_sandbox_keys(context, NAME))  # the trusted [sandbox], natively
+        native = native_sandbox_keys(context, NAME)  # the trusted [sandbox], natively
+        config.update(native)
         groups = hook_groups(context, NAME)
         ops: list[FileOperation] = [
             OwnedKeys(
                 path=".codex/config.toml", format="toml", keys=config,
-                guarded=(("mcp_servers",), *native_sandbox_guarded(NAME)),
+                guarded=(("mcp_servers",), *(native_sandbox_guarded(NAME) if native else ())),
             ),
             OwnedKeys(
                 path=HOOKS_FILE, format="json", keys={("hooks",): groups}, guarded=(("hooks",),)

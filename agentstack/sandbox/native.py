@@ -239,6 +239,18 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
 
 
 RENDERERS = {"claude-code": claude_code, "codex": codex}
+# What `apply --write` writes. Codex's profile is rendered by `why --native` (and proved by the
+# real binary with it) but not written: Codex runs hooks inside its sandbox, whose synthetic mount
+# targets in the workdir (`.git`, `.agents`, ... created read-only where missing) change the
+# project's listing under the guard hook, which then blocks every prompt as drift (measured).
+APPLIED = ("claude-code",)
+NOT_APPLIED = {
+    "codex": Finding(
+        "not-enforced", "not written by apply",
+        "Codex runs hooks inside its own sandbox, and its synthetic mount targets in the workdir "
+        "(.git, .agents, ... where missing) look like drift to the guard hook, which would block "
+        "every prompt: apply does not write this profile yet (start Codex through agentstack run)"),
+}
 
 
 def render(policy: SandboxPolicy, harness: str, platform: str | None = None, *,
@@ -257,6 +269,8 @@ def render(policy: SandboxPolicy, harness: str, platform: str | None = None, *,
     if missing:
         policy = policy._replace(grants=tuple(g for g in policy.grants if g not in missing))
     rendered = renderer(policy, chosen)
+    if harness in NOT_APPLIED:
+        rendered = rendered._replace(findings=(NOT_APPLIED[harness], *rendered.findings))
     if missing:
         rendered = rendered._replace(findings=(*rendered.findings, *(
             Finding("dropped", g.source, f"{g.path} does not exist: not given natively (and "
@@ -281,7 +295,7 @@ def for_consent(consent: dict[str, Any], root: Any, harness: str, *, home: Any =
                 agentstack_home: Any = None) -> NativeRender | None:
     """`render` for the trusted consent document (None when the harness has no native sandbox
     or `sandbox.enabled` is false)."""
-    if harness not in RENDERERS:
+    if harness not in APPLIED:
         return None
     from agentstack.manifestview import SandboxView
 
