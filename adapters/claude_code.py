@@ -19,6 +19,8 @@ from .common import (
     hook_groups,
     instructions_text,
     mcp_tool_name,
+    native_sandbox_guarded,
+    native_sandbox_keys,
     server_tools,
     servers_file,
     skill_files,
@@ -69,6 +71,7 @@ class ClaudeCodeAdapter:
             settings[("permissions",)] = {k: v for k, v in permissions.items() if v}
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             settings[(key,)] = value
+        settings.update(native_sandbox_keys(context, NAME))  # the trusted [sandbox], natively
         ops.append(
             OwnedKeys(
                 path=".claude/settings.local.json",
@@ -80,6 +83,7 @@ class ClaudeCodeAdapter:
                     ("disableAllHooks",),
                     ("enabledMcpjsonServers",),
                     ("hooks",),
+                    *native_sandbox_guarded(NAME),
                 ),
             )
         )

@@ -21,6 +21,8 @@ from .common import (
     guard_groups,
     hook_groups,
     instructions_text,
+    native_sandbox_guarded,
+    native_sandbox_keys,
     native_tool_keys,
     secret_env_var,
     skill_files,
@@ -110,10 +112,13 @@ class CodexAdapter:
         }
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             config[(key,)] = value
+        native = native_sandbox_keys(context, NAME)  # the trusted [sandbox], natively
+        config.update(native)
         groups = hook_groups(context, NAME)
         ops: list[FileOperation] = [
             OwnedKeys(
-                path=".codex/config.toml", format="toml", keys=config, guarded=(("mcp_servers",),)
+                path=".codex/config.toml", format="toml", keys=config,
+                guarded=(("mcp_servers",), *(native_sandbox_guarded(NAME) if native else ())),
             ),
             OwnedKeys(
                 path=HOOKS_FILE, format="json", keys={("hooks",): groups}, guarded=(("hooks",),)

@@ -234,3 +234,20 @@ def hook_groups(
         }
         groups.setdefault(hook["event"], []).append({"matcher": hook["matcher"], "hooks": [entry]})
     return groups
+
+
+def native_sandbox_keys(context: RenderContext, harness: str) -> dict[tuple[str, ...], Any]:
+    """The keys of `harness`'s own sandbox that render the trusted `[sandbox]`
+    (`agentstack.sandbox.native`); none when it has no sandbox or `sandbox.enabled` is false."""
+    from agentstack.sandbox.native import for_consent
+
+    rendered = for_consent(context.consent, context.root, harness, home=context.user_home,
+                           agentstack_home=context.state_home)
+    return dict(rendered.keys) if rendered is not None else {}
+
+
+def native_sandbox_guarded(harness: str) -> tuple[tuple[str, ...], ...]:
+    """The containers of `harness`'s native sandbox keys whose names agentstack watches."""
+    from agentstack.sandbox.native import GUARDED
+
+    return GUARDED.get(harness, ())

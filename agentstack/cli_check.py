@@ -45,7 +45,10 @@ def check(
     from agentstack.consent import current
 
     root = root_dir()
-    _, _, document, _ = current(root)
+    manifest, _, document, _ = current(root)
+    from agentstack.sandbox.session import check_policies
+
+    check_policies(manifest, root)  # the policy `run` would enforce resolves, or the same error
     result = check_document(document, root, compiled, home=home)
     if fmt == "sarif":
         from agentstack.sarif import ManifestLines, check_findings, print_sarif

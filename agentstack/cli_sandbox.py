@@ -67,10 +67,13 @@ def run(
 
 @app.command(
     Opt(("--path",), "path", "A file or directory."),
-    Opt(("--op",), "op", "read or write.", default="read"),
+    Opt(("--op",), "op", "read, write or readwrite (both).", default="read"),
     Opt(("--host",), "host", "A host name or IP address."),
     Opt(("--port",), "port", "A TCP port.", type=int),
     HARNESS,
+    Opt(("--native",), "native",
+        "What the harness's own sandbox is given (apply --write renders it) and what it cannot "
+        "express.", kind="flag"),
     JSON,
 )
 def why(
@@ -79,6 +82,7 @@ def why(
     host: str | None = None,
     port: int | None = None,
     harness: str | None = None,
+    native: bool = False,
     as_json: bool = False,
 ) -> int:
     """Explain a sandbox decision: `why --path P --op read|write` or `why --host H [--port N]`.
@@ -89,8 +93,13 @@ def why(
 
     if path is not None and host is not None:
         raise InvalidInput("give --path or --host, not both")
-    if op not in ("read", "write"):
-        raise InvalidInput(f"--op {op!r}: use read or write")
+    if native:
+        if path is not None or host is not None or harness is None:
+            raise InvalidInput("--native takes --harness H and neither --path nor --host",
+                               hint="agentstack why --harness claude-code --native")
+        return _why_native(harness, as_json)
+    if op not in ("read", "write", "readwrite"):
+        raise InvalidInput(f"--op {op!r}: use read, write or readwrite")
     if port is not None and not 0 < port < 65536:
         raise InvalidInput(f"--port {port}: out of range")
     root = root_dir()
@@ -143,6 +152,42 @@ def why(
     return 0 if decision.allowed else 1
 
 
+def _why_native(harness: str, as_json: bool) -> int:
+    """`why --harness H --native`: the keys `apply --write` gives H's own sandbox, whether the
+    rendered file carries them now, and every finding (what it cannot express)."""
+    from agentstack.manifest import load_manifest
+    from agentstack.sandbox import native
+
+    root = root_dir()
+    manifest = load_manifest(root)
+    if harness not in manifest.project.harnesses:
+        raise Refused(f"the declaration does not target {harness}",
+                      hint="see project.harnesses in agentstack.toml")
+    rendered = None
+    if manifest.sandbox.enabled:
+        rendered = native.render(native.native_policy(manifest.sandbox, root), harness)
+    on_disk = native.on_disk(root, rendered) if rendered is not None else None
+    if as_json:
+        print_json({"harness": harness, "project": str(root), "trust": _trust_note(root),
+                    "native": rendered.to_json() if rendered is not None else None,
+                    "on_disk": on_disk})
+        return 0
+    if rendered is None:
+        echo(f"{harness}: no native sandbox rendered"
+             + ("" if manifest.sandbox.enabled else " (sandbox.enabled = false)")
+             + f"; agentstack renders into: {', '.join(native.NATIVE_HARNESSES)}")
+        return 0
+    import json
+
+    lines = [f"{harness}: {rendered.path} ({on_disk})"]
+    for key, value in rendered.keys.items():
+        lines.append(f"  {'.'.join(key)} = {json.dumps(value, indent=2)}".replace("\n", "\n    "))
+    lines.append("what it cannot express:")
+    lines.extend(f"  {f.kind:<12} {f.what}: {f.detail}" for f in rendered.findings)
+    echo("\n".join(lines))
+    return 0
+
+
 def _trust_note(root: Path) -> str:
     from agentstack.errors import AgentstackError
 
@@ -193,14 +238,19 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
 
 @app.command(
     Opt(("--verify",), "verify", "Also run the confinement suite (about a minute).", kind="flag"),
+    Opt(("--landlock-abi",), "landlock_abi",
+        "With --verify: restrict Landlock to this older ABI's rights (1-6), as an older kernel "
+        "would; rows needing a missing feature are reported refused.", type=int),
     JSON,
 )
-def doctor(verify: bool = False, as_json: bool = False) -> int:
+def doctor(verify: bool = False, landlock_abi: int | None = None, as_json: bool = False) -> int:
     """Landlock ABI, nono, seccomp, harness binaries, and the project's trust and lock state.
 
     Exit 1 when the sandbox cannot be enforced here (or, with --verify, when a row fails)."""
     from agentstack.sandbox import doctor as doc
 
+    if landlock_abi is not None and (not verify or not 1 <= landlock_abi <= 6):
+        raise InvalidInput("--landlock-abi N needs --verify and N from 1 to 6")
     checks = doc.system_checks()
     checks.extend(_project_checks())
     from agentstack.boundary import doctor_check
@@ -223,7 +273,8 @@ def doctor(verify: bool = False, as_json: bool = False) -> int:
 
             def progress(result: Any) -> None:
                 if not as_json:
-                    mark = "skip" if result.skipped else ("pass" if result.passed else "FAIL")
+                    mark = ("REFUSED" if result.refused else "skip" if result.skipped
+                            else "pass" if result.passed else "FAIL")
                     result_line(
                         f"  {mark:<4} {result.row:<16} {result.mode:<10} "
                         f"{(result.output.splitlines() or [''])[0][:70]}"
@@ -233,7 +284,17 @@ def doctor(verify: bool = False, as_json: bool = False) -> int:
             if not as_json:
                 result_line("confinement suite (a row passes only on the kernel's EACCES/EPERM, or "
                      "for proxy rows the gate's refusal with nothing reaching the listener):")
-            rows = run_suite(progress=progress)
+            if landlock_abi is not None:
+                from agentstack.sandbox.abi import assess
+
+                emulated = assess(landlock_abi)
+                report["emulated_abi"] = emulated.to_json()
+                if not as_json:
+                    result_line(f"Landlock restricted to ABI {landlock_abi}: {emulated.state}"
+                         + "".join(f"\n  refused: {r}" for r in emulated.refused)
+                         + "".join(f"\n  degraded: {d}" for d in emulated.degraded)
+                         + "".join(f"\n  covered: {c}" for c in emulated.covered))
+            rows = run_suite(progress=progress, landlock_abi=landlock_abi)
             passed, bad, skipped = summary(rows)
             report["verify"] = {
                 "passed": passed,

@@ -11,6 +11,7 @@ from agentstack.entry import echo, print_json
 LOCK_NAME = "agentstack.lock"  # agentstack.manifestview.LOCK_NAME (not imported: start-up cost)
 
 if TYPE_CHECKING:
+    from agentstack.manifestview import ManifestView
     from agentstack.treehash import Limits
 
 
@@ -85,6 +86,7 @@ def _run_lock(
 
     # Validated with the models only when these manifest bytes are new (agentstack.manifestview).
     manifest = load_view(root)
+    _refuse_unenforceable(manifest, root)
     if frozen:
         fresh_lock(root, manifest, verify_git=True)
         if as_json:
@@ -161,6 +163,26 @@ def _run_lock(
             + (f" ({', '.join(changed)})" if changed and old_bytes is not None else "")
         )
     return 0
+
+
+def _refuse_unenforceable(manifest: ManifestView, root: Path) -> None:
+    """What `agentstack run` can never accept is refused here, with the field's dotted path."""
+    if not manifest.sandbox.enabled or not any(
+        getattr(manifest.sandbox, key)
+        for key in ("read_dirs", "write_dirs", "read_files", "write_files")
+    ):
+        return
+    from agentstack.errors import ManifestInvalid, Problem
+    from agentstack.manifestview import MANIFEST_NAME
+    from agentstack.sandbox.resolve import lock_problems
+
+    found = lock_problems(manifest.sandbox, root)
+    if found:
+        raise ManifestInvalid([
+            Problem(file=MANIFEST_NAME, path=source, message=text,
+                    hint="agentstack run refuses it; see docs/sandbox.md#refusals-fail-closed")
+            for source, text in found
+        ])
 
 
 def _say(message: str) -> None:

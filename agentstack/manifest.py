@@ -235,9 +235,16 @@ class Sandbox(Model):
     write_dirs: list[Text] = Field(default_factory=list)
     read_files: list[Text] = Field(default_factory=list)
     write_files: list[Text] = Field(default_factory=list)
-    env: list[EnvName] = Field(default_factory=list)
+    env: list[Annotated[EnvName, AfterValidator(rules.check_sandbox_env)]] = Field(
+        default_factory=list
+    )
     network: Network = Field(default_factory=Network)
     credentials: dict[ItemName, Credential] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _env_not_owned(self) -> Sandbox:
+        rules.check_sandbox(vars(self))
+        return self
 
 
 class Manifest(Model):
@@ -331,6 +338,10 @@ def _problems(exc: ValidationError, file: str) -> list[Problem]:
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
         hint = _HINTS.get(error["type"], "")
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, rules.RuleError):
+            hint = cause.hint
+            loc = (*loc, *cause.where)
         if error["type"] == "extra_forbidden":
             message = f"unknown key {str(loc[-1])!r}" if loc else message
             hint = _did_you_mean(loc) or hint

@@ -369,10 +369,12 @@ SANDBOX = Table(
         Field("write_dirs", ListOf(TEXT), factory=list),
         Field("read_files", ListOf(TEXT), factory=list),
         Field("write_files", ListOf(TEXT), factory=list),
-        Field("env", ListOf(ENV_NAME), factory=list),
+        Field("env", ListOf(Str(pattern=rules.ENV_NAME_PATTERN,
+                                checks=(rules.check_sandbox_env,))), factory=list),
         Field("network", NETWORK, factory=lambda: NETWORK.check({})),
         Field("credentials", DictOf(NAME, CREDENTIAL), factory=dict),
     ),
+    (rules.check_sandbox,),
 )
 MANIFEST = Table(
     "Manifest",

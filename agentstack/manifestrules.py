@@ -47,6 +47,24 @@ EXPANSION = re.compile(r"\$\{|\$[A-Za-z0-9_]|\{env:", re.IGNORECASE)
 
 _compiled: dict[str, re.Pattern[str]] = {}
 
+# Never passed into the sandbox (`agentstack run`), whatever the manifest says: SSH and GPG agent
+# sockets, the session bus, agentstack's own variables and loader variables. `sandbox.env` naming
+# one is refused at `lock` (the one list; `agentstack.sandbox.profiles` re-exports it).
+FORBIDDEN_SANDBOX_ENV = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO",
+                                   "AGENTSTACK_HOME", "AGENTSTACK_TRUSTED_DIGESTS",
+                                   "DBUS_SESSION_BUS_ADDRESS"})
+FORBIDDEN_SANDBOX_ENV_PREFIXES = ("LD_", "DYLD_")
+SANDBOX_SET_ENV = frozenset({"TMPDIR"})  # `run` sets it itself (a private directory per run)
+
+
+class RuleError(ValueError):
+    """A rule's refusal with a hint: what to do next (shown after the message)."""
+
+    def __init__(self, message: str, hint: str, where: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.hint = hint
+        self.where = where  # below the table checked as a whole: ("env", 0) -> sandbox.env[0]
+
 
 def matches(pattern: str, value: str) -> bool:
     """Whether `value` matches a model's pattern constraint exactly as pydantic decides it."""
@@ -313,6 +331,39 @@ def passthrough_unexpanded(value: dict[str, dict[str, Any]]) -> dict[str, dict[s
 # ------------------------------------------------------------------- whole tables (after fields)
 # Each takes the table's validated fields by name (the model's attributes, or the fast
 # validator's dict) and raises ValueError when they do not fit together.
+
+
+def check_sandbox_env(value: str) -> str:
+    """One name of `sandbox.env`: never one `run` refuses to pass."""
+    if value in FORBIDDEN_SANDBOX_ENV or value.startswith(FORBIDDEN_SANDBOX_ENV_PREFIXES):
+        raise RuleError(
+            f"{value} never passes into the sandbox",
+            "remove it; SSH agent sockets, loader variables and agentstack's own variables "
+            "would let the confined process escape or forge trust",
+        )
+    if value in SANDBOX_SET_ENV:
+        raise RuleError(f"{value} is set by agentstack run (a private directory per run)",
+                        "remove it from sandbox.env")
+    return value
+
+
+def check_sandbox(f: Mapping[str, Any]) -> None:
+    """`[sandbox]` as a whole: `env` names no variable a credential route sets."""
+    credentials: Mapping[str, Any] = f["credentials"]
+    owned: dict[str, str] = {}
+    for name, credential in credentials.items():
+        data = credential if isinstance(credential, Mapping) else vars(credential)
+        owned[str(data["env"])] = f"sandbox.credentials.{name}.env"
+        if data.get("base_url_env"):
+            owned[str(data["base_url_env"])] = f"sandbox.credentials.{name}.base_url_env"
+    for index, value in enumerate(f["env"]):
+        if value in owned:
+            raise RuleError(
+                f"{value} is set by agentstack run ({owned[value]}: the child gets a phantom "
+                "token or the proxy's URL there)",
+                f"remove {value} from sandbox.env",
+                ("env", index),
+            )
 
 
 def check_server(f: Mapping[str, Any]) -> None:

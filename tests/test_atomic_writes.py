@@ -42,6 +42,9 @@ NOT_A_REPLACEMENT = {
     "consent.py": "write_manifest_defaults: a developer's code generator for the source tree",
     "sandbox/private_state.py": "replaces files relative to the held state-root descriptor "
     "(openat-style temp + rename), which a path-based writer cannot express",
+    "sandbox/rollback.py": "restores git's execution state after a session through O_NOFOLLOW "
+    "directory descriptors from the workdir (temp + fsync + rename), re-creating a directory a "
+    "session removed, which a path-based writer cannot express",
     "trustlog.py": "the append-only log (O_APPEND) and its lock file; the head is replaced with "
     "its own temp+fsync+rename (migrates to write_atomic at merge)",
 }

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from agentstack.sandbox import verify
+from agentstack.sandbox import watch as _watch
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
 
@@ -314,19 +315,24 @@ def test_environment_is_built_from_an_allowlist(shared: tuple[Path, dict[str, st
 
 
 def test_ssh_auth_sock_in_the_manifest_is_refused(tmp_path: Path) -> None:
+    """Refused already at `lock` (exit 2, with the field's path): `run` could never accept it."""
     root = make_project(tmp_path / "demo", MANIFEST.replace('"FOO"', '"SSH_AUTH_SOCK"'))
-    done = run_cli("run", "--", "/bin/true", cwd=root, env=_explicit(root))
-    assert done.returncode == 2
-    assert "SSH_AUTH_SOCK never passes" in done.stderr
+    locked = run_cli("lock", cwd=root)
+    assert locked.returncode == 2
+    assert "sandbox.env[0]" in locked.stderr and "SSH_AUTH_SOCK never passes" in locked.stderr
+    done = run_cli("run", "--", "/bin/true", cwd=root)
+    assert done.returncode != 0
 
 
 def test_unenforceable_manifest_is_refused_at_run(tmp_path: Path) -> None:
     root = make_project(tmp_path / "demo", MANIFEST.replace('write_dirs = ["."]',
                                                            'write_dirs = [".", "~"]'))
     marker = root / "ran"
-    done = run_cli("run", "--", "/bin/sh", "-c", f"touch {marker}", cwd=root, env=_explicit(root))
-    assert done.returncode == 1
-    assert "Landlock cannot deny a path under a granted directory" in done.stderr
+    locked = run_cli("lock", cwd=root)  # refused at lock already: run could never accept it
+    assert locked.returncode == 2 and "sandbox.write_dirs[1]" in locked.stderr
+    assert "Landlock cannot deny a path under a granted directory" in locked.stderr
+    done = run_cli("run", "--", "/bin/sh", "-c", f"touch {marker}", cwd=root)
+    assert done.returncode != 0
     assert not marker.exists()
 
 
@@ -351,9 +357,9 @@ def test_leftover_descendants_are_killed(shared: tuple[Path, dict[str, str]],
         os.kill(pid, 0)
 
 
-def test_changes_to_git_hooks_are_reported(project: Path, var_home: Path) -> None:
+def test_changes_to_git_hooks_are_rolled_back(project: Path, var_home: Path) -> None:
     """The workdir is writable, .git included; Landlock cannot carve .git/hooks out of it, so
-    `run` reports a change to what git would execute outside the sandbox (a measured hole)."""
+    `run` rolls back a change to what git would execute outside the sandbox, and says so."""
     (project / ".git" / "hooks").mkdir(parents=True)
     (project / ".git" / "config").write_text("[core]\n")
     env = _explicit(project, {"HOME": str(var_home)})
@@ -363,8 +369,11 @@ def test_changes_to_git_hooks_are_reported(project: Path, var_home: Path) -> Non
                    "echo 'fsmonitor = ./evil' >> .git/config; touch .git/hooks/pre-commit",
                    cwd=project, env=env)
     assert done.returncode == 0
-    assert ".git/config" in done.stderr and ".git/hooks/pre-commit" in done.stderr
-    assert "WARNING" in done.stderr
+    assert ".git/config (restored)" in done.stderr
+    assert ".git/hooks/pre-commit (removed)" in done.stderr
+    assert "rolled back" in done.stderr and "WARNING" not in done.stderr
+    assert (project / ".git" / "config").read_text() == "[core]\n"
+    assert not (project / ".git" / "hooks" / "pre-commit").exists()
 
 
 class _Upstream(http.server.ThreadingHTTPServer):
@@ -750,19 +759,23 @@ def test_nono_alone_would_tunnel_and_the_gate_refuses(scene: verify.Scenario) ->
 # ------------------------------------------------------------------ what runs after `run`
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
+# What git executes is rolled back (level "rolled back"); the rest is reported.
 PLANTS = [
-    ("printf '[core]\\n\\tfsmonitor = ./evil\\n' >> .git/config", "WARNING", ".git/config (changed)"),
-    ("echo ../../elsewhere > .git/commondir", "WARNING", ".git/commondir (added)"),
-    ("mkdir -p vendor/lib/.git && printf '[core]\\n' > vendor/lib/.git/config", "WARNING",
-     "vendor/lib/.git/config (added)"),
-    ("mkdir -p wt && echo 'gitdir: ../.git/worktrees/x' > wt/.git", "WARNING", "wt/.git (added)"),
-    ("mkdir -p .git/modules/m/hooks && echo x > .git/modules/m/hooks/post-checkout", "WARNING",
-     ".git/modules/m/hooks/post-checkout (added)"),
-    ("mkdir -p .git/worktrees/w && echo /x > .git/worktrees/w/commondir", "WARNING",
-     ".git/worktrees/w/commondir (added)"),
-    (f"git update-index --add --cacheinfo 160000,{SHA},sub", "WARNING", "gitlink sub (added)"),
+    ("printf '[core]\\n\\tfsmonitor = ./evil\\n' >> .git/config", "rolled back",
+     ".git/config (restored)"),
+    ("echo ../../elsewhere > .git/commondir", "rolled back", ".git/commondir (removed)"),
+    ("mkdir -p vendor/lib/.git && printf '[core]\\n' > vendor/lib/.git/config", "rolled back",
+     "vendor/lib/.git/config (removed)"),
+    ("mkdir -p wt && echo 'gitdir: ../.git/worktrees/x' > wt/.git", "rolled back",
+     "wt/.git (removed)"),
+    ("mkdir -p .git/modules/m/hooks && echo x > .git/modules/m/hooks/post-checkout",
+     "rolled back", ".git/modules/m/hooks (removed)"),
+    ("mkdir -p .git/worktrees/w && echo /x > .git/worktrees/w/commondir", "rolled back",
+     ".git/worktrees/w/commondir (removed)"),
+    (f"git update-index --add --cacheinfo 160000,{SHA},sub", "rolled back",
+     ".git/index (removed)"),
     ("printf '[submodule \"s\"]\\n\\tpath = s\\n' > .gitmodules", "WARNING", ".gitmodules (added)"),
-    ("rm -rf .git/hooks && ln -s /nonexistent .git/hooks", "WARNING", ".git/hooks (changed)"),
+    ("rm -rf .git/hooks && ln -s /nonexistent .git/hooks", "rolled back", ".git/hooks (removed)"),
     ("echo 'export X=1' > .envrc", "WARNING", ".envrc (added)"),
     ("mkdir -p .vscode && echo '{}' > .vscode/tasks.json", "WARNING", ".vscode/tasks.json (added)"),
     ("mkdir -p .claude && echo '{}' > .claude/settings.json", "WARNING",
@@ -791,6 +804,12 @@ def test_everything_git_or_an_editor_runs_later_is_reported(tmp_path: Path,
         assert f"agentstack: {level}" in done.stderr, (command, done.stderr)
         if level == "note":
             assert "WARNING" not in done.stderr, (command, done.stderr)
+        if level == "rolled back":  # git's execution state is as it was before the session
+            after = {p: e for p, e in _watch.snapshot(root).items() if e.category == "git-exec"
+                     and e.kind != "dir"}
+            before = {p: e for p, e in _watch.snapshot(pristine).items()
+                      if e.category == "git-exec" and e.kind != "dir"}
+            assert after == before, (command, done.stderr)
         shutil.rmtree(root)
         shutil.copytree(pristine, root, symlinks=True)
 

@@ -114,6 +114,7 @@ def test_symlink_into_a_denied_path_is_judged_by_its_target(root: Path, home: Pa
 def test_manifest_paths_relative_to_root_and_tilde(root: Path, home: Path, tmp_path: Path) -> None:
     (home / "shared").mkdir()
     (home / "notes.txt").write_text("n")
+    (root / "out.log").write_text("")
     outside = tmp_path / "data"
     outside.mkdir()
     policy = _policy(root, read_dirs=["~/shared", str(outside)], write_files=["~/notes.txt"])
@@ -173,13 +174,23 @@ def test_read_only_grant_under_a_writable_tmp_grant_is_refused(root: Path, tmp_p
 
 @pytest.mark.parametrize("name", ["SSH_AUTH_SOCK", "LD_PRELOAD", "AGENTSTACK_HOME", "TMPDIR"])
 def test_environment_names_that_never_pass(root: Path, name: str) -> None:
+    """Refused by the manifest's validation (so at `lock`), and again by the resolver for a
+    section that was never validated."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"never passes|set by agentstack run"):
+        _sandbox(env=[name])
+    unchecked = Sandbox.model_construct(**{**Sandbox().model_dump(), "env": [name]})
+    unchecked = unchecked.model_copy(update={"network": Sandbox().network})
     with pytest.raises(InvalidInput, match=r"sandbox\.env\[0\]"):
-        _policy(root, env=[name])
+        resolve_policy(unchecked, root)
 
 
 def test_credential_env_cannot_also_be_passed_through(root: Path) -> None:
+    from pydantic import ValidationError
+
     cred = {"upstream": "https://api.example.com", "secret": "K", "env": "API_KEY"}
-    with pytest.raises(InvalidInput, match="credential"):
+    with pytest.raises(ValidationError, match="credential"):
         _policy(root, env=["API_KEY"], credentials={"api": cred})
 
 
@@ -434,7 +445,9 @@ def test_launcher_failure_is_reported_and_nothing_runs(root: Path) -> None:
 def test_missing_manifest_grant_is_refused_before_launch(root: Path) -> None:
     from agentstack.sandbox.runner import run_confined
 
-    policy = _policy(root, read_dirs=["/nonexistent/data"])
+    with pytest.raises(ConfinementError, match=r"sandbox\.read_dirs\[0\].*does not exist"):
+        _policy(root, read_dirs=["/nonexistent/data"])  # resolving refuses, as why and doctor do
+    policy = resolve_policy(_sandbox(read_dirs=["/nonexistent/data"]), root, check=False)
     with pytest.raises(ConfinementError, match="does not exist"):
         run_confined(root, policy, ["/bin/true"], os.environ, False)
 
@@ -761,6 +774,9 @@ def test_the_manifest_view_resolves_to_the_same_policy_as_the_model(
     it must be exactly the policy the validated model gives."""
     from agentstack.manifestview import SandboxView
 
+    (home / "shared").mkdir(exist_ok=True)  # a grant's path must exist (run refuses otherwise)
+    (home / "notes.txt").write_text("n")
+    (root / "out.log").write_text("")
     model = _sandbox(**values)
     view = SandboxView(model.model_dump(mode="json"))
     assert view.enabled is model.enabled

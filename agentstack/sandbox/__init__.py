@@ -10,6 +10,9 @@
 - `private_state`: the harness's private per-project user-level state; `credentials`: the one
   credential deny list (standard library only);
 - `watch`: what `run` compares before and after a session (git execution state, on-open files);
+  `rollback`: what git executes, put back before `run` returns;
+- `abi`: the fail-closed table of Landlock ABI versions (refused, degraded, covered);
+- `native`: the policy rendered into Claude Code's and Codex's own sandboxes (the third plane);
 - `doctor` and `verify`: what this machine supports, and the confinement suite that proves it.
 
 Import the submodules directly; this package imports nothing heavy on its own.

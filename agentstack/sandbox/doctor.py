@@ -38,7 +38,7 @@ def kernel_check() -> Check:
 
 
 def landlock_check() -> Check:
-    from agentstack.sandbox.runner import REQUIRED_ABI_FEATURES, landlock_kernel_abi
+    from agentstack.sandbox.runner import landlock_kernel_abi
 
     kernel_abi = landlock_kernel_abi()
     try:
@@ -47,14 +47,24 @@ def landlock_check() -> Check:
         abi = load_nono().detect_abi()
     except (ImportError, RuntimeError, OSError) as exc:
         return Check("landlock", "fail", f"not available: {exc}", {"kernel_abi": kernel_abi})
-    missing = [text for attr, text in REQUIRED_ABI_FEATURES.items() if not getattr(abi, attr)]
+    from agentstack.sandbox import abi as table
+    from agentstack.sandbox.runner import abi_number
+
+    version = min(abi_number(abi), table.LATEST)
+    assessment = table.assess(version)  # the default policy: network blocked, seccomp on
     data = {"kernel_abi": kernel_abi, "nono_abi": str(abi.version),
-            "features": list(abi.feature_names)}
+            "features": list(abi.feature_names), "enforcement": assessment.to_json()}
     detail = (f"kernel ABI {kernel_abi}; nono uses {abi.version}: "
               + ", ".join(abi.feature_names))
-    if missing:
-        return Check("landlock", "fail", detail + "; missing " + " and ".join(missing), data)
-    return Check("landlock", "ok", detail, data)
+    if assessment.state == "refused":
+        return Check("landlock", "fail", detail + "; not enforced: "
+                     + "; ".join(assessment.refused), data)
+    if assessment.state == "degraded":
+        return Check("landlock", "warn", detail + "; degraded: "
+                     + "; ".join(assessment.degraded), data)
+    covered = ("; covered by seccomp: " + "; ".join(assessment.covered)
+               if assessment.covered else "")
+    return Check("landlock", "ok", detail + "; fully enforced" + covered, data)
 
 
 def nono_check() -> Check:
@@ -143,9 +153,21 @@ def harness_checks() -> list[Check]:
     return out
 
 
+def git_state_check() -> Check:
+    """How `run` keeps what git executes later out of the session's reach."""
+    return Check(
+        "git state", "ok",
+        "rolled back after every session: .git/config, hooks, commondir, info/attributes, "
+        "nested and submodule git directories, gitlinks (a read-only mount is not used: "
+        "Landlock cannot carve them out of the writable workdir); .gitmodules, .gitattributes "
+        "and on-open files are reported only",
+        {"method": "rollback"},
+    )
+
+
 def system_checks() -> list[Check]:
     checks = [kernel_check(), landlock_check(), nono_check(), seccomp_check(),
-              containment_check()]
+              containment_check(), git_state_check()]
     return checks + harness_checks()
 
 

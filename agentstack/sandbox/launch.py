@@ -110,7 +110,74 @@ def _prctl(libc: ctypes.CDLL, option: int, arg2: int = 0, arg3: int = 0) -> None
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
 
 
+SYS_LANDLOCK = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
+LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_RULE_NET_PORT = 2
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPort(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+def apply_landlock_rights(spec: dict[str, Any], rights: dict[str, int]) -> None:
+    """Landlock with exactly the rights of a given ABI (`rights`: the parent's table, from
+    `agentstack.sandbox.abi`): the confinement suite's emulation of an older kernel. The same
+    grants and ports as nono would add; raw syscalls, nothing but ctypes."""
+    libc = _libc()
+    numbers = SYS_LANDLOCK.get(os.uname().machine)
+    if numbers is None:
+        raise LaunchError("landlock", f"no Landlock syscall numbers for {os.uname().machine}")
+    create, add_rule, restrict = numbers
+    attr = _RulesetAttr(rights["fs"], rights["net"] if spec["network_block"] else 0,
+                        rights["scoped"])
+    ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                           ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise LaunchError("landlock", f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
+    try:
+        for grant in spec["grants"]:
+            access = rights["rw"] if grant["access"] == "rw" else rights["ro"]
+            if grant["file"]:
+                access &= rights["file"]
+            fd = os.open(grant["path"], os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = _PathBeneath(access & rights["fs"], fd)
+                if libc.syscall(add_rule, ctypes.c_int(ruleset), LANDLOCK_RULE_PATH_BENEATH,
+                                ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    raise LaunchError("landlock", f"cannot grant {grant['path']}: "
+                                      f"{os.strerror(ctypes.get_errno())}")
+            finally:
+                os.close(fd)
+        if spec["network_block"] and rights["net"]:
+            for port in spec["tcp_ports"]:
+                net = _NetPort(rights["net"], int(port))
+                if libc.syscall(add_rule, ctypes.c_int(ruleset), LANDLOCK_RULE_NET_PORT,
+                                ctypes.byref(net), ctypes.c_uint32(0)) != 0:
+                    raise LaunchError("landlock", f"cannot allow port {port}: "
+                                      f"{os.strerror(ctypes.get_errno())}")
+        _prctl(libc, PR_SET_NO_NEW_PRIVS, 1)
+        if libc.syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            raise LaunchError("landlock", f"landlock_restrict_self: "
+                              f"{os.strerror(ctypes.get_errno())}")
+    except OSError as exc:
+        raise LaunchError("landlock", str(exc)) from None
+    finally:
+        os.close(ruleset)
+
+
 def apply_landlock(spec: dict[str, Any]) -> None:
+    if spec.get("landlock_rights"):
+        apply_landlock_rights(spec, spec["landlock_rights"])
+        return
     try:
         nono = load_nono(spec.get("nono"))
     except (ImportError, OSError) as exc:

@@ -19,8 +19,9 @@ from agentstack.manifestview import METADATA_HOSTS
 
 POLICY_FORMAT = 1
 Access = Literal["ro", "rw"]
-Op = Literal["read", "write"]
+Op = Literal["read", "write", "readwrite"]
 OPS: tuple[Op, ...] = ("read", "write")
+WHY_OPS: tuple[Op, ...] = ("read", "write", "readwrite")  # readwrite: allowed when both are
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 METADATA_NAMES = METADATA_HOSTS  # one list with the risk model (`manifestview.METADATA_HOSTS`)
@@ -109,12 +110,27 @@ class CredentialRoute(NamedTuple):
 
 
 class Decision(NamedTuple):
+    """One answer of `why`. `source`: the rule or group that decided it (`sandbox.read_dirs[0]`,
+    `workdir`, `system`, `nono:deny_credentials`, ...; None when nothing covers the query);
+    `details`: the facts behind it; `suggested`: the manifest edit that would change the answer
+    (`{"edit": "add"|"move"|"remove"|"set", "to"/"from": dotted path, "value": ...}`), None when
+    no manifest edit can."""
+
     allowed: bool
     reason: str
     rule: str | None = None
+    source: str | None = None
+    details: dict[str, Any] | None = None
+    suggested: dict[str, Any] | None = None
+
+    @property
+    def status(self) -> str:
+        return "allowed" if self.allowed else "denied"
 
     def to_json(self) -> dict[str, Any]:
-        return {"allowed": self.allowed, "reason": self.reason, "rule": self.rule}
+        return {"allowed": self.allowed, "status": self.status, "reason": self.reason,
+                "rule": self.rule, "source": self.source, "details": self.details or {},
+                "suggested": self.suggested}
 
 
 def is_within(path: str, parent: str) -> bool:
@@ -164,6 +180,9 @@ class SandboxPolicy(NamedTuple):
     format: int = POLICY_FORMAT
     # The MCP server broker of `run` (agentstack.serverbroker), on 127.0.0.1: connect only.
     broker_port: int | None = None
+    # The confinement suite only (`doctor --verify --landlock-abi N`): apply Landlock with exactly
+    # the rights of ABI N (an older kernel, emulated). Never set by `resolve_policy`.
+    landlock_abi: int | None = None
 
     # ------------------------------------------------------------------ derived
 
@@ -198,7 +217,11 @@ class SandboxPolicy(NamedTuple):
 
     def problems(self) -> list[str]:
         """Why this policy cannot be enforced by Landlock as written; [] when it can."""
-        out: list[str] = []
+        return [text for _, text in self.problem_items()]
+
+    def problem_items(self) -> list[tuple[str, str]]:
+        """`problems()`, each with the source of the grant at fault (`sandbox.read_files[0]`)."""
+        out: list[tuple[str, str]] = []
         # Only a grant and a deny on one path (one within the other) can conflict, and such two
         # share their first component (or one is "/"): each deny is checked against those
         # grants only, in the grants' order.
@@ -218,48 +241,56 @@ class SandboxPolicy(NamedTuple):
                     continue
                 if grant.file:
                     if grant.path == deny.path or is_within(grant.path, deny.path):
-                        out.append(
+                        out.append((grant.source,
                             f"{grant.describe()} opens {deny.path}, which is always denied: "
                             f"{deny.describe()}; remove the grant"
-                        )
+                        ))
                 elif is_within(deny.path, grant.path) or is_within(grant.path, deny.path):
                     inner = is_within(deny.path, grant.path) and deny.path != grant.path
-                    out.append(
+                    out.append((grant.source,
                         f"{grant.describe()} contains {deny.path}, which must stay denied "
                         f"({deny.describe()}); Landlock cannot deny a path under a granted "
                         "directory, so grant narrower directories instead"
                         if inner
                         else f"{grant.describe()} opens {deny.path}, which is always denied: "
                         f"{deny.describe()}; remove the grant"
-                    )
+                    ))
         for grant in self.grants:
             if grant.access != "ro" or not grant.source.startswith("sandbox."):
                 continue
             for other in self.grants:
                 if other.access == "rw" and not other.file and other.covers(grant.path):
-                    out.append(
+                    out.append((grant.source,
                         f"{grant.describe()} is under {other.describe()}; Landlock grants the "
                         "union of both, so it would be writable: remove it, or move the "
                         "read-only data out of the writable directory"
-                    )
+                    ))
                     break
                 if other.access == "rw" and other.file and other.path == grant.path:
-                    out.append(
+                    out.append((grant.source,
                         f"{grant.describe()} is also a read-write file grant ({other.source}); "
                         "remove one of them"
-                    )
+                    ))
                     break
         return out
 
     # ------------------------------------------------------------------ decisions
 
     def decide_path(self, path: str, op: Op) -> Decision:
-        """Would the confined process be allowed to `op` (read or write) `path`?"""
+        """Would the confined process be allowed to `op` (read, write, or readwrite: both)
+        `path`?"""
+        if op == "readwrite":
+            read = self.decide_path(path, "read")
+            if not read.allowed:
+                return read._replace(details={**(read.details or {}), "op": "readwrite"})
+            write = self.decide_path(path, "write")
+            return write._replace(details={**(write.details or {}), "op": "readwrite"})
         if op not in OPS:
-            raise ValueError(f"op must be 'read' or 'write', not {op!r}")
+            raise ValueError(f"op must be 'read', 'write' or 'readwrite', not {op!r}")
         target = normalise(path, self.workdir)
         literal = os.path.normpath(os.path.join(self.workdir, os.path.expanduser(path)))
         via = "" if target == literal else f" ({path} -> {target})"
+        details: dict[str, Any] = {"path": path, "target": target, "op": op}
         for deny in self.denies:
             if deny.covers(target):
                 return Decision(
@@ -267,6 +298,9 @@ class SandboxPolicy(NamedTuple):
                     reason=f"denied: {target} is under {deny.path}, {deny.describe()}; no grant "
                     f"may reach it{via}",
                     rule=deny.path,
+                    source=deny.source,
+                    details={**details, "deny": deny.path,
+                             "note": "no manifest edit opens it: a grant reaching it is refused"},
                 )
         covering = [g for g in self.grants if g.covers(target)]
         if not covering:
@@ -274,20 +308,64 @@ class SandboxPolicy(NamedTuple):
             return Decision(
                 allowed=False,
                 reason=f"denied: no grant covers {target} (deny by default){via}{tmp_note}",
+                details=details,
+                suggested=self._suggest_grant(target, op),
             )
         best = max(covering, key=lambda g: (g.access == "rw", len(g.path)))
+        details.update(grant=best.path, access=best.access, file=best.file)
         if op == "read" or best.access == "rw":
             return Decision(
-                allowed=True, reason=f"allowed by the {best.describe()}{via}", rule=best.path
+                allowed=True, reason=f"allowed by the {best.describe()}{via}", rule=best.path,
+                source=best.source, details=details,
+                suggested=({"edit": "remove", "from": best.source, "value": best.path}
+                           if best.source.startswith("sandbox.") else None),
             )
+        if best.source.startswith("sandbox."):
+            key = "write_files" if best.file else "write_dirs"
+            suggested: dict[str, Any] | None = {
+                "edit": "move", "from": best.source, "to": f"sandbox.{key}", "value": best.path}
+        else:
+            suggested = self._suggest_grant(target, op)
         return Decision(
             allowed=False,
             reason=f"denied: only the {best.describe()} covers {target}; nothing grants write{via}",
             rule=best.path,
+            source=best.source,
+            details=details,
+            suggested=suggested,
         )
+
+    def _suggest_grant(self, target: str, op: Op) -> dict[str, Any] | None:
+        """The narrowest manifest grant that would allow `op` on `target` without reaching a
+        denied path (None when there is none)."""
+        mode = "write" if op != "read" else "read"
+        if os.path.isfile(target):
+            key, value = f"{mode}_files", target
+        elif os.path.isdir(target):
+            key, value = f"{mode}_dirs", target
+        else:
+            key, value = f"{mode}_dirs", os.path.dirname(target) or "/"
+        if not key.endswith("_files") and any(
+            is_within(d.path, value) or is_within(value, d.path) for d in self.denies
+        ):
+            if value == target or not os.path.isfile(target):
+                return None
+            key, value = f"{mode}_files", target
+        if mode == "read" and any(
+            g.access == "rw" and not g.file and g.covers(value) for g in self.grants
+        ):
+            return None  # a read-only grant there would be refused (it is writable anyway)
+        return {"edit": "add", "to": f"sandbox.{key}", "value": value}
 
     def decide_net(self, host: str, port: int | None = None) -> Decision:
         """Would the confined process reach `host` (on TCP `port`, or on any port if None)?"""
+        decision = self._decide_net(host, port)
+        name = host.strip().strip("[]").rstrip(".").lower()
+        details = {"host": name, "port": port, "tcp_ports": list(self.tcp_ports),
+                   "network_block": self.network_block, **(decision.details or {})}
+        return decision._replace(details=details)
+
+    def _decide_net(self, host: str, port: int | None) -> Decision:
         name = host.strip().strip("[]").rstrip(".").lower()
         if not name:
             raise ValueError("empty host")
@@ -298,6 +376,8 @@ class SandboxPolicy(NamedTuple):
                 allowed=True,
                 reason="allowed: the network is not blocked (sandbox.network.block = false); "
                 "raw and packet sockets stay blocked",
+                source="sandbox.network.block",
+                suggested={"edit": "set", "to": "sandbox.network.block", "value": True},
             )
         address = _ip(name)
         loopback = name in LOOPBACK_NAMES or (address is not None and address.is_loopback)
@@ -310,9 +390,14 @@ class SandboxPolicy(NamedTuple):
                 if port == self.proxy_port
                 else "a localhost port in sandbox.network.localhost_ports"
             )
+            source = ("proxy" if port == self.proxy_port and port not in self.localhost_ports
+                      else "sandbox.network.localhost_ports")
+            suggested = ({"edit": "remove", "from": source, "value": port}
+                         if source != "proxy" else None)
             if loopback:
                 return Decision(
-                    allowed=True, reason=f"allowed: TCP port {port} is {what}", rule=str(port)
+                    allowed=True, reason=f"allowed: TCP port {port} is {what}", rule=str(port),
+                    source=source, suggested=suggested,
                 )
             return Decision(
                 allowed=True,
@@ -320,12 +405,16 @@ class SandboxPolicy(NamedTuple):
                 "filters TCP connect() by port only, so that port is reachable on any address "
                 "(a host name still needs DNS, which is blocked; an IP address does not)",
                 rule=str(port),
+                source=source,
+                suggested=suggested,
+                details={"known_hole": True},
             )
         if address is not None and (address.is_link_local or str(address) == "169.254.169.254"):
             return Decision(
                 allowed=False,
                 reason=f"denied: {name} is link-local (cloud metadata reach); only the proxy "
                 "could reach it, and no allowed host or route names it",
+                source="link-local",
             )
         for route in self.credentials:
             if route.host != name:
@@ -337,6 +426,7 @@ class SandboxPolicy(NamedTuple):
                     reason=f"denied: {name} is the upstream of credential route {route.name}, "
                     f"which reaches port {route.port} only, by requests the proxy forwards "
                     f"itself; the proxy opens no tunnel to {name}:{port}",
+                    source=f"sandbox.credentials.{route.name}",
                 )
             return Decision(
                 allowed=True,
@@ -345,6 +435,8 @@ class SandboxPolicy(NamedTuple):
                 f"secret:{route.secret} in the {route.header} header, when they carry the "
                 f"phantom token of ${route.env}; no tunnel (CONNECT) to {name}, no direct TCP",
                 rule=f"sandbox.credentials.{route.name}",
+                source=f"sandbox.credentials.{route.name}",
+                suggested={"edit": "remove", "from": f"sandbox.credentials.{route.name}"},
             )
         for pattern in self.allow_domains:
             if not _host_matches(name, pattern) or address is not None or loopback:
@@ -355,6 +447,7 @@ class SandboxPolicy(NamedTuple):
                     reason=f"denied: {name} matches {pattern!r} in sandbox.network.allow_domains, "
                     f"but the proxy tunnels to port 443 (CONNECT) and forwards plain HTTP to port "
                     f"80 only, not {port}",
+                    source="sandbox.network.allow_domains",
                 )
             return Decision(
                 allowed=True,
@@ -362,6 +455,9 @@ class SandboxPolicy(NamedTuple):
                 f"{name} matches {pattern!r} in sandbox.network.allow_domains; CONNECT to port "
                 "443, plain HTTP to port 80; direct TCP is still blocked",
                 rule=pattern,
+                source="sandbox.network.allow_domains",
+                suggested={"edit": "remove", "from": "sandbox.network.allow_domains",
+                           "value": pattern},
             )
         if loopback:
             return Decision(
@@ -370,14 +466,19 @@ class SandboxPolicy(NamedTuple):
                 + (f", not {port}" if port is not None else "")
                 + "; the proxy never tunnels to localhost; add the port to "
                 "sandbox.network.localhost_ports",
+                suggested=({"edit": "add", "to": "sandbox.network.localhost_ports",
+                            "value": port} if port is not None else None),
             )
         if name in METADATA_NAMES:
-            return Decision(allowed=False, reason=f"denied: {name} is a cloud metadata host")
+            return Decision(allowed=False, reason=f"denied: {name} is a cloud metadata host",
+                            source="metadata")
         return Decision(
             allowed=False,
             reason=f"denied: the network is blocked; direct TCP only to ports {port_text}, "
             f"and {name} is in neither sandbox.network.allow_domains nor a credential route; "
             "UDP, raw and packet sockets are blocked outright",
+            suggested=({"edit": "add", "to": "sandbox.network.allow_domains", "value": name}
+                       if address is None and port in (None, 80, 443) else None),
         )
 
     # ------------------------------------------------------------------ serialisation
@@ -426,6 +527,7 @@ class SandboxPolicy(NamedTuple):
             seccomp=bool(data.get("seccomp", True)),
             harness_state=data.get("harness_state"),
             broker_port=data.get("broker_port"),
+            landlock_abi=data.get("landlock_abi"),
         )
 
     @classmethod

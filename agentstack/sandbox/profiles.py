@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from agentstack import manifestrules as rules
+
 # (path, access, is_file). Missing paths are skipped: systems differ.
 SYSTEM_READ_DIRS = (
     "/usr",
@@ -76,9 +78,9 @@ SYSTEM_WRITE_FILES = ("/dev/null", "/dev/full", "/dev/tty", "/dev/ptmx")
 SYSTEM_WRITE_DIRS: tuple[str, ...] = ()
 BASE_ENV = ("HOME", "PATH", "TERM", "LANG")
 # Never passed into the sandbox, whatever the manifest says.
-FORBIDDEN_ENV = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "AGENTSTACK_HOME",
-                           "AGENTSTACK_TRUSTED_DIGESTS", "DBUS_SESSION_BUS_ADDRESS"})
-FORBIDDEN_ENV_PREFIXES = ("LD_", "DYLD_")
+# (One list with the manifest's rules, which refuse them at `lock`.)
+FORBIDDEN_ENV = rules.FORBIDDEN_SANDBOX_ENV
+FORBIDDEN_ENV_PREFIXES = rules.FORBIDDEN_SANDBOX_ENV_PREFIXES
 
 
 class HarnessProfile(NamedTuple):

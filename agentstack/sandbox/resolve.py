@@ -47,13 +47,22 @@ class ConfinementError(Refused):
     """The sandbox cannot be enforced as declared (exit 1, never a warning)."""
 
 
-def nono_deny_paths(home: str) -> list[tuple[str, str]]:
-    """(path, 'nono:GROUP') for every path of nono's deny groups, `~`/$HOME expanded to `home`."""
+# Without nono-py (a machine where only the native plane is rendered, e.g. macOS): the core of
+# its credential group, so a rendered native sandbox still masks them. Never used by `run`.
+NONO_FALLBACK = (".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".kube", ".docker",
+                 ".git-credentials", ".netrc", ".npmrc", ".vault-token", ".config/op")
+
+
+def nono_deny_paths(home: str, *, fallback: bool = False) -> list[tuple[str, str]]:
+    """(path, 'nono:GROUP') for every path of nono's deny groups, `~`/$HOME expanded to `home`
+    (`fallback`: when nono-py is missing, `NONO_FALLBACK` instead of an error)."""
     try:
         from agentstack.sandbox.launch import load_nono
 
         document = json.loads(load_nono().embedded_policy_json())
     except ImportError as exc:
+        if fallback:
+            return [(os.path.join(home, p), "nono:deny_credentials") for p in NONO_FALLBACK]
         raise ConfinementError(
             f"nono-py is not usable: {exc}",
             hint="install it into agentstack's environment: pip install 'nono-py>=0.16,<0.17'",
@@ -136,8 +145,11 @@ def resolve_policy(
     home: Path | None = None,
     agentstack_home: Path | None = None,
     search_path: str | None = None,
+    check: bool = True,
+    nono_fallback: bool = False,
 ) -> SandboxPolicy:
-    """The policy `run` enforces and `why` explains.
+    """The policy `run` enforces and `why` explains (`check=False`: without refusing it, for
+    `lock_problems`).
 
     `harness` adds that harness's profile (state paths, install directory, fixed environment);
     `command` is the program about to run (its install directory is granted when it is the
@@ -229,7 +241,7 @@ def resolve_policy(
     )
     if literal_state != state_dir:
         denies.append(Deny(path=literal_state, source="agentstack-home"))
-    for path, source in nono_deny_paths(home_dir):
+    for path, source in nono_deny_paths(home_dir, fallback=nono_fallback):
         denies.append(Deny(path=os.path.abspath(path), source=source))
         real = realpath(os.path.abspath(path))
         if real != os.path.abspath(path):
@@ -277,6 +289,11 @@ def resolve_policy(
         env_set=env_set,
         harness_state=harness_state,
     )
+    if not check:
+        return policy
+    missing = missing_grants(policy)
+    if missing:
+        raise ConfinementError(missing[0], hint=MISSING_HINT)
     problems = policy.problems()
     if problems:
         raise ConfinementError(
@@ -285,6 +302,34 @@ def resolve_policy(
             hint="fix [sandbox] in agentstack.toml (then lock and trust again)",
         )
     return policy
+
+
+def lock_problems(sandbox: Sandbox, root: Path) -> list[tuple[str, str]]:
+    """(dotted path, message) for each manifest grant `run` can never accept on this machine (it
+    opens or contains an always-denied path, or is read-only under a writable grant): `lock`
+    refuses them. A grant whose path is missing is not one (it can be created); nor is anything
+    when nono-py is not installed (`run` refuses that on its own)."""
+    try:
+        policy = resolve_policy(sandbox, root, check=False)
+    except ConfinementError:
+        return []
+    return [(source, text) for source, text in policy.problem_items()
+            if source.startswith("sandbox.")]
+
+
+MISSING_HINT = "create it, or remove the grant; Landlock can only grant existing paths"
+
+
+def missing_grants(policy: SandboxPolicy) -> list[str]:
+    """One line per grant whose path does not exist and that `run` would not create (it creates
+    only the harness profile's own read-write state): `run`, `why`, `doctor` and `check` refuse
+    the same policy with the same message."""
+    return [
+        f"{grant.source} grants {grant.path}, which does not exist"
+        for grant in policy.grants
+        if not (grant.source.startswith("harness:") and grant.access == "rw")
+        and not os.path.exists(grant.path)
+    ]
 
 
 def _in_home(item: str, home_dir: str) -> str:

@@ -106,6 +106,12 @@ def landlock_kernel_abi() -> int | None:
     return int(result) if result > 0 else None
 
 
+def abi_number(abi: Any) -> int:
+    """nono's DetectedAbi ('V6') as a number."""
+    text = str(getattr(abi, "version", abi)).lstrip("Vv")
+    return int(text) if text.isdigit() else 0
+
+
 def check_enforceable(policy: SandboxPolicy) -> Enforcement:
     """Raise ConfinementError unless every layer the policy needs is available here."""
     if not sys.platform.startswith("linux"):
@@ -131,16 +137,25 @@ def check_enforceable(policy: SandboxPolicy) -> Enforcement:
             hint="use a kernel built with CONFIG_SECURITY_LANDLOCK and 'landlock' in the lsm= "
             "boot parameter (cat /sys/kernel/security/lsm)",
         ) from None
-    missing = [
-        text for attr, text in REQUIRED_ABI_FEATURES.items()
-        if (attr != "has_network" or policy.network_block) and not getattr(abi, attr)
-    ]
-    if missing:
-        raise ConfinementError(
-            f"the kernel's Landlock ({abi.version}) lacks " + " and ".join(missing),
-            hint="upgrade to Linux 6.12 or newer; agentstack does not run a harness with a "
-            "weaker sandbox than the one declared",
-        )
+    from agentstack.sandbox import abi as table
+
+    kernel = abi_number(abi)
+    if policy.landlock_abi is not None:
+        if not 1 <= policy.landlock_abi <= kernel:
+            raise ConfinementError(
+                f"Landlock ABI {policy.landlock_abi} cannot be emulated on this kernel "
+                f"(ABI {kernel})", hint=f"pick 1 to {kernel}")
+        # The confinement suite at an emulated older ABI: it reports what is missing per row.
+    else:
+        assessment = table.assess(min(kernel, table.LATEST), network_block=policy.network_block,
+                                  seccomp=policy.seccomp)
+        if assessment.refused:
+            raise ConfinementError(
+                f"the kernel's Landlock ({abi.version}) lacks "
+                + "; and ".join(assessment.refused),
+                hint="upgrade to Linux 6.12 or newer; agentstack does not run a harness with a "
+                "weaker sandbox than the one declared",
+            )
     if policy.seccomp:
         try:
             from agentstack.sandbox.seccomp import program as seccomp_program
@@ -352,10 +367,10 @@ def prepare_state(policy: SandboxPolicy) -> None:
             else:
                 os.makedirs(grant.path, mode=0o700, exist_ok=True)
             continue
-        raise ConfinementError(
-            f"{grant.source} grants {grant.path}, which does not exist",
-            hint="create it, or remove the grant; Landlock can only grant existing paths",
-        )
+        from agentstack.sandbox.resolve import MISSING_HINT
+
+        raise ConfinementError(f"{grant.source} grants {grant.path}, which does not exist",
+                               hint=MISSING_HINT)
 
 
 class Confined:
@@ -396,9 +411,24 @@ def _launch_spec(
         "tcp_ports": list(policy.tcp_ports),
         "seccomp": program,
         "drop_capabilities": True,
+        "landlock_rights": _forced_rights(policy.landlock_abi),
         "nono": nono_module_path(),
         "parent_pid": os.getpid(),
     }
+
+
+def _forced_rights(version: int | None) -> dict[str, int] | None:
+    """The Landlock rights of ABI `version` for the launcher (None: nono, at the kernel's ABI)."""
+    if version is None:
+        return None
+    from agentstack.sandbox import abi
+
+    fs = abi.fs_access(version)
+    file_rights = (abi.FS_EXECUTE | abi.FS_WRITE_FILE | abi.FS_READ_FILE | abi.FS_TRUNCATE
+                   | abi.FS_IOCTL_DEV)
+    return {"fs": fs, "net": abi.net_access(version), "scoped": abi.scoped(version),
+            "ro": abi.FS_READ_FILE | abi.FS_READ_DIR | abi.FS_EXECUTE, "rw": fs,
+            "file": file_rights}
 
 
 def _children(pid: int | None = None) -> set[int]:

@@ -58,6 +58,16 @@ def policy_for(
     return resolve_policy(manifest.sandbox, root, harness=harness, command=command)
 
 
+def check_policies(manifest: Manifest, root: Path) -> None:
+    """Resolve the policy of every harness the declaration targets (and of a plain command), as
+    `run` would; raise the first error `run` would raise. Nothing when the sandbox is disabled
+    (`run` refuses that on its own)."""
+    if not manifest.sandbox.enabled:
+        return
+    for harness in [None, *manifest.project.harnesses]:
+        policy_for(manifest, root, harness, None)
+
+
 def guard_state(root: Path) -> dict[str, bytes]:
     """Read-only copies of what the guard reads (the harness cannot reach $AGENTSTACK_HOME)."""
     from agentstack import layout
@@ -188,8 +198,13 @@ def run_session(
         # The same lookup as doctor: PATH, then the checkout's .tools (install-harnesses).
         argv[0] = profiles.find_binary(argv[0], env.get("PATH")) or argv[0]
     policy = policy_for(manifest, root, chosen, argv[0])
+    from agentstack.sandbox.native import inside_run_argv
+
+    argv = inside_run_argv(chosen, argv)  # run is the stronger plane: the native one off inside
     if interactive is None:
         interactive = sys.stdin.isatty()
+    from agentstack.sandbox import rollback
+
     before = watch.snapshot(root)
     copies = guard_state(root)
     broker: Any = None
@@ -202,6 +217,7 @@ def run_session(
         broker = serverbroker.Broker(root, document, digest)
         copies[layout.RUN_PINS] = serverbroker.run_bundle(root, document, digest, broker)
         policy = policy._replace(broker_port=broker.port)
+    saved = rollback.backups(str(root), before)  # what git executes, to put back afterwards
     try:
         return run_confined(
             root, policy, argv, env, interactive, readonly_files=copies,
@@ -211,8 +227,16 @@ def run_session(
     finally:
         if broker is not None:
             broker.close()
-        # Only now: every process of the session is gone (run_confined kills the whole tree).
-        for line in report_lines(watch.compare(before, watch.snapshot(root))):
+        # Only now: every process of the session is gone (run_confined kills the whole tree),
+        # so nothing can race the roll-back of git's execution state.
+        after = watch.snapshot(root)
+        outcome = rollback.roll_back(str(root), before, after, watch.compare(before, after),
+                                     saved)
+        for line in rollback.report_lines(outcome):
+            say(line)
+        remaining = watch.compare(before, watch.snapshot(root)) if outcome.done else None
+        for line in report_lines(remaining if remaining is not None
+                                 else watch.compare(before, after)):
             say(line)
 
 

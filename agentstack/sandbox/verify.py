@@ -204,12 +204,15 @@ class RowResult:
     output: str
     detail: str = ""
     skipped: bool = False
+    # At an emulated older Landlock ABI: the row needs a feature it lacks, and `run` refuses such
+    # a policy there (never counted as passed).
+    refused: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
             "row": self.row, "mode": self.mode, "what": self.what, "passed": self.passed,
-            "skipped": self.skipped, "exit_code": self.exit_code, "output": self.output,
-            "detail": self.detail,
+            "skipped": self.skipped, "refused": self.refused, "exit_code": self.exit_code,
+            "output": self.output, "detail": self.detail,
         }
 
 
@@ -414,10 +417,21 @@ def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
+def run_row(sc: Scenario, row: Row, mode: str, landlock_abi: int | None = None) -> RowResult:
     from agentstack.patience import scaled
     from agentstack.sandbox.runner import confined
 
+    policy = sc.policy_for(row)
+    if landlock_abi is not None:
+        from agentstack.sandbox import abi
+
+        needs = abi.ROW_NEEDS.get(row.name)
+        if needs is not None and not abi.feature_available(needs, landlock_abi):
+            feature = next(f for f in abi.FEATURES if f.name == needs)
+            return RowResult(row.name, mode, row.what, False, None, "",
+                             f"refused at Landlock ABI {landlock_abi}: {feature.detail}",
+                             skipped=True, refused=True)
+        policy = policy._replace(landlock_abi=landlock_abi)
     if row.name == "raw-disk" and not sc.values["disk"]:
         return RowResult(row.name, mode, row.what, True, None, "", "no block device backs /",
                          skipped=True)
@@ -425,7 +439,7 @@ def run_row(sc: Scenario, row: Row, mode: str) -> RowResult:
     accepts_before = len(sc.denied_accepts)
     watched = _watch.snapshot(sc.workdir) if row.expect == "reported" else {}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb"}
-    with confined(sc.workdir, sc.policy_for(row), sc.argv(row, mode), env, interactive=False,
+    with confined(sc.workdir, policy, sc.argv(row, mode), env, interactive=False,
                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                   stderr=subprocess.STDOUT) as child:
         try:
@@ -578,14 +592,17 @@ def run_suite(
     rows: tuple[Row, ...] = ROWS,
     modes: tuple[str, ...] = MODES,
     progress: Callable[[RowResult], None] | None = None,
+    landlock_abi: int | None = None,
 ) -> list[RowResult]:
+    """Every row in every mode; `landlock_abi`: with Landlock restricted to that (older) ABI's
+    rights, rows needing a missing feature reported as refused."""
     results: list[RowResult] = []
     with scenario() as sc:
         for row in rows:
             for mode in row.modes:
                 if mode not in modes:
                     continue
-                result = run_row(sc, row, mode)
+                result = run_row(sc, row, mode, landlock_abi)
                 results.append(result)
                 if progress is not None:
                     progress(result)

@@ -1,0 +1,92 @@
+"""Older kernels, by a fail-closed table (`agentstack/sandbox/abi.py`): what each Landlock ABI
+enforces, what `run` does without it, and the confinement rows with the ruleset forced to each
+lower ABI this kernel can emulate (rows that need a missing feature are reported refused, never
+passed silently; the emulation is real: the same row run unscoped is not denied)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from agentstack.sandbox import abi
+
+
+def test_the_table_refuses_degrades_or_covers_each_missing_feature() -> None:
+    assert abi.assess(6).state == "full" and abi.assess(7).state == "full"
+    for version in range(1, 6):
+        answer = abi.assess(version)
+        assert answer.state == "refused"  # signals to processes outside: nothing covers them
+        assert any("signal scoping" in r for r in answer.refused)
+        assert any("abstract unix" in c for c in answer.covered)
+    assert any("TCP connect/bind" in r for r in abi.assess(3).refused)
+    assert not any("TCP connect/bind" in r for r in abi.assess(3, network_block=False).refused)
+    assert any("truncate" in d for d in abi.assess(2).degraded)
+    assert any("ioctl" in d for d in abi.assess(4).degraded)
+    assert not any("ioctl" in d for d in abi.assess(5).degraded)
+    # Without seccomp, what seccomp covers is refused instead.
+    assert any("abstract unix" in r for r in abi.assess(5, seccomp=False).refused)
+    assert abi.assess(0).state == "refused"
+
+
+def test_rights_grow_with_the_abi() -> None:
+    previous = 0
+    for version in range(1, 7):
+        bits = abi.fs_access(version)
+        assert bits & previous == previous
+        previous = bits
+    assert abi.net_access(3) == 0 and abi.net_access(4)
+    assert abi.scoped(5) == 0 and abi.scoped(6)
+
+
+def _kernel_abi() -> int:
+    pytest.importorskip("nono_py")
+    from agentstack.sandbox.launch import load_nono
+    from agentstack.sandbox.runner import abi_number
+
+    return min(abi_number(load_nono().detect_abi()), abi.LATEST)
+
+
+ROWS = ("ssh-key", "write-outside", "sibling", "etc-shadow", "abstract-unix", "kill",
+        "tcp-port", "workdir", "allowed-port")
+
+
+@pytest.mark.slow
+def test_confinement_rows_at_each_emulated_abi() -> None:
+    from agentstack.sandbox import verify
+
+    kernel = _kernel_abi()
+    rows = tuple(r for r in verify.ROWS if r.name in ROWS)
+    for version in range(1, kernel + 1):
+        results = verify.run_suite(rows, modes=("direct",), landlock_abi=version)
+        by_row = {r.row: r for r in results}
+        assert set(by_row) == set(ROWS)
+        for name, result in by_row.items():
+            needs = abi.ROW_NEEDS.get(name)
+            if needs is not None and not abi.feature_available(needs, version):
+                assert result.refused and not result.passed, (version, result)
+                assert f"ABI {version}" in result.detail
+            else:
+                assert result.passed and not result.refused, (version, result.to_json())
+
+
+@pytest.mark.slow
+def test_the_emulation_really_lacks_the_feature() -> None:
+    """At ABI 5 the kill row, run anyway, is not denied (the kernel would let it through), and
+    at ABI 3 a connect to a non-allowed port is not denied: the suite's refusals are the truth,
+    not a formality."""
+    from agentstack.sandbox import verify
+
+    kernel = _kernel_abi()
+    if kernel < 6:
+        pytest.skip("this kernel has no ABI 6 to compare with")
+    kill = next(r for r in verify.ROWS if r.name == "kill")
+    tcp = next(r for r in verify.ROWS if r.name == "tcp-port")
+    unscoped = (dataclasses.replace(kill, name="kill-anyway", modes=("direct",)),
+                dataclasses.replace(tcp, name="tcp-anyway", modes=("direct",)))
+    at_5 = {r.row: r for r in verify.run_suite(unscoped[:1], modes=("direct",), landlock_abi=5)}
+    at_3 = {r.row: r for r in verify.run_suite(unscoped[1:], modes=("direct",), landlock_abi=3)}
+    at_6 = {r.row: r for r in verify.run_suite(unscoped, modes=("direct",), landlock_abi=6)}
+    assert not at_5["kill-anyway"].passed
+    assert not at_3["tcp-anyway"].passed
+    assert at_6["kill-anyway"].passed and at_6["tcp-anyway"].passed
