@@ -87,6 +87,9 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
             return _sha(b"link:" + os.fsencode(os.readlink(path)))
         if kind == "listing":  # a surface directory: a new entry in it (or a named one) is drift
             names = os.listdir(path)
+            skip = entry.get("skip")
+            if skip is not None:  # a code root's directory: every entry the lock does not leave out
+                return _sha(_canonical_names(sorted(n for n in names if n not in skip)))
             wanted = entry.get("names")
             return _sha(_canonical_names(sorted(n for n in names if wanted is None or n in wanted)))
         with open(path, "rb") as handle:
@@ -94,7 +97,7 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
     except FileNotFoundError:
         if kind == "keys":  # a missing config file holds none of the keys: compare as empty
             return _sha(_canonical(keys_view({}, entry)))
-        if kind == "listing" and entry.get("names") is not None:
+        if kind == "listing" and entry.get("names") is not None and entry.get("skip") is None:
             return _sha(b"[]")  # a directory gone holds none of the surface names
         return None
     if kind == "manifest":  # by meaning: comments, whitespace and quoting do not count
