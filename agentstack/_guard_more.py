@@ -235,44 +235,6 @@ def _new_directories(
     return out
 
 
-# Where a file tool must never write, wherever it is: what a harness loads as configuration (its
-# hooks and servers run code) and what git executes.
-SURFACE_DIRS = frozenset(
-    {
-        ".git",
-        ".claude",
-        ".codex",
-        ".agents",
-        ".gemini",
-        ".cursor",
-        ".opencode",
-        ".copilot",
-        ".vscode",
-        ".windsurf",
-        ".kiro",
-        ".roo",
-        ".qwen",
-    }
-)
-
-
-SURFACE_FILES = frozenset(
-    {
-        ".mcp.json",
-        ".claude.json",
-        "opencode.json",
-        "opencode.jsonc",
-        ".envrc",
-        ".gitmodules",
-        "agentstack.toml",
-        "agentstack.lock",
-    }
-)
-
-
-SURFACE_PAIRS = frozenset({(".github", "hooks"), (".github", "copilot"), (".config", "opencode")})
-
-
 GLOB_CHARS = frozenset("*?[{")
 
 
@@ -396,20 +358,48 @@ def _under(path: str, prefixes: list[str]) -> bool:
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
 
 
-def _surface(path: str) -> bool:
+def _component(pattern: str, name: str) -> bool:
+    if pattern == name:
+        return True
+    if not any(c in pattern for c in "*?["):
+        return False
+    from fnmatch import fnmatchcase
+
+    return fnmatchcase(name, pattern)
+
+
+def protected(path: str, rules: Any) -> bool:
+    """`path` is in the write-protected set: what a harness loads as configuration or code, or
+    what git executes, wherever it lies. `rules`: the snapshot policy's `protect`, compiled from
+    the harness descriptions (agentstack.protect): [[components...], tail] each, `tail` meaning
+    the components end the path (a file), else they may be followed by anything (a directory)."""
+    if type(rules) is not list or not rules:
+        raise Deny(
+            "the guard snapshot holds no write-protected set (written by an older agentstack?); "
+            "run 'agentstack apply --write'"
+        )
     parts = path.split("/")
-    if any(p in SURFACE_DIRS for p in parts[:-1]) or parts[-1] in SURFACE_DIRS:
-        return True
-    if parts[-1] in SURFACE_FILES:
-        return True
-    return any((a, b) in SURFACE_PAIRS for a, b in zip(parts, parts[1:], strict=False))  # noqa: RUF007
+    count = len(parts)
+    for rule in rules:
+        if type(rule) is not list or len(rule) != 2 or type(rule[0]) is not list or not rule[0]:
+            raise Deny("the guard snapshot's write-protected set is malformed; denied")
+        sequence, tail = rule
+        size = len(sequence)
+        starts = [count - size] if tail else range(count - size + 1)
+        for start in starts:
+            if start >= 0 and all(
+                _component(sequence[i], parts[start + i]) for i in range(size)
+            ):
+                return True
+    return False
 
 
 def check_path(policy: dict[str, Any], path: str, op: str) -> None:
     real = os.path.realpath(path)
     if _under(real, policy["deny"]) or _under(os.path.abspath(path), policy["deny"]):
         raise Deny(f"{op} of {path} is denied by the sandbox policy (a protected location)")
-    if op == "write" and (_surface(os.path.abspath(path)) or _surface(real)):
+    protect = policy.get("protect")
+    if op == "write" and (protected(os.path.abspath(path), protect) or protected(real, protect)):
         raise Deny(
             f"write of {path} is denied: it is harness configuration or a file git executes "
             "(declare hooks, servers and settings in agentstack.toml instead)"

@@ -25,6 +25,7 @@ from agentstack.paths import (
     guard_snapshot_path,
     project_state_dir,
 )
+from agentstack.protect import compile_rules
 from agentstack.sandbox.credentials import GUARD_DENY_PATHS
 
 # Credential stores, histories and shell start-up files the guard never lets a file tool touch: the
@@ -62,6 +63,7 @@ def compile_policy(root: Path, document: dict[str, Any]) -> dict[str, Any]:
         "write": sorted(set(write)),
         "network_block": bool(network["block"]),
         "hosts": list(network["allow_domains"]),
+        "protect": compile_rules(),  # what a file tool never writes (from harnesses.py)
     }
 
 
