@@ -12,7 +12,6 @@ import time
 from agentstack._guard import (
     BLOCK_BEGIN,
     BLOCK_END,
-    NAMING_KEYS,
     Deny,
     _sha,
     dumps,
@@ -297,30 +296,6 @@ def copilot_server(tool: str, servers: list[str]) -> str:
             "lock could have the same tool name); for Copilot, name servers and tools without '-'"
         )
     return server
-
-
-def _names_something(value: Any, depth: int = 0) -> str:
-    """What an unknown tool's input names: a path, a URL or a server; "" when nothing."""
-    if depth > 32:
-        return "too deep a structure"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in NAMING_KEYS:
-                return f"{key!r}"
-            found = _names_something(item, depth + 1)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for item in value:
-            found = _names_something(item, depth + 1)
-            if found:
-                return found
-    elif isinstance(value, str):
-        if value.startswith(("/", "~", "./", "../", "\\", "file:")) or "://" in value:
-            return f"{value[:80]!r}"
-        if len(value) > 2 and value[1] == ":" and value[0].isalpha():
-            return f"{value[:80]!r}"
-    return ""
 
 
 def _path_text(value: Any, key: str) -> str:

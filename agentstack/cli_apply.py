@@ -10,6 +10,12 @@ from agentstack.cli_base import JSON, Opt, app, root_dir, store
     Opt(("--write",), "write", "Write the files (only when trusted).", kind="flag"),
     Opt(("--check",), "check", "Exit 1 if anything would change.", kind="flag"),
     Opt(("--force",), "force", "Overwrite hand edits (backed up first).", kind="flag"),
+    Opt(
+        ("--no-git-hooks",),
+        "no_git_hooks",
+        "Do not install the git hooks that re-check the surface after pull/checkout/merge/rebase.",
+        kind="flag",
+    ),
     JSON,
 )
 def apply(
@@ -17,6 +23,7 @@ def apply(
     write: bool = False,
     check: bool = False,
     force: bool = False,
+    no_git_hooks: bool = False,
     as_json: bool = False,
 ) -> int:
     """Render native harness config: without --write, show the planned diff and write nothing."""
@@ -27,6 +34,6 @@ def apply(
     _, _, document, digest = current(root)
     code, _ = run_apply(
         root, document, digest, store() if write else None, harness=harness, write=write,
-        check=check, force=force, as_json=as_json,
+        check=check, force=force, as_json=as_json, git_hooks=not no_git_hooks,
     )  # fmt: skip
     return code
