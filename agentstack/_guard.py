@@ -917,11 +917,11 @@ def check_call(
         return
     if "-" in tool and (harness == "copilot" or os.environ.get("COPILOT_CLI") == "1"):
         # Copilot CLI names MCP tools `<server>-<tool>`, also in the Claude Code hook files it
-        # runs (there only its COPILOT_CLI=1 tells; a project that sets it can only add denials:
-        # Claude Code's own tools have no '-'). Its own tools have no '-' either.
+        # runs (there only its COPILOT_CLI=1 tells; a project that sets it gains nothing: Claude
+        # Code's own tools have no '-', so such a name can only be a Copilot MCP tool, allowed
+        # when it resolves to exactly one locked server). Its own tools have no '-' either.
         _more().copilot_server(tool, servers)
-        if harness == "copilot":
-            return
+        return
     spec = TOOLS.get(harness, {}).get(tool)
     if spec is None:
         if tool in INERT.get(harness, ()):

@@ -166,3 +166,16 @@ def test_the_real_copilot_cannot_call_its_lsp_tool_through_the_guard(
     assert "agentstack guard" in told and "'lsp' is refused" in told, (
         told + done.stdout[-2000:] + done.stderr[-2000:])
     assert os.path.exists(root / ".github" / "lsp.json")
+
+
+def test_copilot_mcp_names_in_the_claude_code_hook_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copilot CLI runs the project's Claude Code hooks too, naming MCP tools `<server>-<tool>`
+    (its COPILOT_CLI=1 tells): a locked server's tool is allowed there, any other denied."""
+    monkeypatch.setenv("COPILOT_CLI", "1")
+    assert _decision("claude-code", "notes-add_note", {"text": "x"}, tmp_path) is None
+    assert _decision("claude-code", "other-add_note", {"text": "x"}, tmp_path) is not None
+    monkeypatch.delenv("COPILOT_CLI")
+    reason = _decision("claude-code", "notes-add_note", {"text": "x"}, tmp_path)
+    assert reason is not None and "tool table" in reason
