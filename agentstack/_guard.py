@@ -671,6 +671,7 @@ TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
         "WebFetch": ("url:url",),
         "ListMcpResourcesTool": ("server:server",),
         "ReadMcpResourceTool": ("server:server", "uri:opaque?"),
+        "Workflow": ("scriptPath:read?",),  # a script file it runs
     },
     "codex": {
         "apply_patch": ("*:patch",),
@@ -683,6 +684,9 @@ TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
         "exec_command": ("workdir:read?",),
         "shell_command": ("workdir:read?",),
         "local_shell": ("workdir:read?",),
+        # Sub-agents, named by their ids (`target` is an agent id, not a path).
+        "multi_agent_v1__close_agent": ("target:opaque",),
+        "multi_agent_v1__send_input": ("target:opaque",),
     },
     "gemini-cli": {
         "read_file": ("absolute_path:read?", "file_path:read?", "path:read?"),
@@ -690,6 +694,7 @@ TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
         "list_directory": ("path:read?", "dir_path:read?"),
         "glob": ("pattern:pattern", "path:read?", "dir_path:read?"),
         "search_file_content": ("path:read?", "dir_path:read?", "include:pattern?"),
+        "grep_search": ("dir_path:read?", "include_pattern:pattern?", "pattern:regex?"),
         "write_file": ("file_path:write?", "absolute_path:write?"),
         "replace": ("file_path:write?", "absolute_path:write?"),
         "web_fetch": ("prompt:urls",),
@@ -700,6 +705,10 @@ TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
         "edit": ("path:write",),
         "str_replace": ("path:write",),
         "web_fetch": ("url:url",),
+        "apply_patch": ("*:patch",),
+        "glob": ("pattern:pattern", "paths:read?"),
+        "rg": ("paths:read?", "glob:pattern?", "pattern:regex?"),
+        "session_store_sql": ("source:opaque?",),  # `cloud` or `local`: which session store
     },
     "opencode": {
         "read": ("filePath:read",),
@@ -740,14 +749,77 @@ INERT = {
         "TaskList",
         "TaskUpdate",
         "WebSearch",
+        "Monitor",
+        "SendMessage",
+        "ListAgents",
+        "ReportFindings",
+        "ScheduleWakeup",
+        "CronCreate",
+        "CronDelete",
+        "CronList",
+        "ToolSearch",
+        "DeferredToolPlaceholder",
     },
-    "codex": {"update_plan", "write_stdin", "web_search", "request_user_input"},
-    "gemini-cli": {"run_shell_command", "google_web_search", "save_memory", "write_todos"},
-    "copilot": {"bash", "write_bash", "read_bash", "stop_bash", "report_intent"},
-    "opencode": {"bash", "todowrite", "todoread", "task"},
+    "codex": {
+        "update_plan",
+        "write_stdin",
+        "web_search",
+        "request_user_input",
+        "create_goal",
+        "get_goal",
+        "update_goal",
+        "multi_agent_v1__spawn_agent",
+        "multi_agent_v1__resume_agent",
+        "multi_agent_v1__wait_agent",
+    },
+    "gemini-cli": {
+        "run_shell_command",
+        "google_web_search",
+        "save_memory",
+        "write_todos",
+        "activate_skill",
+        "enter_plan_mode",
+        "invoke_agent",
+        "list_background_processes",
+        "read_background_output",
+        "update_topic",
+    },
+    "copilot": {
+        "bash",
+        "write_bash",
+        "read_bash",
+        "stop_bash",
+        "list_bash",
+        "report_intent",
+        "skill",
+        "task",
+        "read_agent",
+        "list_agents",
+        "write_agent",
+        "sql",  # the session's own database
+        "semantic_code_search",  # a query to GitHub's code search for a named repository
+        "fetch_copilot_cli_documentation",
+    },
+    "opencode": {"bash", "todowrite", "todoread", "task", "skill"},
 }
 INERT["claude-code"] = INERT["codex"] = INERT["claude-code"] | INERT["codex"]
 INERT["vscode"] = INERT["cursor"] = INERT["claude-code"]
+# Tools a harness offers that the guard refuses whatever their input, with the reason.
+REFUSED: dict[str, dict[str, str]] = {
+    "claude-code": {
+        "EnterWorktree": "it creates a git worktree under .claude/, which no tool may write",
+        "ExitWorktree": "it can remove a git worktree under .claude/, which no tool may write",
+    },
+    "copilot": {
+        "lsp": (
+            "it asks language servers started from configuration (and its rename edits files "
+            "the guard never sees)"
+        ),
+    },
+}
+REFUSED["codex"] = REFUSED["vscode"] = REFUSED["cursor"] = REFUSED["claude-code"]
+# Every tool name in these tables is one a pinned harness version offers, or did (the captures
+# in tests/harness/tools/, compared with each harness in CI): any other name is denied.
 # Keys that, in the input of a tool the guard does not know, name something it would judge.
 NAMING_KEYS = frozenset(
     {
@@ -878,11 +950,11 @@ def check_call(
         return
     if "-" in tool and (harness == "copilot" or os.environ.get("COPILOT_CLI") == "1"):
         # Copilot CLI names MCP tools `<server>-<tool>`, also in the Claude Code hook files it
-        # runs (there only its COPILOT_CLI=1 tells; a project that sets it can only add denials:
-        # Claude Code's own tools have no '-'). Its own tools have no '-' either.
+        # runs (there only its COPILOT_CLI=1 tells; a project that sets it gains nothing: Claude
+        # Code's own tools have no '-', so such a name can only be a Copilot MCP tool, allowed
+        # when it resolves to exactly one locked server). Its own tools have no '-' either.
         _more().copilot_server(tool, servers)
-        if harness == "copilot":
-            return
+        return
     spec = TOOLS.get(harness, {}).get(tool)
     if spec is None:
         if tool in INERT.get(harness, ()):
@@ -890,12 +962,13 @@ def check_call(
             if extra:
                 raise Deny(f"tool {tool!r} was given {extra[0]!r}, which it has not; denied")
             return
-        named = _more()._names_something(arguments)
-        if named:
-            raise Deny(
-                f"tool {tool!r} is not one the guard knows, and its input names {named}; denied"
-            )
-        return
+        refused = REFUSED.get(harness, {}).get(tool)
+        if refused is not None:
+            raise Deny(f"tool {tool!r} is refused: {refused}; denied")
+        raise Deny(
+            f"tool {tool!r} is not in the guard's tool table for {harness} (a tool it does not "
+            "know could read, write or run anything); denied"
+        )
     known = {item.split(":")[0] for item in spec}
     extra = sorted(k for k in arguments if k in NAMING_KEYS and k not in known)
     if extra and "*" not in known:
@@ -930,10 +1003,11 @@ def check_call(
             for url in _more()._rx("url_in_text").findall(value):
                 _more().check_url(policy, url if "://" in url else "https://" + url)
         elif kind == "pattern":
-            base = arguments.get("path", arguments.get("dir_path", cwd))
-            _more().check_pattern(
-                policy, _more()._path_text(base, "path"), _more()._path_text(value, key), cwd
-            )
+            bases = arguments.get("paths", [arguments.get("path", arguments.get("dir_path", cwd))])
+            for base in bases if isinstance(bases, list) and bases else [bases]:
+                _more().check_pattern(
+                    policy, _more()._path_text(base, "path"), _more()._path_text(value, key), cwd
+                )
         else:
             values = value if key == "paths" and isinstance(value, list) else [value]
             for one in values:

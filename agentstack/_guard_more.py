@@ -12,7 +12,6 @@ import time
 from agentstack._guard import (
     BLOCK_BEGIN,
     BLOCK_END,
-    NAMING_KEYS,
     Deny,
     _sha,
     dumps,
@@ -87,6 +86,9 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
             return _sha(b"link:" + os.fsencode(os.readlink(path)))
         if kind == "listing":  # a surface directory: a new entry in it (or a named one) is drift
             names = os.listdir(path)
+            skip = entry.get("skip")
+            if skip is not None:  # a code root's directory: every entry the lock does not leave out
+                return _sha(_canonical_names(sorted(n for n in names if n not in skip)))
             wanted = entry.get("names")
             return _sha(_canonical_names(sorted(n for n in names if wanted is None or n in wanted)))
         with open(path, "rb") as handle:
@@ -94,7 +96,7 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
     except FileNotFoundError:
         if kind == "keys":  # a missing config file holds none of the keys: compare as empty
             return _sha(_canonical(keys_view({}, entry)))
-        if kind == "listing" and entry.get("names") is not None:
+        if kind == "listing" and entry.get("names") is not None and entry.get("skip") is None:
             return _sha(b"[]")  # a directory gone holds none of the surface names
         return None
     if kind == "manifest":  # by meaning: comments, whitespace and quoting do not count
@@ -232,44 +234,6 @@ def _new_directories(
     return out
 
 
-# Where a file tool must never write, wherever it is: what a harness loads as configuration (its
-# hooks and servers run code) and what git executes.
-SURFACE_DIRS = frozenset(
-    {
-        ".git",
-        ".claude",
-        ".codex",
-        ".agents",
-        ".gemini",
-        ".cursor",
-        ".opencode",
-        ".copilot",
-        ".vscode",
-        ".windsurf",
-        ".kiro",
-        ".roo",
-        ".qwen",
-    }
-)
-
-
-SURFACE_FILES = frozenset(
-    {
-        ".mcp.json",
-        ".claude.json",
-        "opencode.json",
-        "opencode.jsonc",
-        ".envrc",
-        ".gitmodules",
-        "agentstack.toml",
-        "agentstack.lock",
-    }
-)
-
-
-SURFACE_PAIRS = frozenset({(".github", "hooks"), (".github", "copilot"), (".config", "opencode")})
-
-
 GLOB_CHARS = frozenset("*?[{")
 
 
@@ -334,30 +298,6 @@ def copilot_server(tool: str, servers: list[str]) -> str:
     return server
 
 
-def _names_something(value: Any, depth: int = 0) -> str:
-    """What an unknown tool's input names: a path, a URL or a server; "" when nothing."""
-    if depth > 32:
-        return "too deep a structure"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in NAMING_KEYS:
-                return f"{key!r}"
-            found = _names_something(item, depth + 1)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for item in value:
-            found = _names_something(item, depth + 1)
-            if found:
-                return found
-    elif isinstance(value, str):
-        if value.startswith(("/", "~", "./", "../", "\\", "file:")) or "://" in value:
-            return f"{value[:80]!r}"
-        if len(value) > 2 and value[1] == ":" and value[0].isalpha():
-            return f"{value[:80]!r}"
-    return ""
-
-
 def _path_text(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value or "\0" in value:
         raise Deny(f"{key!r} is not a path (a non-empty string); denied")
@@ -393,20 +333,48 @@ def _under(path: str, prefixes: list[str]) -> bool:
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
 
 
-def _surface(path: str) -> bool:
+def _component(pattern: str, name: str) -> bool:
+    if pattern == name:
+        return True
+    if not any(c in pattern for c in "*?["):
+        return False
+    from fnmatch import fnmatchcase
+
+    return fnmatchcase(name, pattern)
+
+
+def protected(path: str, rules: Any) -> bool:
+    """`path` is in the write-protected set: what a harness loads as configuration or code, or
+    what git executes, wherever it lies. `rules`: the snapshot policy's `protect`, compiled from
+    the harness descriptions (agentstack.protect): [[components...], tail] each, `tail` meaning
+    the components end the path (a file), else they may be followed by anything (a directory)."""
+    if type(rules) is not list or not rules:
+        raise Deny(
+            "the guard snapshot holds no write-protected set (written by an older agentstack?); "
+            "run 'agentstack apply --write'"
+        )
     parts = path.split("/")
-    if any(p in SURFACE_DIRS for p in parts[:-1]) or parts[-1] in SURFACE_DIRS:
-        return True
-    if parts[-1] in SURFACE_FILES:
-        return True
-    return any((a, b) in SURFACE_PAIRS for a, b in zip(parts, parts[1:], strict=False))  # noqa: RUF007
+    count = len(parts)
+    for rule in rules:
+        if type(rule) is not list or len(rule) != 2 or type(rule[0]) is not list or not rule[0]:
+            raise Deny("the guard snapshot's write-protected set is malformed; denied")
+        sequence, tail = rule
+        size = len(sequence)
+        starts = [count - size] if tail else range(count - size + 1)
+        for start in starts:
+            if start >= 0 and all(
+                _component(sequence[i], parts[start + i]) for i in range(size)
+            ):
+                return True
+    return False
 
 
 def check_path(policy: dict[str, Any], path: str, op: str) -> None:
     real = os.path.realpath(path)
     if _under(real, policy["deny"]) or _under(os.path.abspath(path), policy["deny"]):
         raise Deny(f"{op} of {path} is denied by the sandbox policy (a protected location)")
-    if op == "write" and (_surface(os.path.abspath(path)) or _surface(real)):
+    protect = policy.get("protect")
+    if op == "write" and (protected(os.path.abspath(path), protect) or protected(real, protect)):
         raise Deny(
             f"write of {path} is denied: it is harness configuration or a file git executes "
             "(declare hooks, servers and settings in agentstack.toml instead)"

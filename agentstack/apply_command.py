@@ -36,9 +36,11 @@ def run_apply(
     force: bool = False,
     as_json: bool = False,
     report_only: bool = False,
+    git_hooks: bool = True,
 ) -> tuple[int, dict[str, Any]]:
     """Plan (and with `write`, write) the rendered files; prints the outcome unless
-    `report_only`. Returns the exit code and the JSON report."""
+    `report_only`. Returns the exit code and the JSON report. `git_hooks`: with `write`, also
+    install the git hooks that re-check the surface after git changes the tree (githooks)."""
     from agentstack import apply as engine
     from agentstack.teampolicy import enforce as enforce_policy
 
@@ -71,10 +73,12 @@ def run_apply(
                 f"warning: kept {item}, which is not in agentstack.toml: the guard blocks "
                 "every tool call while it is there; declare it in agentstack.toml or remove it"
             )
+        hooks, hooks_problem = _install_git_hooks(root) if git_hooks else ([], None)
         report.update(
             written=True,
             backups=[str(b) for b in backups],
             git_exclude=str(exclude) if exclude_changed else None,
+            git_hooks=[str(h) for h in hooks],
         )
         if as_json:
             if not report_only:
@@ -94,6 +98,14 @@ def run_apply(
                     "them (never committed)"
                 )
             echo(f"{len(plan.pending)} file(s) changed; rendered from {digest}")
+            if hooks:
+                echo(
+                    f"git hooks in {hooks[0].parent} ({', '.join(h.name for h in hooks)}) "
+                    "re-check the surface after every pull, checkout, merge and rebase; "
+                    "'--no-git-hooks' leaves them out"
+                )
+            elif hooks_problem is not None:
+                echo(f"warning: no git hooks installed: {hooks_problem}")
             from agentstack.status import missing_secrets
 
             for entry in missing_secrets(document):
@@ -110,6 +122,13 @@ def run_apply(
         sys.stdout.write(_sanitized(plan.diff_text()))
         for change in plan.conflicts:
             echo(f"conflict: {change.display}: {', '.join(change.conflicts)}")
+        where = _hooks_to_install(root) if git_hooks else None
+        if where is not None:
+            echo(
+                f"'agentstack apply --write' also installs git hooks in {where} (post-checkout, "
+                "post-merge, post-rewrite) that re-check the surface after every pull, checkout, "
+                "merge and rebase; '--no-git-hooks' leaves them out"
+            )
         if not plan.pending:
             echo("nothing to change")
         elif not check:
@@ -119,3 +138,39 @@ def run_apply(
                 + ("them (the digest is trusted)" if trusted else "them once the digest is trusted")
             )
     return (1 if check and (plan.pending or plan.conflicts) else 0), report
+
+
+def _hooks_to_install(root: Path) -> Path | None:
+    """The hooks directory `apply --write` would install the git hooks in (None: there is no git
+    working tree, or they are installed already)."""
+    from agentstack import githooks
+
+    try:
+        where = githooks.hooks_dir(githooks.worktree_of(root)).path
+    except Refused:
+        return None
+    for event in githooks.HOOKS:
+        try:
+            text = githooks.hook_text(root.resolve(), event, where / (event + githooks.CHAINED))
+            if (where / event).read_text(encoding="utf-8") != text:
+                return where
+        except (OSError, UnicodeDecodeError):
+            return where
+    return None
+
+
+def _install_git_hooks(root: Path) -> tuple[list[Path], str | None]:
+    """Install the git hooks for `root` (chained with what is there): (hooks written, why none
+    were). Outside a git working tree there is nothing to do, and nothing to say."""
+    from agentstack import githooks
+
+    try:
+        githooks.worktree_of(root)
+    except Refused:
+        return [], None
+    try:
+        return githooks.install(root), None
+    except Refused as exc:
+        return [], exc.message
+    except OSError as exc:
+        return [], f"{exc.strerror or exc} ({exc.filename})"

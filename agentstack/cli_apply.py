@@ -10,6 +10,12 @@ from agentstack.cli_base import JSON, USER, Opt, app, root_dir, store, use_user
     Opt(("--write",), "write", "Write the files (only when trusted).", kind="flag"),
     Opt(("--check",), "check", "Exit 1 if anything would change.", kind="flag"),
     Opt(("--force",), "force", "Overwrite hand edits (backed up first).", kind="flag"),
+    Opt(
+        ("--no-git-hooks",),
+        "no_git_hooks",
+        "Do not install the git hooks that re-check the surface after pull/checkout/merge/rebase.",
+        kind="flag",
+    ),
     JSON,
     USER,
 )
@@ -18,6 +24,7 @@ def apply(
     write: bool = False,
     check: bool = False,
     force: bool = False,
+    no_git_hooks: bool = False,
     as_json: bool = False,
     user: bool = False,
 ) -> int:
@@ -30,6 +37,6 @@ def apply(
     _, _, document, digest = current(root)
     code, _ = run_apply(
         root, document, digest, store(), harness=harness, write=write,
-        check=check, force=force, as_json=as_json,
+        check=check, force=force, as_json=as_json, git_hooks=not (no_git_hooks or user),
     )  # fmt: skip
     return code

@@ -504,3 +504,53 @@ def get(name: str) -> Harness:
 
 def key_risk(harness: Harness, table: str, key: str) -> str:
     return harness.keys.get(table, {}).get(key, SETTING)
+
+
+# ------------------------------------------------------------------ what a file tool may write
+# The guard's write protection is compiled from this module (agentstack.protect, into the guard
+# snapshot): every surface pattern of every harness is write-protected, wherever it lies, except
+# the instruction files listed here, which the agent may edit (a change is still drift: the guard
+# denies the next call until it is reviewed). A pattern added to a surface is protected unless it
+# is added here too; a test fails when a pattern is neither.
+AGENT_EDITS: frozenset[str] = frozenset(
+    {
+        "**/CLAUDE.md",
+        "**/CLAUDE.local.md",
+        "**/AGENTS.md",
+        "**/AGENTS.override.md",
+        "**/GEMINI.md",
+        "CLAUDE.md",
+        "AGENTS.md",
+        "GEMINI.md",
+        ".github/copilot-instructions.md",
+        ".github/instructions/**",
+    }
+)
+# Also protected, whole, wherever they lie: each harness's configuration directory (what it adds
+# there later is configuration too), those of harnesses agentstack does not render for, git's
+# metadata (what git executes), and files that run code or steer agentstack itself.
+PROTECTED_DIRS: tuple[str, ...] = (
+    ".git",
+    ".claude",
+    ".codex",
+    ".agents",
+    ".gemini",
+    ".cursor",
+    ".opencode",
+    ".copilot",
+    ".vscode",
+    ".windsurf",
+    ".kiro",
+    ".roo",
+    ".qwen",
+    ".github/hooks",
+    ".github/copilot",
+    ".config/opencode",
+)
+PROTECTED_FILES: tuple[str, ...] = (
+    ".claude.json",
+    ".envrc",
+    ".gitmodules",
+    "agentstack.toml",
+    "agentstack.lock",
+)

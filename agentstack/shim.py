@@ -101,3 +101,47 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
+
+
+def _is_shim(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return MARKER.encode() in handle.read(512)
+    except OSError:
+        return False
+
+
+def path_order(binaries: list[str], path: str | None = None) -> list[dict[str, str | None]]:
+    """For each harness binary with an agentstack shim installed (in the default shim directory,
+    or anywhere on PATH) that PATH does not find first: {"binary", "found" (what PATH runs
+    instead, None when nothing), "shims" (the shim's directory)}. Empty when every installed
+    shim is ahead of the real binary, or none is installed."""
+    from agentstack import layout
+
+    path = os.environ.get("PATH", "") if path is None else path
+    default = layout.shims_dir(layout.home())
+    out: list[dict[str, str | None]] = []
+    for name in binaries:
+        first: str | None = None
+        shim_dir: str | None = None
+        for directory in [*path.split(os.pathsep), default]:
+            candidate = os.path.join(directory, name)
+            if not directory or not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+                continue
+            if _is_shim(candidate):
+                shim_dir = shim_dir or directory
+                if first is None and directory in path.split(os.pathsep):
+                    break  # PATH runs the shim first
+            elif first is None and directory in path.split(os.pathsep):
+                first = candidate
+        else:
+            if shim_dir is not None:
+                out.append({"binary": name, "found": first, "shims": shim_dir})
+    return out
+
+
+def path_fix(shims: str) -> str:
+    """The one line that puts the shims ahead on PATH."""
+    import shlex
+
+    return f"export PATH={shlex.quote(shims)}:\"$PATH\""

@@ -25,6 +25,7 @@ from agentstack.paths import (
     guard_snapshot_path,
     project_state_dir,
 )
+from agentstack.protect import compile_rules
 from agentstack.sandbox.credentials import GUARD_DENY_PATHS
 
 # Credential stores, histories and shell start-up files the guard never lets a file tool touch: the
@@ -62,6 +63,7 @@ def compile_policy(root: Path, document: dict[str, Any]) -> dict[str, Any]:
         "write": sorted(set(write)),
         "network_block": bool(network["block"]),
         "hosts": list(network["allow_domains"]),
+        "protect": compile_rules(),  # what a file tool never writes (from harnesses.py)
     }
 
 
@@ -83,6 +85,37 @@ def _pinned_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, A
     for entry in document["instructions"]:
         files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
     return files
+
+
+def _watch_code_roots(root: Path, document: dict[str, Any], entries: dict[str, Any]) -> None:
+    """Every directory of every code root, by its listing: a file a pull adds next to a pinned
+    server script (`servers/json.py`, imported before the standard library's) is drift for the
+    guard as it is for the lock. What the lock leaves out of a root (`coderoots.EXCLUDES`: caches
+    the code writes as it runs, installed dependencies the review reports) is left out of the
+    listing too (`skip`), unless the root is such a directory itself, pinned whole. Where the
+    surface already lists a directory, its surface names are kept, so a directory created in a
+    left-out one (`servers/node_modules/CLAUDE.md`) is still walked for them."""
+    from agentstack.coderoots import EXCLUDES
+
+    for section in ("servers", "hooks"):
+        for item in document[section].values():
+            for tree in item.get("roots", []):
+                top = root / tree["path"]
+                skip = [] if os.path.basename(tree["path"]) in EXCLUDES else sorted(EXCLUDES)
+                for here, dirs, _ in os.walk(top):  # links are not followed (nor pinned so)
+                    dirs[:] = sorted(d for d in dirs if d not in skip)
+                    current = entries.get(here)
+                    if (
+                        current is not None
+                        and current.get("kind") == "listing"
+                        and current.get("names") is None
+                        and current.get("skip") is None
+                    ):
+                        continue  # a surface tree's directory: listed whole already
+                    entry: dict[str, Any] = {"kind": "listing", "skip": skip, "role": "source"}
+                    if current is not None and current.get("names") is not None:
+                        entry["names"] = current["names"]
+                    entries[here] = entry
 
 
 # Project files a harness loads that agentstack does not render, and the keys in them that would
@@ -348,6 +381,7 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
     from agentstack.surface import snapshot_entries
 
     entries.update(snapshot_entries(root, document, entries))  # the harness surface, watched
+    _watch_code_roots(root, document, entries)
     mark = probe.take()  # before the first stat key below is taken
     snapshot = {
         "v": SNAPSHOT_VERSION,

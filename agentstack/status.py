@@ -55,6 +55,7 @@ def project_status(root: Path, store: TrustStore, *, withdraw: bool = True) -> d
     report["missing_secrets"] = missing_secrets(document)
     report["export"] = header_exports(document)
     report["guard_expected"] = snapshot_expected(root, report, ledger)
+    report["shims_behind"] = shims_behind(document)
     ok = (
         report["lock"] == "fresh"
         and report["trust"] == "trusted"
@@ -326,6 +327,29 @@ def drift_line(path: str, report: dict[str, Any]) -> str:
     )
 
 
+def shims_behind(document: dict[str, Any] | None) -> list[dict[str, str | None]]:
+    """The project's harness binaries whose installed shim PATH does not find first."""
+    from agentstack import harnesses
+    from agentstack.shim import path_order
+
+    names = (document or {}).get("project", {}).get("harnesses") or [
+        h.name for h in harnesses.ALL if h.has_adapter
+    ]
+    binaries = [harnesses.BY_NAME[n].binary for n in names if n in harnesses.BY_NAME]
+    return path_order(list(dict.fromkeys(binaries)))
+
+
+def shim_line(entry: dict[str, Any]) -> str:
+    from agentstack.shim import path_fix
+
+    found = entry["found"]
+    runs = f"PATH runs {found}" if found else "PATH finds none"
+    return (
+        f"{entry['binary']}: {runs}, not the agentstack shim in {entry['shims']}, so nothing "
+        f"checks the project before {entry['binary']} starts; fix: {path_fix(entry['shims'])}"
+    )
+
+
 def status_lines(report: dict[str, Any]) -> list[str]:
     """The report as `agentstack status` prints it."""
     lines = [f"project   {report['project']}"]
@@ -379,6 +403,8 @@ def status_lines(report: dict[str, Any]) -> list[str]:
             f"header {entry['header']} from secret:{entry['secret']}; a remote server is not "
             "started by agentstack, so the harness reads the value from its environment"
         )
+    for entry in report.get("shims_behind", []):
+        lines.append(f"shims     {shim_line(entry)}")
     for path in report.get("tracked", []):
         lines.append(
             f"warning   {path} is tracked by git, but it is rendered per machine: "
@@ -439,6 +465,9 @@ def project_checks(root: Path | None, store: Callable[[], TrustStore]) -> list[A
                 )
             )
     from agentstack.mcp_status import harness_mcp_checks
+
+    for entry in shims_behind({"project": {"harnesses": manifest.project.harnesses}}):
+        out.append(Check(f"shim {entry['binary']}", "warn", shim_line(entry), dict(entry)))
 
     trusted = any(c.name == "trust" and c.status == "ok" for c in out)
     out.extend(

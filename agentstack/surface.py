@@ -182,7 +182,8 @@ def checkout_above(root: Path) -> list[Path]:
 
 def _checkout_top(directory: Path) -> bool:
     """`directory` is the top of a checkout: its `.git` is a directory, or a file naming a linked
-    worktree's git directory (`.../.git/worktrees/NAME`). A submodule's `.git` file (naming
+    worktree's git directory (`.../.git/worktrees/NAME`, whose `gitdir` file names this
+    directory's `.git` back: `_links_back`). A submodule's `.git` file (naming
     `.../.git/modules/NAME`) is not: the superproject around it is the same checkout, and Claude
     Code reads its files above the submodule. Anything else named `.git` (a link, a FIFO, a file
     naming anything else, one planted to cut the search short) is no top either: the search goes
@@ -203,8 +204,27 @@ def _checkout_top(directory: Path) -> bool:
     if not line.startswith("gitdir: "):
         return False
     target = os.path.realpath(os.path.join(directory, line[len("gitdir: ") :].strip()))
+    return _links_back(target, directory)
+
+
+def _links_back(target: str, directory: Path) -> bool:
+    """`target` is a linked worktree's git directory for `directory`, decided as git decides it:
+    it lies in a repository's `worktrees/NAME/`, and its `gitdir` file (absolute, or relative to
+    `target`) names `directory/.git`. A name alone proves nothing: a submodule's git directory is
+    `.git/modules/NAME`, and the superproject chooses NAME (`worktrees/x` reads like a worktree);
+    git never writes a `gitdir` file there."""
     parts = target.split(os.sep)
-    return len(parts) >= 2 and parts[-2] == "worktrees"
+    if len(parts) < 2 or parts[-2] != "worktrees":
+        return False
+    try:
+        back = read_regular(Path(target) / "gitdir")[:4096].split(b"\n", 1)[0].decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    back = back.strip()
+    if not back:
+        return False
+    named = os.path.realpath(os.path.join(target, back))
+    return named == os.path.realpath(directory / ".git")
 
 
 def _walk_above(directory: Path, rule: _Rule) -> tuple[list[list[str]], list[str] | None]:

@@ -383,3 +383,62 @@ def test_the_analysis_never_crashes_on_any_command_line(tmp_path: Path) -> None:
             assert not rel.startswith(("/", ".."))
 
     run()
+
+
+def _trusted(root: Path) -> None:
+    for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
+        result = run_cli(*args, cwd=root)
+        assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "added",
+    ["servers/json.py", "servers/pkg/__init__.py", "servers/.hidden.py", "servers/sub/new/m.py"],
+)
+def test_the_guard_denies_a_file_added_to_a_code_root(tmp_path: Path, added: str) -> None:
+    """The attack: a pull adds a file next to a pinned server script (`servers/json.py` shadows
+    the standard library for `python3 servers/app.py`). `status` says stale; the guard must deny
+    too, as it does for a new surface file: it watches every code-root directory's listing."""
+    from tests.test_surface import guard_denies
+
+    root = project(tmp_path, '[servers.s]\ncommand = "python3"\nargs = ["servers/app.py"]\n')
+    (root / "servers" / "sub").mkdir()
+    (root / "servers" / "sub" / "x.py").write_text("X = 1\n")
+    root = root.resolve()
+    _trusted(root)
+    assert guard_denies(root) is None
+    target = root / added
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("import os\n")
+    assert run_cli("status", cwd=root).returncode == 1
+    reason = guard_denies(root)
+    assert reason is not None and "servers" in reason, reason
+    # Also one directory down: the listing of every directory in the root is watched.
+    target = root / "servers" / "sub" / "y.py"
+    _trusted(root)
+    assert guard_denies(root) is None
+    target.write_text("Y = 2\n")
+    assert guard_denies(root) is not None
+
+
+def test_caches_and_left_out_dependencies_in_a_code_root_are_not_drift(tmp_path: Path) -> None:
+    """What the lock leaves out of a code root (`__pycache__` the code writes when it first runs,
+    an installed `node_modules`, reported in the review) is no drift for the guard either; a root
+    pinned whole (`pin = [..., "app/node_modules"]`) is watched whole."""
+    from tests.test_surface import guard_denies
+
+    root = project(tmp_path, CASES["node <dir>"][0], {"app/node_modules/dep/index.js": "1\n",
+                                                     "app/lib/x.py": "X = 1\n"}).resolve()
+    _trusted(root)
+    (root / "app" / "lib" / "__pycache__").mkdir()
+    (root / "app" / "lib" / "__pycache__" / "x.cpython-312.pyc").write_bytes(b"\0")
+    (root / "app" / "node_modules" / "other").mkdir()
+    assert run_cli("status", cwd=root).returncode == 0
+    assert guard_denies(root) is None
+    (root / "agentstack.toml").write_text(
+        (root / "agentstack.toml").read_text() + 'pin = ["app", "app/node_modules"]\n'
+    )
+    _trusted(root)
+    assert guard_denies(root) is None
+    (root / "app" / "node_modules" / "dep" / "new.js").write_text("evil\n")
+    assert guard_denies(root) is not None

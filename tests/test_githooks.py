@@ -287,3 +287,103 @@ def test_git_pull_of_a_planted_surface_entry_withdraws_harness_trust(
     assert not _trusted_in_claude(isolated_home, mine)
     status = run_cli("status", cwd=mine)
     assert status.returncode == 1
+
+
+# ------------------------------------------------------------------- installed by apply --write
+
+
+def _applied(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    for args in (("lock",), ("trust", "--yes", "--accept-risk")):
+        result = run_cli(*args, cwd=root)
+        assert result.returncode == 0, result.stdout + result.stderr
+    return run_cli("apply", "--write", *extra, cwd=root)
+
+
+def test_apply_write_installs_the_git_hooks_by_default_chaining_what_is_there(
+    repo: Path,
+) -> None:
+    """Protection that does not depend on an optional step: `apply --write` installs the three
+    hooks (an existing one chained, still run), and the plan and the output say so."""
+    make_project(repo, MANIFEST, {"base.md": "Be careful.\n"})
+    mine = repo / ".git" / "hooks" / "post-merge"
+    mine.write_text("#!/bin/sh\necho mine\n")
+    mine.chmod(0o755)
+    assert run_cli("lock", cwd=repo).returncode == 0
+    assert run_cli("trust", "--yes", "--accept-risk", cwd=repo).returncode == 0
+    plan = run_cli("apply", cwd=repo)
+    said = plan.stdout + plan.stderr
+    assert "also installs git hooks" in said and "--no-git-hooks" in said, said
+    assert not any(githooks._ours(repo / ".git" / "hooks" / e) for e in githooks.HOOKS)
+    applied = run_cli("apply", "--write", cwd=repo)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    said = applied.stdout + applied.stderr
+    assert "re-check the surface after every pull" in said
+    assert "'--no-git-hooks' leaves them out" in said
+    for event in githooks.HOOKS:
+        assert githooks._ours(repo / ".git" / "hooks" / event), event
+    chained = repo / ".git" / "hooks" / ("post-merge" + githooks.CHAINED)
+    assert chained.read_text() == "#!/bin/sh\necho mine\n"
+    # Again: nothing new to install, nothing to say in the plan; the hooks stay.
+    plan = run_cli("apply", cwd=repo)
+    assert "also installs git hooks" not in plan.stdout + plan.stderr
+    again = run_cli("apply", "--write", "--json", cwd=repo)
+    assert again.returncode == 0 and len(json.loads(again.stdout)["git_hooks"]) == 3
+
+
+def test_no_git_hooks_leaves_them_out_and_apply_works_outside_git(
+    repo: Path, tmp_path: Path
+) -> None:
+    make_project(repo, MANIFEST, {"base.md": "Be careful.\n"})
+    applied = _applied(repo, "--no-git-hooks")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert not any(os.path.lexists(repo / ".git" / "hooks" / e) for e in githooks.HOOKS)
+    assert "git hooks" not in applied.stdout + applied.stderr
+    loose = make_project(tmp_path / "loose", MANIFEST, {"base.md": "Be careful.\n"})
+    applied = _applied(loose)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "git hooks" not in applied.stdout + applied.stderr
+
+
+def test_a_hooks_directory_apply_may_not_use_is_a_warning_not_a_failure(repo: Path) -> None:
+    make_project(repo, MANIFEST, {"base.md": "Be careful.\n"})
+    hooks = repo / ".git" / "hooks"
+    for event in githooks.HOOKS:
+        (hooks / event).write_text("#!/bin/sh\n")
+        (hooks / (event + githooks.CHAINED)).write_text("#!/bin/sh\n")
+    applied = _applied(repo)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "warning: no git hooks installed" in applied.stdout + applied.stderr
+
+
+@pytest.mark.slow
+def test_git_pull_withdraws_harness_trust_after_apply_write_alone(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """No `shims install --git-hooks`: `trust` and `apply --write` are enough for a pull that
+    brings a planted surface entry to withdraw the harness trust."""
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    url = remote.resolve().as_uri()
+    seed = make_project(tmp_path / "seed", MANIFEST, {"base.md": "Be careful.\n"})
+    git("init", "-q", "-b", "main", cwd=seed)
+    assert run_cli("lock", cwd=seed).returncode == 0
+    git("add", "-A", cwd=seed)
+    git("commit", "-qm", "seed", cwd=seed)
+    git("push", "-q", url, "main", cwd=seed)
+    git("--git-dir", str(remote), "symbolic-ref", "HEAD", "refs/heads/main", cwd=tmp_path)
+    mine = tmp_path / "mine"
+    git("clone", "-q", url, str(mine), cwd=tmp_path)
+    mine = mine.resolve()
+    theirs = tmp_path / "theirs"
+    git("clone", "-q", url, str(theirs), cwd=tmp_path)
+    for args in (("trust", "--yes", "--accept-risk"), ("apply", "--write")):
+        result = run_cli(*args, cwd=mine)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert _trusted_in_claude(isolated_home, mine)
+    (theirs / ".mcp.json").write_text(json.dumps({"mcpServers": {"x": {"command": "true"}}}))
+    git("add", "-A", cwd=theirs)
+    git("commit", "-qm", "innocent", cwd=theirs)
+    git("push", "-q", "origin", "HEAD", cwd=theirs)
+    pulled = git("pull", "-q", "--ff-only", cwd=mine)
+    assert "withdrew the harness trust" in pulled.stderr, pulled.stderr
+    assert not _trusted_in_claude(isolated_home, mine)

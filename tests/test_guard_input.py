@@ -212,6 +212,7 @@ def test_claude_tools_are_modelled(scene: Scene) -> None:
         ("FutureTool", {"target": "/etc/passwd"}),
         ("FutureTool", {"nested": [{"x": "https://evil.example/"}]}),
         ("FutureTool", {"server": "evil"}),
+        ("FutureTool", {"text": "nothing to judge"}),  # not in the tool table: fail closed
     ]
     for tool, arguments in deny:
         assert not allowed(scene, call(scene, tool, arguments)), (tool, arguments)
@@ -224,7 +225,6 @@ def test_claude_tools_are_modelled(scene: Scene) -> None:
         ("Write", {"file_path": "src/new.py", "content": "y = 2\n"}),
         ("ReadMcpResourceTool", {"server": "notes", "uri": "notes://1"}),
         ("TodoWrite", {"todos": [{"content": "read /etc/passwd", "status": "pending"}]}),
-        ("FutureTool", {"text": "nothing to judge"}),
     ]
     for tool, arguments in allow:
         assert allowed(scene, call(scene, tool, arguments)), (tool, arguments)

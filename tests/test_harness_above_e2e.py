@@ -16,6 +16,7 @@ Skips locally without the harness CLIs; fails in CI (CI=true).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -262,3 +263,73 @@ def test_a_submodule_project_pins_what_claude_code_loads_from_the_superproject(
         output = run_claude(proj, isolated_home, model, "say hi").output
     text = "\n".join(r.raw_body.decode("utf-8", "replace") for r in model.requests)
     assert "MARKER-TOP-CLAUDE-MD" in text and (out / "mcp-ran").exists(), output[-2000:]
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "protocol.file.allow=always", "-c", "user.name=t",
+                    "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_a_submodule_named_like_a_worktree_does_not_hide_the_superproject(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """The attack: the project is a submodule whose name, chosen in the superproject's
+    `.gitmodules`, is `worktrees/x`, so its `.git` file names `.git/modules/worktrees/x`. A pull
+    then adds a `CLAUDE.md` and a `.mcp.json` server above the project. With the top decided by
+    the name, the search above stopped at the submodule: nothing above was pinned, `status` said
+    trusted, and the real Claude Code sent the superproject's `CLAUDE.md` to the model and started
+    its server (`claude -p` and the `claude` shim alike). Decided as git decides it (a linked
+    worktree's `gitdir` file names this `.git` back), the submodule is no top: `status` names the
+    new files, the guard blocks the first request, and the shim starts nothing."""
+    harness_bin("claude")
+    upstream = make_project(tmp_path / "upstream",
+                            '[project]\nname = "sub"\nharnesses = ["claude-code"]\n')
+    _git("init", "-q", cwd=upstream)
+    _git("add", "-A", cwd=upstream)
+    _git("commit", "-q", "-m", "sub", cwd=upstream)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git("init", "-q", cwd=repo)
+    _git("submodule", "add", "-q", "--name", "worktrees/x", str(upstream), "a/proj", cwd=repo)
+    proj = (repo / "a" / "proj").resolve()
+    assert (proj / ".git").read_text().strip().endswith("modules/worktrees/x")
+    _ok("lock", cwd=proj)
+    _ok("trust", "--yes", "--accept-risk", cwd=proj)
+    _ok("apply", "--write", cwd=proj)
+    shims = isolated_home / "shims"
+    _ok("shims", "install", "--dir", str(shims), cwd=proj)
+    env = harness_env(isolated_home, ANTHROPIC_API_KEY="sk-ant-offline-test",
+                      AGENTSTACK_HOME=os.environ["AGENTSTACK_HOME"],
+                      AGENTSTACK_CACHE=os.environ["AGENTSTACK_CACHE"],
+                      PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
+
+    def via_shim(model: MockModel) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["claude", "-p", "say hi", "--output-format", "json"], cwd=proj,
+                              env={**env, "ANTHROPIC_BASE_URL": model.url},
+                              capture_output=True, text=True, timeout=240)
+
+    with MockModel([]) as model:  # the reviewed project starts through the shim
+        started = via_shim(model)
+    assert started.returncode == 0 and model.requests, started.stdout + started.stderr
+    # The pull: the superproject's new memory file and server, above the project.
+    out = tmp_path / "out"
+    out.mkdir()
+    _put(repo / "CLAUDE.md", "MARKER-TOP-CLAUDE-MD\n")
+    _put(repo / "a" / ".mcp.json",
+         json.dumps({"mcpServers": {"above": _server_json(out, "mcp-ran")}}))
+    status = run_cli("status", cwd=proj)
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert "../../CLAUDE.md" in status.stderr and "../.mcp.json" in status.stderr, status.stderr
+    # Plain `claude -p`: the guard blocks the first request; the marker never reaches the model.
+    with MockModel([]) as model:
+        run_claude(proj, isolated_home, model, "say hi")
+    text = "\n".join(r.raw_body.decode("utf-8", "replace") for r in model.requests)
+    assert "MARKER-TOP-CLAUDE-MD" not in text
+    (out / "mcp-ran").unlink(missing_ok=True)
+    # Through the shim: claude is not started at all.
+    with MockModel([]) as model:
+        refused = via_shim(model)
+    assert refused.returncode == 1 and "agentstack: not starting claude" in refused.stderr, (
+        refused.stdout + refused.stderr)
+    assert not model.requests and not (out / "mcp-ran").exists()

@@ -274,3 +274,30 @@ def test_codex_surface_reaches_the_model_or_runs_and_withdrawn_trust_stops_its_c
     assert run.proc.returncode == 0, run.output
     seen = _check(model, out, expected)
     assert all(seen.values()), (seen, withdrawn)
+
+
+def test_a_file_a_pull_adds_to_a_code_root_blocks_claude_codes_first_request(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """The attack: after `trust` and `apply --write`, a pull adds `servers/json.py` next to the
+    pinned server script (Python imports it before the standard library's `json`). `status`
+    says the lock is stale; the guard, watching the code root's listing, blocks the real Claude
+    Code's first request too (before: it allowed every call)."""
+    harness_bin("claude")
+    manifest = ('[project]\nname = "roots"\nharnesses = ["claude-code"]\n\n'
+                '[servers.notes]\ncommand = "python3"\nargs = ["servers/app.py"]\n')
+    root = make_project(tmp_path / "proj", manifest,
+                        {"servers/app.py": "import json\nprint(json.dumps({}))\n"})
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    root = root.resolve()
+    for args in (("lock",), ("trust", "--yes", "--accept-risk"), ("apply", "--write")):
+        _ok(*args, cwd=root)
+    with MockModel([]) as model:
+        run_claude(root, isolated_home, model, "say hi")
+    assert model.requests, "the reviewed project did not start"
+    (root / "servers" / "json.py").write_text("dumps = print  # MARKER-SHADOW\n")
+    assert run_cli("status", cwd=root).returncode == 1
+    with MockModel([]) as model:
+        run = run_claude(root, isolated_home, model, "say hi")
+    assert not model.requests, run.output[-2000:]
+    assert "servers" in run.output and "agentstack guard" in run.output, run.output[-2000:]

@@ -52,10 +52,13 @@ def test_the_directories_above_are_those_up_to_the_checkouts_top(
     assert checkout_above(checkout) == []  # the top itself: nothing above is the checkout's
     loose = make_project(tmp_path / "loose" / "proj", MANIFEST)
     assert checkout_above(loose.resolve()) == []  # no checkout: nothing above is pinned
-    # A linked worktree marks its top with a `.git` file naming `.git/worktrees/NAME`.
+    # A linked worktree marks its top with a `.git` file naming `.git/worktrees/NAME`, whose
+    # `gitdir` file names that `.git` back.
     sub = checkout / "a" / "proj" / "vendor" / "mod"
     sub.mkdir(parents=True)
     (sub / ".git").write_text(f"gitdir: {checkout}/.git/worktrees/mod\n")
+    (checkout / ".git" / "worktrees" / "mod").mkdir(parents=True)
+    (checkout / ".git" / "worktrees" / "mod" / "gitdir").write_text(f"{sub}/.git\n")
     inner = make_project(sub / "tool", MANIFEST)
     assert checkout_above(inner.resolve()) == [sub]
     # A submodule's `.git` file (`.git/modules/NAME`) is no top: the superproject around it is
@@ -223,3 +226,33 @@ def test_an_unusable_home_is_no_boundary(checkout: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(os.path, "expanduser", lambda p: p)  # HOME unset, no passwd entry
     monkeypatch.chdir(root)
     assert checkout_above(root) == [checkout / "a", checkout]
+
+
+def test_a_submodule_named_like_a_worktree_is_no_top(checkout: Path) -> None:
+    """A submodule's name is the superproject's to choose (`.gitmodules`): one named `worktrees/x`
+    has its git directory at `.git/modules/worktrees/x`, whose second-to-last component is
+    `worktrees`. It is still a submodule: only a linked worktree's `gitdir` file, under the main
+    repository's `worktrees/NAME/`, pointing back at this directory's `.git` makes a top, as git
+    itself decides it."""
+    root = checkout / "a" / "proj"
+    module = checkout / ".git" / "modules" / "worktrees" / "x"
+    module.mkdir(parents=True)
+    (root / ".git").write_text("gitdir: ../../.git/modules/worktrees/x\n")
+    assert checkout_above(root) == [checkout / "a", checkout]
+    # A `gitdir` file there pointing elsewhere (another directory's `.git`) makes no top either.
+    (module / "gitdir").write_text(f"{checkout}/elsewhere/.git\n")
+    assert checkout_above(root) == [checkout / "a", checkout]
+    # What `git worktree add` makes is a top, and git agrees it is one.
+    linked = checkout.parent / "linked"
+    subprocess.run(["git", "-C", str(checkout), "commit", "-q", "--allow-empty", "-m", "x"],
+                   check=True, env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                                    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(["git", "-C", str(checkout), "worktree", "add", "-q", str(linked)], check=True)
+    inner = make_project(linked / "tool", MANIFEST).resolve()
+    assert checkout_above(inner) == [linked.resolve()]
+    # The same worktree's `.git` file copied to a directory it does not name back: no top.
+    other = checkout / "a" / "copy"
+    other.mkdir()
+    (other / ".git").write_text((linked / ".git").read_text())
+    below = make_project(other / "tool", MANIFEST).resolve()
+    assert checkout_above(below)[-1] == checkout
