@@ -15,7 +15,6 @@ import contextlib
 import http.server
 import json
 import os
-import pty
 import re
 import select
 import shutil
@@ -34,6 +33,7 @@ from agentstack.sandbox import verify
 from agentstack.sandbox import watch as _watch
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
+from tests.ptyspawn import pty_spawn
 
 PYTHON = verify.system_python()
 PROBE = REPO / "agentstack" / "sandbox" / "probe.py"
@@ -237,12 +237,8 @@ def test_interactive_run_keeps_the_terminal(shared: tuple[Path, dict[str, str]],
               "tty = os.open('/dev/tty', os.O_RDWR)\n"
               "rows = struct.unpack('HHHH', fcntl.ioctl(tty, termios.TIOCGWINSZ, bytes(8)))[0]\n"
               "print('TTY', os.isatty(0), os.isatty(1), os.tcgetpgrp(0) == os.getpgrp(), rows)\n")
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: exec the real command on the pty
-        os.environ.update(env, PYTHONPATH=str(REPO))
-        os.chdir(project)
-        os.execv(sys.executable, [sys.executable, "-m", "agentstack", "run", "--", PYTHON or
-                                  "python3", "-c", script])
+    pid, fd = pty_spawn([sys.executable, "-m", "agentstack", "run", "--", PYTHON or "python3",
+                         "-c", script], env={**env, "PYTHONPATH": str(REPO)}, cwd=project)
     output = b""
     deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline:
@@ -270,12 +266,8 @@ def test_ctrl_c_on_the_terminal_reaches_the_harness(shared: tuple[Path, dict[str
               "os._exit(33)))\n"
               "os.write(1, b'ready\\n')\n"
               "time.sleep(60)\n")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ.update(env, PYTHONPATH=str(REPO))
-        os.chdir(project)
-        os.execv(sys.executable, [sys.executable, "-m", "agentstack", "run", "--", PYTHON or
-                                  "python3", "-c", script])
+    pid, fd = pty_spawn([sys.executable, "-m", "agentstack", "run", "--", PYTHON or "python3",
+                         "-c", script], env={**env, "PYTHONPATH": str(REPO)}, cwd=project)
     output = b""
     sent = False
     deadline = time.monotonic() + scaled(60)
@@ -687,13 +679,10 @@ def test_interactive_run_owns_the_terminal_and_leaves_nothing(
     (project / "thief.py").write_text(THIEF)
     for name in ("pids.txt", "stolen.txt", "tried.txt"):
         (project / name).unlink(missing_ok=True)
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ.update(env, PYTHONPATH=str(REPO))
-        os.chdir(project)
-        shell = (f'"{sys.executable}" -m agentstack run -- "{PYTHON or "python3"}" -I thief.py '
-                 '$$ "$(tty)"; echo "RUN-DONE $?"; read line; echo "GOT:$line"')
-        os.execv("/bin/sh", ["/bin/sh", "-c", shell])
+    shell = (f'"{sys.executable}" -m agentstack run -- "{PYTHON or "python3"}" -I thief.py '
+             '$$ "$(tty)"; echo "RUN-DONE $?"; read line; echo "GOT:$line"')
+    pid, fd = pty_spawn(["/bin/sh", "-c", shell], env={**env, "PYTHONPATH": str(REPO)},
+                        cwd=project)
     output = b""
     sent = False
     deadline = time.monotonic() + scaled(90)

@@ -23,6 +23,7 @@ from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin
 from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
+from tests.ptyspawn import pty_spawn
 
 REAL_KEY = "sk-ant-real-key-never-in-the-sandbox-0042"
 
@@ -235,7 +236,6 @@ def test_claude_code_interactive_on_a_terminal_leaves_nothing(tmp_path: Path,
     tool that leaves a detached daemon; after /exit no process of the session remains and the next
     line typed reaches the shell."""
     import json
-    import pty
     import re
     import select
     import sys
@@ -274,13 +274,11 @@ base_url_env = "ANTHROPIC_BASE_URL"
             assert result.returncode == 0, result.stderr
         assert run_cli("secret", "set", "anthropic", cwd=root, input=REAL_KEY + "\n",
                        env=env).returncode == 0
-        pid, fd = pty.fork()
-        if pid == 0:
-            os.environ.update(env, PYTHONPATH=str(REPO), TERM="xterm-256color")
-            os.chdir(root)
-            shell = (f'"{sys.executable}" -m agentstack run --harness claude-code; '
-                     'echo "RUN-DONE $?"; read line; echo "GOT:$line"')
-            os.execv("/bin/sh", ["/bin/sh", "-c", shell])
+        shell = (f'"{sys.executable}" -m agentstack run --harness claude-code; '
+                 'echo "RUN-DONE $?"; read line; echo "GOT:$line"')
+        pid, fd = pty_spawn(["/bin/sh", "-c", shell],
+                            env={**env, "PYTHONPATH": str(REPO), "TERM": "xterm-256color"},
+                            cwd=root)
         import fcntl
         import struct
         import termios

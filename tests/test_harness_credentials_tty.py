@@ -13,7 +13,6 @@ import contextlib
 import fcntl
 import json
 import os
-import pty
 import re
 import select
 import struct
@@ -25,6 +24,7 @@ from pathlib import Path
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.binaries import harness_bin
 from tests.harness.mock_model import MockModel, ToolCall
+from tests.ptyspawn import pty_spawn
 from tests.test_harness_confined import REAL_KEY, var_home  # noqa: F401 (a fixture)
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -190,15 +190,12 @@ def test_interactive_claude_under_run_through_the_credential_proxy(tmp_path: Pat
             assert result.returncode == 0, result.stderr
         assert run_cli("secret", "set", "anthropic", cwd=root, input=REAL_KEY + "\n",
                        env=env).returncode == 0
-        pid, fd = pty.fork()
-        if pid == 0:
-            # The proxy (outside the sandbox) trusts the test's CA, as it would a corporate one.
-            os.environ.update(env, PYTHONPATH=str(REPO), TERM="xterm-256color",
-                              SSL_CERT_FILE=str(ca_pem))
-            os.environ.pop("ANTHROPIC_API_KEY", None)
-            os.chdir(root)
-            shell = f'"{sys.executable}" -m agentstack run --harness claude-code; echo "RUN-DONE $?"'
-            os.execv("/bin/sh", ["/bin/sh", "-c", shell])
+        # The proxy (outside the sandbox) trusts the test's CA, as it would a corporate one.
+        shell = f'"{sys.executable}" -m agentstack run --harness claude-code; echo "RUN-DONE $?"'
+        pid, fd = pty_spawn(["/bin/sh", "-c", shell],
+                            env={**env, "PYTHONPATH": str(REPO), "TERM": "xterm-256color",
+                                 "SSL_CERT_FILE": str(ca_pem)},
+                            cwd=root, unset=("ANTHROPIC_API_KEY",))
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         screen = Screen(fd)
         try:

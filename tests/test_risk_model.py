@@ -11,6 +11,7 @@ import pytest
 
 from agentstack.diff import HIGH_RISK_CODES, consent_diff
 from agentstack.risk import FIELD_RULES, sensitive_path
+from tests.conftest import _isolate
 from tests.test_digest_properties import build_project
 
 ITEM_SECTIONS = {"servers", "hooks", "skills", "sandbox.credentials"}
@@ -20,17 +21,21 @@ ITEM_SECTIONS = {"servers", "hooks", "skills", "sandbox.credentials"}
 def document(tmp_path_factory: pytest.TempPathFactory, session_home: Path) -> dict[str, Any]:
     # session_home: the temporary HOME is in place before this module-scoped fixture builds a
     # project (which mirrors a git repository into agentstack's cache).
-    p = build_project(tmp_path_factory.mktemp("risk"))
-    p.data["sandbox"]["credentials"] = {
-        "model": {
-            "upstream": "https://api.example.com",
-            "secret": "api-key",
-            "env": "API_KEY",
-            "base_url_env": "API_BASE",
+    base = tmp_path_factory.mktemp("risk")
+    with pytest.MonkeyPatch.context() as patch:
+        # Its own homes as well (the mirror goes to this cache), whatever an earlier module left.
+        _isolate(patch, base / "home")
+        p = build_project(base)
+        p.data["sandbox"]["credentials"] = {
+            "model": {
+                "upstream": "https://api.example.com",
+                "secret": "api-key",
+                "env": "API_KEY",
+                "base_url_env": "API_BASE",
+            }
         }
-    }
-    p.write()
-    return p.digest()[1]
+        p.write()
+        return p.digest()[1]
 
 
 def _fields(value: Any, path: str, out: set[str], missing: list[str]) -> None:
