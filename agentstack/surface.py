@@ -336,6 +336,7 @@ def scan(
                     followed.add(real)
                     walks.append((real, parts))
             _match_names(names, base, anchors, literals, found)
+    _plugin_roots(root, rules, found)
     # What the harnesses load from the directories above the project, within the checkout.
     above_rules = _above_rules(targets)
     for depth, upper in enumerate(context.above if above_rules else [], start=1):
@@ -360,6 +361,58 @@ def scan(
         if imported is not None:
             out[rel] = imported
     return {surface_key(rel): out[rel] for rel in sorted(out, key=lambda r: _text(r).encode())}
+
+
+def _plugin_roots(root: Path, rules: list[_Rule], found: dict[str, list[_Rule]]) -> None:
+    """Pin each plugin root whole (`harnesses.PLUGIN_MARKERS`, `PLUGIN_MARKETPLACES`): every
+    file under a directory holding a plugin manifest, and under each relative plugin source a
+    marketplace names, inside the project (a source outside it is a finding of the marketplace
+    file, which is pinned itself)."""
+    by_harness = {r.harness.name: r for r in rules if r.entry.role == "plugins"}
+    roots: dict[str, _Rule] = {}
+    for rel in list(found):
+        for name, rule in by_harness.items():
+            for marker in H.PLUGIN_MARKERS.get(name, ()):
+                if rel == marker or rel.endswith("/" + marker):
+                    roots.setdefault(rel[: -len(marker)].rstrip("/"), rule)
+            for market in H.PLUGIN_MARKETPLACES.get(name, ()):
+                if rel == market or rel.endswith("/" + market):
+                    base = rel[: -len(market)].rstrip("/")
+                    for source in _marketplace_sources(root / rel):
+                        joined = os.path.normpath(os.path.join(base, source))
+                        if joined != ".." and not joined.startswith(("../", "/")):
+                            roots.setdefault("" if joined == "." else joined, rule)
+    for base, rule in sorted(roots.items()):
+        top = root / base if base else root
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for here, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != ".git")
+            rel_dir = os.path.relpath(here, root)
+            names = list(files) + [d for d in dirs if os.path.islink(os.path.join(here, d))]
+            for name in names:
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                matched = found.setdefault(rel.replace(os.sep, "/"), [])
+                if rule not in matched:
+                    matched.append(rule)
+
+
+def _marketplace_sources(path: Path) -> list[str]:
+    """The relative plugin sources a marketplace file names (`"./plugins/x"` or
+    `{"source": "local", "path": "./plugins/x"}`); nothing when it does not parse."""
+    try:
+        doc = json.loads(read_regular(path))
+    except (OSError, ValueError):
+        return []
+    plugins = doc.get("plugins") if isinstance(doc, dict) else None
+    out = []
+    for plugin in plugins if isinstance(plugins, list) else []:
+        source = plugin.get("source") if isinstance(plugin, dict) else None
+        if isinstance(source, dict):
+            source = source.get("path")
+        if isinstance(source, str) and source.startswith("./"):
+            out.append(source)
+    return out
 
 
 def _match_names(
@@ -461,6 +514,8 @@ def _tree_facts(rules: list[_Rule], rel: str, data: bytes, executable: bool) -> 
         facts = [f"permission:{rel} (rules that let commands run without asking)"]
     if "plugins" in roles:
         facts = [f"{H.RUNS}:{rel} (plugin code the harness loads and runs)"]
+    if "runs" in roles:
+        facts = [f"{H.RUNS}:{rel} (commands or prompts the harness runs)"]
     if "env" in roles:
         facts = [
             f"{H.ENV}:{rel} (variables the harness loads at start: a base URL or key among them)"
