@@ -253,6 +253,8 @@ CLAUDE_CODE = Harness(
         ".claude/commands/**",
         # Read at the checkout's top (the surface probe, 2.1.332): pinned in every directory above.
         ".claude/settings.local.json",
+        # Read above the project at interactive start (the surface probe, 2.1.332).
+        ".claude/workflows/**",
     ),
 )
 
@@ -482,6 +484,8 @@ COPILOT = Harness(
         ".claude/rules/**",
         ".github/agents/**",
         ".claude/CLAUDE.md",
+        # Read above the project at interactive start (the surface probe, 1.0.102).
+        ".github/lsp.json",
         # Read at the checkout's top (the surface probe, 1.0.102); pinned in every directory above.
         ".claude/settings.json",
         ".claude/settings.local.json",

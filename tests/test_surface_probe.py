@@ -26,13 +26,7 @@ def _reports() -> dict[str, dict[str, Any]]:
 
 
 def _observed(report: dict[str, Any]) -> dict[str, Any]:
-    """The observation a report was made from (what `probe.findings` checks)."""
-    loads = report["loads"]
-    return {
-        "opened": {k: v["phase"] for k, v in loads.items() if v["how"] == "read"},
-        "executed": {k: v["phase"] for k, v in loads.items() if v["how"] == "executed"},
-        "model": [k for k, v in loads.items() if v["model"]],
-    }
+    return probe.observed_from(report)
 
 
 def _without(harness: H.Harness, pattern: str) -> H.Harness:

@@ -516,6 +516,62 @@ def run_traced(session: Session, cwd: Path, log: Path, timeout: float = RUN_TIME
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
+INTERACTIVE = ("claude-code", "copilot")  # started on a pseudo-terminal too (what loads at start)
+QUIET = 4.0  # seconds without a traced call: the interactive start is done
+
+
+def run_traced_pty(session: Session, cwd: Path, log: Path, timeout: float = 40.0) -> None:
+    """Start the harness interactively on a pseudo-terminal under strace, let it settle (the
+    trace quiet for QUIET seconds, or `timeout`), answer its terminal queries, then stop it."""
+    import fcntl
+    import pty
+    import select
+    import signal
+    import struct
+    import termios
+
+    argv = [STRACE, "-f", "-qq", "-ttt", "-s", "4096", "--seccomp-bpf", "-e", "signal=none",
+            "-e", "trace=open,openat,openat2,execve,execveat,clone,clone3,fork,vfork",
+            "-o", str(log), "--", *[a for a in session.argv if a not in ("-p", "probe")
+                                     and not a.startswith("--")]]
+    argv = [*argv[: argv.index("--") + 1], session.argv[0]]
+    env = {**session.env, "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    try:
+        start = last = time.monotonic()
+        size = -1
+        while time.monotonic() - start < timeout and proc.poll() is None:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                with contextlib.suppress(OSError):
+                    if b"\x1b[6n" in os.read(master, 65536):
+                        os.write(master, b"\x1b[1;1R")
+            now_size = log.stat().st_size if log.exists() else 0
+            if now_size != size:
+                size, last = now_size, time.monotonic()
+            elif time.monotonic() - last > QUIET and time.monotonic() - start > 2 * QUIET:
+                break
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        os.close(master)
+
+
+def _interactive_home(name: str, home: Path) -> None:
+    if name == "claude-code":  # the first-run screens are not what the probe is about
+        config = home / ".claude.json"
+        doc = json.loads(config.read_text()) if config.exists() else {}
+        doc.update(hasCompletedOnboarding=True,
+                   customApiKeyResponses={"approved": ["sk-ant-probe"], "rejected": []})
+        config.write_text(json.dumps(doc))
+
+
 # ----------------------------------------------------------------------------- checking
 
 
@@ -672,10 +728,45 @@ def probe(name: str, version: str, *, keep: Path | None = None,
                 raise RuntimeError(f"{name} sent no model request:\n{done.stdout[-2000:]}\n"
                                    f"{done.stderr[-2000:]}")
             observed = observe(name, layout, trace.read_text(errors="replace"), model)
+            if name in INTERACTIVE:
+                _interactive_home(name, home)
+                started = time.monotonic()
+                pty_trace = top / "strace-pty.log"
+                run_traced_pty(session, layout.project, pty_trace)
+                log(f"{name}: interactive start traced in {time.monotonic() - started:.1f} s")
+                at_start = observe(name, layout, pty_trace.read_text(errors="replace"),
+                                   MockModel([]))
+                for table in ("opened", "executed"):
+                    for key in at_start[table]:
+                        observed[table].setdefault(key, "interactive start")
         return report(name, version, candidates, observed)
     finally:
         if keep is None:
             shutil.rmtree(top, ignore_errors=True)
+
+
+def observed_from(rep: dict[str, Any]) -> dict[str, Any]:
+    """The observation a committed report was made from (what `findings` checks)."""
+    loads = rep["loads"]
+    return {
+        "opened": {k: v["phase"] for k, v in loads.items() if v["how"] == "read"},
+        "executed": {k: v["phase"] for k, v in loads.items() if v["how"] == "executed"},
+        "model": [k for k, v in loads.items() if v["model"]],
+        "walked": rep["walks_tree"],
+    }
+
+
+def recheck() -> list[str]:
+    """Re-check every committed observation against the surface as it is now (no harness runs)
+    and rewrite the reports and the docs; the findings."""
+    out = []
+    for rep in list(committed()):
+        fresh = report(rep["harness"], rep["version"], ["?"] * rep["candidates"],
+                       observed_from(rep))
+        output_path(rep["harness"], rep["version"]).write_text(json.dumps(fresh, indent=2) + "\n")
+        out += [f"{rep['harness']} {rep['version']} loads {k}" for k in fresh["findings"]]
+    write_docs()
+    return out
 
 
 def output_path(name: str, version: str) -> Path:
@@ -749,10 +840,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep the planted trees and logs under DIR")
     parser.add_argument("--docs", action="store_true",
                         help="only regenerate docs/surface.md's section from surface/")
+    parser.add_argument("--recheck", action="store_true",
+                        help="re-check the committed observations against harnesses.py (no runs)")
     args = parser.parse_args(argv)
     if args.docs:
         write_docs()
         return 0
+    if args.recheck:
+        for line in (lost := recheck()):
+            print(f"surface-probe: {line}, not on its surface", file=sys.stderr)
+        return 1 if lost else 0
     versions = pinned_versions()
     failed = False
     for name in args.harness or sorted(versions):
