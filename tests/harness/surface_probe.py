@@ -496,10 +496,17 @@ def parse_strace(log: str, first_program: str) -> list[Access]:
     return out
 
 
+def _strace(log: Path, argv: list[str]) -> list[str]:
+    """`argv` under strace: every process, wall-clock times, the opens, execs and clones (to
+    know which program each process runs), through a seccomp filter (fast)."""
+    return [STRACE, "-f", "-qq", "-ttt", "-s", "4096", "--seccomp-bpf", "-e", "signal=none",
+            "-e", "trace=open,openat,openat2,execve,execveat,clone,clone3,fork,vfork",
+            "-o", str(log), "--", *argv]
+
+
 def run_traced(session: Session, cwd: Path, log: Path, timeout: float = RUN_TIMEOUT
                ) -> subprocess.CompletedProcess[str]:
-    argv = [STRACE, "-f", "-qq", "-ttt", "-s", "4096", "--seccomp-bpf", "-e", "signal=none",
-            "-e", "trace=open,openat,openat2,execve,execveat,clone,clone3,fork,vfork", "-o", str(log), "--", *session.argv]
+    argv = _strace(log, session.argv)
     with subprocess.Popen(argv, cwd=cwd, env=session.env, stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as proc:
@@ -530,11 +537,7 @@ def run_traced_pty(session: Session, cwd: Path, log: Path, timeout: float = 40.0
     import struct
     import termios
 
-    argv = [STRACE, "-f", "-qq", "-ttt", "-s", "4096", "--seccomp-bpf", "-e", "signal=none",
-            "-e", "trace=open,openat,openat2,execve,execveat,clone,clone3,fork,vfork",
-            "-o", str(log), "--", *[a for a in session.argv if a not in ("-p", "probe")
-                                     and not a.startswith("--")]]
-    argv = [*argv[: argv.index("--") + 1], session.argv[0]]
+    argv = _strace(log, [session.argv[0]])  # the binary alone: its interactive start
     env = {**session.env, "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
     master, slave = pty.openpty()
