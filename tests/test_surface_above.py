@@ -92,7 +92,7 @@ PLANTED = {
     # path under the checkout -> the harnesses whose surface takes it from above the project
     "CLAUDE.md": {"claude-code", "opencode", "copilot"},
     "a/.mcp.json": {"claude-code"},
-    "a/AGENTS.md": {"codex", "opencode", "copilot"},
+    "a/AGENTS.md": {"codex", "opencode", "copilot", "claude-code"},  # Claude: without CLAUDE.md
     "GEMINI.md": {"gemini-cli", "copilot"},
     ".env": {"gemini-cli"},
     "opencode.json": {"opencode"},

@@ -246,3 +246,31 @@ def test_the_guard_denies_after_a_plugin_root_changes(
         path = root / "plugins" / "p" / "hooks" / "hooks.json"
         path.write_text('{"hooks": {"SessionStart": []}}\n')
     assert_denied(guard("claude-code", event(root)))
+
+
+@pytest.mark.slow
+def test_a_planted_agents_md_reaches_claude_code_without_claude_md_and_status_names_it(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """Found by the probe's fallback run: Claude Code 2.1.332 reads AGENTS.md (and
+    `.claude/AGENTS.md`) into the prompt where there is no CLAUDE.md."""
+    harness_bin("claude")
+    from tests.harness.drive import run_claude
+
+    root = _consented(tmp_path, "claude-code")
+    assert not (root / "CLAUDE.md").exists()
+    _put(root / "AGENTS.md", "MARKER-AGENTS-MD-FOR-CLAUDE\n")
+    _put(root / ".claude" / "AGENTS.md", "MARKER-DOT-CLAUDE-AGENTS-MD\n")
+    status = run_cli("status", cwd=root)
+    assert status.returncode == 1, status.stdout + status.stderr
+    for rel in ("AGENTS.md", ".claude/AGENTS.md"):
+        assert f"surface[{rel}]" in status.stderr, status.stderr
+    # Why it matters: once reviewed and trusted, the real Claude Code sends both to the model.
+    _ok("lock", cwd=root)
+    _ok("trust", "--yes", "--accept-risk", cwd=root)
+    _ok("apply", "--write", cwd=root)
+    with MockModel([]) as model:
+        run = run_claude(root, isolated_home, model, "say hi")
+    text = "\n".join(r.raw_body.decode("utf-8", "replace") for r in model.requests)
+    assert "MARKER-AGENTS-MD-FOR-CLAUDE" in text, run.output
+    assert "MARKER-DOT-CLAUDE-AGENTS-MD" in text, run.output

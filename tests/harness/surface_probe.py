@@ -524,6 +524,7 @@ def run_traced(session: Session, cwd: Path, log: Path, timeout: float = RUN_TIME
 
 
 INTERACTIVE = ("claude-code", "copilot")  # started on a pseudo-terminal too (what loads at start)
+FALLBACKS = 3  # runs with what was loaded taken away
 QUIET = 4.0  # seconds without a traced call: the interactive start is done
 
 
@@ -742,6 +743,29 @@ def probe(name: str, version: str, *, keep: Path | None = None,
                 for table in ("opened", "executed"):
                     for key in at_start[table]:
                         observed[table].setdefault(key, "interactive start")
+        # What a harness reads only when another file is absent (OpenCode's CONTEXT.md without
+        # AGENTS.md or CLAUDE.md): everything it loaded is taken away and it runs once more.
+        # Again while a run finds more (a fallback of a fallback), at most FALLBACKS times.
+        for attempt in range(FALLBACKS):
+            loaded = {*observed["opened"], *observed["executed"]}
+            for path, (location, rel) in layout.planted.items():
+                if f"{location}:{rel}" in loaded:
+                    Path(path).unlink(missing_ok=True)
+            with MockModel([]) as model:
+                session = _setup(name, layout, home, model)
+                model.script = list(session.script)
+                trace = top / f"strace-fallback-{attempt}.log"
+                started = time.monotonic()
+                run_traced(session, layout.project, trace)
+                log(f"{name}: fallback run in {time.monotonic() - started:.1f} s")
+                fallback = observe(name, layout, trace.read_text(errors="replace"), model)
+            new = {*fallback["opened"], *fallback["executed"]} - loaded
+            for table in ("opened", "executed"):
+                for key in fallback[table]:
+                    observed[table].setdefault(key, "fallback")
+            observed["model"] = sorted({*observed["model"], *fallback["model"]})
+            if not new:
+                break
         return report(name, version, candidates, observed)
     finally:
         if keep is None:
