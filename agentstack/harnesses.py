@@ -220,6 +220,9 @@ CLAUDE_CODE = Harness(
         _e("**/CLAUDE.md", "instructions", "text", "run", "memory, nested ones too"),
         _e("**/CLAUDE.local.md", "instructions", "text", "run", "local memory"),
         _e("**/.claude/CLAUDE.md", "instructions", "text", "src", "memory"),
+        # Found by the surface probe (2.1.332): read into the prompt where there is no CLAUDE.md.
+        _e("**/AGENTS.md", "instructions", "text", "run", "memory without CLAUDE.md"),
+        _e("**/.claude/AGENTS.md", "instructions", "text", "run", "memory without CLAUDE.md"),
         _e("**/.claude/rules/**", "rules", "tree", "run", "rules (memory)"),
         _e("**/.claude/skills/**", "skills", "tree", "run", "skills (inline shell runs)"),
         _e("**/.claude/agents/**", "agents", "tree", "run", "subagents"),
@@ -247,6 +250,8 @@ CLAUDE_CODE = Harness(
         "CLAUDE.md",
         "CLAUDE.local.md",
         ".claude/CLAUDE.md",
+        "AGENTS.md",
+        ".claude/AGENTS.md",
         ".claude/rules/**",
         ".claude/skills/**",
         ".claude/agents/**",
