@@ -220,6 +220,9 @@ CLAUDE_CODE = Harness(
         _e("**/CLAUDE.md", "instructions", "text", "run", "memory, nested ones too"),
         _e("**/CLAUDE.local.md", "instructions", "text", "run", "local memory"),
         _e("**/.claude/CLAUDE.md", "instructions", "text", "src", "memory"),
+        # Found by the surface probe (2.1.332): read into the prompt where there is no CLAUDE.md.
+        _e("**/AGENTS.md", "instructions", "text", "run", "memory without CLAUDE.md"),
+        _e("**/.claude/AGENTS.md", "instructions", "text", "run", "memory without CLAUDE.md"),
         _e("**/.claude/rules/**", "rules", "tree", "run", "rules (memory)"),
         _e("**/.claude/skills/**", "skills", "tree", "run", "skills (inline shell runs)"),
         _e("**/.claude/agents/**", "agents", "tree", "run", "subagents"),
@@ -227,6 +230,13 @@ CLAUDE_CODE = Harness(
         _e("**/.claude/output-styles/**", "output-styles", "tree", "src", "output styles"),
         _e("**/.claude/hooks/**", "hooks", "tree", "docs", "hook scripts by convention"),
         _e("**/.claude-plugin/**", "plugins", "tree", "src", "plugin and marketplace manifests"),
+        # Found by the surface probe (2.1.332 reads the first at start; all are in its own list of
+        # project files its sandbox keeps the agent from writing).
+        _e("**/.claude/scheduled_tasks.json", "runs", "tree", "run", "scheduled prompts it runs"),
+        _e("**/.claude/launch.json", "runs", "tree", "src", "launch configurations (commands)"),
+        _e("**/.claude/workflows/**", "commands", "tree", "src", "workflows"),
+        _e("**/.claude/routines/**", "commands", "tree", "src", "routines"),
+        _e("**/.claude/loop.md", "instructions", "text", "src", "the loop prompt"),
     ),
     keys={"claude": _CLAUDE_SETTINGS, "mcp": _MCP_FILE},
     trust_entries=(
@@ -240,10 +250,16 @@ CLAUDE_CODE = Harness(
         "CLAUDE.md",
         "CLAUDE.local.md",
         ".claude/CLAUDE.md",
+        "AGENTS.md",
+        ".claude/AGENTS.md",
         ".claude/rules/**",
         ".claude/skills/**",
         ".claude/agents/**",
         ".claude/commands/**",
+        # Read at the checkout's top (the surface probe, 2.1.332): pinned in every directory above.
+        ".claude/settings.local.json",
+        # Read above the project at interactive start (the surface probe, 2.1.332).
+        ".claude/workflows/**",
     ),
 )
 
@@ -268,6 +284,10 @@ CODEX = Harness(
         _e(
             "**/.codex/rules/**", "permissions", "tree", "src", "exec-policy rules (allow commands)"
         ),
+        # Found by the surface probe in 0.171.0's binary: a plugin's manifest (its root is pinned
+        # whole, see PLUGIN_MARKERS) and the project's plugin marketplace.
+        _e("**/.codex-plugin/**", "plugins", "tree", "src", "plugin manifests (root pinned whole)"),
+        _e(".agents/plugins/marketplace.json", "plugins", "tree", "src", "plugin marketplace"),
     ),
     keys={"codex": _CODEX_CONFIG, "hooks": _HOOKS_FILE},
     trust_entries=(
@@ -277,7 +297,14 @@ CODEX = Harness(
     # Measured with 0.171.0: instructions and skills reach the model; `.codex/config.toml` above
     # the project is read only where Codex trusts that directory itself (agentstack trusts the
     # project's root only).
-    above=("AGENTS.md", "AGENTS.override.md", ".agents/skills/**", ".codex/skills/**"),
+    above=(
+        "AGENTS.md",
+        "AGENTS.override.md",
+        ".agents/skills/**",
+        ".codex/skills/**",
+        ".agents/plugins/marketplace.json",
+        ".codex-plugin/**",
+    ),
 )
 
 _GEMINI_SETTINGS = {
@@ -353,6 +380,12 @@ OPENCODE = Harness(
         _e(".claude/skills/**", "skills", "tree", "run", "skills"),
         _e(".opencode/agent/**", "agents", "tree", "docs", "agents"),
         _e(".opencode/agents/**", "agents", "tree", "docs", "agents"),
+        # Found by the surface probe (1.18.33): primary agents (modes) that replace the default
+        # agent's prompt and permissions, and the instruction file read when neither AGENTS.md
+        # nor CLAUDE.md exists (from the working directory up to the worktree's top).
+        _e(".opencode/mode/**", "agents", "tree", "run", "modes: primary agents"),
+        _e(".opencode/modes/**", "agents", "tree", "run", "modes: primary agents"),
+        _e("**/CONTEXT.md", "instructions", "text", "run", "instructions without AGENTS.md"),
         _e(".opencode/command/**", "commands", "tree", "docs", "commands"),
         _e(".opencode/commands/**", "commands", "tree", "docs", "commands"),
         # Measured with 1.18.33: with plugins present, OpenCode adds its own plugin package at its
@@ -416,11 +449,13 @@ COPILOT = Harness(
         _e(".github/copilot/settings.local.json", "settings", "json", "run", "settings", "hooks"),
         _e(".claude/settings.json", "settings", "json", "run", "Claude hooks", "hooks"),
         _e(".claude/settings.local.json", "settings", "json", "run", "Claude hooks", "hooks"),
-        _e(".github/copilot-instructions.md", "instructions", "text", "run", "instructions"),
+        # Nested ones too (the surface probe, 1.0.102: read when a tool touches the directory).
+        _e("**/.github/copilot-instructions.md", "instructions", "text", "run", "instructions"),
         _e(".github/instructions/**", "instructions", "tree", "run", "instructions"),
-        _e("AGENTS.md", "instructions", "text", "run", "instructions"),
-        _e("CLAUDE.md", "instructions", "text", "run", "instructions"),
-        _e("GEMINI.md", "instructions", "text", "run", "instructions"),
+        _e("**/AGENTS.md", "instructions", "text", "run", "instructions"),
+        _e("**/CLAUDE.md", "instructions", "text", "run", "instructions"),
+        _e("**/GEMINI.md", "instructions", "text", "run", "instructions"),
+        _e("**/.claude/CLAUDE.md", "instructions", "text", "run", "Claude Code memory"),
         _e(".github/skills/**", "skills", "tree", "run", "skills"),
         _e(".agents/skills/**", "skills", "tree", "run", "skills"),
         _e(".claude/skills/**", "skills", "tree", "run", "skills"),
@@ -429,8 +464,10 @@ COPILOT = Harness(
         _e(".claude/rules/**", "rules", "tree", "run", "Claude Code rules"),
         _e(".github/agents/**", "agents", "tree", "run", "custom agents"),
         _e(".github/prompts/**", "commands", "tree", "docs", "prompt files"),
+        # Found by the surface probe (1.0.102): language servers it starts from the project.
+        _e(".github/lsp.json", "lsp", "json", "run", "language servers it starts", "lsp"),
     ),
-    keys={"mcp": _MCP_FILE, "hooks": _HOOKS_FILE},
+    keys={"mcp": _MCP_FILE, "hooks": _HOOKS_FILE, "lsp": {"lspServers": RUNS}},
     trust_entries=("~/.copilot/config.json trustedFolders",),
     # Measured with 1.0.102: instructions, rules, skills and agents reach the model, and in a
     # folder it trusts, the hooks of `.github/hooks/` and `.github/copilot/settings.json` run;
@@ -451,6 +488,12 @@ COPILOT = Harness(
         ".claude/commands/**",
         ".claude/rules/**",
         ".github/agents/**",
+        ".claude/CLAUDE.md",
+        # Read above the project at interactive start (the surface probe, 1.0.102).
+        ".github/lsp.json",
+        # Read at the checkout's top (the surface probe, 1.0.102); pinned in every directory above.
+        ".claude/settings.json",
+        ".claude/settings.local.json",
     ),
 )
 
@@ -492,6 +535,20 @@ VSCODE = Harness(
     keys={"mcp": _MCP_FILE, "hooks": _HOOKS_FILE},
     trust_entries=(),
 )
+
+# Plugin roots are pinned whole: a file here (relative to the directory it is in) makes that
+# directory a plugin root the harness loads everything of (hooks, skills, servers, scripts), and a
+# marketplace file names more roots in its `plugins[].source` (a relative path, or an object with
+# a relative `path`). Measured or read per harness; Gemini CLI's extensions are whole trees on its
+# surface already (`.gemini/extensions/**`).
+PLUGIN_MARKERS: dict[str, tuple[str, ...]] = {
+    "claude-code": (".claude-plugin/plugin.json",),
+    "codex": (".codex-plugin/plugin.json",),
+}
+PLUGIN_MARKETPLACES: dict[str, tuple[str, ...]] = {
+    "claude-code": (".claude-plugin/marketplace.json",),
+    "codex": (".agents/plugins/marketplace.json",),
+}
 
 ALL: tuple[Harness, ...] = (CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE)
 BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}

@@ -356,6 +356,7 @@ def scan(
                     followed.add(real)
                     walks.append((real, parts))
             _match_names(names, base, anchors, literals, found)
+    _plugin_roots(root, rules, found)
     # What the harnesses load from the directories above the project, within the checkout.
     above_rules = _above_rules(targets)
     for depth, upper in enumerate(context.above if above_rules else [], start=1):
@@ -380,6 +381,66 @@ def scan(
         if imported is not None:
             out[rel] = imported
     return {surface_key(rel): out[rel] for rel in sorted(out, key=lambda r: _text(r).encode())}
+
+
+def _plugin_roots(root: Path, rules: list[_Rule], found: dict[str, list[_Rule]]) -> None:
+    """Pin each plugin root whole (`harnesses.PLUGIN_MARKERS`, `PLUGIN_MARKETPLACES`): every
+    file under a directory holding a plugin manifest, and under each relative plugin source a
+    marketplace names, inside the project (a source outside it is a finding of the marketplace
+    file, which is pinned itself)."""
+    roots = plugin_roots(root, rules, list(found))
+    for base, rule in sorted(roots.items()):
+        top = root / base if base else root
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for here, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != ".git")
+            rel_dir = os.path.relpath(here, root)
+            names = list(files) + [d for d in dirs if os.path.islink(os.path.join(here, d))]
+            for name in names:
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                matched = found.setdefault(rel.replace(os.sep, "/"), [])
+                if rule not in matched:
+                    matched.append(rule)
+
+
+def plugin_roots(root: Path, rules: list[_Rule], paths: list[str]) -> dict[str, _Rule]:
+    """The plugin roots (project-relative, "" for the project itself) that the surface `paths`
+    found under `root` make: the directory of each plugin manifest and each relative source a
+    marketplace among them names, with the rule of the harness that loads it."""
+    by_harness = {r.harness.name: r for r in rules if r.entry.role == "plugins"}
+    roots: dict[str, _Rule] = {}
+    for rel in paths:
+        for name, rule in by_harness.items():
+            for marker in H.PLUGIN_MARKERS.get(name, ()):
+                if rel == marker or rel.endswith("/" + marker):
+                    roots.setdefault(rel[: -len(marker)].rstrip("/"), rule)
+            for market in H.PLUGIN_MARKETPLACES.get(name, ()):
+                if rel == market or rel.endswith("/" + market):
+                    base = rel[: -len(market)].rstrip("/")
+                    for source in _marketplace_sources(root / rel):
+                        joined = os.path.normpath(os.path.join(base, source))
+                        if joined != ".." and not joined.startswith(("../", "/")):
+                            roots.setdefault("" if joined == "." else joined, rule)
+    return roots
+
+
+def _marketplace_sources(path: Path) -> list[str]:
+    """The relative plugin sources a marketplace file names (`"./plugins/x"` or
+    `{"source": "local", "path": "./plugins/x"}`); nothing when it does not parse."""
+    try:
+        doc = json.loads(read_regular(path))
+    except (OSError, ValueError):
+        return []
+    plugins = doc.get("plugins") if isinstance(doc, dict) else None
+    out = []
+    for plugin in plugins if isinstance(plugins, list) else []:
+        source = plugin.get("source") if isinstance(plugin, dict) else None
+        if isinstance(source, dict):
+            source = source.get("path")
+        if isinstance(source, str) and source.startswith("./"):
+            out.append(source)
+    return out
 
 
 def _match_names(
@@ -481,6 +542,8 @@ def _tree_facts(rules: list[_Rule], rel: str, data: bytes, executable: bool) -> 
         facts = [f"permission:{rel} (rules that let commands run without asking)"]
     if "plugins" in roles:
         facts = [f"{H.RUNS}:{rel} (plugin code the harness loads and runs)"]
+    if "runs" in roles:
+        facts = [f"{H.RUNS}:{rel} (commands or prompts the harness runs)"]
     if "env" in roles:
         facts = [
             f"{H.ENV}:{rel} (variables the harness loads at start: a base URL or key among them)"
@@ -923,6 +986,16 @@ def snapshot_entries(
                 and not rewritten(child)
             ):
                 watch(path, {"kind": "raw"})
+    # A plugin root is pinned whole: the full listing of each of its directories is watched (a
+    # new script or skill in it is drift).
+    pinned_paths = [str(p["path"]) for p in (document.get("surface") or {}).values()]
+    for base in plugin_roots(root, rules, [p for p in pinned_paths if not p.startswith("../")]):
+        top = root / base if base else root
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for directory, subdirs, _names in os.walk(top):
+            subdirs[:] = sorted(d for d in subdirs if d != ".git")
+            watch(Path(directory), {"kind": "listing"})
     # A file agentstack renders keys into inside a surface tree (Copilot's
     # `.github/hooks/agentstack.json`) is watched whole like any other rendered surface file: a
     # key added next to agentstack's (`disableAllHooks`) is drift.

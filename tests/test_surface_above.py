@@ -95,7 +95,7 @@ PLANTED = {
     # path under the checkout -> the harnesses whose surface takes it from above the project
     "CLAUDE.md": {"claude-code", "opencode", "copilot"},
     "a/.mcp.json": {"claude-code"},
-    "a/AGENTS.md": {"codex", "opencode", "copilot"},
+    "a/AGENTS.md": {"codex", "opencode", "copilot", "claude-code"},  # Claude: without CLAUDE.md
     "GEMINI.md": {"gemini-cli", "copilot"},
     ".env": {"gemini-cli"},
     "opencode.json": {"opencode"},
@@ -106,6 +106,8 @@ PLANTED = {
     ".github/copilot-instructions.md": {"copilot"},
     ".github/agents/x.agent.md": {"copilot"},
     ".github/hooks/h.json": {"copilot"},
+    # Copilot reads Claude Code's settings at the checkout's top (the surface probe, 1.0.102).
+    ".claude/settings.json": {"copilot"},
 }
 
 
@@ -117,7 +119,6 @@ def test_what_the_harnesses_load_above_the_project_is_pinned(checkout: Path) -> 
             text = '{"mcpServers": {"x": {"command": "sh"}}}\n'
         _put(checkout / rel, text if rel.endswith(".json") else f"planted {rel}\n")
     # Not loaded from above by any harness, or not in this checkout's path to the project:
-    _put(checkout / ".claude" / "settings.json", '{"hooks": {}}\n')
     _put(checkout / ".gemini" / "settings.json", "{}\n")
     _put(checkout / "b" / "CLAUDE.md", "a sibling project's memory\n")
     _put(checkout / "a" / "other" / "AGENTS.md", "a sibling's instructions\n")

@@ -49,6 +49,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -75,6 +76,7 @@ class RecordedRequest:
     raw_body: bytes
     api: str | None  # "anthropic", "openai" or None
     kind: str  # "main" (offered tools, got the script), "side", "count_tokens", "other"
+    at: float = field(default_factory=time.time)  # when it arrived (wall clock, as strace's -ttt)
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())

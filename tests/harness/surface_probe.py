@@ -1,0 +1,904 @@
+"""The surface probe: what each pinned harness version really opens and runs from a project.
+
+For each harness version pinned in `scripts/install-harnesses`:
+
+(a) *harvest* candidate project paths from the harness's own installed bundle: string literals
+    that look like dot-directories (`.github/lsp.json`), configuration and instruction file names
+    (`AGENTS.md`, `opencode.json`) and glob patterns (`{mode,modes}/*.md`), read from its
+    JavaScript and, for native binaries, by a `strings`-like scan of the binary;
+(b) *plant* a canary file at each candidate: in the project, in a nested directory of it, and in
+    each directory above it up to the top of the git checkout (`repo/a/proj`: `repo/a` and
+    `repo`);
+(c) *run* the real binary offline against the mock model (127.0.0.1), headless, in a folder it
+    trusts, with a scripted session that reads a file in the nested directory, edits one and runs
+    a shell command;
+(d) *record* every file it opens or executes with `strace -f` (`openat`, `openat2`, `execve`,
+    `execveat`), each one attributed to the phase it happened in (`start`, before the first model
+    request, or the tool call the model had just made) and whether the canary's text reached the
+    model;
+(e) *check* each planted file it opened or ran against the harness's surface in
+    `agentstack.harnesses` (`surface` for the project and nested directories, `above` for the
+    directories above), or the list of inert files below (each with its reason): anything else is
+    a finding, a file the harness loads that agentstack would not pin.
+
+Its output per harness and version (`tests/harness/surface/<harness>-<version>.json`) is
+committed; `tests/test_surface_probe.py` re-runs the probe and diffs against it, and
+docs/surface.md's measured table is generated from it.
+
+    python -m tests.harness.surface_probe [--harness NAME ...] [--write] [--keep DIR]
+
+Exit 0 when no harness opened a planted file off its surface, 1 with the findings listed, 2 when
+a harness could not be run (missing binary, no strace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentstack import harnesses as H
+from agentstack.surface import _match
+
+from .binaries import REPO, TOOLS_BIN, harness_env
+from .mock_model import MockModel, ToolCall
+
+OUT_DIR = Path(__file__).resolve().parent / "surface"
+NPM = REPO / ".tools" / "npm" / "node_modules"
+COPILOT_CACHE = REPO / ".tools" / "copilot-cache"
+NPM_CACHE = REPO / ".tools" / "npm-cache"
+STRACE = "/usr/bin/strace"
+RUN_TIMEOUT = 240.0
+TOKEN = "SURFACE-CANARY-"
+LOCATIONS = ("project", "nested", "above1", "above2")
+
+# Planted files a harness opens that carry nothing it acts on, each with the reason. A key is
+# `<harness>:<pattern>` (`*:` for every harness), or `<harness>@<location>:<pattern>` for one
+# location only; the pattern is matched like a surface pattern against the path relative to the
+# directory it was planted in.
+INERT: dict[str, str] = {
+    "*:**/.gitignore": "ignore rules for file search and listing: no code, not sent to the model",
+    "*:**/.ignore": "ignore rules for file search (ripgrep): no code, not sent to the model",
+    "*:**/.rgignore": "ignore rules for ripgrep: no code, not sent to the model",
+    "*:**/.git": "what marks a checkout's top (read by the harness's git discovery)",
+    "*:**/README.md": "the file the scripted session reads itself",
+    "*:**/package.json": "read by the harness's project detection (name, workspaces): not loaded",
+    "opencode:**/.opencode/package.json": "its npm dependencies: on the surface as `packages`",
+    "gemini-cli:**/.geminiignore": "ignore rules for Gemini CLI's file tools: no code",
+    "gemini-cli:**/.gitattributes": "read by the harness's git helpers: no code, not sent",
+    "codex:**/.codexignore": "ignore rules for file search: no code, not sent to the model",
+    "copilot:**/.copilotignore": "ignore rules for file search: no code, not sent to the model",
+    "claude-code:.npmrc": "read at the checkout's top to detect the package manager: not config",
+    "claude-code:.yarnrc.yml": "read at the checkout's top to detect the package manager",
+    "claude-code:environment.yml": "read at the checkout's top to detect a conda environment",
+    "claude-code:environment.yaml": "read at the checkout's top to detect a conda environment",
+    "codex@above1:.codex/config.toml": "read above the project, applied only in a directory Codex "
+    "trusts itself (agentstack trusts the project's root only)",
+    "codex@above2:.codex/config.toml": "read above the project, applied only in a directory Codex "
+    "trusts itself (agentstack trusts the project's root only)",
+}
+
+
+# ----------------------------------------------------------------------------- versions
+
+
+def pinned_versions() -> dict[str, str]:
+    """harness name -> version, from `scripts/install-harnesses`."""
+    text = (REPO / "scripts" / "install-harnesses").read_text(encoding="utf-8")
+    names = {"CLAUDE_CODE": "claude-code", "CODEX": "codex", "GEMINI": "gemini-cli",
+             "OPENCODE": "opencode", "COPILOT": "copilot"}
+    out: dict[str, str] = {}
+    for var, version in re.findall(r"^([A-Z_]+)_VERSION=(\S+)", text, re.M):
+        if var in names:
+            out[names[var]] = version
+    return out
+
+
+# ----------------------------------------------------------------------------- harvest
+
+# A string literal in JavaScript (quoted), or a printable run in a native binary.
+_QUOTED = re.compile(rb"[\"'`]([A-Za-z0-9_.*{},/-]{2,90})[\"'`]")
+_RUN = re.compile(rb"[\x21-\x7e]{4,}")
+# Inside a native binary's printable runs: dot-directory paths with a directory in them.
+_DOT_PATH = re.compile(r"(?<![A-Za-z0-9_$@~\\/.-])(\.[a-z][a-z0-9_-]{1,24}(?:/[A-Za-z0-9_.*{},-]{1,40}){1,4})")
+_NAME = re.compile(r"(?<![A-Za-z0-9_.-])([A-Z][A-Z0-9_-]{2,30}\.md)(?![a-z0-9])")
+_NATIVE_DIR = re.compile(r"(\.(?:claude|codex|gemini|opencode|copilot|agents|github|cursor)"
+                         r"(?:-plugin)?)(?![a-z-])")
+_NATIVE_NAME = re.compile(r"((?:claude|codex|gemini|opencode|copilot|agents?|skills?|plugins?|"
+                          r"hooks?|mcp|lsp|marketplace|settings|config|instructions?|rules?|"
+                          r"prompts?|AGENTS|SKILL|CLAUDE|GEMINI)(?:[._-][a-z]+)?"
+                          r"\.(?:json|jsonc|toml|md|ya?ml))(?![a-z])")
+_NATIVE_WORD = re.compile(r"(?<![a-z])(skills|agents|plugins|hooks|rules|prompts|commands|modes|"
+                          r"extensions|instructions)(?![a-z])")
+_CONFIG_EXT = re.compile(r"\.(?:md|mdc|json|jsonc|json5|toml|ya?ml|env|txt|js|ts|mjs|sh)$")
+# Plain names kept only when they look like a harness's own files: upper-case instruction files
+# (AGENTS.md), a name of one of the harnesses or a common agent-config word.
+_WORDS = re.compile(
+    r"claude|codex|gemini|opencode|copilot|agent|skill|plugin|hook|mcp|lsp|marketplace|"
+    r"instruction|prompt|rule|command|mode|extension|settings|config|context|memory|style|"
+    r"tool|theme|workflow|policy|polic|permission|server|env",
+    re.I,
+)
+_UPPER_MD = re.compile(r"^[A-Z][A-Z0-9_-]+(\.[a-z]+)?\.mdc?$")
+_SKIP_FIRST = {".git", ".node", ".js", ".ts", ".mjs", ".cjs", ".d", ".min", ".map", ".wasm",
+               ".so", ".dll", ".exe", ".bin", ".png", ".svg", ".css", ".html", ".lock", ".log",
+               ".tmp", ".cache", ".npm", ".local", ".config", ".ssh", ".aws", ".docker", ".kube",
+               ".vscode-server", ".cargo", ".rustup", ".nvm", ".bun", ".deno", ".pnpm", ".yarn"}
+MAX_CANDIDATES = 8000
+
+
+def _bundle_files(harness: str, version: str) -> list[tuple[Path, bool]]:
+    """The installed files of a harness whose strings are harvested (path, holds JavaScript)."""
+    if harness == "claude-code":
+        return [(NPM / "@anthropic-ai" / "claude-code-linux-x64" / "claude", True)]
+    if harness == "codex":
+        return [(NPM / "@openai" / "codex-linux-x64" / "vendor" / "x86_64-unknown-linux-musl"
+                 / "bin" / "codex", False), (NPM / "@openai" / "codex" / "bin" / "codex.js", True)]
+    if harness == "gemini-cli":
+        return [(p, True) for p in sorted((NPM / "@google" / "gemini-cli" / "bundle").rglob("*.js"))]
+    if harness == "opencode":
+        return [(NPM / "opencode-linux-x64" / "bin" / "opencode", True)]
+    # Copilot unpacks its JavaScript and native runtime on first run.
+    base = COPILOT_CACHE / "copilot" / "pkg" / "linux-x64" / version
+    return [(base / "cli-main.js", True), (base / "app.js", True), (base / "index.js", True),
+            (base / "prebuilds" / "linux-x64" / "runtime.node", False)]
+
+
+def _expand(pattern: str) -> list[str]:
+    """A harvested glob made concrete: braces expanded, `**` a directory, `*` a name."""
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if m:
+        return [x for alt in m.group(1).split(",")
+                for x in _expand(pattern[: m.start()] + alt + pattern[m.end():])]
+    parts = []
+    for part in pattern.split("/"):
+        if part == "**":
+            parts.append("probe")
+        elif "*" in part or "?" in part:
+            parts.append(part.replace("*", "canary").replace("?", "x"))
+        else:
+            parts.append(part)
+    return ["/".join(parts)]
+
+
+def _plausible(rel: str) -> bool:
+    parts = rel.split("/")
+    if not rel or len(rel) > 90 or any(p in ("", ".", "..") for p in parts):
+        return False
+    if any(c in rel for c in "{}[]\\ $%:"):
+        return False
+    first = parts[0]
+    if first in _SKIP_FIRST or (first.startswith(".git") and first not in (".github",)):
+        return False
+    return "node_modules" not in parts
+
+
+def _tokens(path: Path, javascript: bool) -> set[str]:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return set()
+    out: set[str] = set()
+    if javascript:
+        out.update(m.decode("ascii") for m in _QUOTED.findall(data))
+    if not javascript:
+        for run in _RUN.findall(data):
+            if b"." not in run:
+                continue
+            text = run.decode("ascii")
+            out.update(m.rstrip(".,") for m in _DOT_PATH.findall(text))
+            out.update(_NAME.findall(text))
+            # Names joined at run time (`dir.join(".codex").join("config.toml")`) lie next to
+            # each other in the binary with no separator: the dot-words and the names of the
+            # agent-config vocabulary are cut out of the run.
+            out.update("native:" + m for m in _NATIVE_DIR.findall(text))
+            out.update("native-name:" + m for m in _NATIVE_NAME.findall(text))
+            out.update("native-word:" + m for m in _NATIVE_WORD.findall(text))
+    return out
+
+
+def harvest(harness: str, version: str) -> list[str]:
+    """Candidate project paths from the harness's bundle (relative, concrete, sorted).
+
+    A literal path (`.github/lsp.json`, `{agent,agents}/**/*.md`) is a candidate as it is; a
+    dot-directory (`.claude`) is planted with each harvested file name and agent-config word under
+    it; a file name (`AGENTS.md`, `opencode.json`) at the top as well."""
+    tokens: set[str] = set()
+    for path, javascript in _bundle_files(harness, version):
+        tokens |= _tokens(path, javascript)
+    paths: set[str] = set()
+    dirs: set[str] = set()
+    names: set[str] = set()
+    words: set[str] = set()
+    native: set[str] = set()
+    native_names: set[str] = set()
+    for token in tokens:
+        if token.startswith("native:"):
+            native.add(token.removeprefix("native:"))
+            continue
+        if token.startswith("native-word:"):
+            words.add(token.removeprefix("native-word:"))
+            continue
+        if token.startswith("native-name:"):
+            native_names.add(token.removeprefix("native-name:"))
+            continue
+        token = token.strip("/").removeprefix("./")
+        name = token.rsplit("/", 1)[-1]
+        if "/" in token:
+            segments = token.split("/")
+            if token.startswith(".") or _UPPER_MD.match(name) or (
+                    _WORDS.search(token) and _CONFIG_EXT.search(name)):
+                paths.update(_expand(token))
+                if segments[0].startswith("."):
+                    dirs.add(segments[0])
+        elif token.startswith("."):
+            if re.fullmatch(r"\.[a-z][a-z0-9_-]*", token) and _WORDS.search(token):
+                dirs.add(token)
+            elif re.fullmatch(r"\.[a-z][a-z0-9_.-]*", token) and (
+                    _CONFIG_EXT.search(token) or "rc" in token or "ignore" in token):
+                names.add(token)
+        elif _UPPER_MD.match(token) or (_CONFIG_EXT.search(token) and _WORDS.search(token)
+                                        and re.fullmatch(r"[A-Za-z0-9_.*-]+", token)):
+            names.update(_expand(token))
+        elif re.fullmatch(r"[a-z][a-z0-9-]{2,20}", token) and _WORDS.fullmatch(
+                token.rstrip("s")):
+            words.add(token)
+    names |= native_names
+    names = {n for n in names if not re.fullmatch(r"\.(md|mdc|json|jsonc|toml|ya?ml|txt|sh|js|ts)", n)}
+    # A dot-directory gets the names crossed in when the harness names paths below it (three or
+    # more literal paths): that is where it reads its own files.
+    below = {d: sum(1 for p in paths if p.startswith(d + "/")) for d in dirs}
+    below.update({d: 3 for d in native})
+    dirs |= native
+    out = set(paths) | names
+    for d in sorted(dirs):
+        own = d in ("." + H.get(harness).binary, ".agents")
+        if not _plausible(d) or (below[d] < 3 and not own):
+            continue
+        out.update(f"{d}/{n}" for n in names)
+        out.update(f"{d}/{p}" for p in paths if not p.startswith("."))  # `{mode,modes}/*.md`
+        for word in words:
+            out.update((f"{d}/{word}/canary.md", f"{d}/{word}/canary/SKILL.md"))
+            if d in native:  # a native binary names no paths: its nested config files too
+                out.update(f"{d}/{word}/{n}" for n in native_names
+                           if n.endswith((".json", ".toml")))
+    found = sorted(rel for rel in out if _plausible(rel))
+    if len(found) > MAX_CANDIDATES:
+        raise RuntimeError(f"{harness}: {len(found)} candidates, more than {MAX_CANDIDATES}")
+    return found
+
+
+# ----------------------------------------------------------------------------- planting
+
+
+def canary_text(rel: str, cid: str) -> str:
+    """Content that every parser of the name accepts, carrying the canary's token where the
+    format has room for text (JSON has none: its opening is what strace sees)."""
+    token = TOKEN + cid
+    name = rel.rsplit("/", 1)[-1]
+    if name.endswith((".json", ".json5")):
+        return "{}\n"
+    if name.endswith(".jsonc"):
+        return f"// {token}\n{{}}\n"
+    if name.endswith((".toml", ".env", ".yml", ".yaml")) or name.startswith(".env"):
+        return f"# {token}\n"
+    if name.endswith((".md", ".mdc")):
+        return f"---\nname: canary-{cid}\ndescription: {token}\n---\n{token}\n"
+    return f"# {token}\n"
+
+
+@dataclass
+class Layout:
+    repo: Path  # the checkout's top
+    project: Path  # repo/a/proj: where the harness starts
+    planted: dict[str, tuple[str, str]] = field(default_factory=dict)  # abs path -> (loc, rel)
+    controls: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def base(self, location: str) -> Path:
+        return {"project": self.project, "nested": self.project / "sub",
+                "above1": self.project.parent, "above2": self.repo}[location]
+
+
+def make_layout(top: Path) -> Layout:
+    repo = top / "repo"
+    project = repo / "a" / "proj"
+    (project / "sub").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (project / "sub" / "README.md").write_text("hello from the nested directory\n")
+    (project / "notes.txt").write_text("hello\n")
+    return Layout(repo.resolve(), project.resolve())
+
+
+# Files at names no harness knows, planted with the canaries: a thread that opens one of them is
+# walking the whole tree (OpenCode's file index reads every file), so what it opens in that burst
+# is not a load. Their opening is reported, never a finding.
+CONTROLS = ("probe-control.txt", "probe-control.md", "zz-probe-control/control.json",
+            ".probe-control/control.md", "zz-probe-control/deep/er/control.toml")
+WALK_WINDOW = 1.0  # seconds around a walker thread's control opens
+
+
+def plant(layout: Layout, candidates: Iterable[str]) -> None:
+    """A canary at each candidate in each location, never over a file the setup wrote, never
+    where a directory of another candidate is (the first one wins)."""
+    for n, rel in enumerate(candidates):
+        for location in LOCATIONS:
+            target = layout.base(location) / rel
+            cid = f"{n:04d}{location[0]}{location[-1]}"
+            with contextlib.suppress(OSError):
+                if target.exists() or target.is_symlink():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(canary_text(rel, cid), encoding="utf-8")
+                layout.planted[str(target)] = (location, rel)
+    parents = sorted({str(Path(rel).parent) for _, rel in layout.planted.values()} - {"."})
+    for location in LOCATIONS:
+        for rel in (*CONTROLS, *(f"{d}/probe-control.txt" for d in parents)):
+            if (layout.base(location) / rel).exists():
+                continue
+            target = layout.base(location) / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(canary_text(rel, f"c{location}"), encoding="utf-8")
+            layout.controls[str(target)] = (location, rel)
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclass
+class Session:
+    argv: list[str]
+    env: dict[str, str]
+    script: list[ToolCall]
+
+
+def _copilot_env(home: Path, model: MockModel) -> dict[str, str]:
+    return harness_env(home, XDG_CACHE_HOME=str(COPILOT_CACHE),
+                       COPILOT_PROVIDER_BASE_URL=model.openai_base_url, COPILOT_MODEL="gpt-4o")
+
+
+def _setup(harness: str, layout: Layout, home: Path, model: MockModel) -> Session:
+    """Trust the project the harness's own way and point it at the mock; the scripted session."""
+    proj = layout.project
+    readme = str(proj / "sub" / "README.md")
+    notes = str(proj / "notes.txt")
+    shell = ToolCall("Bash", {"command": "echo probe", "description": "probe"})
+    if harness == "claude-code":
+        home.mkdir(parents=True, exist_ok=True)
+        (home / ".claude.json").write_text(json.dumps(
+            {"projects": {str(proj): {"hasTrustDialogAccepted": True}}}))
+        env = harness_env(home, ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-probe")
+        script = [ToolCall("Read", {"file_path": readme}),
+                  ToolCall("Edit", {"file_path": notes, "old_string": "hello",
+                                    "new_string": "hello probe"}), shell]
+        argv = [str(TOOLS_BIN / "claude"), "-p", "probe", "--output-format", "json",
+                "--permission-mode", "acceptEdits", "--allowedTools", "Read,Edit,Bash(echo probe)"]
+        return Session(argv, env, script)
+    if harness == "codex":
+        from .drive import CODEX_OFFLINE_TOML
+
+        env = harness_env(home)
+        (home / ".codex" / "config.toml").write_text(
+            'approval_policy = "never"\nsandbox_mode = "danger-full-access"\n'
+            'model = "gpt-5.1-codex"\nmodel_provider = "mock"\n\n[model_providers.mock]\n'
+            f'name = "mock"\nbase_url = "{model.openai_base_url}"\nwire_api = "responses"\n\n'
+            f'[projects."{proj}"]\ntrust_level = "trusted"\n' + CODEX_OFFLINE_TOML)
+        script = [ToolCall("Bash", {"command": f"head -c 10 {readme}"}), shell]
+        argv = [str(TOOLS_BIN / "codex"), "exec", "--skip-git-repo-check", "probe"]
+        return Session(argv, env, script)
+    if harness == "gemini-cli":
+        gemini = home / ".gemini"
+        gemini.mkdir(parents=True, exist_ok=True)
+        (gemini / "settings.json").write_text(json.dumps(
+            {"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+        (gemini / "trustedFolders.json").write_text(json.dumps({str(proj): "TRUST_FOLDER"}))
+        env = harness_env(home, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model.url)
+        script = [ToolCall("read_file", {"file_path": readme}), shell]
+        argv = [str(TOOLS_BIN / "gemini"), "-p", "probe", "--approval-mode", "yolo"]
+        return Session(argv, env, script)
+    if harness == "opencode":
+        config = home / ".config" / "opencode" / "opencode.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps({
+            "provider": {"mock": {"npm": "@ai-sdk/openai-compatible", "name": "mock",
+                                  "options": {"baseURL": model.openai_base_url,
+                                              "apiKey": "dummy"},
+                                  "models": {"mock-model": {"name": "mock", "tool_call": True}}}},
+            "model": "mock/mock-model", "autoupdate": False, "share": "disabled"}))
+        env = harness_env(home, OPENCODE_DISABLE_AUTOUPDATE="1",
+                          OPENCODE_DISABLE_MODELS_FETCH="1", npm_config_cache=str(NPM_CACHE),
+                          npm_config_prefer_offline="true")
+        script = [ToolCall("read", {"filePath": readme}), shell]
+        argv = [str(TOOLS_BIN / "opencode"), "run", "probe"]
+        return Session(argv, env, script)
+    config = home / ".copilot" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("// User settings belong in settings.json.\n"
+                      "// This file is managed automatically.\n"
+                      + json.dumps({"trustedFolders": [str(proj)]}) + "\n")
+    script = [ToolCall("view", {"path": readme}), shell]
+    argv = [str(TOOLS_BIN / "copilot"), "-p", "probe", "--allow-all-tools"]
+    return Session(argv, _copilot_env(home, model), script)
+
+
+_LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<t>\d+\.\d+)\s+(?P<rest>.*)$")
+_CALL = re.compile(r"^(?P<call>open|openat2?|execveat|execve|clone3?|vfork|fork)\((?P<args>.*)$")
+_RESUMED = re.compile(r"^<\.\.\. (?P<call>clone3?|vfork|fork) resumed>.*=\s+(?P<ret>\d+)")
+_RET = re.compile(r"=\s+(?P<ret>-?\d+)(?:\s+\S+.*)?$")
+_STR = re.compile(r'"((?:[^"\\]|\\.)*)"')
+# Programs the harness runs whose reads are not the harness loading a file: git (OpenCode's
+# snapshots add the whole worktree), ripgrep (file search), the shells and commands of the
+# scripted session. What they *execute* is still recorded.
+HELPERS = frozenset({"git", "rg", "bash", "sh", "dash", "head", "echo", "cat", "ls", "env"})
+
+
+def _unescape(text: str) -> str:
+    return text.encode("latin-1", "backslashreplace").decode("unicode_escape", "replace")
+
+
+@dataclass
+class Access:
+    at: float
+    call: str  # "open" | "exec"
+    path: str
+    program: str  # the basename of what the process was running
+    pid: str = ""
+
+
+def parse_strace(log: str, first_program: str) -> list[Access]:
+    """Each successful open or exec in an `strace -f -ttt` log traced with the clone calls, with
+    the program the process ran (a child runs its parent's until it execs; relative paths of
+    `openat(AT_FDCWD, ...)` are not resolved: every planted path is absolute in the probe)."""
+    program: dict[str, str] = {}
+    root: str | None = None
+    out: list[Access] = []
+    for line in log.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        pid, at, rest = m.group("pid"), float(m.group("t")), m.group("rest")
+        if root is None:
+            root = pid
+            program[pid] = first_program
+        resumed = _RESUMED.match(rest)
+        if resumed:
+            program[resumed.group("ret")] = program.get(pid, first_program)
+            continue
+        call = _CALL.match(rest)
+        if not call:
+            continue
+        name = call.group("call")
+        ret = _RET.search(rest)
+        failed = ret is not None and ret.group("ret").startswith("-")
+        if name in ("clone", "clone3", "fork", "vfork"):
+            if ret is not None and not failed and "<unfinished" not in rest:
+                program[ret.group("ret")] = program.get(pid, first_program)
+            continue
+        strings = _STR.findall(call.group("args"))
+        if not strings or failed:
+            continue
+        path = _unescape(strings[0])
+        if name.startswith("exec"):
+            program[pid] = os.path.basename(path)
+            out.append(Access(at, "exec", path, program[pid], pid))
+        elif "O_PATH" not in rest and "O_DIRECTORY" not in rest:  # those read nothing
+            out.append(Access(at, "open", path, program.get(pid, first_program), pid))
+    return out
+
+
+def _strace(log: Path, argv: list[str]) -> list[str]:
+    """`argv` under strace: every process, wall-clock times, the opens, execs and clones (to
+    know which program each process runs), through a seccomp filter (fast)."""
+    return [STRACE, "-f", "-qq", "-ttt", "-s", "4096", "--seccomp-bpf", "-e", "signal=none",
+            "-e", "trace=open,openat,openat2,execve,execveat,clone,clone3,fork,vfork",
+            "-o", str(log), "--", *argv]
+
+
+def run_traced(session: Session, cwd: Path, log: Path, timeout: float = RUN_TIMEOUT
+               ) -> subprocess.CompletedProcess[str]:
+    argv = _strace(log, session.argv)
+    with subprocess.Popen(argv, cwd=cwd, env=session.env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            stdout, stderr = proc.communicate(timeout=30)
+            stderr += f"\n(probe: killed after {timeout:.0f} s)"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+INTERACTIVE = ("claude-code", "copilot")  # started on a pseudo-terminal too (what loads at start)
+FALLBACKS = 3  # runs with what was loaded taken away
+QUIET = 4.0  # seconds without a traced call: the interactive start is done
+
+
+def run_traced_pty(session: Session, cwd: Path, log: Path, timeout: float = 40.0) -> None:
+    """Start the harness interactively on a pseudo-terminal under strace, let it settle (the
+    trace quiet for QUIET seconds, or `timeout`), answer its terminal queries, then stop it."""
+    import fcntl
+    import pty
+    import select
+    import signal
+    import struct
+    import termios
+
+    argv = _strace(log, [session.argv[0]])  # the binary alone: its interactive start
+    env = {**session.env, "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    try:
+        start = last = time.monotonic()
+        size = -1
+        while time.monotonic() - start < timeout and proc.poll() is None:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                with contextlib.suppress(OSError):
+                    if b"\x1b[6n" in os.read(master, 65536):
+                        os.write(master, b"\x1b[1;1R")
+            now_size = log.stat().st_size if log.exists() else 0
+            if now_size != size:
+                size, last = now_size, time.monotonic()
+            elif time.monotonic() - last > QUIET and time.monotonic() - start > 2 * QUIET:
+                break
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        os.close(master)
+
+
+def _interactive_home(name: str, home: Path) -> None:
+    if name == "claude-code":  # the first-run screens are not what the probe is about
+        config = home / ".claude.json"
+        doc = json.loads(config.read_text()) if config.exists() else {}
+        doc.update(hasCompletedOnboarding=True,
+                   customApiKeyResponses={"approved": ["sk-ant-probe"], "rejected": []})
+        config.write_text(json.dumps(doc))
+
+
+# ----------------------------------------------------------------------------- checking
+
+
+def _inert(harness: str, location: str, rel: str) -> str | None:
+    for key, reason in INERT.items():
+        who, _, pattern = key.partition(":")
+        who, _, where = who.partition("@")
+        if (who in ("*", harness) and where in ("", location)
+                and _match(pattern.split("/"), rel.split("/"))):
+            return reason
+    return None
+
+
+def covered(harness: H.Harness, location: str, rel: str) -> str | None:
+    """The surface pattern that covers a planted file (None: off the surface)."""
+    parts = rel.split("/")
+    if location in ("project", "nested"):
+        full = parts if location == "project" else ["sub", *parts]
+        for entry in harness.surface:
+            if _match(entry.pattern.split("/"), full):
+                return entry.pattern
+        return None
+    for pattern in harness.above:
+        if _match(pattern.split("/"), parts):
+            return pattern
+    return None
+
+
+def _phase(at: float, marks: list[tuple[float, str]]) -> str:
+    phase = "start"
+    for when, name in marks:
+        if at >= when:
+            phase = name
+    return phase
+
+
+def observe(harness: str, layout: Layout, log: str, model: MockModel) -> dict[str, Any]:
+    """What the run opened and executed of the planted files, with the phase of each."""
+    # What the harness opens after request i and before request i+1 it opens for the tool call
+    # it was sent in answer to request i; before the first request, at start.
+    marks: list[tuple[float, str]] = []
+    mains = [r for r in model.requests if r.kind == "main"]
+    for i, request in enumerate(mains):
+        name = f"tool:{model.tool_calls[i].name}" if i < len(model.tool_calls) else "final"
+        marks.append((request.at, name))
+    accesses = parse_strace(log, H.get(harness).binary)
+    walks: dict[str, list[float]] = {}
+    for access in accesses:
+        if access.call == "open" and os.path.normpath(access.path) in layout.controls:
+            walks.setdefault(access.pid, []).append(access.at)
+    windows = {pid: (min(t) - WALK_WINDOW, max(t) + WALK_WINDOW) for pid, t in walks.items()}
+    walked = 0
+    opened: dict[str, str] = {}
+    executed: dict[str, str] = {}
+    for access in accesses:
+        window = windows.get(access.pid)
+        if access.call == "open" and window and window[0] <= access.at <= window[1]:
+            walked += 1
+            continue
+        hit = layout.planted.get(os.path.normpath(access.path))
+        if hit is None:
+            continue
+        key = f"{hit[0]}:{hit[1]}"
+        if access.call == "exec":
+            executed.setdefault(key, _phase(access.at, marks))
+        elif access.program not in HELPERS:
+            opened.setdefault(key, _phase(access.at, marks))
+    text = "\n".join(r.raw_body.decode("utf-8", "replace") for r in model.requests)
+    reached = sorted(
+        f"{loc}:{rel}" for path, (loc, rel) in layout.planted.items()
+        if f"{loc}:{rel}" in opened and _canary_id(layout, path) in text)
+    return {"opened": dict(sorted(opened.items())), "executed": dict(sorted(executed.items())),
+            "model": reached, "requests": len(mains), "walked": walked > 0}
+
+
+def _canary_id(layout: Layout, path: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "\0"
+    m = re.search(TOKEN + r"[0-9a-z]+", text)
+    return m.group(0) if m else "\0"
+
+
+def findings(name: str, observed: dict[str, Any],
+             harness: H.Harness | None = None) -> list[str]:
+    """Planted files the harness opened or ran that are neither on its surface nor inert."""
+    harness = harness or H.get(name)
+    out = []
+    for key in sorted({*observed["opened"], *observed["executed"]}):
+        location, _, rel = key.partition(":")
+        if covered(harness, location, rel) is None and _inert(name, location, rel) is None:
+            out.append(key)
+    return out
+
+
+def report(name: str, version: str, candidates: list[str], observed: dict[str, Any]
+           ) -> dict[str, Any]:
+    harness = H.get(name)
+    loads = {}
+    for key, phase in {**observed["opened"], **observed["executed"]}.items():
+        location, _, rel = key.partition(":")
+        pattern = covered(harness, location, rel)
+        reason = _inert(name, location, rel) if pattern is None else None
+        loads[key] = {
+            "phase": phase,
+            "how": "executed" if key in observed["executed"] else "read",
+            "model": key in observed["model"],
+            "surface": pattern,
+            **({"inert": reason} if reason else {}),
+        }
+    return {
+        "harness": name,
+        "version": version,
+        "candidates": len(candidates),
+        "walks_tree": observed["walked"],
+        "loads": dict(sorted(loads.items())),
+        "findings": findings(name, observed),
+    }
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def probe(name: str, version: str, *, keep: Path | None = None,
+          log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Harvest, plant, run and check one harness; its report."""
+    if not Path(STRACE).exists():
+        raise RuntimeError(f"{STRACE} is missing: install strace (see .ci/run)")
+    binary = H.get(name).binary
+    if not (TOOLS_BIN / binary).exists():
+        raise RuntimeError(f"{binary} is not installed: run scripts/install-harnesses")
+    top = Path(tempfile.mkdtemp(prefix=f"probe-{name}-", dir=keep))
+    try:
+        home = top / "home"
+        if name == "copilot":  # unpack the native package before harvesting it
+            subprocess.run([str(TOOLS_BIN / "copilot"), "--version"], capture_output=True,
+                           env=harness_env(home, XDG_CACHE_HOME=str(COPILOT_CACHE)), timeout=300,
+                           check=False)
+        started = time.monotonic()
+        candidates = harvest(name, version)
+        log(f"{name} {version}: {len(candidates)} candidates ({time.monotonic() - started:.1f} s)")
+        layout = make_layout(top)
+        with MockModel([]) as model:
+            session = _setup(name, layout, home, model)
+            model.script = list(session.script)
+            plant(layout, candidates)
+            trace = top / "strace.log"
+            started = time.monotonic()
+            done = run_traced(session, layout.project, trace)
+            log(f"{name}: exit {done.returncode} in {time.monotonic() - started:.1f} s, "
+                f"{len(model.main_requests())} model requests, {len(model.tool_calls)} tool calls")
+            if not model.main_requests():
+                raise RuntimeError(f"{name} sent no model request:\n{done.stdout[-2000:]}\n"
+                                   f"{done.stderr[-2000:]}")
+            observed = observe(name, layout, trace.read_text(errors="replace"), model)
+            if name in INTERACTIVE:
+                _interactive_home(name, home)
+                started = time.monotonic()
+                pty_trace = top / "strace-pty.log"
+                run_traced_pty(session, layout.project, pty_trace)
+                log(f"{name}: interactive start traced in {time.monotonic() - started:.1f} s")
+                at_start = observe(name, layout, pty_trace.read_text(errors="replace"),
+                                   MockModel([]))
+                for table in ("opened", "executed"):
+                    for key in at_start[table]:
+                        observed[table].setdefault(key, "interactive start")
+        # What a harness reads only when another file is absent (OpenCode's CONTEXT.md without
+        # AGENTS.md or CLAUDE.md): everything it loaded is taken away and it runs once more.
+        # Again while a run finds more (a fallback of a fallback), at most FALLBACKS times.
+        for attempt in range(FALLBACKS):
+            loaded = {*observed["opened"], *observed["executed"]}
+            for path, (location, rel) in layout.planted.items():
+                if f"{location}:{rel}" in loaded:
+                    Path(path).unlink(missing_ok=True)
+            with MockModel([]) as model:
+                session = _setup(name, layout, home, model)
+                model.script = list(session.script)
+                trace = top / f"strace-fallback-{attempt}.log"
+                started = time.monotonic()
+                run_traced(session, layout.project, trace)
+                log(f"{name}: fallback run in {time.monotonic() - started:.1f} s")
+                fallback = observe(name, layout, trace.read_text(errors="replace"), model)
+            new = {*fallback["opened"], *fallback["executed"]} - loaded
+            for table in ("opened", "executed"):
+                for key in fallback[table]:
+                    observed[table].setdefault(key, "fallback")
+            observed["model"] = sorted({*observed["model"], *fallback["model"]})
+            if not new:
+                break
+        return report(name, version, candidates, observed)
+    finally:
+        if keep is None:
+            shutil.rmtree(top, ignore_errors=True)
+
+
+def observed_from(rep: dict[str, Any]) -> dict[str, Any]:
+    """The observation a committed report was made from (what `findings` checks)."""
+    loads = rep["loads"]
+    return {
+        "opened": {k: v["phase"] for k, v in loads.items() if v["how"] == "read"},
+        "executed": {k: v["phase"] for k, v in loads.items() if v["how"] == "executed"},
+        "model": [k for k, v in loads.items() if v["model"]],
+        "walked": rep["walks_tree"],
+    }
+
+
+def recheck() -> list[str]:
+    """Re-check every committed observation against the surface as it is now (no harness runs)
+    and rewrite the reports and the docs; the findings."""
+    out = []
+    for rep in list(committed()):
+        fresh = report(rep["harness"], rep["version"], ["?"] * rep["candidates"],
+                       observed_from(rep))
+        output_path(rep["harness"], rep["version"]).write_text(json.dumps(fresh, indent=2) + "\n")
+        out += [f"{rep['harness']} {rep['version']} loads {k}" for k in fresh["findings"]]
+    write_docs()
+    return out
+
+
+def output_path(name: str, version: str) -> Path:
+    return OUT_DIR / f"{name}-{version}.json"
+
+
+def committed() -> Iterator[dict[str, Any]]:
+    for path in sorted(OUT_DIR.glob("*.json")):
+        yield json.loads(path.read_text(encoding="utf-8"))
+
+
+DOCS = REPO / "docs" / "surface.md"
+DOCS_BEGIN = "<!-- surface-probe:begin (generated by python -m tests.harness.surface_probe --docs) -->"
+DOCS_END = "<!-- surface-probe:end -->"
+_WHERE = {"project": "project", "nested": "nested", "above1": "above", "above2": "above"}
+
+
+def render_docs(reports: Iterable[dict[str, Any]]) -> str:
+    """docs/surface.md's measured section: for each harness and version, every planted file it
+    read or ran, where from, when, and what covers it."""
+    lines = [DOCS_BEGIN, ""]
+    for rep in sorted(reports, key=lambda r: (r["harness"], r["version"])):
+        harness = H.get(rep["harness"])
+        lines += [f"#### {harness.display} {rep['version']}", "",
+                  f"{rep['candidates']} candidate paths harvested from its bundle; "
+                  f"{len(rep['loads'])} planted files read or run.", "",
+                  "| file | where | when | reached the model | covered by |",
+                  "|---|---|---|---|---|"]
+        rows: dict[str, dict[str, Any]] = {}
+        for key, load in rep["loads"].items():
+            location, _, rel = key.partition(":")
+            row = rows.setdefault(rel, {"where": set(), "when": set(), "model": False,
+                                        "how": set(), "cover": set()})
+            row["where"].add(_WHERE[location])
+            row["when"].add(load["phase"])
+            row["how"].add(load["how"])
+            row["model"] |= load["model"]
+            cover = f"`{load['surface']}`" if load["surface"] else f"inert: {load.get('inert')}"
+            row["cover"].add(cover)
+        for rel, row in sorted(rows.items()):
+            where = ", ".join(w for w in ("project", "nested", "above") if w in row["where"])
+            how = "" if row["how"] == {"read"} else " (executed)"
+            lines.append(f"| `{rel}`{how} | {where} | {', '.join(sorted(row['when']))} | "
+                         f"{'yes' if row['model'] else 'no'} | {'; '.join(sorted(row['cover']))} |")
+        if rep["findings"]:
+            lines += ["", "Off the surface: " + ", ".join(f"`{k}`" for k in rep["findings"])]
+        lines.append("")
+    lines.append(DOCS_END)
+    return "\n".join(lines) + "\n"
+
+
+def docs_section(text: str) -> str:
+    """The generated section as it stands in docs/surface.md ("" when missing)."""
+    if DOCS_BEGIN not in text or DOCS_END not in text:
+        return ""
+    return text[text.index(DOCS_BEGIN): text.index(DOCS_END) + len(DOCS_END)] + "\n"
+
+
+def write_docs() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    section = render_docs(committed())
+    old = docs_section(text)
+    text = text.replace(old, section) if old else text.rstrip("\n") + "\n\n" + section
+    DOCS.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.surface_probe")
+    parser.add_argument("--harness", action="append", choices=sorted(pinned_versions()))
+    parser.add_argument("--write", action="store_true", help="write the reports under surface/")
+    parser.add_argument("--keep", type=Path, help="keep the planted trees and logs under DIR")
+    parser.add_argument("--docs", action="store_true",
+                        help="only regenerate docs/surface.md's section from surface/")
+    parser.add_argument("--recheck", action="store_true",
+                        help="re-check the committed observations against harnesses.py (no runs)")
+    args = parser.parse_args(argv)
+    if args.docs:
+        write_docs()
+        return 0
+    if args.recheck:
+        for line in (lost := recheck()):
+            print(f"surface-probe: {line}, not on its surface", file=sys.stderr)
+        return 1 if lost else 0
+    versions = pinned_versions()
+    failed = False
+    for name in args.harness or sorted(versions):
+        try:
+            result = probe(name, versions[name], keep=args.keep,
+                           log=lambda s: print(s, file=sys.stderr))
+        except RuntimeError as exc:
+            print(f"surface-probe: {name}: {exc}", file=sys.stderr)
+            return 2
+        if args.write:
+            OUT_DIR.mkdir(exist_ok=True)
+            output_path(name, versions[name]).write_text(json.dumps(result, indent=2) + "\n")
+        for key in result["findings"]:
+            failed = True
+            print(f"surface-probe: {name} {versions[name]} loads {key}, not on its surface",
+                  file=sys.stderr)
+        print(f"{name} {versions[name]}: {len(result['loads'])} planted files loaded, "
+              f"{len(result['findings'])} off the surface")
+    if args.write:
+        write_docs()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
