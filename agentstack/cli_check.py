@@ -47,8 +47,12 @@ def check(
     root = root_dir()
     manifest, _, document, _ = current(root)
     from agentstack.sandbox.session import check_policies
+    from agentstack.userlevel import is_user_root
 
-    check_policies(manifest, root)  # the policy `run` would enforce resolves, or the same error
+    # The policy `run` would enforce resolves, or the same error. The user-level setup's servers
+    # work in the directory their harness starts them in (its root, $AGENTSTACK_HOME, is closed to
+    # every sandbox): its policy is resolved for the directory `check` runs in.
+    check_policies(manifest, Path.cwd() if is_user_root(root) else root)
     result = check_document(document, root, compiled, home=home)
     if fmt == "sarif":
         from agentstack.sarif import ManifestLines, check_findings, print_sarif

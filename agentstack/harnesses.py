@@ -576,10 +576,10 @@ AGENT_EDITS: frozenset[str] = frozenset(
         "**/AGENTS.md",
         "**/AGENTS.override.md",
         "**/GEMINI.md",
-        "CLAUDE.md",
+        "**/CONTEXT.md",
         "AGENTS.md",
-        "GEMINI.md",
         ".github/copilot-instructions.md",
+        "**/.github/copilot-instructions.md",
         ".github/instructions/**",
     }
 )

@@ -366,6 +366,7 @@ def test_share_carries_every_file_the_lock_pins(tmp_path: Path) -> None:
     assert lock is not None
     assert set(lock["surface"]) == {
         "CLAUDE.md",
+        "AGENTS.md",  # Claude Code reads it too (where no CLAUDE.md is): measured by the probe
         ".claude/commands/deploy.md",
         ".claude/settings.json",
         "docs/imported.md",

@@ -320,7 +320,7 @@ def test_a_submodule_named_like_a_worktree_does_not_hide_the_superproject(
          json.dumps({"mcpServers": {"above": _server_json(out, "mcp-ran")}}))
     status = run_cli("status", cwd=proj)
     assert status.returncode == 1, status.stdout + status.stderr
-    assert "../../CLAUDE.md" in status.stderr and "../.mcp.json" in status.stderr, status.stderr
+    assert "../../CLAUDE.md" in status.stdout and "../.mcp.json" in status.stdout, status.stdout
     # Plain `claude -p`: the guard blocks the first request; the marker never reaches the model.
     with MockModel([]) as model:
         run_claude(proj, isolated_home, model, "say hi")

@@ -40,7 +40,9 @@ def ok(root: Path, *args: str) -> str:
 def guard_denies(root: Path, harness: str = "claude-code") -> str | None:
     """The guard's decision for a harmless tool call in `root` (the reason when it denies), as
     the hook `apply` rendered for `root` makes it: state and project from its arguments."""
-    event = json.dumps({"tool_name": "Bash", "tool_input": {"command": "ls"}, "cwd": str(root)})
+    shell = {"opencode": "bash", "copilot": "bash", "gemini-cli": "run_shell_command",
+             "codex": "Bash"}.get(harness, "Bash")  # each harness's own name for its shell tool
+    event = json.dumps({"tool_name": shell, "tool_input": {"command": "ls"}, "cwd": str(root)})
     previous = os.getcwd()
     os.chdir(root)
     try:

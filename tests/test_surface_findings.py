@@ -99,7 +99,7 @@ def test_a_planted_copilot_language_server_runs_and_status_names_it(
     _put(root / ".github" / "lsp.json", _lsp_json(marker))
     status = run_cli("status", cwd=root)
     assert status.returncode == 1, status.stdout + status.stderr
-    assert "surface[.github/lsp.json]" in status.stderr, status.stderr
+    assert "surface[.github/lsp.json]" in status.stdout, status.stdout
     # Behind the rendered guard, the planted server does not start.
     model = _copilot(root, isolated_home, LSP_CALL)
     assert model.requests
@@ -145,7 +145,7 @@ def test_planted_opencode_modes_and_context_md_reach_the_model_and_status_names_
     status = run_cli("status", cwd=root)
     assert status.returncode == 1, status.stdout + status.stderr
     for rel in (".opencode/modes/build.md", "CONTEXT.md"):
-        assert f"surface[{rel}]" in status.stderr, status.stderr
+        assert f"surface[{rel}]" in status.stdout, status.stdout
     # Why it matters: the real OpenCode sends both to the model (nothing else stands in between
     # once the harness is started directly: the shims and `agentstack run` refuse instead).
     with MockModel([]) as model:
@@ -264,7 +264,7 @@ def test_a_planted_agents_md_reaches_claude_code_without_claude_md_and_status_na
     status = run_cli("status", cwd=root)
     assert status.returncode == 1, status.stdout + status.stderr
     for rel in ("AGENTS.md", ".claude/AGENTS.md"):
-        assert f"surface[{rel}]" in status.stderr, status.stderr
+        assert f"surface[{rel}]" in status.stdout, status.stdout
     # Why it matters: once reviewed and trusted, the real Claude Code sends both to the model.
     _ok("lock", cwd=root)
     _ok("trust", "--yes", "--accept-risk", cwd=root)
