@@ -121,19 +121,11 @@ def policy_sign(file: Path, key: str | None = None, ssh_key: Path | None = None)
     """Sign a policy file (for the team): checks it, writes FILE.sig next to it."""
     from agentstack import teampolicy
 
-    out = teampolicy.sign(file, _signing_key(key, ssh_key))
+    out = teampolicy.sign(file, _key(key, ssh_key))
     echo(f"wrote {out}; commit both files to the policy repository")
 
 
-def _signing_key(key: str | None, ssh_key: Path | None) -> Any:
+def _key(key: str | None, ssh_key: Path | None) -> Any:
     from agentstack import keys
-    from agentstack.errors import InvalidInput
-    from agentstack.sshsig import load_private_key
 
-    if key is not None and ssh_key is not None:
-        raise InvalidInput("give --key NAME or --ssh-key PATH, not both")
-    if ssh_key is not None:
-        return load_private_key(ssh_key.expanduser())
-    if key is not None:
-        return keys.load(key)
-    return keys.default_key()
+    return keys.signing_key(key, ssh_key)

@@ -143,19 +143,6 @@ def parse_expires(value: str, now: float) -> int:
     )
 
 
-def _signing_key(key: str | None, ssh_key: Path | None) -> Any:
-    from agentstack import keys
-    from agentstack.sshsig import load_private_key
-
-    if key is not None and ssh_key is not None:
-        raise InvalidInput("give --key NAME or --ssh-key PATH, not both")
-    if ssh_key is not None:
-        return load_private_key(ssh_key.expanduser())
-    if key is not None:
-        return keys.load(key)
-    return keys.default_key()
-
-
 @app.command(
     Opt(("-o", "--output"), "output", "The .astack file (default: NAME-VERSION.astack).",
         type=Path),
@@ -188,7 +175,7 @@ def share(
             hint=f"create it first ('mkdir -p {output.parent}') or write the bundle elsewhere",
         )
     root = root_dir()
-    signing_key = _signing_key(key, ssh_key)
+    signing_key = _key(key, ssh_key)
     now = (
         float(os.environ["SOURCE_DATE_EPOCH"])
         if os.environ.get("SOURCE_DATE_EPOCH")
@@ -548,3 +535,9 @@ def quarantine_discard(ident: str) -> None:
     held = find(ident)
     discard(held)
     echo(f"discarded {held.id[:12]}")
+
+
+def _key(key: str | None, ssh_key: Path | None) -> Any:
+    from agentstack import keys
+
+    return keys.signing_key(key, ssh_key)

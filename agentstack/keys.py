@@ -98,6 +98,18 @@ def list_keys(home: Path | None = None) -> list[KeyInfo]:
     return out
 
 
+def signing_key(name: str | None, ssh_key: Path | None) -> PrivateKey:
+    """The key a signing command uses: `--key NAME`, `--ssh-key PATH` (an OpenSSH private key
+    file), or the only key there is."""
+    if name is not None and ssh_key is not None:
+        raise InvalidInput("give --key NAME or --ssh-key PATH, not both")
+    if ssh_key is not None:
+        return load_private_key(ssh_key.expanduser())
+    if name is not None:
+        return load(name)
+    return default_key()
+
+
 def default_key(home: Path | None = None) -> PrivateKey:
     """The only key there is; several keys need --key NAME."""
     found = list_keys(home)
