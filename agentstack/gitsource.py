@@ -214,15 +214,7 @@ def resolve(
     import git
 
     mirror = _fetch(cache, url)
-    try:
-        commit_id = _run(
-            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
-            cwd=mirror,
-        ).strip()
-    except git.GitCommandError:
-        raise GitSourceError(
-            "rev", f"{rev!r} is not a branch, tag or commit of {url!r}", "check 'git ls-remote URL'"
-        ) from None
+    commit_id = _commit_of(mirror, url, rev)
     try:
         return _read(_open(mirror), commit_id, subdir, url, limits)
     except (git.GitCommandError, ValueError) as exc:
@@ -232,9 +224,13 @@ def resolve(
 def fetch_and_resolve(cache: Path, url: str, rev: str) -> str:
     """Fetch `url` into its mirror and pin `rev` to a full commit id (plumbing only; for files
     read as git objects afterwards, such as a team policy)."""
+    return _commit_of(_fetch(cache, url), url, rev)
+
+
+def _commit_of(mirror: Path, url: str, rev: str) -> str:
+    """The full commit id `rev` names in the mirror (rev-parse: plumbing only)."""
     import git
 
-    mirror = _fetch(cache, url)
     try:
         return _run(
             ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
