@@ -52,6 +52,7 @@ from agentstack import harnesses as H
 from agentstack.surface import _match
 
 from .binaries import REPO, TOOLS_BIN, harness_env
+from .deadline import scaled
 from .mock_model import MockModel, ToolCall
 
 OUT_DIR = Path(__file__).resolve().parent / "surface"
@@ -515,7 +516,7 @@ def run_traced(session: Session, cwd: Path, log: Path, timeout: float = RUN_TIME
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, 9)
-            stdout, stderr = proc.communicate(timeout=30)
+            stdout, stderr = proc.communicate(timeout=scaled(30))  # killed: only the drain is left
             stderr += f"\n(probe: killed after {timeout:.0f} s)"
         finally:
             with contextlib.suppress(ProcessLookupError):
