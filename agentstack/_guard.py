@@ -304,8 +304,10 @@ def _mark_of(snapshot: dict[str, Any]) -> list[int] | None:
     return None
 
 
-def drifted(path: str, entry: dict[str, Any]) -> bool:
-    return recheck(path, entry, time.time_ns(), None) is None
+def drifted(path: str, entry: dict[str, Any], mark: list[int] | None = None) -> bool:
+    """`path` is no longer what `entry` trusted; `mark`: its snapshot's settling mark (_mark_of),
+    which lets a stat key taken within the racy slack prove its file unchanged, as in the guard."""
+    return recheck(path, entry, time.time_ns(), None, mark) is None
 
 
 def recheck(

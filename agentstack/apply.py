@@ -266,6 +266,7 @@ class Planner:
         self.digest = digest
         self.ledger_files: dict[str, dict[str, Any]] = ledger.get("files", {})
         self.home = home
+        self.bases = WriteBases(root, home)
 
     def absolute(self, op_path: str, user_level: bool) -> Path:
         if user_level:
@@ -285,16 +286,20 @@ class Planner:
                 return str(path)
 
     def base(self, path: Path) -> Path:
-        return write_base(path, self.root, self.home)
+        return self.bases.of(path)
 
     def _read(self, path: Path, *, link_ok: bool = False) -> tuple[bytes | None, str | None]:
         """The current bytes (or link target, where agentstack renders links) of `path`, reached
-        without following a link: a link on the way is a refusal naming it."""
+        without following a link: a link on the way is a refusal naming it. One walk of the
+        components (read_nofollow's descriptors); a link at the end is read as a link only where
+        agentstack renders links (`link_ok`), else refused like any other."""
         try:
-            check_no_links(path, self.base(path), final_may_be_link=link_ok)
-            if path.is_symlink():
+            try:
+                return read_nofollow(path, self.base(path)), None
+            except LinkInPath as exc:
+                if not link_ok or exc.link != path:
+                    raise
                 return None, os.readlink(path)
-            return read_nofollow(path, self.base(path)), None
         except FileNotFoundError:
             return None, None
         except LinkInPath as exc:
@@ -604,11 +609,27 @@ def write_base(path: Path, root: Path, home: Path) -> Path:
     """The directory a rendered path is trusted from: the project root for project files, the
     user's home for user-level files (~/.claude.json, ~/.codex/config.toml); every component below
     it is opened without following a link."""
-    for base in (root, home):
-        for candidate in (base, Path(os.path.realpath(base))):
-            if candidate in path.parents:
+    return WriteBases(root, home).of(path)
+
+
+class WriteBases:
+    """write_base for every path of one apply: the realpaths of the root and the home taken once
+    (not twice per rendered file), a base found by a prefix test on the path's text (the lexical
+    ancestors, as `Path.parents`)."""
+
+    def __init__(self, root: Path, home: Path) -> None:
+        self.candidates = [
+            (candidate, str(candidate).rstrip("/") + "/")
+            for base in (root, home)
+            for candidate in (base, Path(os.path.realpath(base)))
+        ]
+
+    def of(self, path: Path) -> Path:
+        text = str(path)
+        for candidate, prefix in self.candidates:
+            if text.startswith(prefix) and text != prefix:
                 return candidate
-    return Path(os.path.realpath(path.parent))  # e.g. $CODEX_HOME elsewhere: the user's choice
+        return Path(os.path.realpath(path.parent))  # e.g. $CODEX_HOME elsewhere: the user's choice
 
 
 def link_refusal(exc: LinkInPath) -> Refused:
@@ -669,6 +690,7 @@ def write(
             "overwrite (the current files are backed up first)",
         )
     home = Path.home()
+    bases = WriteBases(plan.root, home)
     # Every path is checked before anything is written: a link on the way to any of them is a
     # refusal with nothing changed. (The writes themselves never follow one either.)
     try:
@@ -676,7 +698,7 @@ def write(
             if change.changed:
                 check_no_links(
                     change.path,
-                    write_base(change.path, plan.root, home),
+                    bases.of(change.path),
                     final_may_be_link=change.link_target is not None or change.old_link is not None,
                 )
     except LinkInPath as exc:
@@ -689,7 +711,9 @@ def write(
     # makes again); then the files, several at a time (_write_files).
     writes: list[tuple[Path, bytes, bool, int, Path]] = []
     for change in plan.changes:
-        base = write_base(change.path, plan.root, home)
+        if not change.changed:
+            continue
+        base = bases.of(change.path)
         try:
             if change.changed:
                 if change.new is None and change.link_target is None:
@@ -706,8 +730,9 @@ def write(
     # The project's files first; the user-level ones (the harness's trust of this project among
     # them) only once every project file is written: a harness must never be told to trust a
     # project whose guard hook failed to land.
-    _write_files([w for w in writes if plan.root in w[0].parents])
-    _write_files([w for w in writes if plan.root not in w[0].parents])
+    inside = str(plan.root).rstrip("/") + "/"
+    _write_files([w for w in writes if str(w[0]).startswith(inside)])
+    _write_files([w for w in writes if not str(w[0]).startswith(inside)])
     for change in plan.changes:
         if change.ledger is None:
             files.pop(str(change.path), None)
@@ -749,11 +774,13 @@ def _write_files(jobs: list[tuple[Path, bytes, bool, int, Path]]) -> None:
     errors: list[BaseException | None] = [None] * len(jobs)
     pending = list(range(len(jobs) - 1, -1, -1))
     lock = threading.Lock()
+    failed = False  # set under `lock` with the first error: one test per job, not a scan
 
     def work() -> None:
+        nonlocal failed
         while True:
             with lock:
-                if not pending or any(e is not None for e in errors):
+                if not pending or failed:
                     return
                 index = pending.pop()
             path, data, executable, mode, base = jobs[index]
@@ -762,6 +789,7 @@ def _write_files(jobs: list[tuple[Path, bytes, bool, int, Path]]) -> None:
             except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
                 with lock:
                     errors[index] = exc
+                    failed = True
 
     threads = [threading.Thread(target=work, daemon=False) for _ in range(min(WRITERS, len(jobs)))]
     for thread in threads:
@@ -794,7 +822,8 @@ def update_git_exclude(root: Path, rendered: list[Path]) -> None:
     git_dir = root / ".git"
     if git_dir.is_symlink() or not git_dir.is_dir():
         return
-    entries = sorted({"/" + str(p.relative_to(root)) for p in rendered if root in p.parents})
+    inside = str(root).rstrip("/") + "/"
+    entries = sorted({"/" + str(p)[len(inside):] for p in rendered if str(p).startswith(inside)})
     exclude = git_dir / "info" / "exclude"
     try:
         text = (read_nofollow(exclude, root) or b"").decode("utf-8")

@@ -21,7 +21,7 @@ from typing import Any
 from agentstack import layout
 from agentstack.canonical import b3, is_digest
 from agentstack.diff import root_files
-from agentstack.fsutil import write_atomic
+from agentstack.fsutil import write_atomic, write_batch
 from agentstack.paths import agentstack_cache, ensure_private_dir
 
 MAX_BYTES = 1024 * 1024
@@ -130,9 +130,24 @@ class ContentStore:
         write_atomic(path, data, 0o600)
 
     def put_all(self, found: dict[str, bytes]) -> None:
+        """Store every new (digest, bytes) pair: one batch of atomic writes with two filesystem
+        syncs (fsutil.write_batch), not two fsyncs per file. A file already stored is skipped
+        (one stat); a store that cannot be written costs only the line diffs of a later review."""
+        items: list[tuple[Path, bytes, int | None]] = []
+        buckets: set[Path] = set()
         for digest, data in found.items():
-            with contextlib.suppress(OSError):
-                self.put(digest, data)
+            if not is_digest(digest) or not is_text(data) or b3(data) != digest:
+                continue
+            path = self.path(digest)
+            if path.is_file():
+                continue
+            if path.parent not in buckets:
+                with contextlib.suppress(OSError):
+                    ensure_private_dir(path.parent)
+                buckets.add(path.parent)
+            items.append((path, data, 0o600))
+        with contextlib.suppress(OSError):
+            write_batch(items)
 
     def prune(self, keep: set[str]) -> int:
         """Remove every stored file whose digest is not in `keep`; returns how many."""

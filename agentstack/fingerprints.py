@@ -14,6 +14,7 @@ re-exported here, and library code imports them from this module, never `_guard`
 from __future__ import annotations
 
 from agentstack._guard import BLOCK_BEGIN, BLOCK_END, SNAPSHOT_VERSION, drifted, stat_key
+from agentstack._guard import _mark_of as mark_of
 from agentstack._guard import _sha as sha256_hex
 from agentstack._guard_more import _canonical as canonical
 from agentstack._guard_more import _key_value as key_value
@@ -29,6 +30,7 @@ __all__ = [
     "fingerprint",
     "key_value",
     "keys_view",
+    "mark_of",
     "sha256_hex",
     "shape",
     "stat_key",

@@ -201,11 +201,10 @@ def _manifest_bytes(root: Path) -> bytes:
 
 
 def _parse_loosely(data: bytes) -> dict[str, object]:
-    """The old lock for a change summary; an unreadable old lock is simply replaced."""
-    from agentstack.errors import AgentstackError
-    from agentstack.lockfile import parse_lock
+    """The old lock for a change summary only (which items differ, for the message); an
+    unreadable old lock is simply replaced. Not validated: the new lock is written whole from
+    the resolution, whatever the old one held, and validating a large lock (the models over
+    every pinned file) cost as much as the first lock itself to name one changed item."""
+    from agentstack.lockfile import loads_unvalidated
 
-    try:
-        return parse_lock(data)
-    except AgentstackError:
-        return {}
+    return loads_unvalidated(data) or {}

@@ -149,11 +149,14 @@ def rendered_state(
     real = str(root.resolve())
     drift, rendered = [], []
     roles: dict[str, str] = {}
+    from agentstack.fingerprints import mark_of
+
+    mark = mark_of(snapshot)  # the guard's own proof: a key older than the mark is unchanged
     for path, entry in sorted(snapshot.get("files", {}).items()):
         shown = path[len(real) + 1 :] if path.startswith(real + "/") else path
         if entry.get("role") == "rendered":
             rendered.append(shown)
-        if drifted(path, entry):
+        if drifted(path, entry, mark):
             drift.append(shown)
             roles[shown] = str(entry.get("role", ""))
     # Only files agentstack created are per machine; a user's own CLAUDE.md or AGENTS.md holding

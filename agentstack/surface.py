@@ -102,9 +102,23 @@ def read_regular(path: Path) -> bytes:
 # ----------------------------------------------------------------------------- matching
 
 
+_LITERAL: dict[str, bool] = {}
+
+
+def _literal(segment: str) -> bool:
+    """`segment` matches only itself (no glob character, not `**`)."""
+    known = _LITERAL.get(segment)
+    if known is None:
+        known = _LITERAL[segment] = segment != "**" and not any(c in segment for c in "*?[")
+    return known
+
+
 def _match(pattern: list[str], parts: list[str]) -> bool:
     if not pattern:
         return not parts
+    tail = pattern[-1]
+    if _literal(tail) and (not parts or parts[-1] != tail):
+        return False  # a literal last segment must be the last name (prunes the `**` branches)
     head = pattern[0]
     if head == "**":
         return any(_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
@@ -916,9 +930,6 @@ def findings(old: dict[str, Any] | None, new: dict[str, Any]) -> list[tuple[str,
 # ------------------------------------------------------------------------- the guard's watch
 
 
-MAX_WATCHED_DIRS = 10_000
-
-
 def snapshot_entries(
     root: Path, document: dict[str, Any], existing: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
@@ -961,16 +972,16 @@ def snapshot_entries(
     trees = [[*r.parts[:-1], "**"] for r in rules if r.entry.format == "tree"]
     files = [r.parts for r in rules if r.entry.format != "tree"]
     anchors = _anchors(rules)
-    count = 0
+    # Every directory of the project is watched, at any size: one listing entry each (its stat
+    # proves it unchanged; a name added anywhere below is found by the guard's walk).
     for directory, subdirs, names in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d != ".git")
         rel_dir = os.path.relpath(directory, root)
         parts = [] if rel_dir == "." else rel_dir.split(os.sep)
-        count += 1
         in_tree = any(_match(t, parts) for t in trees)
         if in_tree:
             watch(Path(directory), {"kind": "listing"})
-        elif count <= MAX_WATCHED_DIRS:
+        else:
             watch(Path(directory), {"kind": "listing", "names": anywhere})
         for name in [*names, *subdirs]:
             child = [*parts, name]
