@@ -32,13 +32,28 @@ class LinkInPath(OSError):
         self.target = target
 
 
+_REAL: dict[str, Path] = {}  # a trusted base's real path, taken once per process
+
+
+def _real(base: Path) -> Path:
+    """os.path.realpath of a trusted base (the project root, the home), remembered: an apply
+    reaches thousands of files from the same one or two bases."""
+    key = os.fspath(base)
+    found = _REAL.get(key)
+    if found is None:
+        if len(_REAL) > 64:
+            _REAL.clear()
+        found = _REAL[key] = Path(os.path.realpath(base))
+    return found
+
+
 def _split(path: Path, base: Path | None) -> tuple[Path, list[str]]:
     """(the trusted base directory, the components below it)."""
     path = Path(os.path.abspath(path))
     if base is None:
         # The caller trusts everything above the file itself (its own state directory).
         return Path(os.path.realpath(path.parent)), [path.name]
-    real_base = Path(os.path.realpath(base))
+    real_base = _real(base)
     try:
         rel = path.relative_to(Path(os.path.abspath(base)))
     except ValueError:

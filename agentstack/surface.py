@@ -22,6 +22,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -123,6 +124,25 @@ def _match(pattern: list[str], parts: list[str]) -> bool:
     if head == "**":
         return any(_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
     return bool(parts) and fnmatch.fnmatchcase(parts[0], head) and _match(pattern[1:], parts[1:])
+
+
+def _matcher(patterns: list[list[str]]) -> Callable[[list[str]], bool]:
+    """`lambda parts: any(_match(p, parts) for p in patterns)`, with the patterns indexed by a
+    literal last segment (only those whose last segment is the path's last name are tried)."""
+    by_tail: dict[str, list[list[str]]] = {}
+    wild: list[list[str]] = []
+    for pattern in patterns:
+        if pattern and _literal(pattern[-1]):
+            by_tail.setdefault(pattern[-1], []).append(pattern)
+        else:
+            wild.append(pattern)
+
+    def matches(parts: list[str]) -> bool:
+        if parts and any(_match(p, parts) for p in by_tail.get(parts[-1], ())):
+            return True
+        return any(_match(p, parts) for p in wild)
+
+    return matches
 
 
 def _leads_into(pattern: list[str], parts: list[str]) -> bool:
@@ -972,6 +992,7 @@ def snapshot_entries(
     trees = [[*r.parts[:-1], "**"] for r in rules if r.entry.format == "tree"]
     files = [r.parts for r in rules if r.entry.format != "tree"]
     anchors = _anchors(rules)
+    is_file_rule = _matcher(files)
     # Every directory of the project is watched, at any size: one listing entry each (its stat
     # proves it unchanged; a name added anywhere below is found by the guard's walk).
     for directory, subdirs, names in os.walk(root):
@@ -991,7 +1012,7 @@ def snapshot_entries(
             if name in subdirs and not path.is_symlink():
                 continue
             if (
-                any(_match(f, child) for f in files)
+                is_file_rule(child)
                 and str(path) not in out
                 and watchable(path)
                 and not rewritten(child)
@@ -1011,11 +1032,12 @@ def snapshot_entries(
     # `.github/hooks/agentstack.json`) is watched whole like any other rendered surface file: a
     # key added next to agentstack's (`disableAllHooks`) is drift.
     prefix = str(root) + os.sep
+    is_rule = _matcher([r.parts for r in rules])
     for key, current in existing.items():
         if current.get("role") != "rendered" or not key.startswith(prefix) or key in out:
             continue
         rel_parts = key[len(prefix) :].split(os.sep)
-        if any(_match(r.parts, rel_parts) for r in rules) and watchable(Path(key)):
+        if is_rule(rel_parts) and watchable(Path(key)):
             watch(Path(key), {"kind": "raw"})
     # Surface files and trees at the root, even while absent (or a link in a tree's place).
     for rule in rules:

@@ -26,7 +26,7 @@ goal of issue 32 where there is one, and the load average before and after each 
 100,000-file setups (minutes, gigabytes: run sparingly). --src DIR runs the agentstack source in
 DIR (e.g. an exported older commit) instead of this checkout's, with the same interpreter, for a
 before/after. --profile DIR writes a cProfile summary (top functions by cumulative time) of trust,
-apply and status of the largest skill setup into DIR. Exit 0 unless a command fails.
+unchanged apply and status of the largest skill setup into DIR. Exit 0 unless a command fails.
 """
 
 from __future__ import annotations
@@ -166,7 +166,9 @@ def profile(s: Setup, out: Path, label: str, *args: str) -> None:
     raw = s.where / f"{label}.prof"
     cpu_of([PY, "-m", "cProfile", "-o", str(raw), "-m", "agentstack", *args], s.project, s.env)
     text = io.StringIO()
-    pstats.Stats(str(raw), stream=text).strip_dirs().sort_stats("cumulative").print_stats(30)
+    stats = pstats.Stats(str(raw), stream=text).strip_dirs()
+    stats.sort_stats("cumulative").print_stats(30)
+    stats.sort_stats("tottime").print_stats(12)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{label}.txt").write_text(text.getvalue(), encoding="utf-8")
 
@@ -200,11 +202,7 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     cp_dst.mkdir()
     cp = sum(cpu_of(["cp", "-r", str(tree), str(cp_dst / c)], where, s.env) for c in "ab")
     shutil.rmtree(cp_dst)
-    if prof:
-        profile(s, args.profile, f"apply-first-{kind}-{n}", "apply", "--write")
-        apply_first = float("nan")
-    else:
-        apply_first = s.cpu("apply", "--write")
+    apply_first = s.cpu("apply", "--write")
     apply_again = s.cpu("apply", "--write")
     status = cpu_of(s.cli("status"), s.project, s.env, ok=(0, 1))
     cpu_of(["git", "status", "--porcelain"], s.project, s.env)  # refreshes the index once
@@ -221,8 +219,6 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     listing.write_text("\0".join(paths))
     lstat = min(cpu_of([PY, "-I", "-c", LSTAT, str(listing)], s.project, s.env)
                 for _ in range(3))
-    if prof:
-        profile(s, args.profile, f"status-{kind}-{n}", "status")
     rows += [
         ("first lock", first, "-", 0.0),
         ("re-lock, unchanged", relock, "first lock", first),
@@ -236,10 +232,14 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     for name, value, anchor, base in rows:
         ratio = f"{value / base:6.2f}x" if base > 0 and value == value else "      "
         print(f"  {name:26} {value:8.3f} s   {ratio}  {anchor} ({base:.3f} s)", flush=True)
-    if prof:
+    if prof:  # after the figures: a profiled run costs several times its CPU
+        assert args.profile is not None
+        profile(s, args.profile, f"after-status-{kind}-{n}", "status")
+        profile(s, args.profile, f"after-apply-unchanged-{kind}-{n}", "apply", "--write")
+        # A first trust again: no trust log, no content store.
         shutil.rmtree(s.home / ".config/agentstack", ignore_errors=True)
-        s.cpu("lock")
-        profile(s, args.profile, f"trust-{kind}-{n}", "trust", "--yes", "--accept-risk")
+        shutil.rmtree(s.home / ".cache/agentstack/content", ignore_errors=True)
+        profile(s, args.profile, f"after-trust-{kind}-{n}", "trust", "--yes", "--accept-risk")
     print(f"  load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     return rows
 

@@ -340,3 +340,14 @@ def test_no_change_of_a_watched_path_reads_as_unchanged(
     assert entry is not None
     files = {**moved, **rekeyed}
     assert _guard.recheck(str(target), entry, _guard.time.time_ns(), files) is None, (how, target)
+
+
+PATTERN_SETS = st.lists(st.lists(SEGMENTS, max_size=5), max_size=6)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(PATTERN_SETS, st.lists(NAMES, max_size=7))
+def test_surface_matcher_index_agrees_with_trying_every_pattern(patterns: list[list[str]],
+                                                                parts: list[str]) -> None:
+    assert surface._matcher(patterns)(parts) == any(
+        _reference_match(p, parts) for p in patterns)
