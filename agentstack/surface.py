@@ -524,13 +524,23 @@ def _pin(
         return {**entry, "kind": "link", "digest": b3(os.fsencode(target)), "facts": facts}
     if not stat.S_ISREG(st.st_mode):
         return _unreadable(entry, "not a regular file")
+    fmt = rules[0].entry.format
+    recorded = context.ledger.get(str(context.root / rel))
+    if fmt == "tree" and recorded is not None and recorded.get("kind") == "whole":
+        # A file apply rendered whole is not pinned (_owned_whole: its edits are drift of a
+        # rendered file for the guard, status and run), whatever its bytes: they are not read
+        # (a rendered 10,000-file skill cost every status a read and hash of each copy). It
+        # is opened, so that one agentstack cannot read is still reported as such.
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC))
+        except OSError as exc:
+            return _unreadable(entry, exc.strerror or type(exc).__name__)
+        return None
     try:
         data = read_regular(path)
     except OSError as exc:
         return _unreadable(entry, exc.strerror or type(exc).__name__)
     executable = bool(st.st_mode & stat.S_IXUSR)
-    fmt = rules[0].entry.format
-    recorded = context.ledger.get(str(context.root / rel))
     if (
         fmt == "tree"
         and recorded is not None

@@ -19,7 +19,8 @@ seconds (user + system of the child, getrusage), the anchors in the same run:
   `apply --write` (first), `apply --write` (unchanged), `status`, the guard (one steady call
   of the PreToolUse command apply rendered for Claude Code, after one call that may settle);
 * anchors: `cp -r` of the skill tree twice (apply writes two harnesses' copies), `git status` of
-  the same tree, `python -I -c pass` and `python -I` lstat-ing every path of the guard's snapshot.
+  the same tree (committed; before apply, and again after it: apply lists every rendered file in
+  `.git/info/exclude`), `python -I -c pass` and `python -I` lstat-ing every path of the guard's snapshot.
 
 Prints one row per command and size with its CPU seconds and its ratio to its anchor, and the
 goal of issue 32 where there is one, and the load average before and after each setup. --big adds
@@ -164,7 +165,14 @@ LSTAT = "import os,sys\nfor p in open(sys.argv[1]).read().split('\\0'):\n    try
 
 def profile(s: Setup, out: Path, label: str, *args: str) -> None:
     raw = s.where / f"{label}.prof"
-    cpu_of([PY, "-m", "cProfile", "-o", str(raw), "-m", "agentstack", *args], s.project, s.env)
+    # The command through the CLI's dispatcher (entry.main ends with os._exit on its fast paths,
+    # which would leave no profile behind).
+    code = ("import cProfile, sys\nfrom agentstack.cli import dispatch\n"
+            "from agentstack.entry import outcome\n"
+            f"cProfile.run({f'outcome(lambda: dispatch({list(args)!r}))'!r}, {str(raw)!r})\n")
+    cpu_of([PY, "-c", code], s.project, s.env, ok=(0, 1))
+    if not raw.exists():
+        raise BenchError(f"no profile of {args} was written")
     text = io.StringIO()
     stats = pstats.Stats(str(raw), stream=text).strip_dirs()
     stats.sort_stats("cumulative").print_stats(30)
@@ -196,6 +204,8 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
         print(f"  first lock fails: {str(exc).splitlines()[1:2]}", flush=True)
         return rows
     relock = s.cpu("lock")
+    cpu_of(["git", "status", "--porcelain"], s.project, s.env)  # refreshes the index once
+    git_status = cpu_of(["git", "status", "--porcelain"], s.project, s.env)  # before apply
     trust = s.cpu("trust", "--yes", "--accept-risk")
     prof = args.profile is not None and kind == "skill" and n == max(args.files)
     cp_dst = where / "cp"
@@ -205,8 +215,7 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     apply_first = s.cpu("apply", "--write")
     apply_again = s.cpu("apply", "--write")
     status = cpu_of(s.cli("status"), s.project, s.env, ok=(0, 1))
-    cpu_of(["git", "status", "--porcelain"], s.project, s.env)  # refreshes the index once
-    git_status = cpu_of(["git", "status", "--porcelain"], s.project, s.env)
+    git_after = cpu_of(["git", "status", "--porcelain"], s.project, s.env)
     event = json.dumps({"cwd": str(s.project), "hook_event_name": "PreToolUse",
                         "tool_name": "Bash", "tool_input": {"command": "ls"},
                         "session_id": "bench"}).encode()
@@ -226,6 +235,7 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
         ("apply --write, first", apply_first, "cp -r x2", cp),
         ("apply --write, unchanged", apply_again, "re-lock", relock),
         ("status", status, "git status", git_status),
+        ("git status after apply", git_after, "git status", git_status),
         ("guard, steady call", guard, f"py -I + lstat {len(paths)}", lstat),
         ("guard, steady call", guard, "python -I -c pass", bare),
     ]
