@@ -538,6 +538,27 @@ def _check_carried(lock: dict[str, Any], found: dict[str, tuple[Member, bytes]])
         raise Refused(describe(metadata), hint=HINT)
 
 
+def _refuse_early(lock: dict[str, Any]) -> None:
+    """The limits a bundle cannot exceed, judged from the lock alone before any file is read (a
+    100,000-file setup took 38 s and 569 MB to be told it cannot travel): the member count, the
+    total size and a lower bound of the statement's size (each member's path and digest)."""
+    local = {p.rel: p for p in pinned_files(lock) if p.git is None}
+    paths = set(local) | {rel for rel, _ in surface_files(lock)}
+    count = 2 + len(paths)
+    if count > MAX_MEMBERS:
+        raise Refused(
+            f"the setup has {count} files, more than the {MAX_MEMBERS} a bundle can carry",
+            hint="share a smaller setup (a git skill travels as its objects, not as files)",
+        )
+    if sum(int(p.entry.get("size", 0)) for p in local.values()) > MAX_TOTAL_BYTES:
+        raise Refused(f"the setup is larger than {MAX_TOTAL_BYTES} bytes")
+    if sum(len(rel) + 70 for rel in paths) > MAX_STATEMENT_BYTES:
+        raise Refused(
+            "the statement would be larger than a receiver accepts (too many files)",
+            hint="share a smaller setup",
+        )
+
+
 def build(
     root: Path,
     key: Any,
@@ -579,6 +600,7 @@ def build(
         lock=b3((root / LOCK_NAME).read_bytes()),
         members=(),
     )
+    _refuse_early(lock)
     members = collect_members(root, lock)
     if len(members) > MAX_MEMBERS:
         raise Refused(f"the setup has more than {MAX_MEMBERS} files; a bundle cannot carry it")

@@ -351,3 +351,25 @@ def test_surface_matcher_index_agrees_with_trying_every_pattern(patterns: list[l
                                                                 parts: list[str]) -> None:
     assert surface._matcher(patterns)(parts) == any(
         _reference_match(p, parts) for p in patterns)
+
+
+# ------------------------------------------------------------------------------- share
+
+
+def test_share_refuses_a_setup_too_large_before_reading_a_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentstack import bundle
+
+    root = make_project(tmp_path / "proj", MANIFEST, _skill_files(12)).resolve()
+    _ok(root, "trust", "--lock", "--yes", "--accept-risk")
+    _ok(root, "keys", "generate", "k")
+
+    def never(*_args: Any) -> Any:
+        raise AssertionError("the files were read before the limits were judged")
+
+    monkeypatch.setattr(bundle, "MAX_MEMBERS", 10)
+    monkeypatch.setattr(bundle, "collect_members", never)
+    result = run_cli_in_process("share", "-o", str(tmp_path / "b.astack"), cwd=root)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "more than the 10 a bundle can carry" in result.stderr
+    assert not (tmp_path / "b.astack").exists()
