@@ -251,3 +251,59 @@ def native_sandbox_guarded(harness: str) -> tuple[tuple[str, ...], ...]:
     from agentstack.sandbox.native import GUARDED
 
     return GUARDED.get(harness, ())
+
+
+def claude_plugins(
+    context: RenderContext, harness: str = "claude-code"
+) -> tuple[list[WholeFile], dict[tuple[str, ...], Any]]:
+    """The declared plugins of `harness`'s format as one-plugin local marketplaces under
+    agentstack's cache (each in a directory named by the digest of what it holds, written
+    read-only: exactly the pinned bytes of the enabled components), and the settings keys that
+    register each marketplace (`extraKnownMarketplaces`, a `directory` source) and enable its
+    plugin (`enabledPlugins`, `<plugin>@<marketplace>`): the marketplace name carries the digest,
+    so only the trusted bytes are ever enabled."""
+    from agentstack.errors import Refused
+    from agentstack.gitmeta import HINT, describe, git_metadata
+    from agentstack.plugins import (
+        MARKERS,
+        MARKETPLACE_FILE,
+        PLUGIN_DIR,
+        claude_marketplace,
+        rendered_files,
+        rendered_manifest,
+    )
+
+    files: list[WholeFile] = []
+    keys: dict[tuple[str, ...], Any] = {}
+    plugins = {
+        n: p for n, p in sorted(context.consent.get("plugins", {}).items())
+        if p["harness"] == harness
+    }
+    if not plugins:
+        return files, keys
+    if context.read_plugin_file is None or context.plugin_cache is None:
+        raise Refused("plugins cannot be rendered here (no plugin cache)")
+    for name, plugin in plugins.items():
+        planted = git_metadata([str(e["path"]) for e in plugin["files"]])
+        if planted is not None:
+            raise Refused(describe(f"{name}/{planted}", f"plugins.{name}"), hint=HINT)
+        key, market, listing = claude_marketplace(name, plugin)
+        top = context.plugin_cache / key
+        files.append(WholeFile(path=str(top / MARKETPLACE_FILE), content=listing, user_level=True))
+        for entry in rendered_files(plugin):
+            data = context.read_plugin_file(name, entry)
+            if entry["path"] == MARKERS[harness]:
+                data = rendered_manifest(plugin, data)
+            files.append(
+                WholeFile(
+                    path=str(top / PLUGIN_DIR / entry["path"]),
+                    content=data,
+                    executable=entry["executable"],
+                    user_level=True,
+                )
+            )
+        keys[("extraKnownMarketplaces", market)] = {
+            "source": {"source": "directory", "path": str(top)}
+        }
+        keys[("enabledPlugins", f"{plugin['components']['name']}@{market}")] = True
+    return files, keys

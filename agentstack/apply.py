@@ -497,7 +497,17 @@ def _context(root: Path, consent: dict[str, Any], digest: str) -> RenderContext:
         env=dict(os.environ),
         read_skill_file=materializer.skill_file,
         read_project_file=materializer.project_file,
+        read_plugin_file=materializer.plugin_file,
+        plugin_cache=plugin_cache_dir(),
     )
+
+
+def plugin_cache_dir() -> Path:
+    """Where the plugins' materialized marketplaces live: `$AGENTSTACK_CACHE/plugins/`."""
+    from agentstack.paths import agentstack_cache
+    from agentstack.plugins import PLUGINS_DIR
+
+    return agentstack_cache() / PLUGINS_DIR
 
 
 def render_operations(
@@ -533,14 +543,14 @@ def plan(
     ops = render_operations(root, consent, digest, harnesses)
     by_path: dict[Path, list[FileOperation]] = {}
     for op in ops:
-        user_level = isinstance(op, OwnedKeys) and op.user_level
+        user_level = getattr(op, "user_level", False)
         by_path.setdefault(planner.absolute(op.path, user_level), []).append(op)
     others = [h for h in consent["project"]["harnesses"] if h not in (harnesses or [])]
     if harnesses is not None and others:
         # A partial apply still renders what the other harnesses own in a file it shares with
         # them (.mcp.json, AGENTS.md, ...), so that their keys in it are kept, not removed.
         for op in render_operations(root, consent, digest, others):
-            path = planner.absolute(op.path, isinstance(op, OwnedKeys) and op.user_level)
+            path = planner.absolute(op.path, getattr(op, "user_level", False))
             if path in by_path:
                 by_path[path].append(op)
     changes: list[FileChange] = []
@@ -579,6 +589,9 @@ def plan(
 def _file_mode(path: Path, executable: bool, root: Path) -> int:
     """Executable bit as rendered; otherwise keep an existing file's mode (~/.claude.json is
     0600), and make new files outside the project private."""
+    cache = plugin_cache_dir()
+    if cache in path.parents:  # a materialized plugin: read-only, as trusted
+        return 0o555 if executable else 0o444
     if executable:
         return 0o755
     try:
@@ -841,8 +854,13 @@ def remove_user_level(root: Path) -> list[Path]:
     planner = Planner(root, ledger.get("digest", ""), ledger, home)
     removed: list[Path] = []
     changes = []
+    plugins = plugin_cache_dir()
     for path_text, recorded in sorted(ledger.get("files", {}).items()):
         path = Path(path_text)
+        if recorded.get("kind") == "whole" and plugins in path.parents:
+            # A materialized plugin: removed, so the harness has nothing left to load.
+            changes.append(planner.removal(path, recorded))
+            continue
         if recorded.get("kind") == "keys" and root not in path.parents:
             kept = _kept_keys(path, recorded)
             op = OwnedKeys(

@@ -84,6 +84,10 @@ def _pinned_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, A
                     }
     for entry in document["instructions"]:
         files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
+    for plugin in document.get("plugins", {}).values():
+        if plugin.get("source") == "path":  # a plugin in the project: its files are its source
+            for entry in plugin["files"]:
+                files[str(root / plugin["path"] / entry["path"])] = {"kind": "raw", "role": "source"}
     return files
 
 
@@ -174,6 +178,13 @@ def _watched_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, 
     return files
 
 
+def _plugin_cache() -> str:
+    """`$AGENTSTACK_CACHE/plugins/` (agentstack.apply.plugin_cache_dir), with a trailing slash."""
+    from agentstack.apply import plugin_cache_dir
+
+    return str(plugin_cache_dir()) + os.sep
+
+
 def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
     from agentstack.apply import load_ledger
     from agentstack.userlevel import is_user_root
@@ -182,7 +193,17 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
     # keys and guarded containers only (the harness rewrites the rest of them constantly).
     user_setup = is_user_root(root)
     files: dict[str, dict[str, Any]] = {}
+    plugins = _plugin_cache()
     for path, recorded in load_ledger(root).get("files", {}).items():
+        if path.startswith(plugins) and recorded.get("kind") == "whole":
+            # A plugin's materialized marketplace: the copy the harness loads, so a byte changed
+            # or a file added there is drift, by file and by directory listing.
+            files[path] = {"kind": "raw", "role": "rendered"}
+            top = path[len(plugins) :].split(os.sep, 1)[0]
+            for here, dirs, _ in os.walk(plugins + top):
+                dirs.sort()
+                files.setdefault(here, {"kind": "listing", "role": "rendered"})
+            continue
         if not path.startswith(str(root) + os.sep) and not (
             user_setup and recorded.get("kind") == "keys"
         ):

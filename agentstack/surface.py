@@ -365,6 +365,15 @@ def scan(
                 matched = found.setdefault("/".join([".."] * depth + parts), [])
                 if rule not in matched:
                     matched.append(rule)
+    # A declared plugin's own directory is pinned by its item (and reviewed as what it
+    # contributes), not as foreign surface.
+    declared = [
+        str(p["path"]).rstrip("/") + "/"
+        for p in (lock or {}).get("plugins", {}).values()
+        if p.get("source") == "path"
+    ]
+    for rel in [r for r in found if any(r.startswith(d) for d in declared)]:
+        del found[rel]
     out: dict[str, dict[str, Any]] = {}
     pending_imports: list[tuple[str, int]] = []
     for rel in sorted(found, key=os.fsencode):
@@ -961,6 +970,9 @@ def snapshot_entries(
     trees = [[*r.parts[:-1], "**"] for r in rules if r.entry.format == "tree"]
     files = [r.parts for r in rules if r.entry.format != "tree"]
     anchors = _anchors(rules)
+    temp = {
+        rel for h in document["project"]["harnesses"] for rel in H.HARNESS_TEMP_DIRS.get(h, ())
+    }
     count = 0
     for directory, subdirs, names in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d != ".git")
@@ -968,7 +980,12 @@ def snapshot_entries(
         parts = [] if rel_dir == "." else rel_dir.split(os.sep)
         count += 1
         in_tree = any(_match(t, parts) for t in trees)
-        if in_tree:
+        skip = sorted(os.path.basename(t) for t in temp if os.path.dirname(t) == rel_dir)
+        # The harness's own temporary directory is not walked either (nothing there is loaded).
+        subdirs[:] = [d for d in subdirs if d not in skip]
+        if in_tree and skip:
+            watch(Path(directory), {"kind": "listing", "skip": skip})
+        elif in_tree:
             watch(Path(directory), {"kind": "listing"})
         elif count <= MAX_WATCHED_DIRS:
             watch(Path(directory), {"kind": "listing", "names": anywhere})

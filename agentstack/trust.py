@@ -330,7 +330,12 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
     from agentstack.view import toml_value
 
     lines = []
+    marketplaces: dict[str, int] = {}
     for op in render_operations(root.resolve(), document, digest):
+        if not isinstance(op, OwnedKeys) and getattr(op, "user_level", False):
+            # A plugin's materialized marketplace: one line per directory.
+            top = op.path.split("/plugin/", 1)[0].removesuffix("/.claude-plugin/marketplace.json")
+            marketplaces[top] = marketplaces.get(top, 0) + 1
         if isinstance(op, OwnedKeys) and op.user_level:
             in_place = _in_place(op)
             for key, value in op.keys.items():
@@ -340,6 +345,8 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
                     lines.append(f"{op.path}: {'.'.join(key[:-2])} += {key[-1]}")
                 else:
                     lines.append(f"{op.path}: {'.'.join(key)} = {toml_value(value)}")
+    for top, count in sorted(marketplaces.items()):
+        lines.append(f"{top}/: a plugin marketplace, {count} files written read-only")
     return lines
 
 

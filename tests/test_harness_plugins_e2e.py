@@ -1,0 +1,174 @@
+"""A Claude Code plugin from a git marketplace, end to end with the real `claude` offline.
+
+The plugin's PreToolUse hook appends a line naming its version to a log outside the project, so
+the log says exactly which plugin bytes ran:
+
+- before `trust` + `apply --write`: nothing of the plugin runs;
+- after them: the pinned commit's hook runs (from agentstack's read-only marketplace);
+- the marketplace repository moves `main` to a commit that changes the hook: `lock` keeps the pin
+  (v1 still runs); `lock --update` re-pins, and then nothing of the new commit runs (the guard
+  stops the prompt) until the review shows the changed hook and the user trusts and applies it;
+- a hand edit inside the materialized plugin blocks the session, and `status` names the file;
+- `revoke` disables the plugin (its marketplace is removed).
+
+Skips locally without the binary (scripts/install-harnesses), fails in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, make_project, run_cli
+from tests.harness.binaries import harness_bin
+from tests.harness.drive import run_claude
+from tests.harness.mock_model import MockModel, ToolCall
+
+pytestmark = pytest.mark.slow
+
+TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
+
+
+def _hooks(log: Path, version: str) -> str:
+    entry = {"type": "command", "command": f"echo {version} >> {log}"}
+    return json.dumps({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [entry]}]}})
+
+
+def _market(path: Path, log: Path) -> Path:
+    """A marketplace repository holding the `logger` plugin at plugins/logger."""
+    plugin = path / "plugins" / "logger"
+    (plugin / ".claude-plugin").mkdir(parents=True)
+    (plugin / ".claude-plugin" / "plugin.json").write_text(
+        json.dumps({"name": "logger", "version": "1.0.0", "description": "logs tool calls"})
+    )
+    (plugin / "hooks").mkdir()
+    (plugin / "hooks" / "hooks.json").write_text(_hooks(log, "v1"))
+    (path / ".claude-plugin").mkdir()
+    (path / ".claude-plugin" / "marketplace.json").write_text(json.dumps(
+        {"name": "team", "owner": {"name": "team"},
+         "plugins": [{"name": "logger", "source": "./plugins/logger"}]}
+    ))
+    git("init", "-q", "-b", "main", cwd=path)
+    git("add", "-A", cwd=path)
+    git("commit", "-qm", "v1", cwd=path)
+    return path
+
+
+def _ok(*args: str, cwd: Path) -> str:
+    result = run_cli(*args, cwd=cwd)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout + result.stderr
+
+
+def _claude(project: Path, home: Path) -> tuple[bool, str]:
+    """(did the tool call run?, what Claude Code printed)."""
+    marker = project / "marker.txt"
+    if marker.exists():
+        marker.unlink()
+    with MockModel([TOUCH]) as model:
+        run = run_claude(project, home, model, "do it")
+    assert run.proc.returncode == 0, run.output
+    return marker.exists(), run.proc.stdout
+
+
+def _log(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.fixture
+def setup(tmp_path: Path, isolated_home: Path) -> tuple[Path, Path, Path]:
+    harness_bin("claude")
+    log = tmp_path / "hook.log"
+    market = _market(tmp_path / "market", log)
+    project = make_project(tmp_path / "project", f"""\
+[project]
+name = "plugged"
+harnesses = ["claude-code"]
+
+[plugins.logger]
+harness = "claude-code"
+git = "{market.as_uri()}"
+rev = "main"
+subdir = "plugins/logger"
+
+[settings.permissions]
+allow = ["Bash(touch marker.txt)"]
+
+[sandbox]
+write_dirs = ["."]
+""")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    _ok("lock", cwd=project)
+    return project.resolve(), market, log
+
+
+def test_plugin_hook_runs_only_as_trusted(setup: tuple[Path, Path, Path],
+                                          isolated_home: Path) -> None:
+    project, market, log = setup
+    # Not trusted, nothing rendered: the plugin is not there for Claude Code.
+    assert run_cli("apply", "--write", cwd=project).returncode == 1
+    _claude(project, isolated_home)
+    assert _log(log) == []
+
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _claude(project, isolated_home)
+    assert _log(log) == [], "trusted but not applied: nothing is rendered yet"
+    _ok("apply", "--write", cwd=project)
+    ran, out = _claude(project, isolated_home)
+    assert ran, out
+    assert _log(log) == ["v1"]
+
+    # The marketplace moves `main` to a commit that changes the hook.
+    (market / "plugins" / "logger" / "hooks" / "hooks.json").write_text(_hooks(log, "v2"))
+    git("commit", "-qam", "v2", cwd=market)
+    _ok("lock", cwd=project)  # the pin stands
+    ran, out = _claude(project, isolated_home)
+    assert ran, out
+    assert _log(log) == ["v1", "v1"]
+    _ok("lock", "--update", cwd=project)
+    ran, out = _claude(project, isolated_home)
+    assert not ran and "v2" not in _log(log), out
+    review = run_cli("trust", cwd=project)  # not a terminal, no --yes: shows and refuses
+    assert review.returncode == 1
+    shown = review.stdout + review.stderr
+    assert "plugin logger changes its PreToolUse[0] hook" in shown, shown
+    assert "v2" in shown and "now resolves to commit" in shown, shown
+    assert "v2" not in _log(log)
+
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    ran, out = _claude(project, isolated_home)
+    assert ran, out
+    assert _log(log)[-1] == "v2"
+
+
+def test_hand_edit_in_the_plugin_copy_blocks(setup: tuple[Path, Path, Path],
+                                             isolated_home: Path) -> None:
+    project, _market_repo, log = setup
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    settings = json.loads((project / ".claude" / "settings.local.json").read_text())
+    (source,) = [m["source"]["path"] for m in settings["extraKnownMarketplaces"].values()]
+    hooks = Path(source) / "plugin" / "hooks" / "hooks.json"
+    assert not hooks.stat().st_mode & 0o222, "the materialized plugin is read-only"
+    hooks.chmod(0o644)
+    hooks.write_text(_hooks(log, "EVIL"))
+
+    status = run_cli("status", cwd=project)
+    assert status.returncode == 1
+    assert str(hooks) in status.stdout, status.stdout
+    ran, out = _claude(project, isolated_home)
+    assert not ran and "EVIL" not in _log(log), out
+    assert "agentstack guard" in out, out
+
+    _ok("apply", "--write", "--force", cwd=project)
+    ran, out = _claude(project, isolated_home)
+    assert ran and _log(log)[-1] == "v1", out
+
+    _ok("revoke", cwd=project)
+    assert not Path(source).joinpath("plugin", "hooks", "hooks.json").exists()
+    _claude(project, isolated_home)
+    assert "v1" not in _log(log)[1:], "revoked: the plugin's hook no longer runs"
