@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Callable
@@ -306,4 +307,61 @@ def claude_plugins(
             "source": {"source": "directory", "path": str(top)}
         }
         keys[("enabledPlugins", f"{plugin['components']['name']}@{market}")] = True
+    return files, keys
+
+
+def gemini_extensions(
+    context: RenderContext,
+) -> tuple[list[WholeFile], dict[tuple[str, ...], Any]]:
+    """The declared Gemini CLI extensions: each materialized read-only under agentstack's cache
+    (in a directory named by the digest of what it holds), linked from
+    `~/.gemini/extensions/agentstack-<key>/.gemini-extension-install.json` (`{"source": <that
+    directory>, "type": "link"}`, what `gemini extensions link` writes), and enabled for this
+    project only in `~/.gemini/extensions/extension-enablement.json` (`"!/*"`, then
+    `"<project>/*"` in the extension's `overrides`). Measured with Gemini CLI 0.61.0: it loads a
+    linked extension from its source directory, and these overrides enable it in the project's
+    workspace and nowhere else; a project's own `.gemini/extensions/` is not loaded."""
+    from agentstack.errors import Refused
+    from agentstack.gitmeta import HINT, describe, git_metadata
+    from agentstack.plugins import marketplace_name, render_key, rendered_files
+
+    from .base import MEMBER
+
+    files: list[WholeFile] = []
+    keys: dict[tuple[str, ...], Any] = {}
+    plugins = {
+        n: p for n, p in sorted(context.consent.get("plugins", {}).items())
+        if p["harness"] == "gemini-cli"
+    }
+    if not plugins:
+        return files, keys
+    if context.read_plugin_file is None or context.plugin_cache is None:
+        raise Refused("plugins cannot be rendered here (no plugin cache)")
+    extensions = context.user_home / ".gemini" / "extensions"
+    for name, plugin in plugins.items():
+        planted = git_metadata([str(e["path"]) for e in plugin["files"]])
+        if planted is not None:
+            raise Refused(describe(f"{name}/{planted}", f"plugins.{name}"), hint=HINT)
+        key = render_key(name, plugin)
+        top = context.plugin_cache / key
+        for entry in rendered_files(plugin):
+            files.append(
+                WholeFile(
+                    path=str(top / entry["path"]),
+                    content=context.read_plugin_file(name, entry),
+                    executable=entry["executable"],
+                    user_level=True,
+                )
+            )
+        link = {"source": str(top), "type": "link"}
+        files.append(
+            WholeFile(
+                path=str(extensions / marketplace_name(key) / ".gemini-extension-install.json"),
+                content=(json.dumps(link, indent=2) + "\n").encode("utf-8"),
+                user_level=True,
+            )
+        )
+        extension = str(plugin["components"]["name"])
+        keys[(extension, "overrides", MEMBER, "!/*")] = True
+        keys[(extension, "overrides", MEMBER, f"{context.root}/*")] = True
     return files, keys

@@ -854,11 +854,11 @@ def remove_user_level(root: Path) -> list[Path]:
     planner = Planner(root, ledger.get("digest", ""), ledger, home)
     removed: list[Path] = []
     changes = []
-    plugins = plugin_cache_dir()
     for path_text, recorded in sorted(ledger.get("files", {}).items()):
         path = Path(path_text)
-        if recorded.get("kind") == "whole" and plugins in path.parents:
-            # A materialized plugin: removed, so the harness has nothing left to load.
+        if recorded.get("kind") == "whole" and root not in path.parents:
+            # A materialized plugin (and a Gemini CLI extension's link to it): removed, so the
+            # harness has nothing left to load.
             changes.append(planner.removal(path, recorded))
             continue
         if recorded.get("kind") == "keys" and root not in path.parents:

@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import git, make_project, run_cli
 from tests.harness.binaries import harness_bin
-from tests.harness.drive import run_claude
+from tests.harness.drive import NOTES_SERVER, run_claude
 from tests.harness.mock_model import MockModel, ToolCall
 
 pytestmark = pytest.mark.slow
 
 TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
+NOTE = ToolCall("mcp__plugin_logger_notes__add_note", {"text": "from the plugin"})
 
 
 def _hooks(log: Path, version: str) -> str:
@@ -46,6 +48,9 @@ def _market(path: Path, log: Path) -> Path:
     )
     (plugin / "hooks").mkdir()
     (plugin / "hooks" / "hooks.json").write_text(_hooks(log, "v1"))
+    (plugin / ".mcp.json").write_text(json.dumps({"mcpServers": {"notes": {
+        "command": sys.executable, "args": ["-I", str(NOTES_SERVER)],
+        "env": {"NOTES_FILE": str(log.parent / "notes.txt")}}}}))
     (path / ".claude-plugin").mkdir()
     (path / ".claude-plugin" / "marketplace.json").write_text(json.dumps(
         {"name": "team", "owner": {"name": "team"},
@@ -63,14 +68,19 @@ def _ok(*args: str, cwd: Path) -> str:
     return result.stdout + result.stderr
 
 
-def _claude(project: Path, home: Path) -> tuple[bool, str]:
+def _claude(project: Path, home: Path, call: ToolCall = TOUCH) -> tuple[bool, str]:
     """(did the tool call run?, what Claude Code printed)."""
     marker = project / "marker.txt"
     if marker.exists():
         marker.unlink()
-    with MockModel([TOUCH]) as model:
+    notes = project.parent / "notes.txt"
+    before = notes.read_text() if notes.exists() else ""
+    with MockModel([call]) as model:
         run = run_claude(project, home, model, "do it")
     assert run.proc.returncode == 0, run.output
+    if call is NOTE:
+        now = notes.read_text() if notes.exists() else ""
+        return now != before, run.proc.stdout + "".join(r.text for r in model.tool_results)
     return marker.exists(), run.proc.stdout
 
 
@@ -95,7 +105,7 @@ rev = "main"
 subdir = "plugins/logger"
 
 [settings.permissions]
-allow = ["Bash(touch marker.txt)"]
+allow = ["Bash(touch marker.txt)", "mcp__plugin_logger_notes__add_note"]
 
 [sandbox]
 write_dirs = ["."]
@@ -112,6 +122,8 @@ def test_plugin_hook_runs_only_as_trusted(setup: tuple[Path, Path, Path],
     assert run_cli("apply", "--write", cwd=project).returncode == 1
     _claude(project, isolated_home)
     assert _log(log) == []
+    ran, out = _claude(project, isolated_home, NOTE)
+    assert not ran, out
 
     _ok("trust", "--yes", "--accept-risk", cwd=project)
     _claude(project, isolated_home)
@@ -120,6 +132,11 @@ def test_plugin_hook_runs_only_as_trusted(setup: tuple[Path, Path, Path],
     ran, out = _claude(project, isolated_home)
     assert ran, out
     assert _log(log) == ["v1"]
+    # Its MCP server too (reviewed with the plugin, so the guard lets its tool through).
+    ran, out = _claude(project, isolated_home, NOTE)
+    assert ran, out
+    assert "from the plugin" in (log.parent / "notes.txt").read_text()
+    assert _log(log) == ["v1"]  # the hook's matcher is Bash only
 
     # The marketplace moves `main` to a commit that changes the hook.
     (market / "plugins" / "logger" / "hooks" / "hooks.json").write_text(_hooks(log, "v2"))
@@ -172,3 +189,61 @@ def test_hand_edit_in_the_plugin_copy_blocks(setup: tuple[Path, Path, Path],
     assert not Path(source).joinpath("plugin", "hooks", "hooks.json").exists()
     _claude(project, isolated_home)
     assert "v1" not in _log(log)[1:], "revoked: the plugin's hook no longer runs"
+
+
+# ------------------------------------------------------------------------------ Gemini CLI
+
+
+def test_gemini_extension_loads_only_as_trusted_and_only_here(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """A Gemini CLI extension (its MCP server) declared as a plugin: `gemini mcp list` shows its
+    server connected in the project only after trust + apply, from agentstack's read-only copy,
+    and the extension is enabled in this workspace only; a hand edit of the copy is drift."""
+    import sys
+
+    from tests.harness.binaries import harness_env
+    from tests.harness.drive import NOTES_SERVER
+    from tests.test_adapters_gemini_cli import _user_settings, gemini_mcp_list
+
+    harness_bin("gemini")
+    _user_settings(isolated_home)
+    extension = {"name": "notesx", "version": "1.0.0", "mcpServers": {"notesx": {
+        "command": sys.executable, "args": ["-I", str(NOTES_SERVER)],
+        "env": {"NOTES_FILE": str(tmp_path / "notes.txt")}}}}
+    project = make_project(tmp_path / "project", """\
+[project]
+name = "ext"
+harnesses = ["gemini-cli"]
+
+[plugins.notes]
+harness = "gemini-cli"
+path = "ext"
+""", {"ext/gemini-extension.json": json.dumps(extension), "ext/GEMINI.md": "Take notes.\n"})
+    project = project.resolve()
+    _ok("lock", cwd=project)
+    assert "notesx" not in gemini_mcp_list(project, isolated_home)
+    shown = run_cli("trust", cwd=project)
+    assert "plugin notes adds MCP server notesx that runs" in shown.stdout + shown.stderr
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    listed = gemini_mcp_list(project, isolated_home)
+    line = next((ln for ln in listed.splitlines() if "notesx" in ln), "")
+    assert "Connected" in line, listed
+    def enabled_in(directory: Path) -> str:
+        listed = subprocess.run([str(harness_bin("gemini")), "extensions", "list"], cwd=directory,
+                                env=harness_env(isolated_home), capture_output=True, text=True,
+                                check=False, timeout=120)
+        return listed.stdout + listed.stderr
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert "Enabled (Workspace): true" in enabled_in(project), enabled_in(project)
+    assert "Enabled (Workspace): false" in enabled_in(elsewhere), enabled_in(elsewhere)
+
+    copy = next((isolated_home / ".cache/agentstack/plugins").iterdir()) / "gemini-extension.json"
+    assert not copy.stat().st_mode & 0o222
+    copy.chmod(0o644)
+    copy.write_text(json.dumps({**extension, "mcpServers": {}}))
+    status = run_cli("status", cwd=project)
+    assert status.returncode == 1 and str(copy) in status.stdout, status.stdout
