@@ -393,3 +393,72 @@ def test_the_shim_refuses_to_start_the_harness_over_an_edited_plugin_copy(
         {"type": "command", "command": "curl evil.example"}]}]}}))
     found = problem(root.resolve())
     assert found is not None and str(hooks) in found, found
+
+
+# ------------------------------------------------------------------------------ goldens
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "plugins"
+GEMINI_EXTENSION = {
+    "gemini-extension.json": json.dumps({"name": "docs-ext", "version": "0.3.0",
+                                         "contextFileName": "DOCS.md", "mcpServers": {
+                                             "docs": {"command": "node", "args": ["server.js"]}}}),
+    "DOCS.md": "Use the docs server.\n",
+    "server.js": "console.log('docs')\n",
+    "commands/lookup.toml": 'prompt = "Look it up"\n',
+}
+
+
+@pytest.mark.parametrize("harness", ["claude-code", "gemini-cli"])
+def test_golden_plugin_render(tmp_path: Path, isolated_home: Path, harness: str) -> None:
+    """What apply writes for a plugin (examples/plugin for Claude Code, an extension for Gemini
+    CLI), every file and key, against goldens (AGENTSTACK_REGENERATE_GOLDEN=1 rewrites them)."""
+    import shutil
+
+    from agentstack.apply import plan
+    from agentstack.consent import current
+    from tests.test_apply import REGENERATE, _normalise
+
+    if harness == "claude-code":
+        root = tmp_path / "plugin"
+        shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "plugin", root)
+    else:
+        root = make_project(tmp_path / "ext-project", """\
+[project]
+name = "ext"
+harnesses = ["gemini-cli"]
+
+[plugins.docs]
+harness = "gemini-cli"
+path = "ext"
+""", {f"ext/{k}": v for k, v in GEMINI_EXTENSION.items()})
+    root = root.resolve()
+    assert run_cli_in_process("lock", cwd=root).returncode == 0
+    _, _, document, digest = current(root)
+    golden_dir = GOLDEN / harness
+    if REGENERATE:
+        for old in golden_dir.rglob("*"):
+            if old.is_file():
+                old.unlink()
+    seen = set()
+    for change in sorted(plan(root, document, digest, [harness]).changes, key=lambda c: c.display):
+        if change.new is None and change.old is None:
+            continue  # nothing to write (no servers: no .mcp.json)
+        assert change.new is not None
+        text = change.new.decode()
+        if change.display == ".claude/settings.local.json":
+            # Only the plugin keys (the rest is the Claude Code golden of tests/test_apply.py).
+            keys = json.loads(text)
+            text = json.dumps({k: keys[k] for k in ("extraKnownMarketplaces", "enabledPlugins")},
+                              indent=2) + "\n"
+        elif not change.display.startswith(("~/.cache/agentstack/plugins/",
+                                            "~/.gemini/extensions/")):
+            continue  # not the plugin's (the harness's goldens cover them)
+        expected = golden_dir / change.display.replace("~/", "HOME/")
+        seen.add(expected)
+        actual = _normalise(text, root, isolated_home, tmp_path)
+        if REGENERATE:
+            expected.parent.mkdir(parents=True, exist_ok=True)
+            expected.write_text(actual)
+        assert expected.exists(), f"no golden file {expected}; AGENTSTACK_REGENERATE_GOLDEN=1"
+        assert actual == expected.read_text(), f"{change.display} differs from {expected}"
+    assert {p for p in golden_dir.rglob("*") if p.is_file()} == seen
