@@ -334,7 +334,11 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
     for op in render_operations(root.resolve(), document, digest):
         if not isinstance(op, OwnedKeys) and getattr(op, "user_level", False):
             # A plugin's materialized marketplace: one line per directory.
-            top = op.path.split("/plugin/", 1)[0].removesuffix("/.claude-plugin/marketplace.json")
+            from agentstack.apply import plugin_cache_dir
+
+            cache = str(plugin_cache_dir()) + "/"
+            rest = op.path[len(cache):] if op.path.startswith(cache) else None
+            top = cache + rest.split("/", 1)[0] + "/" if rest else op.path
             marketplaces[top] = marketplaces.get(top, 0) + 1
         if isinstance(op, OwnedKeys) and op.user_level:
             in_place = _in_place(op)
@@ -346,7 +350,10 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
                 else:
                     lines.append(f"{op.path}: {'.'.join(key)} = {toml_value(value)}")
     for top, count in sorted(marketplaces.items()):
-        lines.append(f"{top}/: a plugin marketplace, {count} files written read-only")
+        if top.endswith("/"):
+            lines.append(f"{top}: a plugin, {count} files written read-only")
+        else:
+            lines.append(f"{top}: the link to a plugin")
     return lines
 
 
