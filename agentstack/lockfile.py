@@ -394,6 +394,13 @@ class Resolver:
             located = self._inside(plugin.path, f"{where}.path")
             if located is None:
                 return None
+            if located[1] == self.real_root:
+                self.problem(
+                    f"{where}.path",
+                    "is the project root; a plugin is a directory of its own",
+                    "move the plugin into a directory (e.g. plugins/NAME) and point path at it",
+                )
+                return None
             try:
                 rows = walk_rows(located[0], self.stat_cache)
             except TreeHashError as exc:
