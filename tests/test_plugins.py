@@ -486,3 +486,48 @@ def test_a_plugin_at_the_project_root_is_refused(tmp_path: Path, isolated_home: 
     root = _project(tmp_path, 'harness = "claude-code"\npath = "."')
     result = run_cli_in_process("lock", cwd=root)
     assert result.returncode == 2 and "plugins.team.path" in result.stderr, result.stderr
+
+
+def test_a_plugin_travels_in_a_signed_bundle(tmp_path: Path, isolated_home: Path) -> None:
+    """`share` carries every pinned file of a path plugin and seeds a git plugin's mirror; the
+    receiver's release locks to the same digest without the repository and renders it."""
+    import shutil
+
+    from tests.test_bundle import Homes
+
+    homes = Homes(tmp_path / "users")
+    repo = _market(tmp_path)
+    project = make_project(tmp_path / "sender", f"""\
+[project]
+name = "p"
+harnesses = ["claude-code"]
+
+[plugins.local]
+harness = "claude-code"
+path = "plugins/team"
+
+[plugins.shared]
+harness = "claude-code"
+git = "{repo.as_uri()}"
+rev = "main"
+subdir = "team"
+""", {f"plugins/team/{k}": v for k, v in PLUGIN_FILES.items()})
+    (project / "plugins/team/bin/check.sh").chmod(0o755)
+    homes.run("alice", "lock", cwd=project)
+    homes.run("alice", "trust", "--yes", "--accept-risk", cwd=project)
+    digest = homes.run("alice", "digest", cwd=project).stdout.strip()
+    public = homes.run("alice", "keys", "generate", "alice", cwd=project).stdout.strip()
+    bundle = tmp_path / "p.astack"
+    homes.run("alice", "share", "-o", str(bundle), "--version", "1.0.0", cwd=project)
+    shutil.move(repo, tmp_path / "gone")
+    homes.run("bob", "keys", "trust", "alice@example.com", public, cwd=tmp_path)
+    ident = homes.run("bob", "receive", str(bundle), cwd=tmp_path).stdout.strip()
+    dest = tmp_path / "bob-project"
+    homes.run("bob", "quarantine", "release", ident[:12], "--into", str(dest), "--yes",
+              cwd=tmp_path)
+    homes.run("bob", "lock", "--check", cwd=dest)
+    assert homes.run("bob", "digest", cwd=dest).stdout.strip() == digest
+    homes.run("bob", "trust", "--yes", "--accept-risk", cwd=dest)
+    homes.run("bob", "apply", "--write", cwd=dest)
+    settings = json.loads((dest / ".claude/settings.local.json").read_text())
+    assert len(settings["enabledPlugins"]) == 2
