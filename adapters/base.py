@@ -50,6 +50,7 @@ class WholeFile:
     # Outside the project (an absolute path): a plugin's materialized marketplace, written
     # read-only under agentstack's cache.
     user_level: bool = False
+    read_only: bool = False  # written without write permission (0444, 0555 when executable)
 
 
 @dataclass(frozen=True, kw_only=True)

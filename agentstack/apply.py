@@ -200,6 +200,7 @@ class FileChange:
     old_link: str | None = None
     ledger: dict[str, Any] | None = None  # the ledger entry after the write (None: forget)
     conflicts: list[str] = field(default_factory=list)
+    read_only: bool = False  # written without write permission (a materialized plugin)
 
     @property
     def changed(self) -> bool:
@@ -315,6 +316,7 @@ class Planner:
             executable=op.executable,
             link_target=op.link_target,
             old_link=old_link,
+            read_only=op.read_only,
         )
         new_digest = b3(op.link_target.encode() if op.link_target is not None else op.content)
         change.ledger = {"kind": "whole", "digest": new_digest, "executable": op.executable}
@@ -589,9 +591,6 @@ def plan(
 def _file_mode(path: Path, executable: bool, root: Path) -> int:
     """Executable bit as rendered; otherwise keep an existing file's mode (~/.claude.json is
     0600), and make new files outside the project private."""
-    cache = plugin_cache_dir()
-    if cache in path.parents:  # a materialized plugin: read-only, as trusted
-        return 0o555 if executable else 0o444
     if executable:
         return 0o755
     try:
@@ -713,6 +712,8 @@ def write(
                 else:
                     assert change.new is not None
                     mode = _file_mode(change.path, change.executable, plan.root)
+                    if change.read_only:
+                        mode &= ~0o222
                     writes.append((change.path, change.new, change.executable, mode, base))
         except LinkInPath as exc:
             raise link_refusal(exc) from None

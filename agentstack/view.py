@@ -297,8 +297,6 @@ def plugin_item(key: str, plugin: dict[str, Any], heading: Text | None = None) -
     item.add("plugin", t(f"{components.get('name', '')} {components.get('version', '')}".strip()))
     if plugin.get("enable") is not None:
         item.add("enable", t(", ".join(plugin["enable"]) or "(nothing)"))
-    if plugin.get("harness") == "codex":
-        item.add("rendered", t("no: this version does not render Codex plugins", style="yellow"))
     for hook_key, hook in sorted(components.get("hooks", {}).items()):
         item.add("hook", t(f"{hook_key}: {describe_hook(hook)}", style="red"))
     for server_name, server in sorted(components.get("servers", {}).items()):

@@ -408,7 +408,14 @@ GEMINI_EXTENSION = {
 }
 
 
-@pytest.mark.parametrize("harness", ["claude-code", "gemini-cli"])
+CODEX_PLUGIN = {
+    ".codex-plugin/plugin.json": json.dumps({"name": "hello", "version": "1.0.0",
+                                             "skills": "./skills/"}),
+    "skills/hello/SKILL.md": "---\nname: hello\ndescription: hi\n---\nHello.\n",
+}
+
+
+@pytest.mark.parametrize("harness", ["claude-code", "gemini-cli", "codex"])
 def test_golden_plugin_render(tmp_path: Path, isolated_home: Path, harness: str) -> None:
     """What apply writes for a plugin (examples/plugin for Claude Code, an extension for Gemini
     CLI), every file and key, against goldens (AGENTSTACK_REGENERATE_GOLDEN=1 rewrites them)."""
@@ -421,7 +428,7 @@ def test_golden_plugin_render(tmp_path: Path, isolated_home: Path, harness: str)
     if harness == "claude-code":
         root = tmp_path / "plugin"
         shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "plugin", root)
-    else:
+    elif harness == "gemini-cli":
         root = make_project(tmp_path / "ext-project", """\
 [project]
 name = "ext"
@@ -431,6 +438,16 @@ harnesses = ["gemini-cli"]
 harness = "gemini-cli"
 path = "ext"
 """, {f"ext/{k}": v for k, v in GEMINI_EXTENSION.items()})
+    else:
+        root = make_project(tmp_path / "cx-project", """\
+[project]
+name = "cx"
+harnesses = ["codex"]
+
+[plugins.hello]
+harness = "codex"
+path = "plug"
+""", {f"plug/{k}": v for k, v in CODEX_PLUGIN.items()})
     root = root.resolve()
     assert run_cli_in_process("lock", cwd=root).returncode == 0
     _, _, document, digest = current(root)
@@ -450,8 +467,13 @@ path = "ext"
             keys = json.loads(text)
             text = json.dumps({k: keys[k] for k in ("extraKnownMarketplaces", "enabledPlugins")},
                               indent=2) + "\n"
+        elif change.display == ".codex/config.toml":
+            import tomllib
+
+            keys = tomllib.loads(text)
+            text = json.dumps({k: keys[k] for k in ("marketplaces", "plugins")}, indent=2) + "\n"
         elif not change.display.startswith(("~/.cache/agentstack/plugins/",
-                                            "~/.gemini/extensions/")):
+                                            "~/.gemini/extensions/", "~/.codex/plugins/")):
             continue  # not the plugin's (the harness's goldens cover them)
         expected = golden_dir / change.display.replace("~/", "HOME/")
         seen.add(expected)
