@@ -382,8 +382,14 @@ def codex_plugins(
     `codex plugin list` says `installed, enabled` in the project and lists nothing elsewhere."""
     from agentstack.errors import Refused
     from agentstack.gitmeta import HINT, describe, git_metadata
-    from agentstack.plugins import MARKERS, PLUGIN_DIR, marketplace_name, render_key
-    from agentstack.plugins import rendered_files, rendered_manifest
+    from agentstack.plugins import (
+        MARKERS,
+        PLUGIN_DIR,
+        marketplace_name,
+        render_key,
+        rendered_files,
+        rendered_manifest,
+    )
 
     files: list[WholeFile] = []
     keys: dict[tuple[str, ...], Any] = {}
