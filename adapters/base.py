@@ -33,6 +33,10 @@ class RenderContext:
     # The state directory the rendered guard reads (fixed in its command, never taken from the
     # environment the harness gives it). None: the guard command names none (tests of adapters).
     state_home: Path | None = None
+    # (plugin name, file entry) -> bytes, verified against the lock; and where the plugins'
+    # materialized marketplaces live ($AGENTSTACK_CACHE/plugins). None: no plugins to render.
+    read_plugin_file: Callable[[str, dict[str, Any]], bytes] | None = None
+    plugin_cache: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +47,10 @@ class WholeFile:
     content: bytes = b""
     executable: bool = False
     link_target: str | None = None
+    # Outside the project (an absolute path): a plugin's materialized marketplace, written
+    # read-only under agentstack's cache.
+    user_level: bool = False
+    read_only: bool = False  # written without write permission (0444, 0555 when executable)
 
 
 @dataclass(frozen=True, kw_only=True)

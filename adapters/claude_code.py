@@ -15,6 +15,7 @@ from agentstack.harnesses import RENDERS_INTO
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext, WholeFile
 from .common import (
     GENERATED_NOTE,
+    claude_plugins,
     header_values,
     hook_groups,
     instructions_text,
@@ -72,6 +73,13 @@ class ClaudeCodeAdapter:
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             settings[(key,)] = value
         settings.update(native_sandbox_keys(context, NAME))  # the trusted [sandbox], natively
+        plugin_files, plugin_keys = claude_plugins(context, NAME)
+        settings.update(plugin_keys)
+        # With plugins declared, every plugin and marketplace setting is watched whole: one enabled
+        # or registered next to agentstack's is not in the lock.
+        plugin_guarded = (
+            (("enabledPlugins",), ("extraKnownMarketplaces",)) if plugin_keys else ()
+        )
         ops.append(
             OwnedKeys(
                 path=".claude/settings.local.json",
@@ -84,9 +92,11 @@ class ClaudeCodeAdapter:
                     ("enabledMcpjsonServers",),
                     ("hooks",),
                     *native_sandbox_guarded(NAME),
+                    *plugin_guarded,
                 ),
             )
         )
+        ops.extend(plugin_files)
         ops.extend(skill_files(context, ".claude/skills"))
         if context.consent["instructions"]:
             text = f"<!-- {GENERATED_NOTE} -->\n\n" + instructions_text(context)

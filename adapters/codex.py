@@ -18,6 +18,7 @@ from agentstack.harnesses import RENDERS_INTO
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
+    codex_plugins,
     guard_groups,
     hook_groups,
     instructions_text,
@@ -114,12 +115,16 @@ class CodexAdapter:
             config[(key,)] = value
         native = native_sandbox_keys(context, NAME)  # the trusted [sandbox], natively
         config.update(native)
+        plugin_files, plugin_keys = codex_plugins(context, codex_home(context))
+        config.update(plugin_keys)
         groups = hook_groups(context, NAME)
         ops: list[FileOperation] = [
             OwnedKeys(
                 path=".codex/config.toml", format="toml", keys=config,
-                guarded=(("mcp_servers",), *(native_sandbox_guarded(NAME) if native else ())),
+                guarded=(("mcp_servers",), *(native_sandbox_guarded(NAME) if native else ()),
+                         *((("marketplaces",), ("plugins",)) if plugin_keys else ())),
             ),
+            *plugin_files,
             OwnedKeys(
                 path=HOOKS_FILE, format="json", keys={("hooks",): groups}, guarded=(("hooks",),)
             ),

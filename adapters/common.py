@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Callable
@@ -251,3 +252,188 @@ def native_sandbox_guarded(harness: str) -> tuple[tuple[str, ...], ...]:
     from agentstack.sandbox.native import GUARDED
 
     return GUARDED.get(harness, ())
+
+
+def claude_plugins(
+    context: RenderContext, harness: str = "claude-code"
+) -> tuple[list[WholeFile], dict[tuple[str, ...], Any]]:
+    """The declared plugins of `harness`'s format as one-plugin local marketplaces under
+    agentstack's cache (each in a directory named by the digest of what it holds, written
+    read-only: exactly the pinned bytes of the enabled components), and the settings keys that
+    register each marketplace (`extraKnownMarketplaces`, a `directory` source) and enable its
+    plugin (`enabledPlugins`, `<plugin>@<marketplace>`): the marketplace name carries the digest,
+    so only the trusted bytes are ever enabled."""
+    from agentstack.errors import Refused
+    from agentstack.gitmeta import HINT, describe, git_metadata
+    from agentstack.plugins import (
+        MARKERS,
+        MARKETPLACE_FILE,
+        PLUGIN_DIR,
+        claude_marketplace,
+        rendered_files,
+        rendered_manifest,
+    )
+
+    files: list[WholeFile] = []
+    keys: dict[tuple[str, ...], Any] = {}
+    plugins = {
+        n: p for n, p in sorted(context.consent.get("plugins", {}).items())
+        if p["harness"] == harness
+    }
+    if not plugins:
+        return files, keys
+    if context.read_plugin_file is None or context.plugin_cache is None:
+        raise Refused("plugins cannot be rendered here (no plugin cache)")
+    for name, plugin in plugins.items():
+        planted = git_metadata([str(e["path"]) for e in plugin["files"]])
+        if planted is not None:
+            raise Refused(describe(f"{name}/{planted}", f"plugins.{name}"), hint=HINT)
+        key, market, listing = claude_marketplace(name, plugin)
+        top = context.plugin_cache / key
+        files.append(WholeFile(path=str(top / MARKETPLACE_FILE), content=listing, user_level=True,
+                               read_only=True))
+        for entry in rendered_files(plugin):
+            data = context.read_plugin_file(name, entry)
+            if entry["path"] == MARKERS[harness]:
+                data = rendered_manifest(plugin, data)
+            files.append(
+                WholeFile(
+                    path=str(top / PLUGIN_DIR / entry["path"]),
+                    content=data,
+                    executable=entry["executable"],
+                    user_level=True,
+                    read_only=True,
+                )
+            )
+        keys[("extraKnownMarketplaces", market)] = {
+            "source": {"source": "directory", "path": str(top)}
+        }
+        keys[("enabledPlugins", f"{plugin['components']['name']}@{market}")] = True
+    return files, keys
+
+
+def gemini_extensions(
+    context: RenderContext,
+) -> tuple[list[WholeFile], dict[tuple[str, ...], Any]]:
+    """The declared Gemini CLI extensions: each materialized read-only under agentstack's cache
+    (in a directory named by the digest of what it holds), linked from
+    `~/.gemini/extensions/agentstack-<key>/.gemini-extension-install.json` (`{"source": <that
+    directory>, "type": "link"}`, what `gemini extensions link` writes), and enabled for this
+    project only in `~/.gemini/extensions/extension-enablement.json` (`"!/*"`, then
+    `"<project>/*"` in the extension's `overrides`). Measured with Gemini CLI 0.61.0: it loads a
+    linked extension from its source directory, and these overrides enable it in the project's
+    workspace and nowhere else; a project's own `.gemini/extensions/` is not loaded."""
+    from agentstack.errors import Refused
+    from agentstack.gitmeta import HINT, describe, git_metadata
+    from agentstack.plugins import marketplace_name, render_key, rendered_files
+
+    from .base import MEMBER
+
+    files: list[WholeFile] = []
+    keys: dict[tuple[str, ...], Any] = {}
+    plugins = {
+        n: p for n, p in sorted(context.consent.get("plugins", {}).items())
+        if p["harness"] == "gemini-cli"
+    }
+    if not plugins:
+        return files, keys
+    if context.read_plugin_file is None or context.plugin_cache is None:
+        raise Refused("plugins cannot be rendered here (no plugin cache)")
+    extensions = context.user_home / ".gemini" / "extensions"
+    for name, plugin in plugins.items():
+        planted = git_metadata([str(e["path"]) for e in plugin["files"]])
+        if planted is not None:
+            raise Refused(describe(f"{name}/{planted}", f"plugins.{name}"), hint=HINT)
+        key = render_key(name, plugin)
+        top = context.plugin_cache / key
+        for entry in rendered_files(plugin):
+            files.append(
+                WholeFile(
+                    path=str(top / entry["path"]),
+                    content=context.read_plugin_file(name, entry),
+                    executable=entry["executable"],
+                    user_level=True,
+                    read_only=True,
+                )
+            )
+        link = {"source": str(top), "type": "link"}
+        files.append(
+            WholeFile(
+                path=str(extensions / marketplace_name(key) / ".gemini-extension-install.json"),
+                content=(json.dumps(link, indent=2) + "\n").encode("utf-8"),
+                user_level=True,
+            )
+        )
+        extension = str(plugin["components"]["name"])
+        keys[(extension, "overrides", MEMBER, "!/*")] = True
+        keys[(extension, "overrides", MEMBER, f"{context.root}/*")] = True
+    return files, keys
+
+
+def codex_plugins(
+    context: RenderContext, codex_home: Any
+) -> tuple[list[WholeFile], dict[tuple[str, ...], Any]]:
+    """The declared Codex plugins: each as a one-plugin local marketplace under agentstack's
+    cache (`.agents/plugins/marketplace.json` + `plugin/`, read-only, content-addressed), the
+    installed copy Codex loads (`$CODEX_HOME/plugins/cache/<marketplace>/<plugin>/<version>/`,
+    what `codex plugin add` writes), and the project's `.codex/config.toml` keys that register
+    the marketplace (`marketplaces.<name>`, `source_type = "local"`) and enable the plugin
+    (`plugins."<plugin>@<marketplace>".enabled`). Measured with Codex 0.171.0: with these,
+    `codex plugin list` says `installed, enabled` in the project and lists nothing elsewhere."""
+    from agentstack.errors import Refused
+    from agentstack.gitmeta import HINT, describe, git_metadata
+    from agentstack.plugins import (
+        MARKERS,
+        PLUGIN_DIR,
+        marketplace_name,
+        render_key,
+        rendered_files,
+        rendered_manifest,
+    )
+
+    files: list[WholeFile] = []
+    keys: dict[tuple[str, ...], Any] = {}
+    plugins = {
+        n: p for n, p in sorted(context.consent.get("plugins", {}).items())
+        if p["harness"] == "codex"
+    }
+    if not plugins:
+        return files, keys
+    if context.read_plugin_file is None or context.plugin_cache is None:
+        raise Refused("plugins cannot be rendered here (no plugin cache)")
+    for name, plugin in plugins.items():
+        planted = git_metadata([str(e["path"]) for e in plugin["files"]])
+        if planted is not None:
+            raise Refused(describe(f"{name}/{planted}", f"plugins.{name}"), hint=HINT)
+        key = render_key(name, plugin)
+        market = marketplace_name(key)
+        components = plugin["components"]
+        top = context.plugin_cache / key
+        installed = (codex_home / "plugins" / "cache" / market / str(components["name"])
+                     / (str(components.get("version") or "") or "local"))
+        listing = {
+            "name": market,
+            "plugins": [{
+                "name": components["name"],
+                "source": {"source": "local", "path": f"./{PLUGIN_DIR}"},
+                "policy": {"installation": "AVAILABLE"},
+                "category": "Coding",
+            }],
+        }
+        files.append(WholeFile(
+            path=str(top / ".agents" / "plugins" / "marketplace.json"),
+            content=(json.dumps(listing, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+            user_level=True,
+            read_only=True,
+        ))
+        for entry in rendered_files(plugin):
+            data = context.read_plugin_file(name, entry)
+            if entry["path"] == MARKERS["codex"]:
+                data = rendered_manifest(plugin, data)
+            for base in (top / PLUGIN_DIR, installed):
+                files.append(WholeFile(path=str(base / entry["path"]), content=data,
+                                       executable=entry["executable"], user_level=True,
+                                       read_only=True))
+        keys[("marketplaces", market)] = {"source_type": "local", "source": str(top)}
+        keys[("plugins", f"{components['name']}@{market}")] = {"enabled": True}
+    return files, keys

@@ -23,6 +23,7 @@ from typing import Any
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
     GUARD_TIMEOUT_S,
+    gemini_extensions,
     guard_command,
     header_values,
     hook_command,
@@ -126,6 +127,17 @@ class GeminiCliAdapter:
         if context.consent["instructions"]:
             ops.append(OwnedBlock(path="GEMINI.md", text=instructions_text(context)))
         gemini_home = context.user_home / ".gemini"
+        extension_files, enablement = gemini_extensions(context)
+        ops.extend(extension_files)
+        if enablement:
+            ops.append(
+                OwnedKeys(
+                    path=str(gemini_home / "extensions" / "extension-enablement.json"),
+                    format="json",
+                    keys=enablement,
+                    user_level=True,
+                )
+            )
         ops.append(
             OwnedKeys(
                 path=str(gemini_home / "trustedFolders.json"),

@@ -200,6 +200,7 @@ class FileChange:
     old_link: str | None = None
     ledger: dict[str, Any] | None = None  # the ledger entry after the write (None: forget)
     conflicts: list[str] = field(default_factory=list)
+    read_only: bool = False  # written without write permission (a materialized plugin)
 
     @property
     def changed(self) -> bool:
@@ -320,6 +321,7 @@ class Planner:
             executable=op.executable,
             link_target=op.link_target,
             old_link=old_link,
+            read_only=op.read_only,
         )
         new_digest = b3(op.link_target.encode() if op.link_target is not None else op.content)
         change.ledger = {"kind": "whole", "digest": new_digest, "executable": op.executable}
@@ -502,7 +504,17 @@ def _context(root: Path, consent: dict[str, Any], digest: str) -> RenderContext:
         env=dict(os.environ),
         read_skill_file=materializer.skill_file,
         read_project_file=materializer.project_file,
+        read_plugin_file=materializer.plugin_file,
+        plugin_cache=plugin_cache_dir(),
     )
+
+
+def plugin_cache_dir() -> Path:
+    """Where the plugins' materialized marketplaces live: `$AGENTSTACK_CACHE/plugins/`."""
+    from agentstack.paths import agentstack_cache
+    from agentstack.plugins import PLUGINS_DIR
+
+    return agentstack_cache() / PLUGINS_DIR
 
 
 def render_operations(
@@ -538,14 +550,14 @@ def plan(
     ops = render_operations(root, consent, digest, harnesses)
     by_path: dict[Path, list[FileOperation]] = {}
     for op in ops:
-        user_level = isinstance(op, OwnedKeys) and op.user_level
+        user_level = getattr(op, "user_level", False)
         by_path.setdefault(planner.absolute(op.path, user_level), []).append(op)
     others = [h for h in consent["project"]["harnesses"] if h not in (harnesses or [])]
     if harnesses is not None and others:
         # A partial apply still renders what the other harnesses own in a file it shares with
         # them (.mcp.json, AGENTS.md, ...), so that their keys in it are kept, not removed.
         for op in render_operations(root, consent, digest, others):
-            path = planner.absolute(op.path, isinstance(op, OwnedKeys) and op.user_level)
+            path = planner.absolute(op.path, getattr(op, "user_level", False))
             if path in by_path:
                 by_path[path].append(op)
     changes: list[FileChange] = []
@@ -724,6 +736,8 @@ def write(
                 else:
                     assert change.new is not None
                     mode = _file_mode(change.path, change.executable, plan.root)
+                    if change.read_only:
+                        mode &= ~0o222
                     writes.append((change.path, change.new, change.executable, mode, base))
         except LinkInPath as exc:
             raise link_refusal(exc) from None
@@ -872,6 +886,11 @@ def remove_user_level(root: Path) -> list[Path]:
     changes = []
     for path_text, recorded in sorted(ledger.get("files", {}).items()):
         path = Path(path_text)
+        if recorded.get("kind") == "whole" and root not in path.parents:
+            # A materialized plugin (and a Gemini CLI extension's link to it): removed, so the
+            # harness has nothing left to load.
+            changes.append(planner.removal(path, recorded))
+            continue
         if recorded.get("kind") == "keys" and root not in path.parents:
             kept = _kept_keys(path, recorded)
             op = OwnedKeys(

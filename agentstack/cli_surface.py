@@ -199,7 +199,7 @@ def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     manifest = load_manifest(root)
     surface = scan(root, list(manifest.project.harnesses))
     ledger = _read_ledger(root.resolve())
-    taken = set(manifest.servers) | set(manifest.hooks)
+    taken = set(manifest.servers) | set(manifest.hooks) | set(manifest.plugins)
     items: list[dict[str, Any]] = []
     left: list[str] = []
     for entry in surface.values():
@@ -254,7 +254,13 @@ def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
                     "notes": [],
                 }
             )
-        rest = sorted(set(doc) - {"mcpServers", "mcp_servers", "hooks"})
+        from agentstack import plugin_adopt
+
+        found, skipped = plugin_adopt.plan(root, rel, doc, lambda n: _name(n, taken))
+        items += found
+        left += skipped
+        handled = {"mcpServers", "mcp_servers", "hooks"} | ({"enabledPlugins"} if found else set())
+        rest = sorted(set(doc) - handled)
         if rest:
             left.append(f"{rel}: {', '.join(rest)} stay where they are (reviewed as foreign)")
     return items, left

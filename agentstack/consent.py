@@ -136,10 +136,32 @@ def consent_document(manifest: Manifest | ManifestView, lock: dict[str, Any]) ->
         "sandbox": _sandbox(manifest),
         "lock": lock["manifest"],
     }
+    if manifest.plugins:
+        document["plugins"] = {
+            n: _plugin(manifest, n, lock["plugins"][n]) for n in manifest.plugins
+        }
+    else:
+        document["plugins"] = None  # none declared: not part of the document (nor its digest)
     if lock.get("surface"):
         # Also loaded by the harnesses from the project, not declared (agentstack.surface).
         document["surface"] = lock["surface"]
-    return _declared(manifest, document)
+    out = _declared(manifest, document)
+    if out["plugins"] is None:
+        del out["plugins"]
+    return out
+
+
+def _plugin(manifest: ManifestView, name: str, locked: dict[str, Any]) -> dict[str, Any]:
+    """A plugin as reviewed: its pin, `enable`, and what it contributes of the enabled kinds
+    (agentstack.plugins.expand); a kind left out renders nothing and is not shown."""
+    from agentstack.plugins import shown
+
+    plugin = manifest.plugins[name]
+    view: dict[str, Any] = copy_json(locked)
+    if plugin.enable is not None:
+        view["enable"] = list(plugin.enable)
+    view["components"] = shown(view["components"], plugin.enable)
+    return view
 
 
 def project_consent(

@@ -39,10 +39,10 @@ def is_text(data: bytes) -> bool:
 
 def document_files(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(item, file entry) for every file a consent document pins: `instructions`,
-    `servers.NAME`, `hooks.NAME`, `skills.NAME`."""
+    `servers.NAME`, `hooks.NAME`, `skills.NAME`, `plugins.NAME`."""
     for entry in doc.get("instructions", []):
         yield "instructions", entry
-    for section in ("servers", "hooks", "skills"):
+    for section in ("servers", "hooks", "skills", "plugins"):
         for name, item in sorted(doc.get(section, {}).items()):
             for entry in item.get("files", []):
                 yield f"{section}.{name}", entry
@@ -83,8 +83,9 @@ def _locate(root: Path, doc: dict[str, Any], item: str, entry: dict[str, Any]) -
     rel = str(entry.get("path", ""))
     if not rel or rel.startswith("/") or ".." in rel.split("/"):
         return None
-    if item.startswith("skills."):
-        skill = doc["skills"][item.split(".", 1)[1]]
+    if item.startswith(("skills.", "plugins.")):
+        section, _, name = item.partition(".")
+        skill = doc[section][name]
         if skill.get("source") == "path":
             return _read_no_follow(root / str(skill["path"]) / rel)
         return _git_blob(skill, rel)

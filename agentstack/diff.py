@@ -33,8 +33,11 @@ HIGH_RISK_CODES = frozenset(
         "secret-new-process",
         "unpinned-package",
         "sandbox-disabled",
+        "plugin-unmodelled",
+        "plugin-components",
     }
 )
+_PLUGIN_SOURCE = ("harness", "source", "path", "git", "rev", "subdir", "commit", "git_tree")
 HIGH_RISK_CODES |= _REVIEW_HIGH_RISK_CODES  # the rules in risk.py
 
 
@@ -308,9 +311,134 @@ class _Differ:
                 "harness settings passed through verbatim changed",
             )
 
+    def plugins(self) -> None:
+        """A plugin's hooks and servers get the findings of declared ones, named as what they
+        are ("plugin P adds a PreToolUse hook that runs ..."); a change of any of its files is a
+        change of what its hooks and servers run."""
+        from agentstack.plugins import describe_hook, hook_argv
+        from agentstack.risk import _source_change
+
+        before = self.old.get("plugins", {})
+        for name, plugin in sorted(self.new.get("plugins", {}).items()):
+            where = f"plugins.{name}"
+            previous = before.get(name)
+            parts = plugin.get("components", {})
+            old_parts = (previous or {}).get("components", {})
+            origin = plugin.get("git") or plugin.get("path")
+            if previous is None:
+                self.add("medium", "plugin-added", where,
+                         f"new {plugin.get('harness')} plugin {parts.get('name')} from {origin}")
+            elif any(previous.get(k) != plugin.get(k) for k in _PLUGIN_SOURCE):
+                if previous.get("harness") != plugin.get("harness"):
+                    self.add("medium", "plugin-source", where,
+                             f"is now a {plugin.get('harness')} plugin "
+                             f"(was {previous.get('harness')})")
+                else:
+                    self.add("medium", "plugin-source", where, _source_change(previous, plugin))
+            if previous is not None and previous.get("enable") != plugin.get("enable"):
+                chosen = plugin.get("enable")
+                self.add("medium", "plugin-enable", where,
+                         "now renders " + ("all of its components" if chosen is None else
+                                           ", ".join(chosen) or "none of its components"))
+            old_hooks = old_parts.get("hooks", {})
+            for key, hook in sorted(parts.get("hooks", {}).items()):
+                was = old_hooks.get(key)
+                argv = shlex.join(hook_argv(hook))
+                if was is None:
+                    self.add("high", "new-executable", where,
+                             f"plugin {name} adds {describe_hook(hook)}")
+                elif was != hook:
+                    self.add("high", "changed-executable", where,
+                             f"plugin {name} changes its {key} hook: now {describe_hook(hook)}")
+                self._package_facts(where, command_facts(hook_argv(hook)),
+                                    command_facts(hook_argv(was)) if was else [], argv)
+            old_servers = old_parts.get("servers", {})
+            for key, server in sorted(parts.get("servers", {}).items()):
+                was = old_servers.get(key)
+                if server.get("transport") == "http":
+                    facts = url_facts(str(server.get("url", "")))
+                    old_facts = url_facts(str(was.get("url", ""))) if was else []
+                    if was is None or was != server:
+                        self.add("medium", "new-host" if was is None else "changed-endpoint",
+                                 where,
+                                 f"plugin {name} adds MCP server {key} at {server.get('url')}"
+                                 if was is None else
+                                 f"plugin {name}'s MCP server {key} now talks to "
+                                 f"{server.get('url')}")
+                else:
+                    argv_list = _command_line(server)
+                    facts = command_facts(argv_list)
+                    old_facts = command_facts(_command_line(was)) if was else []
+                    line = shlex.join(str(a) for a in argv_list)
+                    if was is None:
+                        self.add("high", "new-executable", where,
+                                 f"plugin {name} adds MCP server {key} that runs {line}")
+                    elif was != server:
+                        self.add("high", "changed-executable", where,
+                                 f"plugin {name}'s MCP server {key} now runs {line}")
+                self._package_facts(where, facts, old_facts, key)
+            if previous is not None and (previous.get("digest"), previous.get("files")) != (
+                plugin.get("digest"), plugin.get("files")
+            ):
+                old_files = {f["path"]: f["digest"] for f in previous.get("files", [])}
+                new_files = {f["path"]: f["digest"] for f in plugin.get("files", [])}
+                changed = sorted(p for p in set(old_files) | set(new_files)
+                                 if old_files.get(p) != new_files.get(p))
+                shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more"
+                                                  if len(changed) > 5 else "")
+                runs = bool(parts.get("hooks") or parts.get("servers") or
+                            parts.get("executables"))
+                self.add("high" if runs else "low",
+                         "changed-executable" if runs else "model-reads", where,
+                         f"plugin {name}'s files changed: {shown}"
+                         + (" (its hooks and servers run from them)" if runs else ""))
+            old_exec = set(old_parts.get("executables", []))
+            for path in parts.get("executables", []):
+                if path not in old_exec:
+                    self.add("high", "new-executable", where,
+                             f"plugin {name} ships executable file {path}")
+            for kind, noun in (("skills", "skill"), ("agents", "agent"),
+                               ("commands", "command"), ("instructions", "instruction file")):
+                for entry in sorted(set(parts.get(kind, [])) - set(old_parts.get(kind, []))):
+                    self.add("medium", "model-reads", where,
+                             f"plugin {name} adds {noun} {entry} the model will read")
+            for key in sorted(parts.get("unmodelled", {})):
+                if key not in old_parts.get("unmodelled", {}) or (
+                    old_parts["unmodelled"][key] != parts["unmodelled"][key]
+                ):
+                    self.add("high", "plugin-unmodelled", where,
+                             f"plugin {name}'s manifest sets {key!r}, which agentstack does not "
+                             "model: review the plugin's files yourself")
+
+            known = ("hooks", "servers", "skills", "agents", "commands", "instructions",
+                     "executables", "unmodelled")
+            if previous is not None:
+                moved = sorted(k for k in set(parts) | set(old_parts)
+                               if k not in known and parts.get(k) != old_parts.get(k))
+                labels = [k for k in moved if k in ("name", "version", "description")]
+                if labels:
+                    self.add("low", "plugin-label", where,
+                             f"plugin {name}'s {', '.join(labels)} changed")
+                if len(labels) != len(moved):
+                    self.add("high", "plugin-components", where,
+                             f"what plugin {name} declares changed: "
+                             + ", ".join(k for k in moved if k not in labels))
+
+    def _package_facts(self, where: str, facts: list[str], old: list[str], what: str) -> None:
+        for fact in sorted(set(facts) - set(old)):
+            if fact.startswith("unpinned-package:"):
+                self.add("high", "unpinned-package", where,
+                         f"{what}: fetches and runs {fact.split(':', 2)[-1]!r} from a registry "
+                         "at launch, unpinned")
+            elif fact.startswith("link-local:"):
+                self.add("high", "link-local", where,
+                         f"{what}: reaches link-local / cloud-metadata host "
+                         f"{fact.split(':', 1)[1]}")
+
     def run(self) -> list[Finding]:
         self.commands("servers", "server")
         self.commands("hooks", "hook")
+        self.plugins()
         self.secrets()
         self.skills()
         self.instructions()
@@ -408,7 +536,7 @@ def file_entry(change: Change) -> tuple[str, str] | None:
     """(item, file path) when `change` is one pinned file (`servers.x.files[run.py]`,
     `instructions[AGENTS.md]`, `skills.y.files[SKILL.md]`), else None."""
     match = re.match(
-        r"^(instructions|(?:servers|hooks|skills)\.[^\[]+?\.(?:files|roots))\[(.*)\]$",
+        r"^(instructions|(?:servers|hooks|skills|plugins)\.[^\[]+?\.(?:files|roots))\[(.*)\]$",
         change.path,
     )
     if match is None:

@@ -583,6 +583,12 @@ AGENT_EDITS: frozenset[str] = frozenset(
         ".github/instructions/**",
     }
 )
+# Directories a harness makes itself inside its project configuration directory for its own
+# atomic writes (temporary files it renames into place, never loaded): left out of the guard's
+# listing of that directory. Measured with Claude Code 2.1.332: with a plugin enabled from a
+# local marketplace, a `-p` run that edits a project file leaves an empty `.claude/.cc-writes/`.
+HARNESS_TEMP_DIRS: dict[str, tuple[str, ...]] = {"claude-code": (".claude/.cc-writes",)}
+
 # Also protected, whole, wherever they lie: each harness's configuration directory (what it adds
 # there later is configuration too), those of harnesses agentstack does not render for, git's
 # metadata (what git executes), and files that run code or steer agentstack itself.

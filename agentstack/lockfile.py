@@ -102,6 +102,7 @@ class Resolver:
         self.files_seen = 0
         self.bytes_seen = 0
         self.biggest = 0  # the largest file pinned by a tree (what --max-file-size checks)
+        self.harnesses: list[str] = []
 
     def problem(self, path: str, message: str, hint: str = "") -> None:
         self.problems.append(Problem(file=MANIFEST_NAME, path=path, message=message, hint=hint))
@@ -311,10 +312,21 @@ class Resolver:
         return self._git_skill(name, skill)
 
     def _git_skill(self, name: str, skill: Skill | SkillView) -> dict[str, Any] | None:
-        where = f"skills.{name}"
+        return self._git_item("skills", name, skill)
+
+    def _git_item(
+        self, section: str, name: str, skill: Any, extra: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        where = f"{section}.{name}"
         assert skill.git is not None and skill.rev is not None
-        wanted = {"source": "git", "git": skill.git, "rev": skill.rev, "subdir": skill.subdir or ""}
-        previous = ((self.previous or {}).get("skills") or {}).get(name)
+        wanted = {
+            **(extra or {}),
+            "source": "git",
+            "git": skill.git,
+            "rev": skill.rev,
+            "subdir": skill.subdir or "",
+        }
+        previous = ((self.previous or {}).get(section) or {}).get(name)
         reuse = (
             not self.update_git
             and isinstance(previous, dict)
@@ -363,6 +375,81 @@ class Resolver:
         return self._tree(
             {**wanted, "commit": resolved.commit, "git_tree": resolved.git_tree}, resolved.entries
         )
+
+    def plugin(self, name: str, plugin: Any) -> dict[str, Any] | None:
+        """A plugin: its tree pinned like a skill's, plus what it contributes (`components`,
+        agentstack.plugins.expand), derived from the pinned bytes."""
+        from agentstack import plugins
+
+        where = f"plugins.{name}"
+        if plugin.harness not in self.harnesses:
+            self.problem(
+                f"{where}.harness",
+                f"{plugin.harness} is not one of project.harnesses",
+                f"add {plugin.harness!r} to project.harnesses, or remove the plugin",
+            )
+            return None
+        read: Callable[[str], bytes]
+        if plugin.path is not None:
+            located = self._inside(plugin.path, f"{where}.path")
+            if located is None:
+                return None
+            if located[1] == self.real_root:
+                self.problem(
+                    f"{where}.path",
+                    "is the project root; a plugin is a directory of its own",
+                    "move the plugin into a directory (e.g. plugins/NAME) and point path at it",
+                )
+                return None
+            try:
+                rows = walk_rows(located[0], self.stat_cache)
+            except TreeHashError as exc:
+                self.problem(f"{where}.path", exc.message, exc.hint)
+                return None
+            self.count_rows(f"{where}.path", rows)
+            entry = self._tree_rows(
+                {"harness": plugin.harness, "source": "path", "path": plugin.path}, rows
+            )
+            top = located[1]
+
+            def read(rel: str) -> bytes:
+                return (top / rel).read_bytes()
+
+        else:
+            previous = ((self.previous or {}).get("plugins") or {}).get(name)
+            found = self._git_item("plugins", name, plugin, {"harness": plugin.harness})
+            if found is None:
+                return None
+            if found is previous and isinstance(previous, dict):
+                # Reused offline: its expansion was derived from these bytes when it was pinned
+                # (lock --check and apply derive it again from the mirror).
+                return previous if "components" in previous else None
+            entry = {k: v for k, v in found.items() if k != "components"}
+            read = self._git_reader(plugin.git, entry["git_tree"])
+        try:
+            entry["components"] = plugins.expand(plugin.harness, entry["files"], read)
+        except plugins.PluginError as exc:
+            self.problem(where, f"{exc.file}: {exc.message}" if exc.file else exc.message,
+                         exc.hint)
+            return None
+        except OSError as exc:
+            self.problem(where, f"cannot read the plugin: {exc}")
+            return None
+        return entry
+
+    def _git_reader(self, url: str, tree: str) -> Callable[[str], bytes]:
+        from git import Tree
+
+        from agentstack import gitsource
+
+        repo = gitsource.open_mirror(self.cache_dir, url)
+        root = Tree(repo, bytes.fromhex(tree), mode=0o40000, path="")
+
+        def read(rel: str) -> bytes:
+            data: bytes = (root / rel).data_stream.read()
+            return data
+
+        return read
 
     @staticmethod
     def _consistent(entry: dict[str, Any]) -> bool:
@@ -434,6 +521,11 @@ class Resolver:
             resolved = self.skill(name, skill)
             if resolved is not None:
                 lock["skills"][name] = resolved
+        self.harnesses = list(manifest.project.harnesses)
+        for name, plugin in sorted(manifest.plugins.items()):
+            pinned = self.plugin(name, plugin)
+            if pinned is not None:
+                lock.setdefault("plugins", {})[name] = pinned
         targets = _instruction_targets(manifest)
         for index, rel in enumerate(manifest.instructions.files):
             if str(PurePosixPath(rel)) in targets:
@@ -527,7 +619,7 @@ def dumps_lock(lock: dict[str, Any]) -> str:
         f"manifest = {_toml_string(lock['manifest'])}",
         f"instructions = {_toml_value(lock['instructions'])}",
     ]
-    for section in ("servers", "skills", "hooks", "surface"):
+    for section in ("servers", "skills", "hooks", "plugins", "surface"):
         for name, item in sorted(lock.get(section, {}).items()):
             _emit_table(lines, f"{section}.{_toml_key(name)}", item)
     return "\n".join(lines) + "\n"
@@ -658,7 +750,10 @@ def loads_unvalidated(data: bytes) -> dict[str, Any] | None:
 
 
 def has_git_skills(manifest: ManifestView) -> bool:
-    return any(skill.git is not None for skill in manifest.skills.values())
+    """Whether the manifest has git sources (skills or plugins), whose pins the lock keeps."""
+    return any(skill.git is not None for skill in manifest.skills.values()) or any(
+        plugin.git is not None for plugin in manifest.plugins.values()
+    )
 
 
 def _fresh_by_bytes(
@@ -720,7 +815,7 @@ def _fresh_by_parsing(
 def changed_items(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Dotted names of the lock items that differ (for messages)."""
     changed: list[str] = []
-    for section in ("servers", "skills", "hooks"):
+    for section in ("servers", "skills", "hooks", "plugins"):
         before, after = old.get(section, {}), new.get(section, {})
         for name in sorted(set(before) | set(after)):
             if before.get(name) != after.get(name):

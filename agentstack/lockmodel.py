@@ -54,6 +54,22 @@ class LockedSkill(_Model):
     files: list[LockedFile]
 
 
+class LockedPlugin(_Model):
+    """A plugin: its tree pinned like a skill's, and what it contributes (agentstack.plugins)."""
+
+    harness: Literal["claude-code", "codex", "gemini-cli"]
+    source: Literal["path", "git"]
+    path: str | None = None
+    git: str | None = None
+    rev: str | None = None
+    subdir: str | None = None
+    commit: CommitId | None = None
+    git_tree: CommitId | None = None
+    digest: Digest
+    files: list[LockedFile]
+    components: dict[str, Any]
+
+
 class LockedSurface(_Model):
     """A file a harness loads from the project that agentstack did not render (agentstack.surface)."""
 
@@ -74,6 +90,7 @@ class LockModel(_Model):
     servers: dict[str, LockedCommand] = Field(default_factory=dict)
     skills: dict[str, LockedSkill] = Field(default_factory=dict)
     hooks: dict[str, LockedCommand] = Field(default_factory=dict)
+    plugins: dict[str, LockedPlugin] = Field(default_factory=dict)
     surface: dict[str, LockedSurface] = Field(default_factory=dict)
 
     @classmethod

@@ -158,6 +158,32 @@ class Skill(Model):
         return self
 
 
+PluginHarness = Literal["claude-code", "codex", "gemini-cli"]
+PluginComponent = Literal["hooks", "servers", "skills", "agents", "commands", "instructions"]
+
+
+class Plugin(Model):
+    """A harness plugin (a Claude Code plugin, a Codex plugin, a Gemini CLI extension): local
+    (`path`) or from git (`git` + `rev` [+ `subdir`]), in the format of `harness`; `enable`
+    renders only those kinds of its components (absent: all of them)."""
+
+    harness: PluginHarness
+    path: ProjectPath | None = None
+    git: Text | None = None
+    rev: Text | None = None
+    subdir: ProjectPath | None = None
+    enable: list[PluginComponent] | None = None
+
+    _rev = field_validator("rev")(rules.check_rev)
+    _git_url = field_validator("git")(rules.check_git_url)
+    _enable = field_validator("enable")(rules.unique_components)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Plugin:
+        rules.check_plugin(vars(self))
+        return self
+
+
 class Instructions(Model):
     """Instruction files, concatenated in the order given."""
 
@@ -255,6 +281,7 @@ class Manifest(Model):
     skills: dict[ItemName, Skill] = Field(default_factory=dict)
     instructions: Instructions = Field(default_factory=Instructions)
     hooks: dict[ItemName, Hook] = Field(default_factory=dict)
+    plugins: dict[ItemName, Plugin] = Field(default_factory=dict)
     settings: Settings = Field(default_factory=Settings)
     sandbox: Sandbox = Field(default_factory=Sandbox)
 

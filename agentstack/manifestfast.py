@@ -320,6 +320,22 @@ HOOK = Table(
     ),
     (rules.check_hook,),
 )
+PLUGIN = Table(
+    "Plugin",
+    (
+        Field("harness", Choice(rules.PLUGIN_HARNESSES)),
+        Field("path", Optional(PROJECT_PATH), None),
+        Field("git", Optional(TEXT, (rules.check_git_url,)), None),
+        Field("rev", Optional(TEXT, (rules.check_rev,)), None),
+        Field("subdir", Optional(PROJECT_PATH), None),
+        Field(
+            "enable",
+            Optional(ListOf(Choice(rules.PLUGIN_COMPONENTS)), (rules.unique_components,)),
+            None,
+        ),
+    ),
+    (rules.check_plugin,),
+)
 PERMISSIONS = Table(
     "Permissions",
     (
@@ -384,6 +400,7 @@ MANIFEST = Table(
         Field("skills", DictOf(NAME, SKILL), factory=dict),
         Field("instructions", INSTRUCTIONS, factory=lambda: INSTRUCTIONS.check({})),
         Field("hooks", DictOf(NAME, HOOK), factory=dict),
+        Field("plugins", DictOf(NAME, PLUGIN), factory=dict),
         Field("settings", SETTINGS, factory=lambda: SETTINGS.check({})),
         Field("sandbox", SANDBOX, factory=lambda: SANDBOX.check({})),
     ),
@@ -400,6 +417,7 @@ TABLES: dict[str, Table] = {
         SKILL,
         INSTRUCTIONS,
         HOOK,
+        PLUGIN,
         PERMISSIONS,
         SETTINGS,
         NETWORK,

@@ -386,6 +386,26 @@ def check_skill(f: Mapping[str, Any]) -> None:
         raise ValueError("'rev' and 'subdir' only apply to a git skill")
 
 
+PLUGIN_HARNESSES = ("claude-code", "codex", "gemini-cli")
+PLUGIN_COMPONENTS = ("hooks", "servers", "skills", "agents", "commands", "instructions")
+
+
+def unique_components(value: list[str] | None) -> list[str] | None:
+    if value is not None and len(set(value)) != len(value):
+        raise ValueError("lists a component kind twice; list each kind once")
+    return value
+
+
+def check_plugin(f: Mapping[str, Any]) -> None:
+    if (f["path"] is None) == (f["git"] is None):
+        raise ValueError("needs exactly one of 'path' (a directory in the project) or 'git' "
+                         "(a repository)")
+    if f["git"] is not None and f["rev"] is None:
+        raise ValueError("a git plugin needs 'rev' (a tag, branch or full commit id)")
+    if f["path"] is not None and (f["rev"] is not None or f["subdir"] is not None):
+        raise ValueError("'rev' and 'subdir' only apply to a git plugin")
+
+
 def check_hook(f: Mapping[str, Any]) -> None:
     if (f["command"] is None) == (f["script"] is None):
         raise ValueError("needs exactly one of 'command' (argv list) or 'script' (a file)")

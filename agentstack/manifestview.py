@@ -166,6 +166,34 @@ class SkillView(Section):
         return self.data["subdir"]  # type: ignore[no-any-return]
 
 
+class PluginView(Section):
+    __slots__ = ()
+
+    @property
+    def harness(self) -> str:
+        return self.data["harness"]  # type: ignore[no-any-return]
+
+    @property
+    def path(self) -> str | None:
+        return self.data["path"]  # type: ignore[no-any-return]
+
+    @property
+    def git(self) -> str | None:
+        return self.data["git"]  # type: ignore[no-any-return]
+
+    @property
+    def rev(self) -> str | None:
+        return self.data["rev"]  # type: ignore[no-any-return]
+
+    @property
+    def subdir(self) -> str | None:
+        return self.data["subdir"]  # type: ignore[no-any-return]
+
+    @property
+    def enable(self) -> list[str] | None:
+        return self.data["enable"]  # type: ignore[no-any-return]
+
+
 class HookView(Section):
     __slots__ = ()
 
@@ -295,6 +323,7 @@ class ManifestView(Section):
         "digest",
         "hooks",
         "instructions",
+        "plugins",
         "project",
         "sandbox",
         "servers",
@@ -310,6 +339,7 @@ class ManifestView(Section):
         self.skills = {n: SkillView(v) for n, v in data["skills"].items()}
         self.instructions = InstructionsView(data["instructions"])
         self.hooks = {n: HookView(v) for n, v in data["hooks"].items()}
+        self.plugins = {n: PluginView(v) for n, v in data.get("plugins", {}).items()}
         self.settings = Section(data["settings"])
         self.sandbox = SandboxView(data["sandbox"])
 

@@ -20,6 +20,7 @@ class Materializer:
         self.root = root
         self.consent = consent
         self._repos: dict[str, Any] = {}
+        self._checked: set[str] = set()
 
     @staticmethod
     def _verify(data: bytes, entry: dict[str, Any], where: str) -> bytes:
@@ -55,6 +56,43 @@ class Materializer:
             data = self._read_local(self.root / skill["path"] / entry["path"], where)
             return self._verify(data, entry, where)
         return self._verify(self._git_blob(skill, entry["path"]), entry, where)
+
+    def plugin_file(self, name: str, entry: dict[str, Any]) -> bytes:
+        """A pinned file of plugin `name`, verified against the lock. The first read of a plugin
+        also derives what it contributes again from the verified bytes and refuses when that is
+        not what the consent document says (a lock entry edited by hand)."""
+        plugin = self.consent["plugins"][name]
+        if name not in self._checked:
+            self._checked.add(name)
+            self._check_plugin(name, plugin)
+        return self._plugin_bytes(name, plugin, entry)
+
+    def _plugin_bytes(self, name: str, plugin: dict[str, Any], entry: dict[str, Any]) -> bytes:
+        where = f"plugins.{name}: {entry['path']}"
+        if plugin["source"] == "path":
+            data = self._read_local(self.root / plugin["path"] / entry["path"], where)
+            return self._verify(data, entry, where)
+        return self._verify(self._git_blob(plugin, entry["path"]), entry, where)
+
+    def _check_plugin(self, name: str, plugin: dict[str, Any]) -> None:
+        from agentstack import plugins
+
+        by_path = {e["path"]: e for e in plugin["files"]}
+
+        def read(rel: str) -> bytes:
+            if rel not in by_path:
+                raise plugins.PluginError(rel, "is not pinned")
+            return self._plugin_bytes(name, plugin, by_path[rel])
+
+        try:
+            derived = plugins.expand(plugin["harness"], plugin["files"], read)
+        except plugins.PluginError as exc:
+            raise StaleLock(f"plugins.{name}: {exc}", hint="run 'agentstack lock'") from None
+        if plugins.shown(derived, plugin.get("enable")) != plugin["components"]:
+            raise StaleLock(
+                f"plugins.{name}: what the plugin contributes is not what the lock says",
+                hint="run 'agentstack lock --check', then 'agentstack lock' and review",
+            )
 
     def _git_blob(self, skill: dict[str, Any], rel: str) -> bytes:
         from agentstack import gitsource

@@ -84,6 +84,10 @@ def _pinned_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, A
                     }
     for entry in document["instructions"]:
         files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
+    for plugin in document.get("plugins", {}).values():
+        if plugin.get("source") == "path":  # a plugin in the project: its files are its source
+            for entry in plugin["files"]:
+                files[str(root / plugin["path"] / entry["path"])] = {"kind": "raw", "role": "source"}
     return files
 
 
@@ -174,6 +178,30 @@ def _watched_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, 
     return files
 
 
+def plugin_servers(document: dict[str, Any]) -> list[str]:
+    """The MCP servers the declared plugins bring (of the enabled kinds), by the name their
+    harness gives them: Claude Code `plugin_<plugin>_<server>` (its tools are
+    `mcp__plugin_<plugin>_<server>__<tool>`, measured with 2.1.332), Gemini CLI the server's own
+    name. Reviewed with the plugin, so the guard lets their tools through as it does a locked
+    server's."""
+    out = []
+    for plugin in (document.get("plugins") or {}).values():
+        components = plugin.get("components", {})
+        for server in components.get("servers", {}):
+            if plugin.get("harness") == "claude-code":
+                out.append(f"plugin_{components.get('name')}_{server}")
+            elif plugin.get("harness") == "gemini-cli":
+                out.append(str(server))
+    return out
+
+
+def _plugin_cache() -> str:
+    """`$AGENTSTACK_CACHE/plugins/` (agentstack.apply.plugin_cache_dir), with a trailing slash."""
+    from agentstack.apply import plugin_cache_dir
+
+    return str(plugin_cache_dir()) + os.sep
+
+
 def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
     from agentstack.apply import load_ledger
     from agentstack.userlevel import is_user_root
@@ -182,7 +210,21 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
     # keys and guarded containers only (the harness rewrites the rest of them constantly).
     user_setup = is_user_root(root)
     files: dict[str, dict[str, Any]] = {}
+    plugins = _plugin_cache()
     for path, recorded in load_ledger(root).get("files", {}).items():
+        if path.startswith(plugins) and recorded.get("kind") == "whole":
+            # A plugin's materialized marketplace: the copy the harness loads, so a byte changed
+            # or a file added there is drift, by file and by directory listing.
+            files[path] = {"kind": "raw", "role": "rendered"}
+            top = path[len(plugins) :].split(os.sep, 1)[0]
+            for here, dirs, _ in os.walk(plugins + top):
+                dirs.sort()
+                files.setdefault(here, {"kind": "listing", "role": "rendered"})
+            continue
+        if recorded.get("kind") == "whole" and not path.startswith(str(root) + os.sep):
+            # A whole file outside the project (a Gemini CLI extension's link to its plugin).
+            files[path] = {"kind": "raw", "role": "rendered"}
+            continue
         if not path.startswith(str(root) + os.sep) and not (
             user_setup and recorded.get("kind") == "keys"
         ):
@@ -389,7 +431,7 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         "digest": digest,
         "trust_source": source,
         "trust_head": [count, head, size],
-        "servers": sorted(document["servers"]),
+        "servers": sorted([*document["servers"], *plugin_servers(document)]),
         # servers.NAME.tools: the tools the guard lets through by name (as the relay does).
         "tools": {
             name: server["tools"]

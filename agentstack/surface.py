@@ -399,6 +399,15 @@ def scan(
                 matched = found.setdefault("/".join([".."] * depth + parts), [])
                 if rule not in matched:
                     matched.append(rule)
+    # A declared plugin's own directory is pinned by its item (and reviewed as what it
+    # contributes), not as foreign surface.
+    declared = [
+        str(p["path"]).rstrip("/") + "/"
+        for p in (lock or {}).get("plugins", {}).values()
+        if p.get("source") == "path"
+    ]
+    for rel in [r for r in found if any(r.startswith(d) for d in declared)]:
+        del found[rel]
     out: dict[str, dict[str, Any]] = {}
     pending_imports: list[tuple[str, int]] = []
     for rel in sorted(found, key=os.fsencode):
@@ -1003,6 +1012,9 @@ def snapshot_entries(
     files = [r.parts for r in rules if r.entry.format != "tree"]
     anchors = _anchors(rules)
     is_file_rule = _matcher(files)
+    temp = {
+        rel for h in document["project"]["harnesses"] for rel in H.HARNESS_TEMP_DIRS.get(h, ())
+    }
     # Every directory of the project is watched, at any size: one listing entry each (its stat
     # proves it unchanged; a name added anywhere below is found by the guard's walk).
     for directory, subdirs, names in os.walk(root):
@@ -1010,7 +1022,12 @@ def snapshot_entries(
         rel_dir = os.path.relpath(directory, root)
         parts = [] if rel_dir == "." else rel_dir.split(os.sep)
         in_tree = any(_match(t, parts) for t in trees)
-        if in_tree:
+        skip = sorted(os.path.basename(t) for t in temp if os.path.dirname(t) == rel_dir)
+        # The harness's own temporary directory is not walked either (nothing there is loaded).
+        subdirs[:] = [d for d in subdirs if d not in skip]
+        if in_tree and skip:
+            watch(Path(directory), {"kind": "listing", "skip": skip})
+        elif in_tree:
             watch(Path(directory), {"kind": "listing"})
         else:
             watch(Path(directory), {"kind": "listing", "names": anywhere})

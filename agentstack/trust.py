@@ -330,7 +330,16 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
     from agentstack.view import toml_value
 
     lines = []
+    marketplaces: dict[str, int] = {}
     for op in render_operations(root.resolve(), document, digest):
+        if not isinstance(op, OwnedKeys) and getattr(op, "user_level", False):
+            # A plugin's materialized marketplace: one line per directory.
+            from agentstack.apply import plugin_cache_dir
+
+            cache = str(plugin_cache_dir()) + "/"
+            rest = op.path[len(cache):] if op.path.startswith(cache) else None
+            top = cache + rest.split("/", 1)[0] + "/" if rest else op.path
+            marketplaces[top] = marketplaces.get(top, 0) + 1
         if isinstance(op, OwnedKeys) and op.user_level:
             in_place = _in_place(op)
             for key, value in op.keys.items():
@@ -340,6 +349,11 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
                     lines.append(f"{op.path}: {'.'.join(key[:-2])} += {key[-1]}")
                 else:
                     lines.append(f"{op.path}: {'.'.join(key)} = {toml_value(value)}")
+    for top, count in sorted(marketplaces.items()):
+        if top.endswith("/"):
+            lines.append(f"{top}: a plugin, {count} files written read-only")
+        else:
+            lines.append(f"{top}: the link to a plugin")
     return lines
 
 

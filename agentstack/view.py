@@ -286,6 +286,46 @@ def _reads(doc: dict[str, Any]) -> Section | None:
     return Section("What the model reads", items)
 
 
+def plugin_item(key: str, plugin: dict[str, Any], heading: Text | None = None) -> Item:
+    """A plugin as what it contributes: each hook and server as what it runs, then what the
+    model reads (agentstack.plugins)."""
+    from agentstack.plugins import describe_hook
+
+    components = plugin.get("components", {})
+    label = Text.assemble("plugin ", name(key), f" ({plugin.get('harness', '')})")
+    item = skill_item(key, plugin, heading if heading is not None else label)
+    item.add("plugin", t(f"{components.get('name', '')} {components.get('version', '')}".strip()))
+    if plugin.get("enable") is not None:
+        item.add("enable", t(", ".join(plugin["enable"]) or "(nothing)"))
+    for hook_key, hook in sorted(components.get("hooks", {}).items()):
+        item.add("hook", t(f"{hook_key}: {describe_hook(hook)}", style="red"))
+    for server_name, server in sorted(components.get("servers", {}).items()):
+        if server.get("transport") == "http":
+            runs = f"{server_name}: talks to {server.get('url')}"
+        else:
+            runs = f"{server_name}: runs {command_line(server)}"
+        item.add("server", t(runs, style="red"))
+    for kind in ("skills", "agents", "commands", "instructions"):
+        if components.get(kind):
+            item.add(kind, t(", ".join(components[kind])))
+    if components.get("unmodelled"):
+        item.add(
+            "unmodelled",
+            t(", ".join(sorted(components["unmodelled"])) + " (not understood by agentstack)",
+              style="red"),
+        )
+    return item
+
+
+def _plugins(doc: dict[str, Any]) -> Section | None:
+    if not doc.get("plugins"):
+        return None
+    return Section(
+        "Plugins (their hooks and servers run with your credentials)",
+        [plugin_item(k, p) for k, p in sorted(doc["plugins"].items())],
+    )
+
+
 def _settings(doc: dict[str, Any]) -> Section | None:
     settings = doc.get("settings", {})
     permissions = settings.get("permissions", {})
@@ -364,6 +404,7 @@ def _surface(doc: dict[str, Any]) -> list[Section]:
 CONSENT_SECTIONS: list[Callable[[dict[str, Any]], Section | list[Section] | None]] = [
     _servers,
     _hooks,
+    _plugins,
     _reads,
     _settings,
     _sandbox,
@@ -469,7 +510,12 @@ def content_diff(
 
 
 _MARK = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow")}
-_ITEM_RENDERERS = {"servers": server_item, "hooks": hook_item, "skills": skill_item}
+_ITEM_RENDERERS = {
+    "servers": server_item,
+    "hooks": hook_item,
+    "skills": skill_item,
+    "plugins": plugin_item,
+}
 
 
 def _heading(change: Change) -> Text:

@@ -65,8 +65,21 @@ FILES: dict[str, str] = {
     "node/index.js": "require('./dep')\n",
     "node/dep.js": "module.exports = 1\n",
     "node/node_modules/x/index.js": "module.exports = 2\n",  # excluded, and reported
+    # A Claude Code plugin in the project (its hooks and skills enabled, not its commands).
+    "plugins/team/.claude-plugin/plugin.json": '{"name": "team", "version": "1.0.0"}\n',
+    "plugins/team/hooks/hooks.json": json.dumps(
+        {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "${CLAUDE_PLUGIN_ROOT}/bin/check.sh", "timeout": 5}
+        ]}]}}
+    ),
+    "plugins/team/bin/check.sh": "#!/bin/sh\nexit 0\n",
+    "plugins/team/skills/review/SKILL.md": "---\nname: review\n---\nReview.\n",
+    "plugins/team/commands/ship.md": "Ship it.\n",
 }
-EXECUTABLES = ("skills/local/run.sh", "skills/copy/run.sh", "hooks/audit.sh", "hooks/audit-copy.sh")
+# Every file of the project's plugin (each byte of each one is pinned by the plugin item).
+PLUGIN_FILES = tuple(p for p in FILES if p.startswith("plugins/team/"))
+EXECUTABLES = ("skills/local/run.sh", "skills/copy/run.sh", "hooks/audit.sh", "hooks/audit-copy.sh",
+               "plugins/team/bin/check.sh")
 # Every local file whose bytes the base manifest pins (directly, or named on a command line).
 PINNED = (
     "servers/a.py",
@@ -114,6 +127,12 @@ def base_data(git_url: str) -> dict[str, Any]:
             "git-skill": {"git": git_url, "rev": "v1", "subdir": "skill"},
         },
         "instructions": {"files": ["docs/one.md", "docs/two.md"]},
+        "plugins": {
+            "team": {"harness": "claude-code", "path": "plugins/team", "enable": ["hooks", "skills"]},
+            "git-plugin": {
+                "harness": "claude-code", "git": git_url, "rev": "v1", "subdir": "plugin"
+            },
+        },
         "hooks": {
             "guard": {
                 "event": "PreToolUse",
@@ -195,6 +214,10 @@ def build_project(base: Path) -> Project:
         "skill/SKILL.md": "---\nname: remote\n---\nRemote skill.\n",
         "skill/tool.sh": "#!/bin/sh\necho tool\n",
         "other/SKILL.md": "---\nname: other\n---\nOther skill.\n",
+        "plugin/.claude-plugin/plugin.json": '{"name": "shared", "version": "2.0.0"}\n',
+        "plugin/.codex-plugin/plugin.json": '{"name": "shared", "version": "2.0.0"}\n',
+        "plugin/.mcp.json": '{"mcpServers": {"docs": {"command": "node", "args": ["s.js"]}}}\n',
+        "plugin/s.js": "console.log(1)\n",
     }.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)
@@ -673,6 +696,26 @@ MUTATIONS: dict[str, Callable[[Project], None]] = {
         lambda repo: (repo / "other/SKILL.md").write_text("changed elsewhere\n")
     ),
     "git tag moved, exec bit": _move_tag_after(lambda repo: _toggle_x(repo / "skill/tool.sh")),
+    # plugins
+    "plugin rename": _rename("plugins/team", "team-2"),
+    "plugin remove": _drop("plugins/git-plugin"),
+    "plugin.harness": _set("plugins/git-plugin/harness", "codex"),
+    "plugin.enable add": _list("plugins/team/enable", lambda v: v.append("commands")),
+    "plugin.enable remove": _list("plugins/team/enable", lambda v: v.remove("hooks")),
+    "plugin.enable all": _drop("plugins/team/enable"),
+    "plugin hook byte": _file("plugins/team/hooks/hooks.json", lambda f: _flip(f, 40)),
+    "plugin manifest byte": _file(
+        "plugins/team/.claude-plugin/plugin.json", lambda f: _flip(f, f.read_bytes().index(b"1."), 0x01)
+    ),
+    "plugin executable byte": _file("plugins/team/bin/check.sh", lambda f: _flip(f, 5)),
+    "plugin exec bit": _file("plugins/team/commands/ship.md", _toggle_x),
+    "plugin file added": _file("plugins/team/agents/new.md", lambda f: (
+        f.parent.mkdir(parents=True, exist_ok=True), f.write_text("Agent.\n"))),
+    "plugin file removed": _file("plugins/team/commands/ship.md", lambda f: f.unlink()),
+    "git plugin rev": _set("plugins/git-plugin/rev", "v2"),
+    "git plugin tag moved, server changed": _move_tag_after(
+        lambda repo: (repo / "plugin/s.js").write_text("console.log(2)\n")
+    ),
     # instructions
     "instructions order": _list("instructions/files", _swap),
     "instructions add": _list("instructions/files", lambda v: v.append("docs/three.md")),
@@ -807,6 +850,35 @@ def test_any_byte_of_any_pinned_file_changes_the_digest(tmp_path: Path) -> None:
         try:
             _flip(path, index, xor)
             assert p.digest()[0] != base_digest, (rel, index % len(original), xor)
+        finally:
+            path.write_bytes(original)
+
+    flip()
+    assert p.digest()[0] == base_digest
+
+
+def test_any_byte_of_any_plugin_file_changes_the_digest(tmp_path: Path) -> None:
+    """Every byte of every file of a plugin is pinned (not only its manifests), and the view the
+    user reviews moves with it."""
+    p = build_project(tmp_path)
+    base_digest, base_document = p.digest()
+
+    @settings(max_examples=40, deadline=None)
+    @given(where=st.tuples(st.sampled_from(PLUGIN_FILES), st.integers(0, 10_000),
+                           st.integers(1, 255)))
+    def flip(where: tuple[str, int, int]) -> None:
+        rel, index, xor = where
+        path = p.file(rel)
+        original = path.read_bytes()
+        try:
+            _flip(path, index, xor)
+            try:
+                digest, document = p.digest()
+            except ManifestInvalid as exc:  # a manifest no longer JSON: refused, never pinned
+                assert any(problem.path == "plugins.team" for problem in exc.problems)
+                return
+            assert digest != base_digest, (rel, index % len(original), xor)
+            assert _view(document) != _view(base_document)
         finally:
             path.write_bytes(original)
 
@@ -994,7 +1066,7 @@ def test_lock_is_deterministic_and_machine_independent(
         assert machine_specific not in scrubbed
     assert not _TIMESTAMP.search(text)
     assert max(_ints(first)) < 1_000_000  # sizes and such, never an epoch or an inode
-    assert not {k for k in _keys(first) if re.search(r"time|date|created|mtime|ctime|inode", k)}
+    assert not {k for k in _keys(first) if re.search(r"time(?!out)|date|created|mtime|ctime|inode", k)}
 
     # The same project elsewhere, copied later with other mtimes and group bits, from a relative
     # path, with a warm stat cache: the same bytes and the same digest.

@@ -94,13 +94,15 @@ def test_full_clock_server(tmp_path: Path) -> None:
     _run(FULL, "servers/clock.py", check, tmp_path)
 
 
-@pytest.mark.parametrize("root", [MINIMAL, FULL], ids=["minimal", "full"])
+@pytest.mark.parametrize("root", [MINIMAL, FULL, MINIMAL.parent / "plugin"],
+                         ids=["minimal", "full", "plugin"])
 def test_example_manifest_validates_and_its_files_exist(root: Path) -> None:
     manifest = parse_manifest((root / "agentstack.toml").read_bytes())
     paths = [*manifest.instructions.files]
     paths += [s.args[0] for s in manifest.servers.values() if s.command is not None]
     paths += [s.path for s in manifest.skills.values() if s.path is not None]
     paths += [h.script for h in manifest.hooks.values() if h.script is not None]
+    paths += [f"{p.path}/.claude-plugin/plugin.json" for p in manifest.plugins.values() if p.path]
     for relative in paths:
         assert (root / relative).exists(), relative
     for skill in manifest.skills.values():

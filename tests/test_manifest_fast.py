@@ -162,6 +162,14 @@ remote_server = table(
 )  # fmt: skip
 local_skill = table({"path": mixed(rel_path)}, {"rev": mixed(rev), "git": mixed(git_url)})
 git_skill = table({"git": mixed(git_url), "rev": mixed(rev)}, {"subdir": mixed(rel_path)})
+plugin_harness = st.sampled_from(["claude-code", "codex", "gemini-cli", "opencode", "Codex"])
+component = st.sampled_from(["hooks", "servers", "skills", "agents", "commands", "instructions",
+                             "scripts"])
+plugin = table(
+    {"harness": mixed(plugin_harness)},
+    {"path": mixed(rel_path), "git": mixed(git_url), "rev": mixed(rev),
+     "subdir": mixed(rel_path), "enable": lists(component)},
+)
 hook = table(
     {"event": mixed(event)},
     {
@@ -211,6 +219,7 @@ manifests = table(
         "skills": dicts(name, st.one_of(local_skill, git_skill)),
         "instructions": table({}, {"files": lists(rel_path)}),
         "hooks": dicts(name, hook),
+        "plugins": dicts(name, plugin),
         "settings": settings_table,
         "sandbox": sandbox,
     },
@@ -339,6 +348,12 @@ valid_manifests = _valid_table(
             _valid_table({"git": git_url, "rev": rev}, {"subdir": rel_path}))),
         "instructions": _valid_table({}, {"files": _few(rel_path)}),
         "hooks": _map(name, _VALID_HOOK),
+        "plugins": _map(name, st.one_of(
+            _valid_table({"harness": st.sampled_from(["claude-code", "codex", "gemini-cli"]),
+                          "path": rel_path}, {"enable": _few(component.filter(
+                              lambda c: c != "scripts"))}),
+            _valid_table({"harness": st.just("claude-code"), "git": git_url, "rev": rev},
+                         {"subdir": rel_path}))),
         "settings": _valid_table({}, {
             "permissions": _valid_table({}, {"allow": _few(plain_text), "ask": _few(plain_text)}),
             "passthrough": _VALID_PASSTHROUGH}),

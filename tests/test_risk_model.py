@@ -14,7 +14,7 @@ from agentstack.risk import FIELD_RULES, sensitive_path
 from tests.conftest import _isolate
 from tests.test_digest_properties import build_project
 
-ITEM_SECTIONS = {"servers", "hooks", "skills", "sandbox.credentials"}
+ITEM_SECTIONS = {"servers", "hooks", "skills", "plugins", "sandbox.credentials"}
 
 
 @pytest.fixture(scope="module")
