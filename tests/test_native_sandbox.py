@@ -77,6 +77,28 @@ def _command(home: Path) -> str:
             "echo outside=$?; touch inside.txt; echo inside=$?")
 
 
+# The kernel's own answer to lifting each barrier (confined runs only: unconfined, as root, the
+# remount would really change this machine's root mount). bubblewrap's denials are file-system
+# errors (ENOENT: an empty mount over the denied directory; EROFS: a read-only bind mount, which
+# the VFS checks before any permission), so what proves the barrier holds is that the sandboxed
+# process cannot take the mount away: umount2() of the mask over ~/.ssh and a read-write remount
+# of / are refused with EPERM (no CAP_SYS_ADMIN over the sandbox's mount namespace, checked
+# before anything else in the kernel's mount paths).
+LIFT = ("import ctypes,errno,sys;c=ctypes.CDLL(None,use_errno=True);"
+        "r=c.umount2(sys.argv[1].encode(),2);e=ctypes.get_errno();"
+        "print('unmask='+('ok' if r==0 else errno.errorcode[e]));"
+        "r=c.mount(None,b'/',None,32|4096,None);e=ctypes.get_errno();"
+        "print('remount='+('ok' if r==0 else errno.errorcode[e]))")
+
+
+def _confined_command(home: Path) -> str:
+    return f'{_command(home)}; /usr/bin/python3 -I -c "{LIFT}" {home}/.ssh'
+
+
+def _assert_barriers_hold(out: str) -> None:
+    assert "unmask=EPERM" in out and "remount=EPERM" in out, out
+
+
 def _outputs(model: object) -> str:
     return "\n".join(str(getattr(r, "text", r)) for r in model.tool_results)  # type: ignore[attr-defined]
 
@@ -185,12 +207,13 @@ def test_claude_codes_own_sandbox_confines_a_directly_started_session(var_home: 
     assert "sandbox" in rendered
     rendered.pop("hooks", None)  # only this plane: the guard is tested on its own
     settings_path.write_text(json.dumps(rendered))
-    with MockModel([ToolCall("Bash", {"command": _command(var_home)})]) as model:
+    with MockModel([ToolCall("Bash", {"command": _confined_command(var_home)})]) as model:
         run = run_claude(root, var_home, model, "go")
     out = _outputs(model)
     assert run.proc.returncode == 0, run.output
     assert "read=1" in out and "outside=1" in out and "inside=0" in out, out
     assert "No such file or directory" in out and "Read-only file system" in out, out
+    _assert_barriers_hold(out)
     assert "DECOY-KEY" not in out and "DECOY-KEY" not in run.output
     assert all("DECOY-KEY" not in json.dumps(r.body) for r in model.requests)  # type: ignore[attr-defined]
     assert not (var_home / "outside.txt").exists()
@@ -226,7 +249,7 @@ def test_codexs_own_sandbox_confines_a_directly_started_session(var_home: Path) 
     existing = config_path.read_text() if config_path.exists() else ""
     config_path.parent.mkdir(exist_ok=True)
     config_path.write_text("\n".join(lines) + "\n\n" + existing)
-    with MockModel([ToolCall("Bash", {"command": _command(var_home)})]) as model:
+    with MockModel([ToolCall("Bash", {"command": _confined_command(var_home)})]) as model:
         # The user's own config: the mock provider, the project trusted, and the user's most
         # permissive choice; the project's rendered profile must win over it. (It replaces the
         # user-level hook trust apply wrote, so the guard hook is skipped: only this plane.)
@@ -236,6 +259,7 @@ def test_codexs_own_sandbox_confines_a_directly_started_session(var_home: Path) 
     assert run.proc.returncode == 0, run.output
     assert "read=1" in out and "outside=1" in out and "inside=0" in out, out
     assert "Permission denied" in out and "Read-only file system" in out, out
+    _assert_barriers_hold(out)
     assert "DECOY-KEY" not in out
     assert not (var_home / "outside.txt").exists()
     assert (root / "inside.txt").exists()
@@ -259,3 +283,18 @@ def test_a_missing_grant_is_a_finding_not_an_apply_failure(var_home: Path) -> No
     assert str(var_home / "later") not in rendered.document()["permissions"]["agentstack"][
         "filesystem"]
     assert ("dropped", "sandbox.write_dirs[0]") in {(f.kind, f.what) for f in rendered.findings}
+
+
+def test_the_unmask_probe_sees_the_kernel_allow_it_unconfined(var_home: Path) -> None:
+    """The control for `unmask=EPERM`: outside any sandbox, as root, the same umount2() call is
+    let through the capability check and fails only because ~/.ssh is no mount point (EINVAL)."""
+    import subprocess
+
+    from tests.harness.deadline import scaled
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: as a user umount2 is refused with EPERM everywhere")
+    unmask = LIFT.split(";r=c.mount")[0]
+    done = subprocess.run(["/usr/bin/python3", "-I", "-c", unmask, str(var_home / ".ssh")],
+                          capture_output=True, text=True, check=False, timeout=scaled(60))
+    assert done.stdout.strip() == "unmask=EINVAL", done
