@@ -46,23 +46,14 @@ def scene() -> Iterator[verify.Scenario]:
         yield sc
 
 
-# Every row under the launcher `agentstack run` uses from a single-threaded process (a clone
-# born in the run's cgroup), and each row's first mode under the fallback (a fresh interpreter
-# running launch.py, for a process with other threads): both must confine exactly alike.
-LAUNCHER_CASES = [(row, mode, "clone") for row, mode in CASES] + [
-    (row, row.modes[0], "exec") for row in verify.ROWS
-]
-
-
-@pytest.mark.parametrize(("row", "mode", "launcher"), LAUNCHER_CASES,
-                         ids=[f"{r.name}-{m}-{w}" for r, m, w in LAUNCHER_CASES])
-def test_row(scene: verify.Scenario, row: verify.Row, mode: str, launcher: str,
-             monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentstack.sandbox import runner
-
-    # pytest-xdist's worker has a thread of its own: the clone is forced here (that thread only
-    # waits on its pipe), the fresh interpreter forced there.
-    monkeypatch.setattr(runner, "_single_threaded", lambda: launcher == "clone")
+# Every row under the launcher a process with other threads gets (a fresh interpreter running
+# launch.py: pytest-xdist's worker has a thread of its own, and so does the scene's upstream). The
+# launcher `agentstack run` uses from a single-threaded process (a clone born in the run's cgroup)
+# runs the same launch.py code; it is never forced here (a clone of a process with other threads
+# can hang for ever: tests/test_launcher_threads.py, which also proves its denials in a process
+# that has only one thread).
+@pytest.mark.parametrize(("row", "mode"), CASES, ids=[f"{r.name}-{m}" for r, m in CASES])
+def test_row(scene: verify.Scenario, row: verify.Row, mode: str) -> None:
     result = verify.run_row(scene, row, mode)
     if result.skipped:
         pytest.skip(result.detail)
@@ -584,16 +575,14 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("launcher", ["clone", "exec"])
 @pytest.mark.parametrize("containment", ["cgroup", "process-tree"])
-def test_nothing_outlives_run(scene: verify.Scenario, containment: str, launcher: str,
+def test_nothing_outlives_run(scene: verify.Scenario, containment: str,
                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A 100-deep chain, a double-forked setsid daemon that keeps forking and a process that tries
     to join run's process group: none survives once `run_confined` returns, with the cgroup
-    (cgroup.kill) and without it (the whole-tree kill loop, no round cap), whichever launcher."""
+    (cgroup.kill) and without it (the whole-tree kill loop, no round cap)."""
     from agentstack.sandbox import runner
 
-    monkeypatch.setattr(runner, "_single_threaded", lambda: launcher == "clone")
     if containment == "process-tree":
         monkeypatch.setattr(runner.Cgroup, "create", classmethod(lambda cls: None))
     else:

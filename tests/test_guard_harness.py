@@ -108,3 +108,37 @@ def test_codex_drifted_project_gets_no_model_request(project: Path,
         _codex_config_model(isolated_home, model)
         run = run_codex(project, isolated_home, "hello")
     assert _model_requests(model) == [], run.output
+
+
+def _processes_with(home: Path) -> dict[int, str]:
+    """Every process on the machine (not a zombie) whose environment names `home`."""
+    marker = f"={home}".encode()
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            environ = (entry / "environ").read_bytes()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if any(item.endswith(marker) or marker + b"/" in item for item in environ.split(b"\0")):
+            found[int(entry.name)] = command
+    return found
+
+
+def test_codex_exec_leaves_no_process_behind(project: Path, isolated_home: Path) -> None:
+    """Codex 0.171 starts its fs helper (`bwrap ... codex --codex-run-as-fs-helper`, pid 1 of a
+    pid namespace, in a session of its own) and `codex exec` exits without ending it: the driver
+    reaps it, and nothing of the run (nothing with this test's home) is left on the machine."""
+    harness_bin("codex")
+    with MockModel([]) as placeholder:
+        _codex_config(isolated_home, placeholder)
+    _trust_and_apply(project)
+    with MockModel([]) as model:
+        _codex_config_model(isolated_home, model)
+        run = run_codex(project, isolated_home, "hello")
+    assert run.proc.returncode == 0 and _model_requests(model), run.output
+    assert _processes_with(isolated_home) == {}

@@ -182,12 +182,12 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
     """Codex's permission profile for `policy`."""
     codex_home = os.path.join(policy.home, ".codex")
     kept = [d.path for d in policy.denies if is_within(codex_home, d.path)]
-    # Codex runs hooks inside its sandbox too, and the guard hook reads agentstack's trust log and
-    # snapshot there (fail closed: unreadable, every prompt is blocked, measured): only the
-    # secrets and keys below $AGENTSTACK_HOME are masked; the rest stays readable, never writable.
-    state = [d.path for d in policy.denies if d.source == "agentstack-home"]
-    masked = [d.path for d in policy.denies if d.path not in kept and d.path not in state]
-    masked += [os.path.join(path, name) for path in state for name in ("secrets", "keys")]
+    # Codex 0.171 runs hooks outside its sandbox (measured: a project hook sees the host's mounts,
+    # reads the decoy and writes outside the workdir), so the guard hook reads agentstack's state
+    # as it does unsandboxed: the state is masked like every other always-denied path. (Were a
+    # later Codex to run hooks inside, the guard could not read its state there and would block
+    # every prompt: fail closed.)
+    masked = [d.path for d in policy.denies if d.path not in kept]
     denies = _outermost(masked)
     filesystem: dict[str, str] = {"/": "read"}
     for path in denies:
@@ -209,12 +209,6 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
             "widened", ", ".join(sorted(kept)),
             "Codex runs its sandbox helper from ~/.codex: that directory stays readable natively "
             "(its credential files below it stay masked)"))
-    if state:
-        findings.append(Finding(
-            "widened", ", ".join(sorted(state)),
-            "agentstack's state stays readable natively (Codex runs the guard hook inside its "
-            "sandbox, and the guard reads the trust log and snapshot there); its secrets/ and "
-            "keys/ are masked, and nothing of it is writable"))
     findings.extend(_network_findings(policy, "Codex", "the profile grants no network"))
     if policy.allow_domains:
         findings.append(Finding(
@@ -239,18 +233,8 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
 
 
 RENDERERS = {"claude-code": claude_code, "codex": codex}
-# What `apply --write` writes. Codex's profile is rendered by `why --native` (and proved by the
-# real binary with it) but not written: Codex runs hooks inside its sandbox, whose synthetic mount
-# targets in the workdir (`.git`, `.agents`, ... created read-only where missing) change the
-# project's listing under the guard hook, which then blocks every prompt as drift (measured).
-APPLIED = ("claude-code",)
-NOT_APPLIED = {
-    "codex": Finding(
-        "not-enforced", "not written by apply",
-        "Codex runs hooks inside its own sandbox, and its synthetic mount targets in the workdir "
-        "(.git, .agents, ... where missing) look like drift to the guard hook, which would block "
-        "every prompt: apply does not write this profile yet (start Codex through agentstack run)"),
-}
+# What `apply --write` writes: every harness agentstack renders a native sandbox for.
+APPLIED = NATIVE_HARNESSES
 
 
 def render(policy: SandboxPolicy, harness: str, platform: str | None = None, *,
@@ -269,8 +253,6 @@ def render(policy: SandboxPolicy, harness: str, platform: str | None = None, *,
     if missing:
         policy = policy._replace(grants=tuple(g for g in policy.grants if g not in missing))
     rendered = renderer(policy, chosen)
-    if harness in NOT_APPLIED:
-        rendered = rendered._replace(findings=(NOT_APPLIED[harness], *rendered.findings))
     if missing:
         rendered = rendered._replace(findings=(*rendered.findings, *(
             Finding("dropped", g.source, f"{g.path} does not exist: not given natively (and "

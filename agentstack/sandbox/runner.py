@@ -820,11 +820,9 @@ def _start_launcher(
 
 
 def _single_threaded() -> bool:
-    """No other thread (Python's or a library's) in this process: a clone of it is safe."""
-    try:
-        return len(os.listdir("/proc/self/task")) == 1
-    except OSError:
-        return False
+    """No other thread (Python's or a library's) in this process: a clone of it is safe (the
+    clone itself counts again, with every signal blocked: `_clone3`)."""
+    return _thread_count() == 1
 
 
 class _CloneUnavailable(Exception):
@@ -848,13 +846,10 @@ def _clone_launcher(group: Cgroup | None, fds: tuple[int, int], stdin: int, stdo
         except OSError as exc:
             raise _CloneUnavailable(str(exc)) from None
     try:
-        pid = _clone3(cgroup_fd)
+        return _clone3(cgroup_fd, lambda mask: _launcher_child(fds, stdin, stdout, stderr, mask))
     finally:
         if cgroup_fd >= 0:
             os.close(cgroup_fd)
-    if pid == 0:
-        _launcher_child(fds, stdin, stdout, stderr)  # never returns
-    return pid
 
 
 class _ClonedProcess:
@@ -938,34 +933,81 @@ def _clone_popen() -> Callable[..., subprocess.Popen[bytes]]:
     return _Clone
 
 
-def _clone3(cgroup_fd: int) -> int:
+def _clone3(cgroup_fd: int, child: Callable[[frozenset[int]], None]) -> int:
     """clone3() like fork() (into the cgroup open at `cgroup_fd`, if any), with CPython's own
-    before/after-fork bookkeeping (PyOS_BeforeFork, PyOS_AfterFork_*), the GIL held throughout:
-    0 in the child, its pid in the parent. Raises _CloneUnavailable when the kernel refuses."""
+    before/after-fork bookkeeping (PyOS_BeforeFork, PyOS_AfterFork_*), the GIL held throughout.
+    In the child `child(mask)` runs (`mask`: the signal mask to restore) and the child exits
+    with os._exit: it never returns into the caller's frames. The parent gets the child's pid.
+
+    The syscall returns into the bytecode interpreter, which may service its "eval breaker"
+    before PyOS_AfterFork_Child has reset the interpreter's thread state: a GIL drop request
+    that another thread set while waiting for the GIL makes the child drop the GIL and wait
+    (futex, forever) for that thread, which does not exist in the child; a tripped signal runs a
+    Python handler there. So the clone is refused (_CloneUnavailable: the caller spawns a fresh
+    interpreter) unless this process has exactly one thread, counted after every signal is
+    blocked and the pending handlers have run: then nothing can set either request until the
+    child has done its bookkeeping. Raises _CloneUnavailable when the kernel refuses too."""
     api = ctypes.pythonapi
+    # Resolved before the clone: a first lookup is Python code (CDLL.__getattr__).
+    before_fork, after_child, after_parent = (
+        api.PyOS_BeforeFork, api.PyOS_AfterFork_Child, api.PyOS_AfterFork_Parent)
+    check_signals = api.PyErr_CheckSignals
     syscall = ctypes.PyDLL(None, use_errno=True).syscall  # PyDLL: the call keeps the GIL
     syscall.restype = ctypes.c_long
+    number = ctypes.c_long(SYS_CLONE3[os.uname().machine])
     arguments = _CloneArgs(flags=CLONE_INTO_CGROUP if cgroup_fd >= 0 else 0,
                            exit_signal=SIGCHLD, cgroup=max(cgroup_fd, 0))
-    api.PyOS_BeforeFork()
-    pid = syscall(ctypes.c_long(SYS_CLONE3[os.uname().machine]), ctypes.byref(arguments),
-                  ctypes.c_size_t(ctypes.sizeof(arguments)))
-    if pid == 0:
-        api.PyOS_AfterFork_Child()
-        return 0
-    err = ctypes.get_errno() if pid < 0 else 0
-    api.PyOS_AfterFork_Parent()
+    size = ctypes.c_size_t(ctypes.sizeof(arguments))
+    parent = os.getpid()
+    mask = frozenset(_signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals()))
+    try:
+        check_signals()  # what was tripped before the mask: handled here, in the parent
+        before_fork()
+        if _thread_count() != 1:
+            after_parent()
+            raise _CloneUnavailable("this process has more than one thread")
+        try:
+            pid = syscall(number, ctypes.byref(arguments), size)
+        except BaseException:
+            if os.getpid() != parent:
+                os._exit(EXIT_LAUNCH_FAILED)
+            raise
+        if pid == 0:
+            try:
+                after_child()
+                child(mask)
+            finally:
+                os._exit(EXIT_LAUNCH_FAILED)
+        err = ctypes.get_errno() if pid < 0 else 0
+        after_parent()
+    finally:
+        if os.getpid() == parent:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
     if pid < 0:
         raise _CloneUnavailable(os.strerror(err) if err else "clone3 failed")
     return int(pid)
 
 
-def _launcher_child(fds: tuple[int, int], p2cread: int, c2pwrite: int, errwrite: int) -> None:
-    """In the clone: what Popen's child does before exec (a session of its own, the standard
-    streams, every other descriptor closed), then launch.py's main. Never returns."""
-    spec_fd, status_fd = fds
-    code = 126
+EXIT_LAUNCH_FAILED = 126
+
+
+def _thread_count() -> int:
+    """How many threads this process has (/proc/self/task); 0 when it cannot be read."""
     try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+def _launcher_child(fds: tuple[int, int], p2cread: int, c2pwrite: int, errwrite: int,
+                    mask: frozenset[int] = frozenset()) -> None:
+    """In the clone: what Popen's child does before exec (a session of its own, the standard
+    streams, every other descriptor closed, the caller's signal mask back), then launch.py's
+    main. Never returns."""
+    spec_fd, status_fd = fds
+    code = EXIT_LAUNCH_FAILED
+    try:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
         os.setsid()  # never the user's session or process group
         if c2pwrite == 0:
             c2pwrite = os.dup(c2pwrite)

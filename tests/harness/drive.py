@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,9 @@ class HarnessRun:
     proc: subprocess.CompletedProcess[str]
     seconds: float
     result: dict[str, Any] | None = None  # Claude Code's --output-format json result
+    # What was still running below the test once the harness had exited (pid -> command line),
+    # every one of them killed and reaped before the run returned.
+    leftovers: dict[int, str] | None = None
 
     @property
     def output(self) -> str:
@@ -103,13 +106,53 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _cmdline(pid: int) -> str:
+    """A process's command line, or `(name) state` for one that has none any more (a zombie)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if raw:
+            return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+        name, _, rest = Path(f"/proc/{pid}/stat").read_text().rpartition(")")
+        return f"{name.partition('(')[2]} {rest.split()[0]}"
+    except (OSError, IndexError):
+        return "?"
+
+
+@contextlib.contextmanager
+def reaping() -> Iterator[dict[int, str]]:
+    """Nothing started inside outlives it. This process is the child subreaper meanwhile, so a
+    process that leaves the harness's process group and is orphaned comes back to it, never to
+    init: a setsid daemon, or Codex's `bwrap ... codex --codex-run-as-fs-helper`, which is pid 1
+    of a pid namespace of its own (only SIGKILL from outside ends it). On leaving, whatever is
+    below this process that was not there before is listed in the yielded dict (pid -> command
+    line) and SIGKILLed, round after round, and reaped."""
+    from agentstack.sandbox import runner
+
+    before = runner._children()
+    was = runner._set_subreaper(True)
+    found: dict[int, str] = {}
+    try:
+        yield found
+    finally:
+        try:
+            found.update({pid: _cmdline(pid) for pid in runner._descendants(before)})
+            runner._reap_descendants(before)
+        finally:
+            if not was:
+                runner._set_subreaper(False)
+
+
 def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> HarnessRun:
     """Run to completion, capturing output; on timeout kill the whole group and raise
-    ``subprocess.TimeoutExpired`` (with what was printed so far)."""
+    ``subprocess.TimeoutExpired`` (with what was printed so far). Every process the harness
+    started is gone when this returns (`reaping`)."""
     start = time.monotonic()
-    with subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as proc:
+    with (
+        reaping() as leftovers,
+        subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True) as proc,
+    ):
         try:
             stdout, stderr = proc.communicate(timeout=scaled(timeout))
         except subprocess.TimeoutExpired:
@@ -119,7 +162,7 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> Har
         finally:
             _kill_group(proc)  # leftovers: hook or MCP server processes still in the group
     completed = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
-    return HarnessRun(completed, time.monotonic() - start)
+    return HarnessRun(completed, time.monotonic() - start, leftovers=leftovers)
 
 
 # -- Claude Code ---------------------------------------------------------------------------------
@@ -267,7 +310,7 @@ def codex_hooks_list(project: Path, home: Path, *, timeout: float = 30) -> list[
     each with ``key``, ``currentHash``, ``trustStatus`` (untrusted | trusted | modified | managed),
     ``eventName``, ``matcher``, ``command``, ``timeoutSec``, ``async``, ``statusMessage``."""
     deadline = time.monotonic() + scaled(timeout)
-    with subprocess.Popen([str(harness_bin("codex")), "app-server"], cwd=project,
+    with reaping(), subprocess.Popen([str(harness_bin("codex")), "app-server"], cwd=project,
                           env=harness_env(Path(home)), stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                           start_new_session=True) as proc:
