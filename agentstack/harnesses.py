@@ -893,14 +893,18 @@ AGENT_EDITS: frozenset[str] = frozenset(
 # Also protected, whole, wherever they lie: each harness's configuration directory (what it adds
 # there later is configuration too), those of harnesses agentstack does not render for, git's
 # metadata (what git executes), and files that run code or steer agentstack itself.
-PROTECTED_DIRS: tuple[str, ...] = (
-    ".git",
-    *dict.fromkeys(d for h in ALL for d in h.config_dirs),
-    # harnesses agentstack does not render for
-    ".windsurf",
-    ".kiro",
-    ".roo",
-    ".qwen",
+PROTECTED_DIRS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        (
+            ".git",
+            *(d for h in ALL for d in h.config_dirs),
+            # those of harnesses agentstack has no description of
+            ".windsurf",
+            ".kiro",
+            ".roo",
+            ".qwen",
+        )
+    )
 )
 PROTECTED_FILES: tuple[str, ...] = (
     ".claude.json",
