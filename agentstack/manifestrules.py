@@ -19,7 +19,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from agentstack import harnesses as _harnesses
-from agentstack.manifestview import SECRET_NAME_PATTERN, SECRET_PREFIX
+from agentstack.manifestview import SECRET_NAME_PATTERN as SECRET_NAME_PATTERN
+from agentstack.manifestview import SECRET_PREFIX
 
 # From the harness descriptions (agentstack.harnesses), as every other list of harnesses.
 HARNESSES = _harnesses.NAMES
