@@ -180,7 +180,7 @@ def _tree(top: Path) -> dict[str, bytes]:
 def test_a_harness_added_by_its_description_and_adapter_flows_through_every_stage(
     tmp_path: Path,
 ) -> None:
-    """A copy of the product with one harness added the documented way (docs/architecture.md,
+    """A copy of the product with one harness added the documented way (docs/rendering.md,
     "Adding a harness"): its description in harnesses.py and its adapter module, then the two
     generators. The files that changed are exactly those; the new harness then locks, shows,
     trusts, applies, and its guard judges its tools and answers in its own deny shape."""
