@@ -108,6 +108,9 @@ class Harness(NamedTuple):
     # `run` gives it a private per-project copy of its user-level state
     # (agentstack.sandbox.private_state) instead of the real `state_dirs`.
     private_state: bool = False
+    # agentstack's user-level setup (`apply --user`, agentstack.userlevel) renders into its
+    # user-level configuration.
+    user_level: bool = False
     # Sandbox extras for `run` beyond its `state_dirs` (opened for writing unless private_state).
     sandbox_read_dirs: tuple[str, ...] = ()  # "~/..."
     sandbox_env: tuple[tuple[str, str], ...] = ()  # set inside the sandbox
@@ -476,6 +479,7 @@ CLAUDE_CODE = Harness(
     mcp_list=True,
     at_imports=True,
     private_state=True,
+    user_level=True,
     sandbox_read_dirs=("~/.local/share/claude",),
     sandbox_env=(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),),
     watched=(_CLAUDE_WATCHED,),
@@ -545,6 +549,7 @@ CODEX = Harness(
     renders_into=("AGENTS.md",),
     mcp_list=True,
     private_state=True,
+    user_level=True,
     config_dirs=(".codex", ".agents"),
     plugin_markers=(".codex-plugin/plugin.json",),
     plugin_marketplaces=(".agents/plugins/marketplace.json",),

@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from agentstack import _guard, harnesses, harnessgen, manifest, manifestrules, mcp_status, snapshot
+from agentstack import (
+    _guard,
+    harnesses,
+    harnessgen,
+    manifest,
+    manifestrules,
+    mcp_status,
+    snapshot,
+    userlevel,
+)
 from agentstack.harnesses import ALL, DENY_SHAPES, HOOK_INPUTS
 from agentstack.patience import scaled
 
@@ -74,6 +83,7 @@ def test_every_per_harness_table_is_built_from_the_descriptions() -> None:
     assert tuple(h.name for h in ALL if h.default) == manifestrules.DEFAULT_HARNESSES
     assert tuple(h.name for h in ALL if h.mcp_list) == mcp_status.HAS_MCP_LIST
     assert tuple(h.name for h in ALL if h.private_state) == private_state.HARNESSES
+    assert tuple(h.name for h in ALL if h.user_level) == userlevel.HARNESSES
     assert {h.name: h.watched for h in ALL if h.watched} == snapshot.WATCHED
     assert list(BUILTIN) == [h.name for h in ALL if h.adapter]
     assert {h.name for h in ALL if h.has_adapter} == {h.name for h in ALL if h.adapter}
