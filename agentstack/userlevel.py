@@ -23,9 +23,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentstack import harnesses as _harnesses
 from agentstack.errors import InvalidInput
 
-HARNESSES = ("claude-code", "codex")
+# The harnesses whose descriptions say the user-level setup renders for them (each has its
+# rendering below).
+HARNESSES = tuple(h.name for h in _harnesses.ALL if h.user_level)
 # What a user-level setup may declare, for now: servers (rendered), and the settings/sandbox
 # tables every manifest has. Anything else is refused by `apply --user`, never half-rendered.
 _RENDERED_KINDS = ("servers",)

@@ -685,6 +685,15 @@ def _models() -> dict[str, type[BaseModel]]:
     return found
 
 
+def test_the_fast_tables_are_generated_from_the_models() -> None:
+    from agentstack import manifestgen
+
+    text = manifestgen.TARGET.read_text(encoding="utf-8")
+    assert manifestgen.rewrite(text, manifestgen.render_block()) == text, (
+        "agentstack/manifestfast.py's tables are stale: run 'python -m agentstack.manifestgen'"
+    )
+
+
 def test_the_fast_tables_cover_every_model() -> None:
     assert set(manifestfast.TABLES) == set(_models())
 

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from agentstack.sandbox.profiles import DOCTOR_BINARIES
+
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO / ".tools" / "npm" / "node_modules" / ".bin"
-HARNESSES = ("claude", "codex", "gemini", "opencode", "copilot")
+# The binaries of the harnesses described with a pinned version (agentstack.harnesses).
+HARNESSES = DOCTOR_BINARIES
 
 
 def in_ci() -> bool:
