@@ -16,16 +16,11 @@ from tests.harness.binaries import harness_bin
 from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import MockModel, ToolCall
+from tests.support.cli import ok
 
 # The call every end-to-end test makes first: it ran when marker.txt exists.
 TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
 MARKER = "marker.txt"
-
-
-def ok(*args: str, cwd: Path) -> None:
-    """Run `agentstack ARGS` in `cwd` and require exit 0."""
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stderr
 
 
 def trust_and_apply(root: Path) -> None:

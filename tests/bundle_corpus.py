@@ -20,22 +20,10 @@ import blake3
 
 from agentstack import bundle, sshsig
 from agentstack.sshsig import PrivateKey
+from tests.support.project import manifest
 
-MANIFEST = """\
-[project]
-name = "team"
-harnesses = ["claude-code"]
-
-[skills.helper]
-path = "skills/helper"
-
-[instructions]
-files = ["AGENTS.md"]
-
-[hooks.check]
-event = "PreToolUse"
-script = "hooks/check.sh"
-"""
+MANIFEST = str(manifest("team", "claude-code").skill("helper").instructions("AGENTS.md")
+               .hook("check", "PreToolUse", "hooks/check.sh"))
 FILES = {
     "AGENTS.md": "Be careful.\n",
     "skills/helper/SKILL.md": "---\nname: helper\ndescription: helps\n---\nHelp.\n",

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import copy_example
 from tests.harness.deadline import scaled
+from tests.support.cli import REPO
 from tests.test_surface import HOOK, cli, ok
 
 
@@ -106,7 +107,7 @@ def test_shims_start_the_harness_only_on_the_trusted_surface(project: Path, tmp_
     log = tmp_path / "ran.txt"
     _fake_binary(real, "claude", log)
     env = dict(os.environ, PATH=f"{shims}{os.pathsep}{real}{os.pathsep}/usr/bin:/bin",
-               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+               PYTHONPATH=str(REPO))
 
     def start(cwd: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["claude", "-p", "hi"], cwd=cwd, env=env, capture_output=True,

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, copy_example, run_cli
+from tests.support.cli import ok as _ok
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "apply"
+GOLDEN = REPO / "tests" / "golden" / "apply"
 REGENERATE = os.environ.get("AGENTSTACK_REGENERATE_GOLDEN") == "1"
 
 
@@ -30,12 +31,6 @@ def full_project(tmp_path: Path, *, trust: bool = True, git_init: bool = True) -
         result = run_cli("trust", "--yes", "--accept-risk", cwd=root)
         assert result.returncode == 0, result.stderr
     return root
-
-
-def _ok(*args: str, cwd: Path) -> str:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stderr
-    return result.stderr
 
 
 def _normalise(text: str, root: Path, home: Path, tmp: Path) -> str:

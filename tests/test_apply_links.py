@@ -11,23 +11,10 @@ import pytest
 
 from agentstack import fsutil
 from tests.conftest import make_project, run_cli
+from tests.support.project import NOTES_FILES, notes
 
-MANIFEST = """\
-[project]
-name = "links"
-harnesses = ["claude-code", "codex"]
-
-[servers.notes]
-command = "python3"
-args = ["servers/notes.py"]
-
-[instructions]
-files = ["AGENTS.base.md"]
-
-[sandbox]
-write_dirs = ["."]
-"""
-FILES = {"servers/notes.py": "print('notes')\n", "AGENTS.base.md": "Be careful.\n"}
+MANIFEST = str(notes("links", "claude-code", "codex").sandbox(write_dirs=["."]))
+FILES = dict(NOTES_FILES)
 
 # Every directory on a rendered project path, and every rendered file itself.
 PROJECT_LINKS = [".claude", ".claude/agentstack", ".codex", ".mcp.json", "CLAUDE.md",

@@ -34,6 +34,7 @@ from agentstack.sandbox import watch as _watch
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
 from tests.ptyspawn import pty_spawn
+from tests.support.project import manifest
 
 PYTHON = verify.system_python()
 PROBE = REPO / "agentstack" / "sandbox" / "probe.py"
@@ -117,15 +118,7 @@ def test_probe_observes_success_unconfined(scene: verify.Scenario, row: verify.R
 
 # ------------------------------------------------------------------ `agentstack run`
 
-MANIFEST = """\
-[project]
-name = "demo"
-harnesses = ["claude-code", "codex"]
-
-[sandbox]
-write_dirs = ["."]
-env = ["FOO"]
-"""
+MANIFEST = str(manifest("demo", "claude-code", "codex").sandbox(write_dirs=["."], env=["FOO"]))
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,10 @@ import pytest
 
 from agentstack.manifest import parse_manifest
 from tests.conftest import run_cli
+from tests.support.cli import REPO
+from tests.support.cli import ok as _ok
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "edit"
+GOLDEN = REPO / "tests" / "golden" / "edit"
 REGENERATE = os.environ.get("AGENTSTACK_REGENERATE_GOLDEN") == "1"
 
 HAND_WRITTEN = """\
@@ -53,11 +55,6 @@ def project(tmp_path: Path) -> Path:
     (root / "skills" / "review").mkdir(parents=True)  # `add` refuses paths that do not exist
     (root / "AGENTS.base.md").write_text("Be kind.\n", encoding="utf-8")
     return root
-
-
-def _ok(*args: str, cwd: Path) -> None:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stderr
 
 
 def test_add_every_kind_keeps_comments_and_layout(project: Path) -> None:

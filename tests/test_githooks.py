@@ -19,6 +19,7 @@ from agentstack import githooks
 from agentstack.errors import Refused
 from tests.conftest import make_project, run_cli
 from tests.harness.deadline import scaled
+from tests.support.project import manifest
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
@@ -219,14 +220,7 @@ def test_the_hook_is_quiet_outside_an_agentstack_project(repo: Path) -> None:
 
 # ------------------------------------------------------------------------------ end to end
 
-MANIFEST = """\
-[project]
-name = "githooks-e2e"
-harnesses = ["claude-code"]
-
-[instructions]
-files = ["base.md"]
-"""
+MANIFEST = str(manifest("githooks-e2e", "claude-code").instructions("base.md"))
 
 
 def _trusted_in_claude(home: Path, project: Path) -> bool:

@@ -16,27 +16,12 @@ from hypothesis import strategies as st
 from agentstack.apply import guard_command
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
+from tests.support.project import NOTES_FILES, notes
 
-MANIFEST = """\
-[project]
-name = "guarded"
-harnesses = ["claude-code", "codex"]
-
-[servers.notes]
-command = "python3"
-args = ["servers/notes.py"]
-
-[instructions]
-files = ["AGENTS.base.md"]
-
-[sandbox]
-write_dirs = ["."]
-
-[sandbox.network]
-block = true
-allow_domains = ["docs.python.org"]
-"""
-FILES = {"servers/notes.py": "print('notes')\n", "AGENTS.base.md": "Be careful.\n"}
+MANIFEST = str(notes("guarded", "claude-code", "codex")
+               .sandbox(write_dirs=["."], network={"block": True,
+                                                   "allow_domains": ["docs.python.org"]}))
+FILES = dict(NOTES_FILES)
 HEAVY = ("typer", "rich", "pydantic", "tomlkit", "nacl", "git", "click", "blake3")
 DENY_SHAPES = {
     "claude-code": lambda b: b["hookSpecificOutput"]["permissionDecision"] == "deny",

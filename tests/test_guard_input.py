@@ -19,31 +19,13 @@ from hypothesis import strategies as st
 
 from agentstack import _guard
 from tests.conftest import make_project, run_cli
+from tests.support.project import NOTES_SERVER, manifest
 
-MANIFEST = """\
-[project]
-name = "parsed"
-harnesses = ["claude-code", "codex"]
-
-[servers.notes]
-command = "python3"
-args = ["servers/notes.py"]
-
-[servers.journal]
-command = "python3"
-args = ["servers/notes.py"]
-
-[servers."a.b"]
-command = "python3"
-args = ["servers/notes.py"]
-
-[sandbox]
-write_dirs = ["."]
-
-[sandbox.network]
-block = true
-allow_domains = ["docs.python.org"]
-"""
+MANIFEST = str(manifest("parsed", "claude-code", "codex")
+               .server(*NOTES_SERVER).server("journal", "servers/notes.py")
+               .server("a.b", "servers/notes.py")
+               .sandbox(write_dirs=["."], network={"block": True,
+                                                   "allow_domains": ["docs.python.org"]}))
 FILES = {"servers/notes.py": "print('notes')\n", "src/app.py": "x = 1\n"}
 
 

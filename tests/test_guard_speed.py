@@ -27,24 +27,10 @@ from agentstack import _guard, _guard_more
 from agentstack.apply import guard_command
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
+from tests.support.project import NOTES_FILES, notes
 
-MANIFEST = """\
-[project]
-name = "steady"
-harnesses = ["claude-code", "codex"]
-
-[servers.notes]
-command = "python3"
-args = ["servers/notes.py"]
-
-[instructions]
-files = ["AGENTS.base.md"]
-
-[sandbox]
-write_dirs = ["."]
-"""
-FILES = {"servers/notes.py": "print('notes')\n", "AGENTS.base.md": "Be careful.\n",
-         "src/app.py": "x = 1\n", "src/lib/util.py": "y = 2\n"}
+MANIFEST = str(notes("steady", "claude-code", "codex").sandbox(write_dirs=["."]))
+FILES = {**NOTES_FILES, "src/app.py": "x = 1\n", "src/lib/util.py": "y = 2\n"}
 WINDOW_S = _guard.RACY_SLACK_NS / 1e9 + 0.1
 
 

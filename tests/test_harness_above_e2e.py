@@ -30,20 +30,12 @@ from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.drive import run_claude, run_codex
 from tests.harness.mock_model import MockModel
+from tests.support.cli import REPO
+from tests.support.cli import ok as _ok
+from tests.support.project import put as _put
 from tests.test_harness_surface_e2e import _codex_home
 
 pytestmark = pytest.mark.slow
-
-
-def _ok(*args: str, cwd: Path) -> str:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def _put(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
 
 
 def _skill(name: str, marker: str) -> str:
@@ -212,7 +204,7 @@ def test_what_a_harness_loads_above_the_project_is_reviewed_and_reaches_it(
     expected, never = plant(repo.resolve(), out)
     _user_config(harness, isolated_home)
     _ok("lock", cwd=proj)
-    surface = json.loads(_ok("show", "--json", cwd=proj))["surface"]
+    surface = json.loads(_ok("show", "--json", cwd=proj).stdout)["surface"]
     above = sorted(key for key in surface if key.startswith("../"))
     assert above, sorted(surface)
     _ok("trust", "--yes", "--accept-risk", cwd=proj)
@@ -255,7 +247,7 @@ def test_a_submodule_project_pins_what_claude_code_loads_from_the_superproject(
     _put(repo / "a" / ".mcp.json",
          json.dumps({"mcpServers": {"above": _server_json(out, "mcp-ran")}}))
     _ok("lock", cwd=proj)
-    surface = json.loads(_ok("show", "--json", cwd=proj))["surface"]
+    surface = json.loads(_ok("show", "--json", cwd=proj).stdout)["surface"]
     assert "../../CLAUDE.md" in surface and "../.mcp.json" in surface, sorted(surface)
     _ok("trust", "--yes", "--accept-risk", cwd=proj)
     _ok("apply", "--write", cwd=proj)
@@ -301,7 +293,7 @@ def test_a_submodule_named_like_a_worktree_does_not_hide_the_superproject(
     env = harness_env(isolated_home, ANTHROPIC_API_KEY="sk-ant-offline-test",
                       AGENTSTACK_HOME=os.environ["AGENTSTACK_HOME"],
                       AGENTSTACK_CACHE=os.environ["AGENTSTACK_CACHE"],
-                      PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+                      PYTHONPATH=str(REPO))
     env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
 
     def via_shim(model: MockModel) -> subprocess.CompletedProcess[str]:

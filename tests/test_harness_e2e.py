@@ -27,6 +27,7 @@ from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.drive import CODEX_OFFLINE_TOML, NOTES_SERVER, run_claude, run_codex
 from tests.harness.mock_model import MockModel, ToolCall
+from tests.support.cli import ok as _ok
 
 TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
 
@@ -65,11 +66,6 @@ def project(tmp_path: Path) -> Path:
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     assert run_cli("lock", cwd=root).returncode == 0
     return root.resolve()
-
-
-def _ok(*args: str, cwd: Path) -> None:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stderr
 
 
 def _trust_and_apply(root: Path) -> None:

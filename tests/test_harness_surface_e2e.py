@@ -25,23 +25,13 @@ from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.drive import CODEX_OFFLINE_TOML, run_claude, run_codex
 from tests.harness.mock_model import MockModel
+from tests.support.cli import REPO
+from tests.support.cli import ok as _ok
+from tests.support.project import manifest
 
 pytestmark = pytest.mark.slow
 
-MANIFEST = """\
-[project]
-name = "surface-e2e"
-harnesses = ["claude-code", "codex"]
-
-[instructions]
-files = ["base.md"]
-"""
-
-
-def _ok(*args: str, cwd: Path) -> str:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+MANIFEST = str(manifest("surface-e2e", "claude-code", "codex").instructions("base.md"))
 
 
 @pytest.fixture
@@ -132,7 +122,7 @@ def test_claude_code_surface_reaches_the_model_or_runs(project: Path, isolated_h
     for name in list(expected):
         (out / name).unlink(missing_ok=True)
     _ok("lock", cwd=project)
-    surface = json.loads(_ok("show", "--json", cwd=project))["surface"]
+    surface = json.loads(_ok("show", "--json", cwd=project).stdout)["surface"]
     for rel in (".claude/settings.json", ".mcp.json", "CLAUDE.md", ".claude/rules/r.md",
                 ".claude/skills/sk/SKILL.md", ".claude/agents/ag.md", "CLAUDE.local.md",
                 "docs/imported.md"):
@@ -165,7 +155,7 @@ def test_the_shim_refuses_a_drifted_project_before_claude_runs_anything(
     env = harness_env(isolated_home, ANTHROPIC_API_KEY="sk-ant-offline-test",
                       AGENTSTACK_HOME=os.environ["AGENTSTACK_HOME"],
                       AGENTSTACK_CACHE=os.environ["AGENTSTACK_CACHE"],
-                      PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+                      PYTHONPATH=str(REPO))
     env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
 
     def via_shim(model: MockModel) -> subprocess.CompletedProcess[str]:
@@ -262,7 +252,7 @@ def test_codex_surface_reaches_the_model_or_runs_and_withdrawn_trust_stops_its_c
     assert not model.requests, _requests_text(model)[:2000]
     # Reviewed and accepted: the real harness loads each one.
     _ok("lock", cwd=project)
-    surface = json.loads(_ok("show", "--json", cwd=project))["surface"]
+    surface = json.loads(_ok("show", "--json", cwd=project).stdout)["surface"]
     for rel in (".codex/config.toml", "AGENTS.md", ".agents/skills/sk/SKILL.md"):
         assert rel in surface, (rel, sorted(surface))
     assert run_cli("trust", "--yes", cwd=project).returncode == 1

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import git, make_project, run_cli
 from tests.harness.deadline import scaled
+from tests.support.cli import REPO
 
 BASE = """\
 [project]
@@ -326,7 +327,7 @@ def test_cli_does_not_import_git_unless_resolving(project: Path, args: list[str]
     import sys
 
     run_cli("lock", cwd=project)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     result = subprocess.run([sys.executable, "-c", _PROBE, *args], cwd=project, env=env,
                             capture_output=True, text=True, timeout=scaled(60))
     assert "IMPORTED:\n" in result.stderr or result.stderr.rstrip().endswith("IMPORTED:"), (

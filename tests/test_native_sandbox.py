@@ -26,22 +26,15 @@ import pytest
 from agentstack.sandbox import native
 from agentstack.sandbox.policy import Deny, Grant, SandboxPolicy
 from tests.conftest import make_project, run_cli_in_process
+from tests.support.cli import REPO
+from tests.support.project import manifest
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "native"
+GOLDEN = REPO / "tests" / "golden" / "native"
 REGENERATE = os.environ.get("AGENTSTACK_REGENERATE_GOLDEN") == "1"
 DECOY = "DECOY-KEY-native-plane\n"
 
-MANIFEST = """\
-[project]
-name = "native"
-harnesses = ["claude-code", "codex"]
-
-[settings.permissions]
-allow = ["Bash(*)"]
-
-[sandbox]
-write_dirs = ["."]
-"""
+MANIFEST = str(manifest("native", "claude-code", "codex")
+               .table("settings", "permissions", allow=["Bash(*)"]).sandbox(write_dirs=["."]))
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, make_project
+from tests.support.project import manifest
 
-MANIFEST = ('[project]\nname = "big"\nharnesses = ["claude-code"]\n\n'
-            '[skills.big]\npath = "skills/big"\n')
+MANIFEST = str(manifest("big", "claude-code").skill("big"))
 
 # The real entry point, with the bar's delay at 0 (so the test does not depend on how slow the
 # machine is) and a report of whether rich was imported.

@@ -19,6 +19,7 @@ from agentstack.keys import allowed_signers
 from agentstack.trustlog import TrustLog
 from tests import bundle_corpus
 from tests.bundle_corpus import NOW, Parts, base_parts, make_locked_project, signer
+from tests.support.project import manifest
 
 CORPUS = bundle_corpus.corpus()
 
@@ -132,16 +133,7 @@ def test_discard_removes_and_records(parts: Parts, tmp_path: Path) -> None:
     assert [r.action for r in TrustLog(_home()).records()] == ["receive", "discard"]
 
 
-GIT_MANIFEST = """\
-[project]
-name = "team"
-harnesses = ["claude-code"]
-
-[skills.style]
-git = "{url}"
-rev = "v1"
-subdir = "skills/style"
-"""
+GIT_MANIFEST = str(manifest("team", "claude-code").skill("style", git="{url}", rev="v1", subdir="skills/style"))
 
 
 @pytest.fixture

@@ -22,19 +22,9 @@ import pytest
 
 from tests.conftest import REPO, make_project, run_cli, run_cli_in_process
 from tests.harness.deadline import scaled
+from tests.support.project import NOTES_SERVER, manifest
 
-MANIFEST = """\
-[project]
-name = "demo"
-harnesses = ["claude-code", "codex"]
-
-[servers.notes]
-command = "python3"
-args = ["servers/notes.py"]
-
-[instructions]
-files = ["instructions/project.md"]
-"""
+MANIFEST = str(manifest("demo", "claude-code", "codex").server(*NOTES_SERVER).instructions("instructions/project.md"))
 FILES = {"servers/notes.py": "print('notes')\n", "instructions/project.md": "Be kind.\n"}
 
 READ = (["status"], ["status", "--json"], ["digest"], ["digest", "--json"], ["show"],

@@ -21,6 +21,7 @@ from agentstack.paths import apply_ledger_path
 from agentstack.treehash import LimitExceeded, Limits
 from tests.conftest import make_project
 from tests.harness.deadline import scaled
+from tests.support.project import manifest
 
 SLACK_NS = 50_000_000  # a short racy window, so tests wait 0.08 s instead of 1 s
 
@@ -36,21 +37,8 @@ def settle() -> None:
     time.sleep(SLACK_NS / 1e9 + 0.03)
 
 
-MANIFEST = """\
-[project]
-name = "p"
-harnesses = ["claude-code", "codex"]
-
-[skills.s]
-path = "skills/s"
-
-[servers.local]
-command = "python3"
-args = ["servers/a.py"]
-
-[instructions]
-files = ["base.md"]
-"""
+MANIFEST = str(manifest("p", "claude-code", "codex").skill("s").server("local", "servers/a.py")
+               .instructions("base.md"))
 
 FILES = {
     "skills/s/SKILL.md": "---\nname: s\n---\nhi\n",

@@ -16,22 +16,14 @@ from agentstack.contentstore import Contents, ContentStore, collect, is_text
 from agentstack.diff import consent_diff
 from agentstack.view import consent_renderable, console, diff_renderable, toml_value
 from tests.conftest import make_project, run_cli
+from tests.support.cli import REPO
+from tests.support.project import Manifest
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "review"
+GOLDEN = REPO / "tests" / "golden" / "review"
 REGENERATE = os.environ.get("AGENTSTACK_REGENERATE_GOLDEN") == "1"
 
-MANIFEST = """\
-[project]
-name = "review"
-harnesses = []
-
-[servers.hello]
-command = "python3"
-args = ["servers/hello.py", "--greeting", "good morning"]
-
-[instructions]
-files = ["AGENTS.md"]
-"""
+MANIFEST = str(Manifest("review", []).server("hello", "servers/hello.py", "--greeting", "good morning")
+               .instructions("AGENTS.md"))
 FILES = {
     "AGENTS.md": "# Project rules\n\nRun the tests before you commit.\nKeep functions short.\n",
     "servers/hello.py": "import sys\n\nprint('hello', sys.argv[1:])\n",

@@ -31,8 +31,9 @@ from agentstack import layout
 from agentstack.sandbox import seccomp, watch
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
+from tests.support.project import manifest
 
-MANIFEST = '[project]\nname = "speed"\nharnesses = ["claude-code"]\n\n[sandbox]\nwrite_dirs = ["."]\n'
+MANIFEST = str(manifest("speed", "claude-code").sandbox(write_dirs=["."]))
 
 
 @pytest.fixture

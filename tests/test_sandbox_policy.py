@@ -17,6 +17,7 @@ from agentstack.sandbox.policy import Deny, Grant, SandboxPolicy
 from agentstack.sandbox.resolve import ConfinementError, resolve_policy
 from tests.conftest import make_project, run_cli
 from tests.harness.deadline import scaled
+from tests.support.project import manifest
 
 
 def _sandbox(**values: object) -> Sandbox:
@@ -460,17 +461,7 @@ def test_profiles_name_every_harness() -> None:
 
 # ------------------------------------------------------------------ `why`
 
-MANIFEST = """\
-[project]
-name = "demo"
-harnesses = ["claude-code"]
-
-[sandbox]
-write_dirs = ["."]
-
-[sandbox.network]
-localhost_ports = [8080]
-"""
+MANIFEST = str(manifest("demo", "claude-code").sandbox(write_dirs=["."], network={"localhost_ports": [8080]}))
 
 
 def test_why_cli(tmp_path: Path) -> None:

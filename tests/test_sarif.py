@@ -14,18 +14,11 @@ from hypothesis import strategies as st
 
 from agentstack.sarif import Finding, ManifestLines, sarif_log
 from tests.conftest import make_project, run_cli_in_process
+from tests.support.project import manifest
 
 SCHEMA = Path(__file__).parent / "sarif-schema-2.1.0.json"
 
-MANIFEST = """\
-[project]
-name = "demo"
-harnesses = ["claude-code"]
-
-[servers.clock]
-command = "python3"
-args = ["clock.py"]
-"""
+MANIFEST = str(manifest("demo", "claude-code").server("clock", "clock.py"))
 
 MORE = """
 # a later addition

@@ -9,8 +9,9 @@ import os
 from pathlib import Path
 
 from tests.conftest import make_project, run_cli
+from tests.support.project import manifest
 
-MANIFEST = '[project]\nname = "p"\nharnesses = ["claude-code"]\n'
+MANIFEST = str(manifest("p", "claude-code"))
 
 
 def _real_claude(directory: Path) -> Path:

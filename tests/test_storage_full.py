@@ -21,23 +21,14 @@ import pytest
 
 from tests.conftest import REPO
 from tests.harness.deadline import scaled
+from tests.support.project import manifest
 
 pytestmark = pytest.mark.skipif(
     shutil.which("unshare") is None or not sys.platform.startswith("linux"),
     reason="needs unshare(1) and Linux mount namespaces",
 )
 
-MANIFEST = """\
-[project]
-name = "demo"
-harnesses = ["claude-code"]
-
-[sandbox]
-write_dirs = ["."]
-
-[instructions]
-files = ["AGENTS.base.md"]
-"""
+MANIFEST = str(manifest("demo", "claude-code").sandbox(write_dirs=["."]).instructions("AGENTS.base.md"))
 
 PRELUDE = r"""
 import json, os, subprocess, sys

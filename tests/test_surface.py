@@ -15,6 +15,7 @@ import pytest
 
 from agentstack import _guard
 from tests.conftest import copy_example, make_project
+from tests.support.cli import REPO
 
 
 @dataclass
@@ -709,7 +710,7 @@ def test_the_rendered_files_are_on_the_surface_of_their_harness() -> None:
 def test_docs_list_every_surface_entry_with_its_version() -> None:
     from agentstack import harnesses
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "surface.md").read_text()
+    text = (REPO / "docs" / "surface.md").read_text()
     for harness in harnesses.ALL:
         assert f"verified against {harness.version}" in text, harness.name
         for entry in harness.surface:

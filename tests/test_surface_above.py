@@ -20,13 +20,12 @@ import pytest
 from agentstack import harnesses as H
 from agentstack.surface import checkout_above, scan
 from tests.conftest import make_project
+from tests.support.cli import REPO
+from tests.support.project import manifest
+from tests.support.project import put as _put
 from tests.test_surface import cli, digest, guard_denies, ok, trusted_and_applied
 
-MANIFEST = """\
-[project]
-name = "below"
-harnesses = ["claude-code", "codex", "gemini-cli", "opencode", "copilot"]
-"""
+MANIFEST = str(manifest("below", "claude-code", "codex", "gemini-cli", "opencode", "copilot"))
 
 
 @pytest.fixture
@@ -37,11 +36,6 @@ def checkout(tmp_path: Path) -> Path:
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     make_project(repo / "a" / "proj", MANIFEST, {"notes.md": "notes\n"})
     return repo.resolve()
-
-
-def _put(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
 
 
 def test_the_directories_above_are_those_up_to_the_checkouts_top(
@@ -190,7 +184,7 @@ def test_an_import_from_above_is_pinned_within_the_checkout(checkout: Path) -> N
 
 
 def test_every_above_entry_is_a_surface_entry_and_documented() -> None:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "surface.md").read_text()
+    text = (REPO / "docs" / "surface.md").read_text()
     for harness in H.ALL:
         patterns = {e.pattern.removeprefix("**/") for e in harness.surface}
         assert set(harness.above) <= patterns, harness.name

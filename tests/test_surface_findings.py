@@ -29,17 +29,8 @@ from agentstack.surface import scan
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import REPO, harness_bin, harness_env
 from tests.harness.mock_model import MockModel, ToolCall
-
-
-def _ok(*args: str, cwd: Path) -> str:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def _put(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+from tests.support.cli import ok as _ok
+from tests.support.project import put as _put
 
 
 def _consented(tmp_path: Path, harness: str) -> Path:
@@ -106,7 +97,7 @@ def test_a_planted_copilot_language_server_runs_and_status_names_it(
     assert not marker.exists(), [r.text for r in model.tool_results]
     # Reviewed, it is in the consent with what it does.
     _ok("lock", cwd=root)
-    entry = json.loads(_ok("show", "--json", cwd=root))["surface"][".github/lsp.json"]
+    entry = json.loads(_ok("show", "--json", cwd=root).stdout)["surface"][".github/lsp.json"]
     assert entry["harnesses"] == ["copilot"]
     assert any(f.startswith("runs:") and "lspServers" in f for f in entry["facts"]), entry
 
@@ -181,14 +172,14 @@ def test_editing_a_project_local_claude_code_plugin_fails_lock_check(
     root = make_project(tmp_path / "p", '[project]\nname = "p"\nharnesses = ["claude-code"]\n')
     _claude_plugin(root)
     _ok("lock", cwd=root)
-    digest = _ok("digest", cwd=root)
+    digest = _ok("digest", cwd=root).stdout
     assert run_cli("lock", "--check", cwd=root).returncode == 0
     path = root / edit
     path.write_text(path.read_text() + "\n# changed by the pull\n")
     check = run_cli("lock", "--check", cwd=root)
     assert check.returncode == 1, check.stdout + check.stderr
     _ok("lock", cwd=root)
-    assert _ok("digest", cwd=root) != digest
+    assert _ok("digest", cwd=root).stdout != digest
 
 
 def test_plugin_roots_are_pinned_whole_and_sources_outside_are_not_followed(

@@ -43,6 +43,7 @@ from agentstack.treehash import (
     walk_tree,
 )
 from tests.conftest import make_project, run_cli
+from tests.support.project import manifest
 
 
 def _write(root: Path, rel: str, data: bytes | str = b"x", mode: int = 0o644) -> Path:
@@ -626,16 +627,7 @@ def test_cache_saved_without_hits_is_reused_and_survives_a_missing_dir(
 
 # ------------------------------------------------------------------------ through `agentstack lock`
 
-_MANIFEST = """\
-[project]
-name = "demo"
-
-[skills.broken]
-path = "skills/broken"
-
-[skills.fine]
-path = "skills/fine"
-"""
+_MANIFEST = str(manifest("demo").skill("broken").skill("fine"))
 
 
 def _escaping_link(skill: Path) -> None:

@@ -16,20 +16,11 @@ import pytest
 
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
+from tests.support.project import NOTES_SERVER, manifest
 from tests.test_consent_view import _hostile_manifest
 
-MANIFEST = """\
-[project]
-name = "demo"
-
-[servers.notes]
-command = "python3"
-args = ["servers/notes.py"]
-env = { TOKEN = "secret:notes-token" }
-
-[instructions]
-files = ["AGENTS.base.md"]
-"""
+MANIFEST = str(manifest("demo").server(*NOTES_SERVER, env={"TOKEN": "secret:notes-token"})
+               .instructions("AGENTS.base.md"))
 FILES = {"servers/notes.py": "print('notes')\n", "AGENTS.base.md": "Be kind.\n"}
 
 

@@ -31,8 +31,8 @@ from agentstack.trustlog import (
     TrustRecordInvalid,
 )
 from tests.harness.deadline import scaled
+from tests.support.cli import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 PROJECT = "/work/projects/alpha"
 OTHER = "/work/projects/beta"
 FIXED_NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
