@@ -21,7 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapter_support import (
+from tests.conftest import REPO, run_cli
+from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.drive import NOTES_SERVER
+from tests.harness.mock_model import ToolCall
+from tests.support.adapters import (
     TOUCH,
     current,
     drive,
@@ -30,12 +34,8 @@ from tests.adapter_support import (
     notes_project,
     without_relay,
 )
-from tests.adapter_support import ok as _ok
-from tests.adapter_support import render as _ops
-from tests.conftest import REPO, run_cli
-from tests.harness.binaries import harness_bin, harness_env
-from tests.harness.drive import NOTES_SERVER
-from tests.harness.mock_model import ToolCall
+from tests.support.adapters import ok as _ok
+from tests.support.adapters import render as _ops
 
 HEADER = "// User settings belong in settings.json.\n// This file is managed automatically.\n"
 

@@ -1,4 +1,4 @@
-"""Cursor: golden files (tests/test_apply.py) and the rendered files checked against the keys
+"""Cursor: golden files (tests/apply/test_apply.py) and the rendered files checked against the keys
 Cursor documents (MCP, hooks, rules). Not verified by a binary: Cursor's CLI is not published on
 a package registry. The guard answers a Cursor hook in Cursor's deny shape."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import locked_project, trust_and_apply, without_relay
 from tests.conftest import run_cli
 from tests.harness.deadline import scaled
+from tests.support.adapters import locked_project, trust_and_apply, without_relay
 
 STDIO_KEYS = {"command", "args", "env"}
 REMOTE_KEYS = {"url", "headers", "type"}

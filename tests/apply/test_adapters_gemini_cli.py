@@ -22,7 +22,12 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import (
+from tests.conftest import run_cli
+from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.deadline import scaled
+from tests.harness.drive import NOTES_SERVER
+from tests.harness.mock_model import ToolCall
+from tests.support.adapters import (
     TOUCH,
     drive,
     guard_snapshot,
@@ -31,12 +36,7 @@ from tests.adapter_support import (
     rendered,
     without_relay,
 )
-from tests.adapter_support import ok as _ok
-from tests.conftest import run_cli
-from tests.harness.binaries import harness_bin, harness_env
-from tests.harness.deadline import scaled
-from tests.harness.drive import NOTES_SERVER
-from tests.harness.mock_model import ToolCall
+from tests.support.adapters import ok as _ok
 
 
 @pytest.fixture

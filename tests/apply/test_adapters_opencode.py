@@ -24,7 +24,12 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import (
+from tests.conftest import REPO, run_cli
+from tests.harness.binaries import harness_bin, harness_env, in_ci
+from tests.harness.deadline import scaled
+from tests.harness.drive import NOTES_SERVER
+from tests.harness.mock_model import MockModel, ToolCall
+from tests.support.adapters import (
     TOUCH,
     current,
     drive,
@@ -33,13 +38,8 @@ from tests.adapter_support import (
     notes_project,
     without_relay,
 )
-from tests.adapter_support import ok as _ok
-from tests.adapter_support import render as _render
-from tests.conftest import REPO, run_cli
-from tests.harness.binaries import harness_bin, harness_env, in_ci
-from tests.harness.deadline import scaled
-from tests.harness.drive import NOTES_SERVER
-from tests.harness.mock_model import MockModel, ToolCall
+from tests.support.adapters import ok as _ok
+from tests.support.adapters import render as _render
 
 
 def _project(tmp_path: Path, harnesses: str = '["opencode"]') -> Path:

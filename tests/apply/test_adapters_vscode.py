@@ -1,4 +1,4 @@
-"""VS Code: golden files (tests/test_apply.py) and the rendered JSON checked against the keys
+"""VS Code: golden files (tests/apply/test_apply.py) and the rendered JSON checked against the keys
 VS Code's MCP configuration reference documents. Not verified by a binary: VS Code has no
 installable headless harness. Also: every harness rendered into one project at once merges the
 files they share (.mcp.json, AGENTS.md, .agents/skills, .github/hooks/agentstack.json)."""
@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.adapter_support import (
+from tests.conftest import run_cli
+from tests.support.adapters import (
     current,
     guard_snapshot,
     locked_project,
     trust_and_apply,
     without_relay,
 )
-from tests.conftest import run_cli
 
 ALL = '["claude-code", "codex", "gemini-cli", "opencode", "copilot", "vscode", "cursor"]'
 # code.visualstudio.com/docs/copilot/reference/mcp-configuration

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import copy_example
 from tests.harness.deadline import scaled
 from tests.support.cli import REPO
-from tests.test_surface import HOOK, cli, ok
+from tests.surface.test_surface import HOOK, cli, ok
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ import pytest
 from agentstack import _guard, apply, fsutil, snapshot
 from agentstack.errors import Refused
 from tests.conftest import make_project, run_cli_in_process
-from tests.test_guard_speed import needs_a_mark
-from tests.test_trust_cli import FILES, MANIFEST
+from tests.guard.test_guard_speed import needs_a_mark
+from tests.trust.test_trust_cli import FILES, MANIFEST
 
 
 def _jobs(root: Path, count: int = 40) -> list[tuple[Path, bytes, bool, int, Path]]:
@@ -174,7 +174,7 @@ def test_a_failed_project_write_never_leaves_the_harness_trusting_the_project(
 
     import agentstack.apply as apply_module
     from tests.conftest import copy_example
-    from tests.test_surface import cli, ok
+    from tests.surface.test_surface import cli, ok
 
     root = copy_example("minimal", tmp_path).resolve()
     ok(root, "lock")

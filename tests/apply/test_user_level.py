@@ -1,7 +1,7 @@
 """The user-level setup ($AGENTSTACK_HOME/agentstack.toml): its own lock, digest and trust record,
 rendered into the harnesses' user-level configs (owned keys only), composed with projects, and the
 guard deciding its servers' tools by its own trust and drift (in process; the real harnesses are
-in tests/test_harness_user_level.py)."""
+in tests/harness/test_harness_user_level.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from agentstack import _guard
-from tests.adapter_support import without_relay
 from tests.conftest import make_project, run_cli_in_process
 from tests.harness.drive import NOTES_SERVER
+from tests.support.adapters import without_relay
 
 
 def _home() -> Path:
@@ -222,7 +222,7 @@ def test_in_a_project_user_servers_compose_each_by_its_own_trust(tmp_path: Path)
 
 def test_the_team_policy_applies_to_the_user_setup(tmp_path: Path) -> None:
     from tests.conftest import git
-    from tests.test_teampolicy import POLICY_V1, TEAM, _publish, _signer_file
+    from tests.consent.test_teampolicy import POLICY_V1, TEAM, _publish, _signer_file
 
     repo = tmp_path / "policy"
     repo.mkdir()

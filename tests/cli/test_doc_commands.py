@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_quickstart import ANSWERS, _run_on_terminal
 from tests.conftest import EXAMPLES, REPO
-from tests.test_quickstart import ANSWERS, _run_on_terminal
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
@@ -50,16 +50,16 @@ _RECEIVE = ("agentstack receive team.astack", 'id="$(agentstack receive team.ast
 # Keyed by (file, the block's first line).
 BLOCKS: dict[tuple[str, str], Run | By | NotHere] = {
     ("README.md", "scripts/demo"): By(
-        "tests/test_demo.py::test_the_demo_runs_and_shows_what_it_claims",
+        "tests/cli/test_demo.py::test_the_demo_runs_and_shows_what_it_claims",
         also="scripts/test is this suite itself (ruff, mypy, pytest): CI's .ci/run runs it"),
     ("README.md", "git clone"): NotHere(
         "clones from a URL the reader fills in and installs from the package index; CI's "
         ".ci/run runs scripts/install on a fresh machine"),
-    ("README.md", "mkdir my-project"): By("tests/test_quickstart.py::test_quickstart_runs_as_written"),
+    ("README.md", "mkdir my-project"): By("tests/cli/test_quickstart.py::test_quickstart_runs_as_written"),
     ("README.md", "agentstack secret set anthropic"): Run(
         subs=(("agentstack secret set anthropic ", "echo sk-doc-test | agentstack secret set anthropic "),),
         skip={"agentstack run --harness claude-code":
-              "tests/test_harness_credentials_tty.py::test_interactive_claude_under_run_through_the_credential_proxy"},
+              "tests/harness/test_harness_credentials_tty.py::test_interactive_claude_under_run_through_the_credential_proxy"},
         exits={"agentstack why --path": 1}),
     ("README.md", "agentstack schema >"): Run(),
     ("README.md", "agentstack keys generate alice"): Run(
@@ -73,17 +73,17 @@ BLOCKS: dict[tuple[str, str], Run | By | NotHere] = {
         exits={"agentstack check --boundary": 1}),  # the example writes its workdir: exceeds
     ("docs/manifest.md", "agentstack schema >"): Run(),
     ("docs/policy.md", "agentstack policy add"): By(
-        "tests/test_teampolicy.py::test_update_installs_a_newer_version_shown_as_a_diff",
+        "tests/consent/test_teampolicy.py::test_update_installs_a_newer_version_shown_as_a_diff",
         also="add, update, show, check and remove against a local git repository (the URL here "
-        "is a placeholder); tests/test_teampolicy.py covers each"),
+        "is a placeholder); tests/consent/test_teampolicy.py covers each"),
     ("docs/policy.md", "agentstack policy sign"): By(
-        "tests/test_teampolicy.py::test_ssh_keygen_signs_a_policy_agentstack_accepts",
-        also="the key file is the reader's own; tests/test_teampolicy.py::"
+        "tests/consent/test_teampolicy.py::test_ssh_keygen_signs_a_policy_agentstack_accepts",
+        also="the key file is the reader's own; tests/consent/test_teampolicy.py::"
         "test_policy_sign_checks_the_file signs with agentstack's"),
     ("docs/user-level.md", "agentstack init --user"): By(
-        "tests/test_harness_user_level.py::test_claude_lists_runs_and_guards_a_user_level_server",
+        "tests/harness/test_harness_user_level.py::test_claude_lists_runs_and_guards_a_user_level_server",
         also="init, add, lock, trust, apply, revoke with --user on the real Claude Code; the "
-        "npx server of the example needs the package index; tests/test_user_level.py covers "
+        "npx server of the example needs the package index; tests/apply/test_user_level.py covers "
         "status, show, digest and adopt --user"),
     ("docs/rendering.md", "export AGENTSTACK_SECRET_DOCS_TOKEN"): Run(),
     ("docs/share.md", "# the sender"): Run(

@@ -12,7 +12,7 @@ import pytest
 from agentstack.diff import HIGH_RISK_CODES, consent_diff
 from agentstack.risk import FIELD_RULES, sensitive_path
 from tests.conftest import _isolate
-from tests.test_digest_properties import build_project
+from tests.consent.test_digest_properties import build_project
 
 ITEM_SECTIONS = {"servers", "hooks", "skills", "sandbox.credentials"}
 

@@ -16,7 +16,7 @@ import pytest
 
 from agentstack import _guard, _guard_more, protect, snapshot
 from agentstack import harnesses as H
-from tests.test_surface import guard_denies, trusted_and_applied
+from tests.surface.test_surface import guard_denies, trusted_and_applied
 
 DOCUMENT = {"sandbox": {
     "read_dirs": ["~"], "read_files": [], "write_dirs": ["~"], "write_files": [],

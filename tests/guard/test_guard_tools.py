@@ -138,12 +138,12 @@ def test_the_real_copilot_cannot_call_its_lsp_tool_through_the_guard(
 ) -> None:
     """The real Copilot CLI, in a trusted and applied project with a language server configured,
     asked by the model for `lsp` `workspaceSymbol`: the guard denies the call."""
-    from tests.adapter_support import notes_project
-    from tests.adapter_support import ok as _ok
+    from tests.apply.test_adapters_copilot import HEADER, copilot_env
+    from tests.apply.test_adapters_copilot import _user_config as copilot_user_config
     from tests.harness.binaries import harness_bin
     from tests.harness.mock_model import MockModel, ToolCall
-    from tests.test_adapters_copilot import HEADER, copilot_env
-    from tests.test_adapters_copilot import _user_config as copilot_user_config
+    from tests.support.adapters import notes_project
+    from tests.support.adapters import ok as _ok
 
     copilot = harness_bin("copilot")
     root = notes_project(tmp_path, "copilot-e2e", '["copilot"]')

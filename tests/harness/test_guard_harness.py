@@ -18,7 +18,7 @@ from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin
 from tests.harness.drive import run_claude, run_codex
 from tests.harness.mock_model import MockModel, ToolCall
-from tests.test_harness_e2e import (  # the same project and set-up as the end-to-end tests
+from tests.harness.test_harness_e2e import (  # the same project and set-up as the end-to-end tests
     _codex_config,
     _codex_config_model,
     _trust_and_apply,

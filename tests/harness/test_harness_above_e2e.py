@@ -30,10 +30,10 @@ from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.drive import run_claude, run_codex
 from tests.harness.mock_model import MockModel
+from tests.harness.test_harness_surface_e2e import _codex_home
 from tests.support.cli import REPO
 from tests.support.cli import ok as _ok
 from tests.support.project import put as _put
-from tests.test_harness_surface_e2e import _codex_home
 
 pytestmark = pytest.mark.slow
 
@@ -144,12 +144,12 @@ def _copilot(repo: Path, out: Path) -> tuple[dict[str, str], list[str]]:
 
 def _user_config(harness: str, home: Path) -> None:
     if harness == "gemini-cli":
-        from tests.test_adapters_gemini_cli import _user_settings
+        from tests.apply.test_adapters_gemini_cli import _user_settings
 
         _user_settings(home)
     elif harness == "copilot":
-        from tests.test_adapters_copilot import HEADER
-        from tests.test_adapters_copilot import _user_config as copilot_user_config
+        from tests.apply.test_adapters_copilot import HEADER
+        from tests.apply.test_adapters_copilot import _user_config as copilot_user_config
 
         copilot_user_config(home, HEADER + "{}\n")
 
@@ -165,12 +165,12 @@ def _drive(harness: str, proj: Path, home: Path, model: MockModel) -> str:
         argv = [str(harness_bin("gemini")), "-p", "say hi", "--approval-mode", "yolo"]
         env = harness_env(home, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model.url)
     elif harness == "opencode":
-        from tests.test_adapters_opencode import opencode_user_config
+        from tests.apply.test_adapters_opencode import opencode_user_config
 
         env = opencode_user_config(home, model)
         argv = [str(harness_bin("opencode")), "run", "say hi"]
     else:
-        from tests.test_adapters_copilot import copilot_env
+        from tests.apply.test_adapters_copilot import copilot_env
 
         argv = [str(harness_bin("copilot")), "-p", "say hi", "--allow-all-tools"]
         env = copilot_env(home, COPILOT_PROVIDER_BASE_URL=model.openai_base_url,

@@ -23,7 +23,7 @@ from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin
 from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
-from tests.ptyspawn import pty_spawn
+from tests.support.ptyspawn import pty_spawn
 
 REAL_KEY = "sk-ant-real-key-never-in-the-sandbox-0042"
 

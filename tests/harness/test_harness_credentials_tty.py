@@ -24,8 +24,8 @@ from pathlib import Path
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.binaries import harness_bin
 from tests.harness.mock_model import MockModel, ToolCall
-from tests.ptyspawn import pty_spawn
-from tests.test_harness_confined import REAL_KEY, var_home  # noqa: F401 (a fixture)
+from tests.harness.test_harness_confined import REAL_KEY, var_home  # noqa: F401 (a fixture)
+from tests.support.ptyspawn import pty_spawn
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 _ANSI = re.compile(rb"\x1b\[[0-9;?<>]*[a-zA-Z~]|\x1b\][^\x07]*\x07|\x1b.")

@@ -30,8 +30,8 @@ from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel
-from tests.test_harness_surface_e2e import _claude_entries, _codex_entries, _codex_home, _ok
-from tests.test_harness_surface_e2e import project as project
+from tests.harness.test_harness_surface_e2e import _claude_entries, _codex_entries, _codex_home, _ok
+from tests.harness.test_harness_surface_e2e import project as project
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,8 @@ from tests.conftest import run_cli_in_process
 from tests.harness.binaries import harness_bin
 from tests.harness.drive import run_claude, run_codex
 from tests.harness.mock_model import MockModel, ToolCall
-from tests.test_harness_e2e import _codex_config, _codex_config_model
-from tests.test_relay import CHANGED, trusted_project
+from tests.harness.test_harness_e2e import _codex_config, _codex_config_model
+from tests.sandbox.test_relay import CHANGED, trusted_project
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ import pytest
 from tests.harness.binaries import harness_bin
 from tests.harness.drive import NOTES_SERVER, run_claude, run_codex
 from tests.harness.mock_model import MockModel, ToolCall
+from tests.harness.test_harness_e2e import _codex_config, _codex_config_model, _mcp_list
 from tests.support.cli import ok as _ok
-from tests.test_harness_e2e import _codex_config, _codex_config_model, _mcp_list
 
 CALL = ToolCall("mcp__notes__add_note", {"text": "from anywhere"})
 

@@ -250,7 +250,7 @@ def test_pin_must_exist_and_stay_inside(tmp_path: Path) -> None:
     "case", ["python -m pkg.mod", "npm start (package.json script)", "PYTHONPATH = vendor"]
 )
 def test_guard_denies_a_changed_code_root_file_until_re_review(tmp_path: Path, case: str) -> None:
-    from tests.test_guard import assert_allowed, assert_denied, event, guard
+    from tests.guard.test_guard import assert_allowed, assert_denied, event, guard
 
     body, target = CASES[case]
     root = project(tmp_path, body).resolve()
@@ -399,7 +399,7 @@ def test_the_guard_denies_a_file_added_to_a_code_root(tmp_path: Path, added: str
     """The attack: a pull adds a file next to a pinned server script (`servers/json.py` shadows
     the standard library for `python3 servers/app.py`). `status` says stale; the guard must deny
     too, as it does for a new surface file: it watches every code-root directory's listing."""
-    from tests.test_surface import guard_denies
+    from tests.surface.test_surface import guard_denies
 
     root = project(tmp_path, '[servers.s]\ncommand = "python3"\nargs = ["servers/app.py"]\n')
     (root / "servers" / "sub").mkdir()
@@ -425,7 +425,7 @@ def test_caches_and_left_out_dependencies_in_a_code_root_are_not_drift(tmp_path:
     """What the lock leaves out of a code root (`__pycache__` the code writes when it first runs,
     an installed `node_modules`, reported in the review) is no drift for the guard either; a root
     pinned whole (`pin = [..., "app/node_modules"]`) is watched whole."""
-    from tests.test_surface import guard_denies
+    from tests.surface.test_surface import guard_denies
 
     root = project(tmp_path, CASES["node <dir>"][0], {"app/node_modules/dep/index.js": "1\n",
                                                      "app/lib/x.py": "X = 1\n"}).resolve()

@@ -38,14 +38,14 @@ from agentstack.lockfile import (
 from agentstack.manifest import Manifest, load_manifest, parse_manifest
 from agentstack.manifestview import ManifestView, as_view, cache_dir, cache_key, load_view
 from tests.conftest import REPO, git, make_project
+from tests.consent.test_digest_properties import MUTATIONS, build_project
 from tests.harness.deadline import scaled
-from tests.test_digest_properties import MUTATIONS, build_project
 
 
 @pytest.fixture(autouse=True)
 def _cache_and_models_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about the cache in front of the models: the fast validator, which spares
-    both for a valid manifest (tests/test_manifest_fast.py), is off."""
+    both for a valid manifest (tests/manifest/test_manifest_fast.py), is off."""
     monkeypatch.setattr(manifestview, "fast_path", False)
 
 

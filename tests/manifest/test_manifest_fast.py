@@ -39,8 +39,8 @@ from agentstack.errors import ManifestInvalid
 from agentstack.manifest import Manifest, parse_manifest
 from agentstack.manifestview import ManifestView, view_of_bytes
 from tests.conftest import EXAMPLES, REPO, make_project
+from tests.consent.test_digest_properties import emit
 from tests.harness.deadline import scaled
-from tests.test_digest_properties import emit
 
 # ============================================================================ the generators
 

@@ -33,8 +33,8 @@ from agentstack.sandbox import verify
 from agentstack.sandbox import watch as _watch
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
-from tests.ptyspawn import pty_spawn
 from tests.support.project import manifest
+from tests.support.ptyspawn import pty_spawn
 
 PYTHON = verify.system_python()
 PROBE = REPO / "agentstack" / "sandbox" / "probe.py"

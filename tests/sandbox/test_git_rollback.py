@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import git, make_project, run_cli
-from tests.test_confinement import MANIFEST, _explicit, var_home  # noqa: F401 - a fixture
+from tests.sandbox.test_confinement import MANIFEST, _explicit, var_home  # noqa: F401 - a fixture
 
 PLANT = r"""
 set -e

@@ -5,7 +5,7 @@
   else is recompiled; the cache lives where no sandbox can write;
 - from a single-threaded process the launcher is a clone born in the run's cgroup (no second
   interpreter, no cgroup migration), and the command is confined exactly as before (the
-  confinement suite runs every row under both launchers: tests/test_confinement.py);
+  confinement suite runs every row under both launchers: tests/sandbox/test_confinement.py);
 - the after-session watch tests each entry of the tree against its patterns with one set lookup
   and one prefix test, with the same answers as the rule it replaces;
 - what `run` imports before the command is exec'd is pinned (no pydantic, no pyseccomp, no nono

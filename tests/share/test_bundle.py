@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from agentstack import archive, bundle
 from agentstack.trustlog import TrustLog
-from tests.bundle_corpus import make_locked_project
 from tests.conftest import copy_example, run_cli
 from tests.harness.deadline import scaled
+from tests.share.bundle_corpus import make_locked_project
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 

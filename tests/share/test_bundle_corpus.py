@@ -1,4 +1,4 @@
-"""The hostile-bundle corpus (tests/bundle_corpus.py, >= 150 bundles in four classes): every
+"""The hostile-bundle corpus (tests/share/bundle_corpus.py, >= 150 bundles in four classes): every
 bundle is refused by `receive` with its own reason, or released safely; a refused step writes 0
 bytes outside the quarantine's staging directory (the filesystem areas are snapshotted), and no
 program runs (no process is started, and a canary git config planted in the bundles never writes
@@ -24,8 +24,8 @@ from agentstack.archive import BundleRejected
 from agentstack.cli_share import quarantine_show
 from agentstack.keys import allowed_signers
 from agentstack.trustlog import TrustLog
-from tests import bundle_corpus
-from tests.bundle_corpus import NOW, Parts, signer
+from tests.share import bundle_corpus
+from tests.share.bundle_corpus import NOW, Parts, signer
 
 CORPUS = bundle_corpus.hostile_corpus()
 

@@ -19,7 +19,8 @@ from agentstack import archive, bundle, gitmeta, quarantine
 from agentstack.archive import BundleRejected
 from agentstack.errors import AgentstackError, Refused
 from agentstack.keys import allowed_signers
-from tests.bundle_corpus import (
+from tests.conftest import git, make_project, run_cli_in_process
+from tests.share.bundle_corpus import (
     EXECUTABLES,
     FILES,
     MANIFEST,
@@ -29,7 +30,6 @@ from tests.bundle_corpus import (
     make_locked_project,
     signer,
 )
-from tests.conftest import git, make_project, run_cli_in_process
 
 
 def tree(*roots: Path, skip: Path | None = None) -> dict[str, tuple[int, bytes]]:
@@ -350,7 +350,7 @@ SURFACE_FILES = {
 
 
 def _homes(tmp_path: Path) -> Any:
-    from tests.test_bundle import Homes
+    from tests.share.test_bundle import Homes
 
     return Homes(tmp_path / "users")
 

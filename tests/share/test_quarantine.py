@@ -1,5 +1,5 @@
 """`receive`, the quarantine and git-sourced bundles (the adversarial corpus itself runs in
-tests/test_bundle_corpus.py): every refusal has its own reason, and nothing is written anywhere —
+tests/share/test_bundle_corpus.py): every refusal has its own reason, and nothing is written anywhere —
 not outside the quarantine, and no leftovers inside it."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from agentstack.archive import BundleRejected
 from agentstack.errors import Refused
 from agentstack.keys import allowed_signers
 from agentstack.trustlog import TrustLog
-from tests import bundle_corpus
-from tests.bundle_corpus import NOW, Parts, base_parts, make_locked_project, signer
+from tests.share import bundle_corpus
+from tests.share.bundle_corpus import NOW, Parts, base_parts, make_locked_project, signer
 from tests.support.project import manifest
 
 CORPUS = bundle_corpus.corpus()

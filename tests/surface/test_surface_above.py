@@ -6,7 +6,7 @@ Whoever can change the checkout can add `../.mcp.json` (Claude Code starts its s
 rules above the project (they reach the model). Each such entry is pinned (its key starts with
 `../`), a change to one is drift for `status`, the guard and `run`, and a sibling project's files
 are not. Which entries each harness loads there is measured with the real harnesses in
-tests/test_harness_surface_e2e.py.
+tests/harness/test_harness_surface_e2e.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tests.conftest import make_project
 from tests.support.cli import REPO
 from tests.support.project import manifest
 from tests.support.project import put as _put
-from tests.test_surface import cli, digest, guard_denies, ok, trusted_and_applied
+from tests.surface.test_surface import cli, digest, guard_denies, ok, trusted_and_applied
 
 MANIFEST = str(manifest("below", "claude-code", "codex", "gemini-cli", "opencode", "copilot"))
 

@@ -127,7 +127,7 @@ def test_planted_opencode_modes_and_context_md_reach_the_model_and_status_names_
     tmp_path: Path, isolated_home: Path
 ) -> None:
     harness_bin("opencode")
-    from tests.test_adapters_opencode import opencode_user_config
+    from tests.apply.test_adapters_opencode import opencode_user_config
 
     root = _consented(tmp_path, "opencode")
     _put(root / ".opencode" / "modes" / "build.md",
@@ -223,7 +223,7 @@ def test_the_guard_denies_after_a_plugin_root_changes(
 ) -> None:
     """A pull adds a script to (or edits one in) a consented plugin root: the guard, which reads
     no lock, sees it through the snapshot's watch of the root and denies the next tool call."""
-    from tests.test_guard import assert_allowed, assert_denied, event, guard
+    from tests.guard.test_guard import assert_allowed, assert_denied, event, guard
 
     root = make_project(tmp_path / "p", '[project]\nname = "p"\nharnesses = ["claude-code"]\n')
     _claude_plugin(root)

@@ -87,10 +87,10 @@ def test_real_opencode_writing_its_package_file_is_not_drift_but_a_planted_depen
     a dependency added to the file is a surface change `status` names."""
     import subprocess
 
+    from tests.apply.test_adapters_opencode import opencode_env
     from tests.conftest import make_project, run_cli
     from tests.harness.binaries import harness_bin
     from tests.harness.mock_model import MockModel
-    from tests.test_adapters_opencode import opencode_env
 
     harness_bin("opencode")
     project = make_project(tmp_path / "proj", '[project]\nname = "oc"\nharnesses = ["opencode"]\n'
@@ -117,7 +117,7 @@ def test_real_opencode_writing_its_package_file_is_not_drift_but_a_planted_depen
     assert "@opencode-ai/plugin" in written["dependencies"], written  # OpenCode wrote it
     status = run_cli("status", cwd=project)
     assert status.returncode == 0, status.stdout + status.stderr
-    from tests.test_surface import guard_denies
+    from tests.surface.test_surface import guard_denies
 
     assert guard_denies(project, "opencode") is None  # the guard does not see OpenCode's write
     written["dependencies"]["evildep"] = "file:../dep"

@@ -12,7 +12,7 @@ import pytest
 
 from agentstack.errors import Refused
 from tests.conftest import make_project, run_cli_in_process
-from tests.test_trust_cli import FILES, MANIFEST
+from tests.trust.test_trust_cli import FILES, MANIFEST
 
 # The same setup without a server: no high-risk finding.
 CALM = '[project]\nname = "calm"\nharnesses = ["claude-code", "codex"]\n\n' \

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, make_project, run_cli
+from tests.consent.test_consent_view import _hostile_manifest
 from tests.harness.deadline import scaled
 from tests.support.project import NOTES_SERVER, manifest
-from tests.test_consent_view import _hostile_manifest
 
 MANIFEST = str(manifest("demo").server(*NOTES_SERVER, env={"TOKEN": "secret:notes-token"})
                .instructions("AGENTS.base.md"))
