@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, copy_example, run_cli
+from tests.conftest import REPO, copy_example
 from tests.support.cli import ok as _ok
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 
 GOLDEN = REPO / "tests" / "golden" / "apply"
 REGENERATE = os.environ.get("AGENTSTACK_REGENERATE_GOLDEN") == "1"

@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from agentstack.diff import consent_diff
 from agentstack.sanitize import identifier, sanitize
 from agentstack.schemas import SCHEMA_FILES, render
-from tests.conftest import REPO, make_project, run_cli
+from tests.conftest import REPO, make_project
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 
 HOSTILE = [
     "\u202eexe.txt",  # right-to-left override

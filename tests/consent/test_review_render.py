@@ -15,8 +15,11 @@ import pytest
 from agentstack.contentstore import Contents, ContentStore, collect, is_text
 from agentstack.diff import consent_diff
 from agentstack.view import consent_renderable, console, diff_renderable, toml_value
-from tests.conftest import make_project, run_cli
+from tests.conftest import make_project
 from tests.support.cli import REPO
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 from tests.support.project import Manifest
 
 GOLDEN = REPO / "tests" / "golden" / "review"

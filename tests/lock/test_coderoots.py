@@ -19,7 +19,10 @@ from agentstack.diff import consent_diff
 from agentstack.errors import ManifestInvalid
 from agentstack.lockfile import dumps_lock, parse_lock, resolver_for
 from agentstack.manifest import load_manifest
-from tests.conftest import make_project, run_cli
+from tests.conftest import make_project
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 
 HEAD = '[project]\nname = "p"\nharnesses = ["claude-code"]\n\n'
 

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, make_project, run_cli
+from tests.conftest import git, make_project
 from tests.harness.deadline import scaled
 from tests.support.cli import REPO
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 
 BASE = """\
 [project]

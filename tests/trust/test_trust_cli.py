@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, make_project, run_cli
+from tests.conftest import REPO, make_project
 from tests.consent.test_consent_view import _hostile_manifest
 from tests.harness.deadline import scaled
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 from tests.support.project import NOTES_SERVER, manifest
 
 MANIFEST = str(manifest("demo").server(*NOTES_SERVER, env={"TOKEN": "secret:notes-token"})
