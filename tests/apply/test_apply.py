@@ -229,6 +229,7 @@ def test_revoke_removes_harness_side_trust(tmp_path: Path, isolated_home: Path) 
     assert not (isolated_home / ".claude.json").exists()
 
 
+@pytest.mark.slow
 def test_sigkill_during_apply_leaves_each_file_old_or_new(tmp_path: Path) -> None:
     from agentstack.apply import plan
     from agentstack.consent import current as _current

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from agentstack import fsutil
-from tests.conftest import make_project, run_cli
+from tests.conftest import make_project
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 from tests.support.project import NOTES_FILES, notes
 
 MANIFEST = str(notes("links", "claude-code", "codex").sandbox(write_dirs=["."]))

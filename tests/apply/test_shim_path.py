@@ -8,7 +8,10 @@ import json
 import os
 from pathlib import Path
 
-from tests.conftest import make_project, run_cli
+from tests.conftest import make_project
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 from tests.support.project import manifest
 
 MANIFEST = str(manifest("p", "claude-code"))

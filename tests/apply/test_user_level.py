@@ -252,6 +252,7 @@ def test_without_a_user_setup_the_user_level_guard_is_unchanged(tmp_path: Path,
     assert allowed("mcp__notes__add_note", tmp_path, harness=harness) == ""
 
 
+@pytest.mark.slow
 def test_doctor_shows_the_user_level_setup(tmp_path: Path) -> None:
     def row() -> dict[str, object]:
         proc = run_cli_in_process("doctor", "--json", cwd=tmp_path)

@@ -45,6 +45,7 @@ def _fake_cli(bin_dir: Path, name: str, log: Path) -> None:
     script.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_doctor_runs_mcp_list_only_after_trust(tmp_path: Path) -> None:
     root = make_project(tmp_path / "proj", """\
 [project]

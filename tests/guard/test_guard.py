@@ -14,8 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentstack.apply import guard_command
-from tests.conftest import REPO, make_project, run_cli
+from tests.conftest import REPO, make_project
 from tests.harness.deadline import scaled
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli as process_cli
+from tests.support.cli import run_cli_in_process as run_cli
 from tests.support.project import NOTES_FILES, notes
 
 MANIFEST = str(notes("guarded", "claude-code", "codex")
@@ -298,8 +302,9 @@ def test_guard_path_imports_only_the_standard_library(project: Path) -> None:
 
 
 def test_agentstack_guard_command_is_the_same_guard(project: Path) -> None:
-    result = run_cli("guard", "--harness", "claude-code", cwd=project,
-                     input=event(project, "mcp__evil__x"))
+    # A real process: the command reads its stdin as the harness writes it.
+    result = process_cli("guard", "--harness", "claude-code", cwd=project,
+                         input=event(project, "mcp__evil__x"))
     assert result.returncode == 2
     assert json.loads(result.stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
 

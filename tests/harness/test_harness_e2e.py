@@ -151,6 +151,7 @@ def _claude(project: Path, home: Path, call: ToolCall) -> tuple[bool, str]:
     return ran and result.is_error is not True, result.text
 
 
+@pytest.mark.slow
 def test_claude_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     harness_bin("claude")
     _trust_and_apply(project)

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from agentstack.manifest import parse_manifest
-from tests.conftest import run_cli
 from tests.support.cli import REPO
-from tests.support.cli import ok as _ok
+from tests.support.cli import ok_in_process as _ok
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 
 GOLDEN = REPO / "tests" / "golden" / "edit"
 REGENERATE = os.environ.get("AGENTSTACK_REGENERATE_GOLDEN") == "1"

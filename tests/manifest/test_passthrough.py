@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_project, run_cli
+from tests.conftest import make_project
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 
 BASE = """\
 [project]

@@ -444,6 +444,7 @@ def test_credential_proxy_end_to_end(tmp_path: Path, var_home: Path) -> None:
         assert again.returncode == 0 and upstream.seen[-1]["x-api-key"] == real
 
 
+@pytest.mark.slow
 def test_doctor_verify(tmp_path: Path) -> None:
     done = run_cli("doctor", "--verify", "--json", cwd=tmp_path)
     report = json.loads(done.stdout)

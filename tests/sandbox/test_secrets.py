@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from agentstack.errors import InvalidInput, Refused
 from agentstack.secrets import FILE_BYTES, MAX_SECRET_BYTES, SecretStore, pad, unpad
-from tests.conftest import run_cli
 from tests.harness.deadline import scaled
+
+# The commands run in process: what these tests check is the library's answer, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 
 
 def _store_dir() -> Path:

@@ -293,6 +293,7 @@ print("checks", checks)
 """
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
     workers, per_worker = 8, 500
     home = tmp_path / "home"
@@ -400,6 +401,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_sigkill_never_loses_an_acknowledged_record(tmp_path: Path) -> None:
     trials, homes = 60, 6
     rng = random.Random(20261129)
