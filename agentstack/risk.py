@@ -158,7 +158,7 @@ HIGH_RISK_CODES = frozenset(
 
 # Every field of the consent document -> the finding code a change of it raises, or
 # "cosmetic: why". `*` stands for an item name. Kept next to the rules so a new field without a
-# rule is caught by tests/test_risk_model.py.
+# rule is caught by tests/consent/test_risk_model.py.
 FIELD_RULES: dict[str, str] = {
     "consent": "cosmetic: the document format; a new format is a new digest anyway",
     "lock": "cosmetic: the manifest digest; every meaning it covers is a field of its own here",

@@ -4,18 +4,18 @@ temporary directory, and fails if it touched the real ones."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harness.deadline import scaled
+# The shared builders and runners live in tests/support/; their old home keeps the names.
+from tests.support.cli import REPO, run_cli, run_cli_in_process
+from tests.support.project import EXAMPLES, copy_example, git, make_project
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
+__all__ = ["EXAMPLES", "REPO", "copy_example", "git", "make_project", "run_cli",
+           "run_cli_in_process"]
 _REAL_HOME = Path(os.path.expanduser("~"))
 # What agentstack (and a harness it renders for) writes at user level: the session guard watches these.
 _REAL_STATE = (".config/agentstack", ".cache/agentstack", ".claude.json", ".codex", ".gemini")
@@ -92,68 +92,14 @@ def isolated_home(session_home: Path, tmp_path_factory: pytest.TempPathFactory,
     assert real_state_changes(_REAL_HOME, before) == [], "a test touched the real home"
 
 
-def run_cli(*args: str, cwd: Path, input: str | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real `agentstack` command in a subprocess (the environment is the test's)."""
-    full_env = dict(os.environ)
-    # The checkout's own package, even when the editable install predates a new module.
-    full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
-    if env:
-        full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "agentstack", *args],
-        cwd=cwd, input=input, capture_output=True, text=True, env=full_env, timeout=scaled(120),
-    )
-
-
-def run_cli_in_process(*args: str, cwd: Path, input: str | None = None,
-                       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The same command in this process (no interpreter start-up): `agentstack.cli.dispatch`
-    with the exit-code mapping of `agentstack.entry`, stdout and stderr captured."""
-    import contextlib
-    import io
-
-    from agentstack.cli import dispatch
-    from agentstack.entry import outcome
-
-    out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(cwd)
-        for key, value in (env or {}).items():
-            patch.setenv(key, value)
-        patch.setattr(sys, "stdin", io.StringIO(input or ""))  # not a terminal: never prompts
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = outcome(lambda: dispatch(list(args)))
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
-
-
 @pytest.fixture
 def cli() -> object:
     return run_cli
 
 
-def git(*args: str, cwd: Path) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.invalid",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.invalid",
-               GIT_AUTHOR_DATE="2026-01-01T00:00:00Z", GIT_COMMITTER_DATE="2026-01-01T00:00:00Z")
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env=env).stdout
-
-
-def make_project(root: Path, manifest: str, files: dict[str, str] | None = None,
-                 executables: tuple[str, ...] = ()) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "agentstack.toml").write_text(manifest, encoding="utf-8")
-    for rel, text in (files or {}).items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    for rel in executables:
-        (root / rel).chmod(0o755)
-    return root
-
-
-def copy_example(name: str, dest: Path) -> Path:
-    target = dest / name
-    shutil.copytree(EXAMPLES / name, target, symlinks=True)
-    return target
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules that hold slow tests run first, each module kept whole and in its own order
+    (its module-scoped fixtures are built once): under `-n 2` the long tests start early and the
+    short ones fill in around them, instead of one worker finishing a 5-minute test alone."""
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)

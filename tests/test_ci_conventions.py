@@ -17,19 +17,12 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, git, make_project, run_cli_in_process
+from tests.support.project import manifest
 
 BIN = Path(sys.executable).parent
 PRE_COMMIT = BIN / "pre-commit"
 
-MANIFEST = """\
-[project]
-name = "demo"
-harnesses = ["claude-code"]
-
-[servers.clock]
-command = "python3"
-args = ["clock.py"]
-"""
+MANIFEST = str(manifest("demo", "claude-code").server("clock", "clock.py"))
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

@@ -15,7 +15,7 @@ What a native sandbox has no key for is a **finding** (`Finding`), shown by
 `agentstack why --harness H --native`: a grant it cannot give is dropped *and reported*; a denial
 it cannot express (a read it cannot keep closed) is widened *and reported*; never silently.
 
-Measured on Linux 6.18 with Claude Code 2.1.332 and Codex 0.171.0 (tests/test_native_sandbox.py):
+Measured on Linux 6.18 with Claude Code 2.1.332 and Codex 0.171.0 (tests/sandbox/test_native_sandbox.py):
 both deny a read of `~/.ssh/id_ed25519` and a write outside the workdir, but with bubblewrap's
 errors, not Landlock's: Claude Code's denied read is `ENOENT` (an empty mount over the path),
 Codex's is `EACCES`; a write outside is `EROFS` in both (a read-only bind mount).

@@ -1,6 +1,6 @@
 """The confinement suite: every claim of confinement proved by a real process and the kernel.
 
-Shared by `tests/test_confinement.py` and `agentstack doctor --verify`. A scenario builds, outside
+Shared by `tests/sandbox/test_confinement.py` and `agentstack doctor --verify`. A scenario builds, outside
 /tmp (under /var/tmp), a fake home with decoys that EXIST (an SSH key, AWS credentials, an
 $AGENTSTACK_HOME with a trust log and a stored secret), a workdir, an ungranted sibling, real TCP
 and UDP listeners on 127.0.0.1, a mock upstream HTTP server and an unconfined decoy process. Each

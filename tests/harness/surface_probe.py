@@ -22,7 +22,7 @@ For each harness version pinned in `scripts/install-harnesses`:
     a finding, a file the harness loads that agentstack would not pin.
 
 Its output per harness and version (`tests/harness/surface/<harness>-<version>.json`) is
-committed; `tests/test_surface_probe.py` re-runs the probe and diffs against it, and
+committed; `tests/harness/test_surface_probe.py` re-runs the probe and diffs against it, and
 docs/surface.md's measured table is generated from it.
 
     python -m tests.harness.surface_probe [--harness NAME ...] [--write] [--keep DIR]

@@ -9,7 +9,7 @@ harness's own.
 
 The captures are committed under tests/harness/tools/<harness>-<version>.json; the guard's tool
 tables (`agentstack._guard.TOOLS` and `INERT`) must list every captured name, and a harness test
-compares each committed capture with a fresh one (tests/test_guard_tools.py). To capture again
+compares each committed capture with a fresh one (tests/guard/test_guard_tools.py). To capture again
 after a version bump in scripts/install-harnesses:
 
     .venv/bin/python -m tests.harness.tool_tables [harness ...]
@@ -95,8 +95,8 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
     """One headless session of the real harness in `project`; returns its output."""
     from tests.harness.binaries import harness_bin, harness_env
     from tests.harness.drive import run_claude, run_codex
-    from tests.test_harness_above_e2e import _user_config
-    from tests.test_harness_surface_e2e import _codex_home
+    from tests.harness.test_harness_above_e2e import _user_config
+    from tests.harness.test_harness_surface_e2e import _codex_home
 
     _user_config(harness, home)
     if harness == "claude-code":
@@ -109,12 +109,12 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
         env = harness_env(home, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model.url,
                           GEMINI_CLI_TRUST_WORKSPACE="true")
     elif harness == "opencode":
-        from tests.test_adapters_opencode import opencode_user_config
+        from tests.apply.test_adapters_opencode import opencode_user_config
 
         env = opencode_user_config(home, model)
         argv = [str(harness_bin("opencode")), "run", "say hi"]
     else:
-        from tests.test_adapters_copilot import copilot_env
+        from tests.apply.test_adapters_copilot import copilot_env
 
         _lsp_config(project)
         argv = [str(harness_bin("copilot")), "-p", "say hi", "--allow-all-tools"]

@@ -1,0 +1,1 @@
+"""Apply: rendering into each harness (adapters, goldens), links, speed, shims, git hooks, adopt, user level."""

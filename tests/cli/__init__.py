@@ -1,0 +1,1 @@
+"""The command line: parsing, streams, the fast read commands, progress, the documented commands."""

@@ -1,0 +1,1 @@
+"""The consent document: digest, view, diff, risk findings, boundaries, team policy, SARIF."""

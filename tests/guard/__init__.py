@@ -1,0 +1,1 @@
+"""The guard: fail closed, every protocol, input parsing, protection, tool tables, speed."""

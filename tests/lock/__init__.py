@@ -1,0 +1,1 @@
+"""The lock: resolution, tree hashes, git sources, code roots, re-lock and its limits."""

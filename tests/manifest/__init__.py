@@ -1,0 +1,1 @@
+"""The manifest: its model, rules, fast reader, view and cache, `add`/`edit`."""

@@ -1,0 +1,1 @@
+"""The kernel sandbox and `run`: confinement, native sandboxes, the relay, secrets, the proxy gate."""

@@ -1,0 +1,1 @@
+"""Share: signed bundles, SSHSIG, quarantine and hostile input."""

@@ -1,0 +1,150 @@
+"""What the per-harness adapter tests (tests/test_adapters_*.py) share: the project they build, the
+pipeline they render through, the guard snapshot they check, and the offline drive of a real
+harness against the mock model. Each test file keeps only what is its harness's own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import make_project, run_cli
+from tests.harness.binaries import harness_bin
+from tests.harness.deadline import scaled
+from tests.harness.drive import NOTES_SERVER
+from tests.harness.mock_model import MockModel, ToolCall
+from tests.support.cli import ok
+
+# The call every end-to-end test makes first: it ran when marker.txt exists.
+TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
+MARKER = "marker.txt"
+
+
+def trust_and_apply(root: Path) -> None:
+    """Review (accepting the high-risk findings these fixtures have) and render."""
+    ok("trust", "--yes", "--accept-risk", cwd=root)
+    ok("apply", "--write", cwd=root)
+
+
+# ------------------------------------------------------------------------------ the projects
+
+
+def notes_manifest(name: str, notes_file: Path, harnesses: str) -> str:
+    """Two stdio servers (`notes`, `journal`: the test notes server, its token a secret), an
+    instruction file and the project as a write grant."""
+    server = f"""command = {json.dumps(sys.executable)}
+args = ["-I", {json.dumps(str(NOTES_SERVER))}]
+env = {{ NOTES_FILE = {json.dumps(str(notes_file))}, NOTES_TOKEN = "secret:notes-token" }}
+"""
+    return f"""\
+[project]
+name = "{name}"
+harnesses = {harnesses}
+
+[servers.notes]
+{server}
+[servers.journal]
+{server}
+[instructions]
+files = ["AGENTS.base.md"]
+
+[sandbox]
+write_dirs = ["."]
+"""
+
+
+def notes_project(tmp_path: Path, name: str, harnesses: str) -> Path:
+    """The notes project in `tmp_path/"proj <harness>"` (a git repository, its secret stored,
+    locked, not trusted yet); returns its resolved root."""
+    # The notes file in the project: behind the relay, a server is confined to it by default.
+    where = tmp_path / f"proj {name.removesuffix('-e2e')}"
+    root = make_project(where, notes_manifest(name, where / "notes.txt", harnesses),
+                        {"AGENTS.base.md": "Be careful.\n"})
+    return _locked(root, secret=True)
+
+
+def locked_project(root: Path, manifest: str, files: dict[str, str]) -> Path:
+    """A git repository at `root` with `manifest` and `files`, locked; returns the resolved root."""
+    return _locked(make_project(root, manifest, files), secret=False)
+
+
+def _locked(root: Path, *, secret: bool) -> Path:
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    if secret:
+        # The servers get their secret through the launcher, from the store (never exported).
+        stored = run_cli("secret", "set", "notes-token", cwd=root, input="t0ken\n")
+        assert stored.returncode == 0, stored.stderr
+    ok("lock", cwd=root)
+    return root.resolve()
+
+
+# ---------------------------------------------------------------------------- in process
+
+
+def current(root: Path) -> tuple[Any, dict[str, Any], dict[str, Any], str]:
+    """(manifest, lock, consent document, digest) of the project now: the one call into the
+    pipeline the adapter tests make."""
+    from agentstack.consent import current as consent_current
+
+    return consent_current(root)
+
+
+def render(root: Path, harnesses: list[str]) -> list[Any]:
+    """The file operations the adapters produce for `harnesses` (nothing is written)."""
+    from agentstack.apply import render_operations
+
+    _, _, document, digest = current(root)
+    return render_operations(root, document, digest, harnesses)
+
+
+def rendered(root: Path, harnesses: list[str]) -> dict[str, Any]:
+    """`render`, by path."""
+    return {op.path: op for op in render(root, harnesses)}
+
+
+def guard_snapshot(root: Path) -> dict[str, Any]:
+    """The guard's snapshot of `root`, read the way the guard reads it."""
+    from agentstack._guard import load_snapshot
+    from agentstack.paths import guard_snapshot_path
+
+    return load_snapshot(str(guard_snapshot_path(root)))
+
+
+# ---------------------------------------------------------------- a real harness, offline
+
+
+def mcp_list(binary: str, root: Path, env: Mapping[str, str], timeout: int = 180) -> str:
+    """`<binary> mcp list` in `root`: what the real harness says it loads (stdout and stderr)."""
+    result = subprocess.run([str(harness_bin(binary)), "mcp", "list"], cwd=root, env=dict(env),
+                            capture_output=True, text=True, timeout=scaled(timeout))
+    return result.stdout + result.stderr
+
+
+def drive(root: Path, call: ToolCall, argv: list[str],
+          env_for: Callable[[MockModel], Mapping[str, str]],
+          timeout: int = 180) -> tuple[bool, str, int]:
+    """Run a real harness (`argv`) in `root` against a mock model that asks for `call` once.
+
+    Returns (did the call run?, what the model was told plus the harness's output, exit code).
+    `env_for(model)` gives the harness's environment (and may write its user config)."""
+    marker = root / MARKER
+    marker.unlink(missing_ok=True)
+    with MockModel([call]) as model:
+        result = subprocess.run(argv, cwd=root, env=dict(env_for(model)), capture_output=True,
+                                text=True, timeout=scaled(timeout))
+    texts = [r.text for r in model.tool_results]
+    ran = marker.exists() if call is TOUCH else any("added note" in t for t in texts)
+    return ran, "\n".join(texts) + result.stdout + result.stderr, result.returncode
+
+
+def without_relay(args: list[str]) -> list[str]:
+    """A rendered launcher argv without the relay's `--server N --project P --state S` (which
+    every stdio server rendered with a state directory carries, checked in test_relay)."""
+    out = list(args)
+    if out[3:4] == ["--server"]:
+        assert out[5] == "--project" and out[7] == "--state", out
+        del out[3:9]
+    return out

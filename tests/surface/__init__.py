@@ -1,0 +1,1 @@
+"""The surface: what each harness reads beside the manifest, scanned, found and watched."""

@@ -1,0 +1,1 @@
+"""Trust: review, the trust log (records, chain, store) and `trust --apply`."""
