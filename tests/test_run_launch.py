@@ -223,7 +223,8 @@ IMPORT_PROBE = textwrap.dedent("""
 # dataclasses (with `inspect`, ~5 ms; the sandbox's records are NamedTuples), shutil and tempfile
 # (the run directory is made and removed with os calls).
 FORBIDDEN = ("pydantic", "pydantic_core", "pyseccomp", "ctypes.util", "nono_py", "subprocess",
-             "signal", "importlib.metadata", "rich", "typer", "tomlkit", "git", "argparse",
+             "signal", "importlib.metadata", "rich", "typer", "click", "shellingham", "tomlkit",
+             "git", "argparse",
              "agentstack.cli", "agentstack.cli._app", "agentstack.cli.sandbox", "dataclasses",
              "inspect", "shutil", "tempfile")
 

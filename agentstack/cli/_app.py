@@ -53,7 +53,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "inputs, same bytes)."),
     "inspect": ("share", "Show a bundle's signed statement without receiving it (its members "
                 "are not read)."),
-    "receive": ("share", "Verify a bundle, then hold it in quarantine (nothing in it runs); "
+    "receive": ("quarantine", "Verify a bundle, then hold it in quarantine (nothing in it runs); "
                 "prints its id."),
     "adopt": ("adopt", "Move the servers and hooks already in the project's native configs into "
               "agentstack.toml."),
