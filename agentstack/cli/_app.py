@@ -113,8 +113,34 @@ def _run(thunk: Any, as_json: bool, label: str) -> int | None:
     return result if isinstance(result, int) else None
 
 
-class Command(TyperCommand):
+# What a value option's help shows it takes (typer 0.28 writes `<str>`, `<file>`).
+_METAVARS = {"text": "TEXT", "str": "TEXT", "integer": "INTEGER", "int": "INTEGER",
+             "path": "PATH", "file": "FILE", "directory": "DIR"}
+
+
+class _Words:
+    """Help in the words a user types: TEXT, PATH, INTEGER for an option's value, and a required
+    argument's name as it is (`NAME`, not typer's `{NAME}`)."""
+
+    params: list[_click.Parameter]
+
+    def _name_values(self) -> None:
+        for param in self.params:
+            if (param.param_type_name == "option" and param.metavar is None
+                    and not getattr(param, "is_flag", False)):
+                param.metavar = _METAVARS.get(param.type.name, param.type.name.upper())
+
+    def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
+        pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+
+class Command(_Words, TyperCommand):
     """A command: its function runs under `_call` (progress bar, --json quiet)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._name_values()
 
     def invoke(self, ctx: _click.Context) -> Any:
         return _run(lambda: super(Command, self).invoke(ctx), bool(ctx.params.get("as_json")),
@@ -135,9 +161,13 @@ class PassThrough(Command):
         return super().parse_args(ctx, args)
 
 
-class Group(TyperGroup):
+class Group(_Words, TyperGroup):
     """A group of commands: the commands list shows each one's first paragraph; an unknown
     command is a usage error naming the closest ones."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._name_values()
 
     def _rows(self, ctx: _click.Context) -> list[tuple[str, str]]:
         rows = []
