@@ -219,7 +219,7 @@ IMPORT_PROBE = textwrap.dedent("""
 # loaded), importlib.metadata (nono-py's version is read from its dist-info directory's name),
 # subprocess (the launcher is a clone; a Popen only for a caller that wants its pipes), signal
 # (its enums; `_signal` has the same functions).
-# The command table and argparse (`run -- CMD` takes the entry point's fast path), and
+# The command table, typer and argparse (`run -- CMD` takes the entry point's fast path), and
 # dataclasses (with `inspect`, ~5 ms; the sandbox's records are NamedTuples), shutil and tempfile
 # (the run directory is made and removed with os calls).
 FORBIDDEN = ("pydantic", "pydantic_core", "pyseccomp", "ctypes.util", "nono_py", "subprocess",
@@ -401,7 +401,7 @@ def test_run_fast_arguments_read_what_the_command_table_reads(
     ["run", "--harness", "a", "--harness", "b", "--", "x"],
     ["run", "--interactive", "--no-interactive"],
     ["run", "--bogus", "--", "x"],
-    ["run", "--harness", "-h", "--", "x"],       # argparse: help
+    ["run", "--harness", "-h", "--", "x"],       # the table: help
     ["run", "--harness", "--interactive", "--", "x"],
     ["--project", "p", "run", "--", "x"],      # global options: the table
     ["status"], [],
