@@ -17,8 +17,12 @@ app = commands()
 add_app = group("Add an item to agentstack.toml (comments and layout are kept).")
 app.add_typer(add_app, name="add")
 
-Replace = Annotated[bool, typer.Option("--replace/--no-replace",
-                                       help="Replace an existing item of that name.")]
+ReplaceServer = Annotated[bool, typer.Option(
+    "--replace/--no-replace", help="Replace an existing server of that name.")]
+ReplaceSkill = Annotated[bool, typer.Option(
+    "--replace/--no-replace", help="Replace an existing skill of that name.")]
+ReplaceHook = Annotated[bool, typer.Option(
+    "--replace/--no-replace", help="Replace an existing hook of that name.")]
 Rest = typer.Argument(metavar="-- CMD [ARG]...", help="The command and its arguments.",
                       show_default=False)
 
@@ -88,7 +92,7 @@ def add_server(
         help="NAME=VALUE or NAME=secret:NAME; repeatable.")] = None,
     cwd: Annotated[str | None, typer.Option(
         "--cwd", help="Working directory, relative to the project.")] = None,
-    replace: Replace = False,
+    replace: ReplaceServer = False,
     user: User = False,
 ) -> None:
     """Add an MCP server: `add server NAME -- CMD ARG…` or `add server NAME --url URL`."""
@@ -138,7 +142,7 @@ def add_skill(
     rev: Annotated[str | None, typer.Option("--rev", help="Tag, branch or full commit id.")] = None,
     subdir: Annotated[str | None, typer.Option(
         "--subdir", help="Directory inside the repository.")] = None,
-    replace: Replace = False,
+    replace: ReplaceSkill = False,
 ) -> None:
     """Add a skill: `add skill NAME PATH` or `add skill NAME --git URL --rev REV [--subdir D]`."""
     if (path is None) == (git is None):
@@ -197,7 +201,7 @@ def add_hook(
         "--event", help="PreToolUse, PostToolUse, UserPromptSubmit, SessionStart or Stop.")],
     matcher: Annotated[str | None, typer.Option(
         "--matcher", help="Tool-name regular expression.")] = None,
-    replace: Replace = False,
+    replace: ReplaceHook = False,
 ) -> None:
     """Add a hook: `add hook NAME --event E [--matcher M] -- CMD…`."""
     values: dict[str, Any] = {"event": event}
