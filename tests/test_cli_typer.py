@@ -143,13 +143,15 @@ def test_shell_completion_comes_from_typer(tmp_path: Path) -> None:
     assert "--accept-risk" in _complete("agentstack trust --acc", tmp_path)
     # The script a shell sources, for the shell it runs in (bash here), and its installation.
     env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(tmp_path))
-    shown = subprocess.run(["bash", "-c", f'"{sys.executable}" -m agentstack --show-completion'],
-                           env=env, capture_output=True, text=True, timeout=scaled(60))
+    # `; exit $?`: bash stays the program's parent (typer asks the parent which shell it is).
+    shown = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -m agentstack --show-completion; exit $?'],
+        env=env, capture_output=True, text=True, timeout=scaled(60))
     assert shown.returncode == 0, shown.stderr
     assert "_AGENTSTACK_COMPLETE=complete_bash" in shown.stdout
     assert "complete -o default -F _agentstack_completion agentstack" in shown.stdout
     installed = subprocess.run(
-        ["bash", "-c", f'"{sys.executable}" -m agentstack --install-completion'],
+        ["bash", "-c", f'"{sys.executable}" -m agentstack --install-completion; exit $?'],
         env=env, capture_output=True, text=True, timeout=scaled(60))
     assert installed.returncode == 0, installed.stderr
     assert "completion installed in" in installed.stdout
