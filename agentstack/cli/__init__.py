@@ -9,10 +9,6 @@ unchanged `lock`) never get here: `agentstack.entry` runs them without typer.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import NoReturn
-
 
 def dispatch(argv: list[str]) -> int | None:
     """Run `agentstack ARGV` in this process: the exit code (usage errors: 2); a command's
@@ -21,9 +17,3 @@ def dispatch(argv: list[str]) -> int | None:
 
     return run_table(argv)
 
-
-def main() -> NoReturn:
-    """Kept for `agentstack.cli:main` callers; the console script is `agentstack.entry:main`."""
-    from agentstack.entry import main as entry_main
-
-    entry_main()

@@ -362,9 +362,9 @@ def dispatch(argv: list[str]) -> int | None:
     """Parse `agentstack ARGV` and run the command it names: its exit code (usage errors: 2)."""
     hint = dashdash_hint(argv)
     if hint is not None:
-        from agentstack.entry import echo
+        from agentstack.sanitize import sanitize
 
-        echo(f"error: {hint}")
+        sys.stderr.write(f"error: {sanitize(hint)}\n")
         return EXIT_USAGE
     table = command()
     if not argv:
