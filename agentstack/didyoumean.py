@@ -1,5 +1,5 @@
 """Did-you-mean for a mistyped command or option: the closest known words (difflib), for any
-command-line layer (the argparse one in `cli_base`, and whatever replaces it)."""
+command-line layer (`agentstack.cli._app` on typer)."""
 
 from __future__ import annotations
 

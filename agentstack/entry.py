@@ -3,7 +3,8 @@ the read-only `digest`, `show` and `status`.
 
 `lock` runs in CI and pre-commit hooks on every change, and `digest`, `show` and `status` in
 scripts and prompts, so they skip even the command table when their arguments are simple;
-anything else goes through `agentstack.cli.dispatch` (argparse).
+anything else goes through `agentstack.cli.dispatch` (typer). None of these paths imports typer,
+click or rich (tests/test_cli_typer.py).
 """
 
 from __future__ import annotations

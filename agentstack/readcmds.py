@@ -1,6 +1,6 @@
-"""The read-only commands `digest`, `show` and `status`, for the command table (`agentstack.cli`,
-`agentstack.cli_trust`) and for the entry point's fast path (`agentstack.entry`), which runs them
-without the command table or argparse when their arguments are simple.
+"""The read-only commands `digest`, `show` and `status`, for the command table (`agentstack.cli.read`,
+`agentstack.cli.trust`) and for the entry point's fast path (`agentstack.entry`), which runs them
+without the command table (typer) when their arguments are simple.
 
 What they import is what their data needs: the manifest view (from the manifest cache), the lock
 check, the consent document and, for `status`, the trust log and the guard snapshot. Never pydantic,

@@ -13,7 +13,9 @@ npm into <repo>/.tools/ruler as benchmarks/apply.py does) gets the same sample a
 Interleaved round-robin (drift on a shared machine hits every command alike), it times:
 
 * `python -I -c pass` with the venv's interpreter (the anchor);
-* `agentstack --help`, `status`, `digest` and `show --json` in a locked, trusted, applied project;
+* `agentstack status`, `digest` and `show --json` in a locked, trusted, applied project;
+* the command table on typer (`agentstack.cli`: typer and the one module of the command named)
+  in the same project: `--help`, `keys list`, `secret list` and `trust log --verify`;
 * `agentstack run -- /bin/true` in a trusted project (the real sandbox path, as benchmarks/run.py);
 * cold (a fresh, unlocked copy of apply.py's sample each run) and re-apply (the same project again):
   `lock && trust --yes --accept-risk && apply --write` (three processes),
@@ -230,6 +232,9 @@ def measure(
             "agentstack status": lambda: run([agentstack, "status"], ready, env_ready),
             "agentstack digest": lambda: run([agentstack, "digest"], ready, env_ready),
             "agentstack show --json": lambda: run([agentstack, "show", "--json"], ready, env_ready),
+            **{f"agentstack {' '.join(argv)}": (lambda argv=argv: run([agentstack, *argv], ready,
+                                                                       env_ready))
+               for argv in TABLE},
             "agentstack run -- /bin/true": lambda: run([agentstack, "run", "--", "/bin/true"],
                                                         boxed, env_boxed),
             "lock && trust && apply, cold": lambda: chain_run(*cold["chain"][i], True),
@@ -244,6 +249,7 @@ def measure(
                 ("digest", ["digest"], ready, env_ready),
                 ("show --json", ["show", "--json"], ready, env_ready),
                 ("run -- /bin/true", ["run", "--", "/bin/true"], boxed, env_boxed),
+                *((" ".join(argv), argv, ready, env_ready) for argv in TABLE),
             ):
                 cases[f"{args.compare}: agentstack {name}"] = (
                     lambda argv=argv, where=where, env=env: run([before, *argv], where, env)
@@ -274,9 +280,14 @@ def measure(
 
 ANCHOR = "python -I -c pass"
 CPU: dict[str, list[float]] = {}  # CPU seconds of each single command's process tree, per round
-ANCHORED = ("agentstack --help", "agentstack status", "agentstack digest",
-            "agentstack show --json", "agentstack run -- /bin/true")
-GOALS = {name: 4.0 for name in ANCHORED} | {"agentstack run -- /bin/true": 6.0}
+# Table commands: through typer and the command's own module of agentstack.cli (not a fast
+# path), as `--help` is (typer writes the help).
+TABLE = (["keys", "list"], ["secret", "list"], ["trust", "log", "--verify"])
+ANCHORED = ("agentstack status", "agentstack digest", "agentstack show --json",
+            "agentstack run -- /bin/true", "agentstack --help",
+            *(f"agentstack {' '.join(argv)}" for argv in TABLE))
+GOALS = ({name: 4.0 for name in ANCHORED} | {"agentstack run -- /bin/true": 6.0}
+         | {"agentstack --help": 10.0} | {f"agentstack {' '.join(argv)}": 10.0 for argv in TABLE})
 SETUPS = ("lock && trust && apply", "trust --lock --apply")
 
 

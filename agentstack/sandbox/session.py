@@ -5,7 +5,7 @@ arguments and passing the exit status on.
 what was trusted (before anything starts), builds the policy from the trusted declaration, runs
 the command under it with read-only copies of what the guard reads, seeds the harness's private
 state, and only once every process of the session is gone compares what git and other tools run
-later (`watch`). The command line (`cli_sandbox.run`) only parses, prints and re-raises a signal.
+later (`watch`). The command line (`cli.sandbox.run`) only parses, prints and re-raises a signal.
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ def fast_arguments(argv: list[str]) -> dict[str, Any] | None:
             return options
         if word == "--harness" and rest and options["harness"] is None:
             if rest[0].startswith("-"):
-                return None  # argparse reads that as another option (or help): the table decides
+                return None  # another option (or help) where the value belongs: the table decides
             options["harness"] = rest.pop(0)
         elif word.startswith("--harness=") and options["harness"] is None:
             options["harness"] = word.split("=", 1)[1]

@@ -1,5 +1,6 @@
-"""The command line's own parsing (argparse under `agentstack.cli_base`): usage errors exit 2 with
-the usage and where help is, help exits 0, and the option forms the commands document."""
+"""The command line's own parsing (typer, under `agentstack.cli`): usage errors exit 2 with the
+usage and where help is, help exits 0, and the option forms the commands document. The messages
+are typer's (click's) wording, as one `error:` line."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ BASE = '[project]\nname = "p"\nharnesses = ["claude-code", "codex"]\n'
 
 def test_usage_errors_exit_2_with_the_usage(tmp_path: Path) -> None:
     for args, said in (
-        (["digest", "--bogus"], "unrecognized arguments: --bogus"),
+        (["digest", "--bogus"], "no such option: --bogus"),
         (["nosuch"], "no such command 'nosuch'"),
         (["trust", "bogus"], "no such command 'bogus'"),
-        (["lock", "--max-files", "0"], "--max-files 0: must be at least 1"),
-        (["lock", "--max-files", "many"], "invalid int value"),
-        (["remove", "server"], "required: NAME"),
-        (["add", "hook", "h", "--event", "Stop"], "missing -- CMD"),
-        (["add", "hook", "h", "--", "true"], "required: --event"),
-        (["quarantine", "release", "abc"], "required: --into"),
+        (["lock", "--max-files", "0"], "'--max-files': 0 is not in the range x>=1"),
+        (["lock", "--max-files", "many"], "'many' is not a valid int"),
+        (["remove", "server"], "missing argument 'NAME'"),
+        (["add", "hook", "h", "--event", "Stop"], "missing argument '-- CMD"),
+        (["add", "hook", "h", "--", "true"], "missing option '--event'"),
+        (["quarantine", "release", "abc"], "missing option '--into'"),
     ):
         result = run_cli_in_process(*args, cwd=tmp_path)
         assert result.returncode == 2, (args, result.stderr)

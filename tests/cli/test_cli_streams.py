@@ -50,9 +50,9 @@ def test_doctor_and_why_print_their_answers_on_stdout(project) -> None:  # type:
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--bogus"], "no such option: --bogus"),
     (["statsu"], "no such command 'statsu'; did you mean 'status'?"),
-    (["status", "--jsn"], "unrecognized arguments: --jsn; did you mean '--json'?"),
+    (["status", "--jsn"], "no such option: --jsn; did you mean '--json'?"),
     (["trust", "--accept-rsk"], "did you mean '--accept-risk'?"),
     (["quarantine", "lst"], "did you mean 'list'?"),
     (["--projct", ".", "status"], "did you mean '--project'?"),

@@ -85,6 +85,10 @@ BLOCKS: dict[tuple[str, str], Run | By | NotHere] = {
         also="init, add, lock, trust, apply, revoke with --user on the real Claude Code; the "
         "npx server of the example needs the package index; tests/apply/test_user_level.py covers "
         "status, show, digest and adopt --user"),
+    ("docs/cli.md", "agentstack --install-completion"): By(
+        "tests/test_cli_typer.py::test_shell_completion_comes_from_typer",
+        also="it writes the reader's shell start-up file: the test installs it under a "
+        "temporary HOME and shows the script"),
     ("docs/rendering.md", "export AGENTSTACK_SECRET_DOCS_TOKEN"): Run(),
     ("docs/share.md", "# the sender"): Run(
         subs=(*_SHARE_SUBS, _RECEIVE, (" ID", ' "$id"'), ("~/code/project", '"$TMPDIR_DOC/project"'))),

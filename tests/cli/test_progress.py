@@ -115,7 +115,8 @@ def test_fast_commands_do_not_import_rich_with_the_default_delay(tmp_path: Path)
 
 
 def test_no_bar_is_ever_opened_over_a_harness_run_or_the_guard(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentstack import cli_base, progress
+    from agentstack import progress
+    from agentstack.cli import _app as cli_base
 
     monkeypatch.setattr(progress, "_terminal", lambda: True)
     monkeypatch.setattr(progress, "_quiet", False)

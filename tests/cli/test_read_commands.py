@@ -3,7 +3,8 @@ does (output, exit code, errors), and what these commands import stays what thei
 their start-up cannot silently grow back (issue 16: each within 4x `python -I -c pass`).
 
 What the fast path takes is pinned too: only the bare command, optionally `--json`; anything else
-(root options, help, a second flag, a typo) goes through argparse and keeps its usage errors.
+(root options, help, a second flag, a typo) goes through the command table (typer) and keeps its
+usage errors.
 """
 
 from __future__ import annotations

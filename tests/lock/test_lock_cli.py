@@ -408,6 +408,6 @@ def test_the_lock_fast_path_leaves_odd_project_values_to_the_command_table(
 
     (tmp_path / "file").write_text("x")
     assert _fast_lock(["--project", str(tmp_path), "lock"]) is not None
-    assert _fast_lock(["--project", "-h", "lock"]) is None  # argparse: the help
+    assert _fast_lock(["--project", "-h", "lock"]) is None  # the table: the help
     assert _fast_lock(["--project", str(tmp_path / "file"), "lock"]) is None  # "not a directory"
     assert _fast_lock(["--project", str(tmp_path / "missing"), "lock"]) is None

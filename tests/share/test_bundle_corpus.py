@@ -21,7 +21,7 @@ import pytest
 
 from agentstack import bundle, gitmeta, quarantine
 from agentstack.archive import BundleRejected
-from agentstack.cli_share import quarantine_show
+from agentstack.cli.quarantine import quarantine_show
 from agentstack.keys import allowed_signers
 from agentstack.trustlog import TrustLog
 from tests.share import bundle_corpus

@@ -678,9 +678,9 @@ def test_every_place_that_names_harnesses_agrees_with_the_descriptions() -> None
             assert entry.format in ("json", "toml", "text", "tree"), entry
             assert (entry.format in ("json", "toml")) == bool(entry.keys), entry
             assert not entry.keys or entry.keys in harness.keys, entry
-    from agentstack.cli_sandbox import HARNESS
+    from agentstack.cli.sandbox import HARNESS_HELP
 
-    help_text = " ".join(HARNESS.help.split())
+    help_text = " ".join(HARNESS_HELP.split())
     for name in names:
         assert name in help_text
     # The guard never finds the project through a harness's project-dir variable: project

@@ -1,130 +1,24 @@
-"""`adopt` (move a project's own harness config under the manifest) and `shims install|remove`."""
+"""`adopt`: move the servers and hooks already in a project's (or the user's) native harness
+configs into agentstack.toml."""
 
 from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
+from typing import Annotated, Any
 
-from agentstack.cli_base import JSON, USER, Opt, app, root_dir, use_user
+import typer
+
+from agentstack.cli._app import Command, commands
+from agentstack.cli._common import Json, User, root_dir, use_user
 from agentstack.entry import echo, print_json
-from agentstack.errors import InvalidInput, Refused
+from agentstack.errors import InvalidInput
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import Any
-
-shims_app = app.group(
-    "shims",
-    "Launchers for the harness binaries (claude, codex, gemini, opencode, copilot, …) ahead "
-    "on PATH that check the harness surface first.",
-)
+app = commands()
 
 _SECRET_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _NAME = re.compile(r"[^a-z0-9._-]+")
-
-
-# ------------------------------------------------------------------------------- shims
-
-
-def _shim_dir(directory: Path | None) -> Path:
-    from agentstack import layout
-    from agentstack.paths import agentstack_home
-
-    return (directory or Path(layout.shims_dir(str(agentstack_home())))).expanduser().resolve()
-
-
-DIR = Opt(
-    ("--dir",), "directory", "Where to put the launchers (default: $AGENTSTACK_HOME/shims).",
-    type=Path,
-)
-
-
-GIT_HOOKS = Opt(
-    ("--git-hooks",),
-    "git_hooks",
-    "Also install post-checkout/post-merge/post-rewrite hooks in this project's git "
-    "repository that re-check the surface and withdraw harness trust on a difference.",
-    kind="flag",
-)
-
-
-@shims_app.command(DIR, GIT_HOOKS, JSON, name="install")
-def shims_install(
-    directory: Path | None = None, git_hooks: bool = False, as_json: bool = False
-) -> None:
-    """Write a launcher for each harness binary agentstack renders for (`claude`, `codex`,
-    `gemini`, `opencode`, `copilot`, …); put their directory first on PATH to use them."""
-    import shlex
-
-    hooks: list[str] = []
-    if git_hooks:
-        from agentstack import githooks
-
-        hooks = [str(p) for p in githooks.install(root_dir().resolve())]
-    from agentstack import harnesses
-    from agentstack.fsutil import write_atomic
-    from agentstack.shim import MARKER
-
-    target = _shim_dir(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    written: list[str] = []
-    for harness in harnesses.ALL:
-        if not harness.has_adapter:
-            continue
-        command = shlex.join(
-            [sys.executable, "-I", "-m", "agentstack.shim", str(target), harness.binary]
-        )
-        text = (
-            f"#!/bin/sh\n{MARKER} for {harness.display}: checks the project's harness surface "
-            f"against the trusted digest, then runs the real {harness.binary}.\n"
-            f'exec {command} "$@"\n'
-        )
-        path = target / harness.binary
-        if path.exists() and MARKER.encode() not in path.read_bytes()[:512]:
-            raise Refused(f"{path} exists and is not an agentstack shim; nothing was written")
-        write_atomic(path, text.encode(), 0o755)
-        written.append(str(path))
-    if as_json:
-        print_json({"dir": str(target), "shims": written, "git_hooks": hooks})
-        return
-    for shown in [*written, *hooks]:
-        echo(f"wrote {shown}")
-    echo(f'put the shims first on PATH, e.g. in your shell profile: export PATH="{target}:$PATH"')
-
-
-@shims_app.command(DIR, GIT_HOOKS, JSON, name="remove")
-def shims_remove(
-    directory: Path | None = None, git_hooks: bool = False, as_json: bool = False
-) -> None:
-    """Remove the launchers `shims install` wrote (nothing else); with --git-hooks, also this
-    project's git hooks (chained hooks are put back)."""
-    from agentstack import harnesses
-    from agentstack.shim import MARKER
-
-    target = _shim_dir(directory)
-    removed = []
-    if git_hooks:
-        from agentstack import githooks
-
-        removed += [str(p) for p in githooks.remove(root_dir().resolve())]
-    for harness in harnesses.ALL:
-        path = target / harness.binary
-        try:
-            if MARKER.encode() in path.read_bytes()[:512]:
-                path.unlink()
-                removed.append(str(path))
-        except FileNotFoundError:
-            continue
-    if as_json:
-        print_json({"dir": str(target), "removed": removed})
-    else:
-        echo("\n".join(f"removed {p}" for p in removed) or "no shims to remove")
-
-
-# ------------------------------------------------------------------------------- adopt
-
 
 def _value(value: Any, notes: list[str]) -> str:
     """A native config value as a manifest value: `${VAR}` becomes a secret reference."""
@@ -335,12 +229,13 @@ def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
         write_atomic(path, data.encode("utf-8"), mode)
 
 
-@app.command(
-    Opt(("--write",), "write", "Edit agentstack.toml and the native files.", kind="flag"),
-    JSON,
-    USER,
-)
-def adopt(write: bool = False, as_json: bool = False, user: bool = False) -> None:
+@app.command(cls=Command)
+def adopt(
+    write: Annotated[bool, typer.Option(
+        "--write", help="Edit agentstack.toml and the native files.")] = False,
+    as_json: Json = False,
+    user: User = False,
+) -> None:
     """Move the servers and hooks already in the project's native configs into agentstack.toml.
 
     Dry run by default; with --write, agentstack.toml is edited (comments kept) and the adopted

@@ -1,28 +1,32 @@
-"""`agentstack check --boundary FILE`: is this setup within a boundary?"""
+"""`agentstack check --boundary FILE`: is this setup within a boundary? (`agentstack.boundary`)"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Annotated
 
-from agentstack.cli_base import JSON, USER, Opt, app, root_dir, use_user
+import typer
+
+from agentstack.cli._app import Command, commands
+from agentstack.cli._common import Format, Json, User, root_dir, use_user
 from agentstack.entry import print_json
 from agentstack.errors import InvalidInput
 
+app = commands()
 
-@app.command(
-    Opt(("--boundary",), "boundary", "A boundary file (default: $AGENTSTACK_HOME/boundary.toml).",
-        type=Path, path_kind="file"),
-    Opt(("--allow-unsupported",), "allow_unsupported",
-        "Exit 0 when the only problem is something unmodelled.", kind="flag"),
-    JSON,
-    Opt(("--format",), "output_format", "text, json or sarif (SARIF 2.1.0 for code scanning).",
-        metavar="FORMAT"),
-    USER,
-)
+
+@app.command(cls=Command)
 def check(
-    boundary: Path | None = None, allow_unsupported: bool = False, as_json: bool = False,
-    output_format: str | None = None, user: bool = False,
+    boundary: Annotated[Path | None, typer.Option(
+        "--boundary", dir_okay=False,
+        help="A boundary file (default: $AGENTSTACK_HOME/boundary.toml).")] = None,
+    allow_unsupported: Annotated[bool, typer.Option(
+        "--allow-unsupported",
+        help="Exit 0 when the only problem is something unmodelled.")] = False,
+    as_json: Json = False,
+    output_format: Format = None,
+    user: User = False,
 ) -> int:
     """Check the setup against a boundary: within_boundary, exceeds_boundary with a
     counterexample per domain, or unsupported with the reason. Exit 0 only when within."""

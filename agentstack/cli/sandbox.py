@@ -1,29 +1,31 @@
-"""`run`, `why`, `doctor` and `secret`: the kernel sandbox and the secrets its proxy injects."""
+"""`run`, `why` and `doctor`: the kernel sandbox (`agentstack.sandbox`). A simple `run -- CMD`
+never gets here: `agentstack.entry` starts it without the command table."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import Annotated, Any
 
-from agentstack.cli_base import JSON, Arg, Opt, app, root_dir, state, store
+import typer
+
+from agentstack.cli._app import Command, PassThrough, commands
+from agentstack.cli._common import Json, root_dir, state, store
 from agentstack.entry import echo, print_json
 from agentstack.entry import result as result_line
 from agentstack.errors import InvalidInput, Refused
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
-    from typing import Any
-
     from agentstack.manifest import Manifest
     from agentstack.sandbox.policy import SandboxPolicy
 
+app = commands()
 
-HARNESS = Opt(
-    ("--harness",),
-    "harness",
+HARNESS_HELP = (
     "claude-code, codex, gemini-cli, opencode, copilot, cursor or vscode: adds its state "
-    "paths and install directory (default: from the command, else the project's first).",
+    "paths and install directory (default: from the command, else the project's first)."
 )
+Harness = Annotated[str | None, typer.Option("--harness", help=HARNESS_HELP)]
 
 
 def _pick_harness(manifest: Manifest, harness: str | None, command: list[str]) -> str | None:
@@ -40,15 +42,15 @@ def _policy(
     return policy_for(manifest, root, harness, command)
 
 
-@app.command(
-    Arg("command", "-- CMD [ARG]...", "After --: the command and its arguments.", nargs="*",
-        rest=True),
-    HARNESS,
-    Opt(("--interactive",), "interactive",
-        "Keep the terminal and process group (default: when stdin is a terminal).", kind="pair"),
-)
+@app.command(cls=PassThrough)
 def run(
-    command: list[str] | None = None, harness: str | None = None, interactive: bool | None = None
+    command: Annotated[list[str] | None, typer.Argument(
+        metavar="[-- CMD [ARG]...]", show_default=False,
+        help="After --: the command and its arguments.")] = None,
+    harness: Harness = None,
+    interactive: Annotated[bool | None, typer.Option(
+        "--interactive/--no-interactive", show_default=False,
+        help="Keep the terminal and process group (default: when stdin is a terminal).")] = None,
 ) -> int:
     """Launch the harness (or CMD) under the kernel sandbox built from the trusted declaration.
 
@@ -57,7 +59,7 @@ def run(
     from agentstack.sandbox.session import run_command
 
     return run_command(
-        root_dir(), command, harness=harness, interactive=interactive, trust_store=store(),
+        root_dir(), list(command) if command else None, harness=harness, interactive=interactive, trust_store=store(),
         say=echo,
     )
 
@@ -65,25 +67,17 @@ def run(
 # ------------------------------------------------------------------ why
 
 
-@app.command(
-    Opt(("--path",), "path", "A file or directory."),
-    Opt(("--op",), "op", "read, write or readwrite (both).", default="read"),
-    Opt(("--host",), "host", "A host name or IP address."),
-    Opt(("--port",), "port", "A TCP port.", type=int),
-    HARNESS,
-    Opt(("--native",), "native",
-        "What the harness's own sandbox is given (apply --write renders it) and what it cannot "
-        "express.", kind="flag"),
-    JSON,
-)
+@app.command(cls=Command)
 def why(
-    path: str | None = None,
-    op: str = "read",
-    host: str | None = None,
-    port: int | None = None,
-    harness: str | None = None,
-    native: bool = False,
-    as_json: bool = False,
+    path: Annotated[str | None, typer.Option("--path", help="A file or directory.")] = None,
+    op: Annotated[str, typer.Option("--op", help="read, write or readwrite (both).")] = "read",
+    host: Annotated[str | None, typer.Option("--host", help="A host name or IP address.")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="A TCP port.")] = None,
+    harness: Harness = None,
+    native: Annotated[bool, typer.Option(
+        "--native", help="What the harness's own sandbox is given (apply --write renders it) and "
+        "what it cannot express.")] = False,
+    as_json: Json = False,
 ) -> int:
     """Explain a sandbox decision: `why --path P --op read|write` or `why --host H [--port N]`.
 
@@ -236,14 +230,16 @@ def _print_policy(policy: SandboxPolicy, trust: str) -> None:
 # ------------------------------------------------------------------ doctor
 
 
-@app.command(
-    Opt(("--verify",), "verify", "Also run the confinement suite (about a minute).", kind="flag"),
-    Opt(("--landlock-abi",), "landlock_abi",
-        "With --verify: restrict Landlock to this older ABI's rights (1-6), as an older kernel "
-        "would; rows needing a missing feature are reported refused.", type=int),
-    JSON,
-)
-def doctor(verify: bool = False, landlock_abi: int | None = None, as_json: bool = False) -> int:
+@app.command(cls=Command)
+def doctor(
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="Also run the confinement suite (about a minute).")] = False,
+    landlock_abi: Annotated[int | None, typer.Option(
+        "--landlock-abi", help="With --verify: restrict Landlock to this older ABI's rights "
+        "(1-6), as an older kernel would; rows needing a missing feature are reported "
+        "refused.")] = None,
+    as_json: Json = False,
+) -> int:
     """Landlock ABI, nono, seccomp, harness binaries, and the project's trust and lock state.
 
     Exit 1 when the sandbox cannot be enforced here (or, with --verify, when a row fails)."""
@@ -321,8 +317,6 @@ def doctor(verify: bool = False, landlock_abi: int | None = None, as_json: bool 
     return 1 if failed else 0
 
 
-# ------------------------------------------------------------------ secret
-
 def _project_checks() -> list[Any]:
     """doctor's project rows (agentstack.status): --project exactly, else the nearest project."""
     from agentstack.errors import AgentstackError
@@ -334,58 +328,3 @@ def _project_checks() -> list[Any]:
     except AgentstackError:
         root = None
     return project_checks(root, store)
-
-
-secret_app = app.group(
-    "secret", "Secrets referenced as secret:NAME (stored under $AGENTSTACK_HOME/secrets, 0600)."
-)
-
-
-def _secret_store() -> Any:
-    from agentstack.secrets import SecretStore
-
-    return SecretStore()
-
-
-@secret_app.command(Arg("name", "NAME", "The secret's name (as in secret:NAME)."), name="set")
-def secret_set(name: str) -> None:
-    """Store a secret; the value comes from stdin, or a hidden prompt on a terminal."""
-    store = _secret_store()
-    store.check_name(name)
-    if sys.stdin.isatty():
-        import getpass
-
-        value = getpass.getpass(f"value for {name} (hidden): ")
-        again = getpass.getpass("again: ")
-        if value != again:
-            raise InvalidInput("the two entries differ; nothing was stored")
-    else:
-        value = sys.stdin.read()
-        if value.endswith("\r\n"):
-            value = value[:-2]
-        elif value.endswith("\n"):
-            value = value[:-1]
-    path = store.set(name, value)
-    echo(f"stored secret {name} ({path}, mode 0600)")
-
-
-@secret_app.command(JSON, name="list")
-def secret_list(as_json: bool = False) -> None:
-    """Names of the stored secrets (never their values)."""
-    names = _secret_store().names()
-    if as_json:
-        print_json({"secrets": names})
-        return
-    if not names:
-        echo("no secrets stored")
-        return
-    sys.stdout.write("".join(f"{n}\n" for n in names))
-
-
-@secret_app.command(Arg("name", "NAME", "The secret's name."), name="rm")
-def secret_rm(name: str) -> None:
-    """Delete a stored secret."""
-    store = _secret_store()
-    if not store.remove(name):
-        raise Refused(f"no secret {name!r}", hint="see 'agentstack secret list'")
-    echo(f"removed secret {name}")

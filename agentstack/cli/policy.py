@@ -1,32 +1,34 @@
-"""`agentstack policy`: the team policy a member follows (agentstack.teampolicy)."""
+"""`agentstack policy`: the team policy a member follows (`agentstack.teampolicy`)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Annotated, Any
 
-from agentstack.cli_base import JSON, Arg, Opt, app, root_dir
+import typer
+
+from agentstack.cli._app import Command, commands, group
+from agentstack.cli._common import Json, root_dir
 from agentstack.entry import echo, print_json
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-policy_app = app.group(
-    "policy", "The team policy your setups must stay within (signed, fetched from git)."
-)
+app = commands()
+policy_app = group("The team policy your setups must stay within (signed, fetched from git).")
+app.add_typer(policy_app, name="policy")
 
 
-@policy_app.command(
-    Arg("url", "URL", "The policy's git repository (https, ssh or file://)."),
-    Opt(("--signer",), "signer", "The team's public key: an OpenSSH line or a .pub file.",
-        required=True, metavar="KEY"),
-    Opt(("--ref",), "ref", "The branch or tag to follow (default: the repository's HEAD).",
-        default="HEAD"),
-    JSON,
-    name="add",
-)
-def policy_add(url: str, signer: str, ref: str = "HEAD", as_json: bool = False) -> None:
+@policy_app.command("add", cls=Command)
+def policy_add(
+    url: Annotated[str, typer.Argument(
+        metavar="URL", help="The policy's git repository (https, ssh or file://).")],
+    signer: Annotated[str, typer.Option(
+        "--signer", metavar="KEY",
+        help="The team's public key: an OpenSSH line or a .pub file.")],
+    ref: Annotated[str, typer.Option(
+        "--ref", help="The branch or tag to follow (default: the repository's HEAD).",
+        show_default=False)] = "HEAD",
+    as_json: Json = False,
+) -> None:
     """Follow a team policy: fetch it, verify its signature by KEY, pin it by commit."""
     from agentstack import teampolicy
     from agentstack.keys import read_public_key
@@ -40,8 +42,8 @@ def policy_add(url: str, signer: str, ref: str = "HEAD", as_json: bool = False) 
          "trust, apply, receive and quarantine release now refuse what it forbids")
 
 
-@policy_app.command(JSON, name="update")
-def policy_update(as_json: bool = False) -> None:
+@policy_app.command("update", cls=Command)
+def policy_update(as_json: Json = False) -> None:
     """Fetch the policy again; install a newer signed version (shown as a diff)."""
     from agentstack import teampolicy
 
@@ -59,8 +61,8 @@ def policy_update(as_json: bool = False) -> None:
     echo(f"policy in force: {result.after.label()}")
 
 
-@policy_app.command(JSON, name="show")
-def policy_show(as_json: bool = False) -> int:
+@policy_app.command("show", cls=Command)
+def policy_show(as_json: Json = False) -> int:
     """The policy in force (verified now) and its rules."""
     from agentstack import teampolicy
 
@@ -79,8 +81,8 @@ def policy_show(as_json: bool = False) -> int:
     return 0
 
 
-@policy_app.command(JSON, name="check")
-def policy_check(as_json: bool = False) -> int:
+@policy_app.command("check", cls=Command)
+def policy_check(as_json: Json = False) -> int:
     """Check the project against the policy in force; exit 1 naming each rule it breaks."""
     from agentstack import teampolicy
     from agentstack.consent import current as current_setup
@@ -103,7 +105,7 @@ def policy_check(as_json: bool = False) -> int:
     return 1 if breaches else 0
 
 
-@policy_app.command(name="remove")
+@policy_app.command("remove", cls=Command)
 def policy_remove() -> None:
     """Stop following the team policy."""
     from agentstack import teampolicy
@@ -111,13 +113,14 @@ def policy_remove() -> None:
     echo("removed the team policy" if teampolicy.remove() else "no team policy to remove")
 
 
-@policy_app.command(
-    Arg("file", "FILE", "The policy file (agentstack-policy.toml).", type=Path),
-    Opt(("--key",), "key", "A key from 'keys list'."),
-    Opt(("--ssh-key",), "ssh_key", "An unencrypted OpenSSH ed25519 key file.", type=Path),
-    name="sign",
-)
-def policy_sign(file: Path, key: str | None = None, ssh_key: Path | None = None) -> None:
+@policy_app.command("sign", cls=Command)
+def policy_sign(
+    file: Annotated[Path, typer.Argument(
+        metavar="FILE", help="The policy file (agentstack-policy.toml).")],
+    key: Annotated[str | None, typer.Option("--key", help="A key from 'keys list'.")] = None,
+    ssh_key: Annotated[Path | None, typer.Option(
+        "--ssh-key", help="An unencrypted OpenSSH ed25519 key file.")] = None,
+) -> None:
     """Sign a policy file (for the team): checks it, writes FILE.sig next to it."""
     from agentstack import teampolicy
 

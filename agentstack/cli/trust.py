@@ -1,77 +1,67 @@
 """`trust` (and `trust --apply`), `trust list`, `trust log`, `revoke` and `status`: thin
-commands over `agentstack.trust` (the review rules) and `agentstack.status`."""
+commands over `agentstack.trust` (the review rules) and `agentstack.status`. `status` with simple
+arguments never gets here: `agentstack.entry` runs it without the command table."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+from typing import Annotated, Any
 
-from agentstack.cli_base import JSON, USER, Arg, Opt, app, ask, root_dir, store, use_user
-from agentstack.cli_base import store as trust_store
+import typer
+
+from agentstack.cli._app import Command, commands, group
+from agentstack.cli._common import Format, Json, User, ask, root_dir, store, use_user
+from agentstack.cli._common import store as trust_store
 from agentstack.entry import echo, print_json, result
 from agentstack.errors import InvalidInput, Refused
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import Any
-
-trust_app = app.group(
-    "trust", "Review the consent view (or what changed since you last trusted) and record trust."
-)
+app = commands()
+trust_app = group(None, default=True)
+app.add_typer(trust_app, name="trust",
+              short_help="Review the consent view (or what changed since you last trusted) and "
+              "record trust.")
 
 
-@trust_app.default(
-    Opt(("--yes", "-y"), "yes", "Trust without asking (after review).", kind="flag"),
-    Opt(("--digest",), "digest", "Refuse unless the current digest is exactly this."),
-    Opt(("--accept-risk",), "accept_risk", "Accept high-risk findings (with --yes).", kind="flag"),
-    Opt(
-        ("--boundary",),
-        "boundary",
-        "Refuse unless the setup is within this boundary file (default: "
-        "$AGENTSTACK_HOME/boundary.toml when it exists).",
-        type=Path,
-        path_kind="file",
-    ),
-    Opt(
-        ("--apply",),
-        "apply",
-        "Then render the harness files, as 'apply --write' (one step: review, trust, apply).",
-        kind="flag",
-    ),
-    Opt(
-        ("--lock",),
-        "lock",
-        "Lock first when agentstack.lock is missing or stale (as 'agentstack lock').",
-        kind="flag",
-    ),
-    Opt(("--harness",), "harness", "With --apply: only this harness; repeatable.", kind="list"),
-    Opt(("--force",), "force", "With --apply: overwrite hand edits (backed up first).",
-        kind="flag"),
-    JSON,
-    USER,
-)
+@trust_app.callback()
 def trust(
-    yes: bool = False,
-    digest: str | None = None,
-    accept_risk: bool = False,
-    boundary: Path | None = None,
-    apply: bool = False,
-    lock: bool = False,
-    harness: list[str] | None = None,
-    force: bool = False,
-    as_json: bool = False,
-    user: bool = False,
-) -> int:
+    ctx: typer.Context,
+    yes: Annotated[bool, typer.Option(
+        "--yes", "-y", help="Trust without asking (after review).")] = False,
+    digest: Annotated[str | None, typer.Option(
+        "--digest", help="Refuse unless the current digest is exactly this.")] = None,
+    accept_risk: Annotated[bool, typer.Option(
+        "--accept-risk", help="Accept high-risk findings (with --yes).")] = False,
+    boundary: Annotated[Path | None, typer.Option(
+        "--boundary", dir_okay=False,
+        help="Refuse unless the setup is within this boundary file (default: "
+        "$AGENTSTACK_HOME/boundary.toml when it exists).")] = None,
+    apply: Annotated[bool, typer.Option(
+        "--apply", help="Then render the harness files, as 'apply --write' (one step: review, "
+        "trust, apply).")] = False,
+    lock: Annotated[bool, typer.Option(
+        "--lock", help="Lock first when agentstack.lock is missing or stale (as "
+        "'agentstack lock').")] = False,
+    harness: Annotated[list[str] | None, typer.Option(
+        "--harness", help="With --apply: only this harness; repeatable.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --apply: overwrite hand edits (backed up first).")] = False,
+    as_json: Json = False,
+    user: User = False,
+) -> int | None:
     """Review and record trust for the current consent digest.
 
     With --apply, the same process then writes the harness files ('apply --write'); with --lock,
     it first brings a missing or stale agentstack.lock up to date. The review, its prompts and
     its refusals are the same as without them."""
+    if ctx.invoked_subcommand is not None:
+        return None  # `trust list`, `trust log`: the group's own review does not run
     from agentstack import trust as rules
     from agentstack.consent import current
     from agentstack.errors import StaleLock
 
+    harness = harness or None
     if (harness or force) and not apply:
         raise InvalidInput("--harness and --force apply to --apply", hint="add --apply")
     use_user(user)
@@ -254,8 +244,8 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
     return contents
 
 
-@trust_app.command(JSON, name="list")
-def trust_list(as_json: bool = False) -> None:
+@trust_app.command("list", cls=Command)
+def trust_list(as_json: Json = False) -> None:
     """Currently trusted digests, per project."""
     from agentstack.trust import current_trusts
 
@@ -285,12 +275,12 @@ def trust_list(as_json: bool = False) -> None:
         out.print(Wrapped(t(f"trusted {row['time']}{note}"), 6, first=Text("    ")))
 
 
-@trust_app.command(
-    Opt(("--verify",), "verify", "Check the hash chain and the head.", kind="flag"),
-    JSON,
-    name="log",
-)
-def trust_log(verify: bool = False, as_json: bool = False) -> int:
+@trust_app.command("log", cls=Command)
+def trust_log(
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="Check the hash chain and the head.")] = False,
+    as_json: Json = False,
+) -> int:
     """Print the trust log; --verify checks its chain (exit 1 naming the first bad record)."""
     store = trust_store()
     if verify:
@@ -326,15 +316,14 @@ def trust_log(verify: bool = False, as_json: bool = False) -> int:
     return 0
 
 
-@app.command(
-    Arg("digest_arg", "DIGEST", "Same as --digest.", nargs="?"),
-    Opt(("--digest",), "digest", "Revoke only this digest (default: every trusted one)."),
-    JSON,
-    USER,
-)
+@app.command(cls=Command)
 def revoke(
-    digest_arg: str | None = None, digest: str | None = None, as_json: bool = False,
-    user: bool = False,
+    digest_arg: Annotated[str | None, typer.Argument(
+        metavar="[DIGEST]", show_default=False, help="Same as --digest.")] = None,
+    digest: Annotated[str | None, typer.Option(
+        "--digest", help="Revoke only this digest (default: every trusted one).")] = None,
+    as_json: Json = False,
+    user: User = False,
 ) -> None:
     """Withdraw trust: every digest trusted for this project (or --digest), and harness entries.
 
@@ -412,13 +401,8 @@ def revoke(
         echo(f"still trusted: {value} ('agentstack revoke' without --digest withdraws it too)")
 
 
-@app.command(
-    JSON,
-    Opt(("--format",), "output_format", "text, json or sarif (SARIF 2.1.0 for code scanning).",
-        metavar="FORMAT"),
-    USER,
-)
-def status(as_json: bool = False, output_format: str | None = None, user: bool = False) -> int:
+@app.command(cls=Command)
+def status(as_json: Json = False, output_format: Format = None, user: User = False) -> int:
     """Lock freshness, trust state of the current digest, and what changed since the trusted one.
 
     Exit 0 when the lock is fresh and its digest trusted; 1 otherwise. When something trusted
