@@ -233,8 +233,22 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
 
 
 RENDERERS = {"claude-code": claude_code, "codex": codex}
-# What `apply --write` writes: every harness agentstack renders a native sandbox for.
-APPLIED = NATIVE_HARNESSES
+# What `apply --write` writes. Codex's profile is rendered by `why --native` (and proved by the
+# real binary with it) but not written. Measured with Codex 0.171: its hooks run outside its
+# sandbox, but while a session runs its bubblewrap'd helpers create the mount targets of the paths
+# they keep read-only (`.agents`, `.aws`, `.git` where missing) as empty directories in the real
+# workdir, and remove them at the end; a guard hook that runs meanwhile (the next prompt) sees new
+# entries in the project, which is drift, and blocks every prompt after it. They are no mount
+# points in the guard's own mount namespace, so nothing tells them from entries the project made.
+APPLIED = ("claude-code",)
+NOT_APPLIED = {
+    "codex": Finding(
+        "not-enforced", "not written by apply",
+        "while a Codex session runs, its sandbox creates empty mount targets (.agents, .aws, .git "
+        "where missing) in the real workdir, which the guard hook sees as drift and then blocks "
+        "every prompt: apply does not write this profile yet (start Codex through agentstack "
+        "run)"),
+}
 
 
 def render(policy: SandboxPolicy, harness: str, platform: str | None = None, *,
@@ -253,6 +267,8 @@ def render(policy: SandboxPolicy, harness: str, platform: str | None = None, *,
     if missing:
         policy = policy._replace(grants=tuple(g for g in policy.grants if g not in missing))
     rendered = renderer(policy, chosen)
+    if harness in NOT_APPLIED:
+        rendered = rendered._replace(findings=(NOT_APPLIED[harness], *rendered.findings))
     if missing:
         rendered = rendered._replace(findings=(*rendered.findings, *(
             Finding("dropped", g.source, f"{g.path} does not exist: not given natively (and "

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from agentstack.manifest import load_manifest
 from agentstack.sandbox import native
 from agentstack.sandbox.policy import Deny, Grant, SandboxPolicy
 from tests.conftest import make_project, run_cli_in_process
@@ -106,28 +107,13 @@ def test_apply_renders_owned_guarded_native_keys(var_home: Path) -> None:
     assert sandbox["enabled"] and sandbox["failIfUnavailable"]
     assert sandbox["allowUnsandboxedCommands"] is False
     assert str(var_home / ".ssh") in sandbox["filesystem"]["denyRead"]
-    import tomllib
-
-    config = tomllib.loads((root / ".codex" / "config.toml").read_text())
-    assert config["default_permissions"] == native.CODEX_PROFILE
-    filesystem = config["permissions"][native.CODEX_PROFILE]["filesystem"]
-    assert filesystem[str(var_home / ".ssh")] == "none" and filesystem[str(root)] == "write"
-    assert filesystem[str(var_home / ".config" / "agentstack")] == "none"
+    # Codex's profile is not written by apply (its sandbox runs the guard hook, and its
+    # synthetic mount targets look like drift there): `why --native` says so.
+    codex_config = root / ".codex" / "config.toml"
+    assert not codex_config.exists() or "default_permissions" not in codex_config.read_text()
     why = run_cli_in_process("why", "--harness", "codex", "--native", "--json", cwd=root)
-    shown = json.loads(why.stdout)
-    assert shown["native"]["keys"] == {k: config[k] for k in ("default_permissions",
-                                                               "permissions")}
-    assert shown["on_disk"] == "rendered", shown["on_disk"]
-    assert run_cli_in_process("status", cwd=root).returncode == 0
-    # Pinned: a changed value in the profile is drift `status` reports.
-    codex_path = root / ".codex" / "config.toml"
-    pristine = codex_path.read_text()
-    codex_path.write_text(pristine.replace(f'"{var_home / ".ssh"}" = "none"',
-                                           f'"{var_home / ".ssh"}" = "read"'))
-    assert codex_path.read_text() != pristine
-    changed = run_cli_in_process("status", cwd=root)
-    assert changed.returncode != 0 and "config.toml" in changed.stdout + changed.stderr
-    codex_path.write_text(pristine)
+    findings = json.loads(why.stdout)["native"]["findings"]
+    assert findings[0]["what"] == "not written by apply"
     # Owned and watched like the servers: a changed native key is drift `status` reports.
     settings["sandbox"]["enabled"] = False
     (root / ".claude" / "settings.local.json").write_text(json.dumps(settings))
@@ -241,9 +227,24 @@ def test_codexs_own_sandbox_confines_a_directly_started_session(var_home: Path) 
     from tests.harness.mock_model import MockModel, ToolCall
 
     root = _applied(var_home)
-    config = (root / ".codex" / "config.toml").read_text()
-    assert f'default_permissions = "{native.CODEX_PROFILE}"' in config
-    with MockModel([ToolCall("Bash", {"command": _confined_command(var_home)})]) as model:
+    # The profile `why --native` shows (apply does not write it yet: see native.NOT_APPLIED),
+    # given to Codex in the project's config as apply would.
+    policy = native.native_policy(load_manifest(root).sandbox, root)
+    rendered = native.render(policy, "codex")
+    assert rendered is not None
+    config_path = root / ".codex" / "config.toml"
+    lines = [f'default_permissions = "{native.CODEX_PROFILE}"', "",
+             f"[permissions.{native.CODEX_PROFILE}.filesystem]"]
+    for key, access in rendered.keys.items():
+        if key[0] == "permissions":
+            lines.append(f"{json.dumps(key[-1])} = {json.dumps(access)}")
+    existing = config_path.read_text() if config_path.exists() else ""
+    config_path.parent.mkdir(exist_ok=True)
+    config_path.write_text("\n".join(lines) + "\n\n" + existing)
+    state = var_home / ".config" / "agentstack"
+    assert any(state.iterdir())  # the trust log and the guard's snapshot
+    probe = f"ls {state}; echo state=$?; {_confined_command(var_home)}"
+    with MockModel([ToolCall("Bash", {"command": probe})]) as model:
         # The user's own config: the mock provider, the project trusted, and the user's most
         # permissive choice; the project's rendered profile must win over it. (It replaces the
         # user-level hook trust apply wrote, so the guard hook is skipped: only this plane.)
@@ -253,6 +254,7 @@ def test_codexs_own_sandbox_confines_a_directly_started_session(var_home: Path) 
     assert run.proc.returncode == 0, run.output
     assert "read=1" in out and "outside=1" in out and "inside=0" in out, out
     assert "Permission denied" in out and "Read-only file system" in out, out
+    assert "state=2" in out, out  # agentstack's state masked for the shell (not for the hooks)
     _assert_barriers_hold(out)
     assert "DECOY-KEY" not in out
     assert not (var_home / "outside.txt").exists()
@@ -294,69 +296,32 @@ def test_the_unmask_probe_sees_the_kernel_allow_it_unconfined(var_home: Path) ->
     assert done.stdout.strip() == "unmask=EINVAL", done
 
 
-def _listing(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")}
-
-
 @pytest.mark.slow
-def test_codex_with_everything_apply_wrote_is_guarded_and_confined(var_home: Path) -> None:
-    """Codex started directly with what `apply --write` wrote and nothing else of agentstack's:
-    the project's profile, its hooks and the user-level hook trust. Codex runs the guard hook
-    inside its own sandbox (bubblewrap, whose mount targets for the paths it keeps read-only,
-    `.git`, `.agents`, `.codex`, are missing in this project): the guard sees no drift, every
-    prompt and the tool call go through, the sandbox denies the decoy read and the outside write,
-    and nothing is left in the project that `status` calls drift. Then an entry added to the
-    profile (`"/" = "write"`) is drift the guard, inside that sandbox, blocks the prompt for."""
-    import tomllib
-
-    from tests.harness.binaries import harness_bin
-    from tests.harness.drive import run_codex
+def test_codex_runs_hooks_outside_its_own_sandbox(var_home: Path) -> None:
+    """Why the profile may mask agentstack's state from the shell: with the profile in the
+    project's config, a project hook sees the host's mounts (none of the sandbox's over the
+    workdir), reads the decoy and writes outside the workdir, as the guard hook reads its state.
+    (Codex's shell commands under the same profile are denied both: the test above.)"""
+    from tests.harness.drive import codex_setup, run_codex
     from tests.harness.mock_model import MockModel, ToolCall
-    from tests.test_harness_e2e import _codex_config, _codex_config_model
 
-    harness_bin("codex")
-    with MockModel([]) as placeholder:
-        _codex_config(var_home, placeholder)  # the user's own: danger-full-access, the mock
     root = _applied(var_home)
-    config = tomllib.loads((root / ".codex" / "config.toml").read_text())
-    assert config["default_permissions"] == native.CODEX_PROFILE
-    filesystem = config["permissions"][native.CODEX_PROFILE]["filesystem"]
-    assert filesystem[str(var_home / ".ssh")] == "none" and filesystem[str(root)] == "write"
-    assert "hooks" in json.loads((root / ".codex" / "hooks.json").read_text())
-    before = _listing(root)
-    state = var_home / ".config" / "agentstack"
-    assert any(state.iterdir())  # the trust log and the guard's snapshot, read by the guard
-    probe = f"ls {state}; echo state=$?; {_confined_command(var_home)}"
-    with MockModel([ToolCall("Bash", {"command": probe})]) as model:
-        _codex_config_model(var_home, model)
+    policy = native.native_policy(load_manifest(root).sandbox, root)
+    rendered = native.render(policy, "codex")
+    assert rendered is not None
+    lines = [f'default_permissions = "{native.CODEX_PROFILE}"', "",
+             f"[permissions.{native.CODEX_PROFILE}.filesystem]"]
+    lines += [f"{json.dumps(key[-1])} = {json.dumps(access)}"
+              for key, access in rendered.keys.items() if key[0] == "permissions"]
+    (root / ".codex" / "config.toml").write_text("\n".join(lines) + "\n")
+    log = var_home / "hook.log"
+    hook = (f"sh -c 'grep -c {root}/ /proc/self/mountinfo > {log}; "
+            f"cat {var_home}/.ssh/id_ed25519 >> {log}; touch {var_home}/hook-outside.txt'")
+    with MockModel([ToolCall("Bash", {"command": "echo hi"})]) as model:
+        codex_setup(root, var_home, model, hook_command=hook)
         run = run_codex(root, var_home, "go")
-    out = _outputs(model)
     assert run.proc.returncode == 0, run.output
-    assert "agentstack guard" not in run.output, run.output  # no prompt, no tool call blocked
-    assert "read=1" in out and "outside=1" in out and "inside=0" in out, (out, run.output)
-    assert "state=2" in out, out  # agentstack's state: masked for the shell, not for the guard
-    assert "Permission denied" in out and "Read-only file system" in out, out
-    _assert_barriers_hold(out)
-    assert "DECOY-KEY" not in out and "DECOY-KEY" not in run.output
-    assert not (var_home / "outside.txt").exists()
-    assert _listing(root) - before == {"inside.txt"}, _listing(root) - before
-    status = run_cli_in_process("status", cwd=root)
-    assert status.returncode == 0, status.stdout + status.stderr
-
-    # Watched like the servers: an entry beside the profile's own is drift, and the guard (run
-    # by Codex inside this very sandbox) blocks the prompt before any model request.
-    path = root / ".codex" / "config.toml"
-    path.write_text(path.read_text().replace(
-        f"[permissions.{native.CODEX_PROFILE}.filesystem]\n",
-        f'[permissions.{native.CODEX_PROFILE}.filesystem]\n"/tmp" = "write"\n'))
-    assert "/tmp" in tomllib.loads(path.read_text())["permissions"][native.CODEX_PROFILE][
-        "filesystem"]
-    drifted = run_cli_in_process("status", cwd=root)
-    assert drifted.returncode != 0 and "config.toml" in drifted.stdout + drifted.stderr
-    with MockModel([ToolCall("Bash", {"command": _command(var_home)})]) as model:
-        _codex_config_model(var_home, model)
-        blocked = run_codex(root, var_home, "go")
-    assert [r for r in model.requests if r.method == "POST" and r.api is not None] == [], \
-        blocked.output
-    assert "UserPromptSubmit" in blocked.output, blocked.output
-    assert not (var_home / "outside.txt").exists()
+    assert log.exists(), run.output
+    mounts_over_workdir, *rest = log.read_text().splitlines()
+    assert mounts_over_workdir == "0" and DECOY.strip() in rest, log.read_text()
+    assert (var_home / "hook-outside.txt").exists()
