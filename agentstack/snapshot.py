@@ -189,8 +189,19 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
                 files.setdefault(here, {"kind": "listing", "role": "rendered"})
             continue
         if recorded.get("kind") == "whole" and not path.startswith(str(root) + os.sep):
-            # A whole file outside the project (a Gemini CLI extension's link to its plugin).
+            # A whole file outside the project: a plugin's copy the harness loads (Codex's
+            # installed copy) or a Gemini CLI extension's link to its plugin. Every directory
+            # from the `agentstack-<key>` one down is watched by its listing too.
             files[path] = {"kind": "raw", "role": "rendered"}
+            top = os.path.dirname(path)
+            while top != os.path.dirname(top) and not os.path.basename(top).startswith(
+                "agentstack-"
+            ):
+                top = os.path.dirname(top)
+            if os.path.basename(top).startswith("agentstack-"):
+                for here, dirs, _ in os.walk(top):
+                    dirs.sort()
+                    files.setdefault(here, {"kind": "listing", "role": "rendered"})
             continue
         if not path.startswith(str(root) + os.sep) and not (
             user_setup and recorded.get("kind") == "keys"
