@@ -66,7 +66,7 @@ def project(tmp_path: Path) -> Path:
 def test_the_fast_paths_load_no_cli_framework(project: Path) -> None:
     """The guard (as the rendered hook runs it), `status`, `digest`, `show --json` and an
     unchanged `lock` start without typer, click, rich or pydantic (`run -- CMD`:
-    tests/test_run_launch.py::test_run_imports_nothing_it_does_not_need_before_exec)."""
+    tests/sandbox/test_run_launch.py::test_run_imports_nothing_it_does_not_need_before_exec)."""
     settings = json.loads((project / ".claude/settings.local.json").read_text())
     hook = settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
     words = shlex.split(hook)

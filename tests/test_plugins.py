@@ -423,7 +423,7 @@ def test_golden_plugin_render(tmp_path: Path, isolated_home: Path, harness: str)
 
     from agentstack.apply import plan
     from agentstack.consent import current
-    from tests.test_apply import REGENERATE, _normalise
+    from tests.apply.test_apply import REGENERATE, _normalise
 
     if harness == "claude-code":
         root = tmp_path / "plugin"
@@ -463,7 +463,7 @@ path = "plug"
         assert change.new is not None
         text = change.new.decode()
         if change.display == ".claude/settings.local.json":
-            # Only the plugin keys (the rest is the Claude Code golden of tests/test_apply.py).
+            # Only the plugin keys (the rest is the Claude Code golden of tests/apply/test_apply.py).
             keys = json.loads(text)
             text = json.dumps({k: keys[k] for k in ("extraKnownMarketplaces", "enabledPlugins")},
                               indent=2) + "\n"
@@ -515,7 +515,7 @@ def test_a_plugin_travels_in_a_signed_bundle(tmp_path: Path, isolated_home: Path
     receiver's release locks to the same digest without the repository and renders it."""
     import shutil
 
-    from tests.test_bundle import Homes
+    from tests.share.test_bundle import Homes
 
     homes = Homes(tmp_path / "users")
     repo = _market(tmp_path)

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from agentstack import _guard, _guard_more, contentstore, fsutil, status, surface
 from agentstack.canonical import b3
 from tests.conftest import make_project, run_cli_in_process
-from tests.test_guard_speed import needs_a_mark
+from tests.guard.test_guard_speed import needs_a_mark
 
 MANIFEST = """\
 [project]
