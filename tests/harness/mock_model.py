@@ -365,6 +365,12 @@ def map_for_gemini(call: ToolCall, offered: list[str]) -> tuple[str, dict[str, A
 
 
 def map_for_chat(call: ToolCall, offered: list[str]) -> tuple[str, dict[str, Any]]:
+    if call.name == "Bash" and "bash" not in offered:
+        for name, shaped in (("Bash", {"command": call.input.get("command", "")}),  # Continue
+                             ("run_shell_command", {"command": call.input.get("command", "")}),
+                             ("run_commands", {"commands": [call.input.get("command", "")]})):
+            if name in offered:  # Qwen Code, Cline
+                return name, shaped
     if call.name == "Bash":
         return "bash", {"command": call.input.get("command", ""),
                         "description": "run a command"}
