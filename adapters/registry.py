@@ -2,29 +2,32 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from agentstack.errors import Refused
+from agentstack.harnesses import ALL
 
 from .base import Adapter
-from .claude_code import ClaudeCodeAdapter
-from .codex import CodexAdapter
-from .copilot import CopilotAdapter
-from .cursor import CursorAdapter
-from .gemini_cli import GeminiCliAdapter
-from .opencode import OpenCodeAdapter
-from .vscode import VSCodeAdapter
 
 ENTRY_POINT_GROUP = "agentstack.adapters"
 
-# Built-in adapters by harness name; the type checker verifies every value implements `Adapter`.
-BUILTIN: dict[str, Adapter] = {
-    "claude-code": ClaudeCodeAdapter(),
-    "codex": CodexAdapter(),
-    "gemini-cli": GeminiCliAdapter(),
-    "opencode": OpenCodeAdapter(),
-    "copilot": CopilotAdapter(),
-    "vscode": VSCodeAdapter(),
-    "cursor": CursorAdapter(),
-}
+
+def _builtin() -> dict[str, Adapter]:
+    """Built-in adapters by harness name, one per description naming one (its `adapter`,
+    "module:Class" in this package); each must implement `Adapter` for its own name."""
+    out: dict[str, Adapter] = {}
+    for harness in ALL:
+        if not harness.adapter:
+            continue
+        module, _, cls = harness.adapter.partition(":")
+        adapter = getattr(import_module(f"{__package__}.{module}"), cls)()
+        if not isinstance(adapter, Adapter) or adapter.name != harness.name:
+            raise TypeError(f"{harness.adapter} is not the Adapter of {harness.name!r}")
+        out[harness.name] = adapter
+    return out
+
+
+BUILTIN: dict[str, Adapter] = _builtin()
 
 
 def instruction_targets(harnesses: list[str]) -> dict[str, str]:

@@ -44,12 +44,13 @@ def init(harness: list[str] | None = None, name: str | None = None, user: bool =
     import re
 
     from agentstack.edit import init as do_init
+    from agentstack.harnesses import DEFAULT_NAMES
 
     use_user(user, must_exist=False)
 
     root = (_state.project or Path.cwd()).resolve()
     default = re.sub(r"[^a-z0-9._-]+", "-", root.name.lower()).strip("-._") or "project"
-    path = do_init(root, name or default, harness or ["claude-code", "codex"])
+    path = do_init(root, name or default, harness or list(DEFAULT_NAMES))
     echo(f"wrote {path}\nnext: 'agentstack add server NAME -- CMD ARG…', then 'agentstack lock'")
 
 

@@ -27,12 +27,6 @@ SETTING = "setting"  # anything else the harness reads (shown, not rated high)
 
 HIGH_KEY_RISKS = frozenset({RUNS, ENV, PERMISSION, HOST, FILE, SERVER, GUARD_OFF})
 
-# The project files each built-in adapter writes the instructions into (its `renders_into`): such a
-# file cannot also be an instruction source. Here, not only on the adapters, so that checking a lock
-# does not import the renderers.
-RENDERS_INTO: dict[str, tuple[str, ...]] = {"claude-code": ("CLAUDE.md",), "codex": ("AGENTS.md",)}
-
-
 def instruction_targets(harnesses: list[str]) -> dict[str, str]:
     """Project files the built-in adapters of `harnesses` write instructions into (path ->
     harness, the first harness to claim a path)."""
@@ -81,6 +75,66 @@ class Harness(NamedTuple):
     # directory, each one of `surface`'s (without its leading `**/`), measured with the real
     # harness started in a subdirectory of a git checkout.
     above: tuple[str, ...] = ()
+
+    # ---- its pre-tool hook, as the guard sees it (compiled into agentstack/_guard.py's
+    # generated table by `python -m agentstack.harnessgen`: the guard does not import this module)
+    # How its hook is told "deny" (one of DENY_SHAPES; "" = every known shape at once).
+    deny_shape: str = ""
+    # The guard's tool table it is judged by: harnesses naming tools alike share one (the union
+    # of the `tools`/`inert_tools`/`refused_tools` of every harness naming that table).
+    tool_table: str = ""
+    # Its tools, exactly as it names them (case matters), and the arguments that name what they
+    # touch: "key:kind" with kind "read"/"write" (a path), "pattern" (a path pattern read),
+    # "url", "urls" (URLs in a text), "server" (an MCP server's name), "patch" (apply_patch's
+    # text), "regex"/"opaque" (named, nothing to judge); a trailing "?" marks an optional one.
+    tools: dict[str, tuple[str, ...]] = {}  # noqa: RUF012 - never mutated
+    # Tools that name nothing the guard judges (shells run under the sandbox, not the guard;
+    # plans, todos and questions touch nothing; a sub-agent's own calls come back through the hook).
+    inert_tools: frozenset[str] = frozenset()
+    # Tools it offers that the guard refuses whatever their input, with the reason.
+    refused_tools: dict[str, str] = {}  # noqa: RUF012 - never mutated
+    # Its hook input's own shapes beyond Claude Code's (`tool_name`/`tool_input`, MCP tools named
+    # `mcp__<server>__<tool>`), each one of HOOK_INPUTS.
+    hook_input: tuple[str, ...] = ()
+    # Its hook input names the hook event (`hook_event_name`): one for another event is denied.
+    names_event: bool = False
+
+    # ---- everything else that differs per harness
+    default: bool = False  # in a new manifest's `project.harnesses`
+    adapter: str = ""  # its built-in adapter: "module:Class" in agentstack_adapters
+    renders_into: tuple[str, ...] = ()  # project files its adapter writes the instructions into
+    mcp_list: bool = False  # its CLI has `mcp list` (doctor asks it about the locked servers)
+    at_imports: bool = False  # it follows `@path` imports in its instruction files
+    # `run` gives it a private per-project copy of its user-level state
+    # (agentstack.sandbox.private_state) instead of the real `state_dirs`.
+    private_state: bool = False
+    # Sandbox extras for `run` beyond its `state_dirs` (opened for writing unless private_state).
+    sandbox_read_dirs: tuple[str, ...] = ()  # "~/..."
+    sandbox_env: tuple[tuple[str, str], ...] = ()  # set inside the sandbox
+    # Project files it loads that agentstack does not render, and the keys in them that would
+    # run code or switch the guard off (agentstack.snapshot watches them): (path, format, keys).
+    watched: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = ()
+    # Its configuration directories, write-protected whole wherever they lie (PROTECTED_DIRS).
+    config_dirs: tuple[str, ...] = ()
+    # Plugin roots (PLUGIN_MARKERS) and marketplace files (PLUGIN_MARKETPLACES) it loads.
+    plugin_markers: tuple[str, ...] = ()
+    plugin_marketplaces: tuple[str, ...] = ()
+
+
+# The deny shapes of the pre-tool hooks (agentstack._guard.deny_body writes each one).
+DENY_SHAPES = (
+    "hookSpecificOutput",  # {"hookSpecificOutput": {..., "permissionDecision": "deny", ...}}
+    "decision",  # {"decision": "deny", "reason": ...}
+    "permissionDecision",  # {"permissionDecision": "deny", "permissionDecisionReason": ...}
+    "permission",  # {"permission": "deny", "user_message": ..., "agent_message": ...}
+)
+# Hook input shapes beyond Claude Code's (agentstack._guard reads each one).
+HOOK_INPUTS = (
+    "toolName",  # `toolName`/`toolArgs` (the arguments as a JSON text)
+    "mcp_context",  # an `mcp_context` names the MCP server of an `mcp_<server>_<tool>` tool
+    "MCP:",  # MCP tools named `MCP:<server>:<tool>`
+    "server-tool",  # MCP tools named `<server>-<tool>` (its own tools have no '-')
+)
 
 
 _CLAUDE_SETTINGS: dict[str, str] = {
@@ -205,6 +259,173 @@ def _e(
     return SurfaceEntry(pattern, role, fmt, keys, verified, note, writes, value)
 
 
+# ------------------------------------------------------------ the tools each harness offers
+# Every tool name here is one a pinned harness version offers, or did (the captures in
+# tests/harness/tools/, compared with each harness in CI): the guard denies any other name.
+
+_CLAUDE_TOOLS: dict[str, tuple[str, ...]] = {
+    "Read": ("file_path:read",),
+    "NotebookRead": ("notebook_path:read",),
+    "Write": ("file_path:write",),
+    "Edit": ("file_path:write",),
+    "MultiEdit": ("file_path:write",),
+    "NotebookEdit": ("notebook_path:write",),
+    "Glob": ("pattern:pattern", "path:read?"),
+    "Grep": ("path:read?", "glob:pattern?", "pattern:regex?"),
+    "LS": ("path:read",),
+    "WebFetch": ("url:url",),
+    "ListMcpResourcesTool": ("server:server",),
+    "ReadMcpResourceTool": ("server:server", "uri:opaque?"),
+    "Workflow": ("scriptPath:read?",),  # a script file it runs
+}
+_CODEX_TOOLS: dict[str, tuple[str, ...]] = {
+    "apply_patch": ("*:patch",),
+    "view_image": ("path:read",),
+    "read_mcp_resource": ("server:server", "uri:opaque?"),
+    "list_mcp_resources": ("server:server",),
+    "list_mcp_resource_templates": ("server:server",),
+    "Bash": ("workdir:read?",),
+    "shell": ("workdir:read?",),
+    "exec_command": ("workdir:read?",),
+    "shell_command": ("workdir:read?",),
+    "local_shell": ("workdir:read?",),
+    # Sub-agents, named by their ids (`target` is an agent id, not a path).
+    "multi_agent_v1__close_agent": ("target:opaque",),
+    "multi_agent_v1__send_input": ("target:opaque",),
+}
+_GEMINI_TOOLS: dict[str, tuple[str, ...]] = {
+    "read_file": ("absolute_path:read?", "file_path:read?", "path:read?"),
+    "read_many_files": ("paths:read?",),
+    "list_directory": ("path:read?", "dir_path:read?"),
+    "glob": ("pattern:pattern", "path:read?", "dir_path:read?"),
+    "search_file_content": ("path:read?", "dir_path:read?", "include:pattern?"),
+    "grep_search": ("dir_path:read?", "include_pattern:pattern?", "pattern:regex?"),
+    "write_file": ("file_path:write?", "absolute_path:write?"),
+    "replace": ("file_path:write?", "absolute_path:write?"),
+    "web_fetch": ("prompt:urls",),
+}
+_COPILOT_TOOLS: dict[str, tuple[str, ...]] = {
+    "view": ("path:read",),
+    "create": ("path:write",),
+    "edit": ("path:write",),
+    "str_replace": ("path:write",),
+    "web_fetch": ("url:url",),
+    "apply_patch": ("*:patch",),
+    "glob": ("pattern:pattern", "paths:read?"),
+    "rg": ("paths:read?", "glob:pattern?", "pattern:regex?"),
+    "session_store_sql": ("source:opaque?",),  # `cloud` or `local`: which session store
+}
+_OPENCODE_TOOLS: dict[str, tuple[str, ...]] = {
+    "read": ("filePath:read",),
+    "list": ("path:read?",),
+    "glob": ("pattern:pattern", "path:read?"),
+    "grep": ("path:read?", "include:pattern?"),
+    "write": ("filePath:write",),
+    "edit": ("filePath:write",),
+    "patch": ("*:patch",),
+    "webfetch": ("url:url",),
+}
+_CLAUDE_INERT = frozenset({
+    "Bash",
+    "BashOutput",
+    "KillShell",
+    "KillBash",
+    "Task",
+    "Agent",
+    "TodoWrite",
+    "TodoRead",
+    "ExitPlanMode",
+    "EnterPlanMode",
+    "AskUserQuestion",
+    "SlashCommand",
+    "Skill",
+    "TaskOutput",
+    "TaskStop",
+    "TaskCreate",
+    "TaskGet",
+    "TaskList",
+    "TaskUpdate",
+    "WebSearch",
+    "Monitor",
+    "SendMessage",
+    "ListAgents",
+    "ReportFindings",
+    "ScheduleWakeup",
+    "CronCreate",
+    "CronDelete",
+    "CronList",
+    "ToolSearch",
+    "DeferredToolPlaceholder",
+})
+_CODEX_INERT = frozenset({
+    "update_plan",
+    "write_stdin",
+    "web_search",
+    "request_user_input",
+    "create_goal",
+    "get_goal",
+    "update_goal",
+    "multi_agent_v1__spawn_agent",
+    "multi_agent_v1__resume_agent",
+    "multi_agent_v1__wait_agent",
+})
+_GEMINI_INERT = frozenset({
+    "run_shell_command",
+    "google_web_search",
+    "save_memory",
+    "write_todos",
+    "activate_skill",
+    "enter_plan_mode",
+    "invoke_agent",
+    "list_background_processes",
+    "read_background_output",
+    "update_topic",
+})
+_COPILOT_INERT = frozenset({
+    "bash",
+    "write_bash",
+    "read_bash",
+    "stop_bash",
+    "list_bash",
+    "report_intent",
+    "skill",
+    "task",
+    "read_agent",
+    "list_agents",
+    "write_agent",
+    "sql",  # the session's own database
+    "semantic_code_search",  # a query to GitHub's code search for a named repository
+    "fetch_copilot_cli_documentation",
+})
+_OPENCODE_INERT = frozenset({"bash", "todowrite", "todoread", "task", "skill"})
+_CLAUDE_REFUSED: dict[str, str] = {
+    "EnterWorktree": "it creates a git worktree under .claude/, which no tool may write",
+    "ExitWorktree": "it can remove a git worktree under .claude/, which no tool may write",
+}
+_COPILOT_REFUSED: dict[str, str] = {
+    "lsp": (
+        "it asks language servers started from configuration (and its rename edits files "
+        "the guard never sees)"
+    ),
+}
+
+
+# Claude Code's project settings: agentstack renders into `.claude/settings.local.json` only, so
+# these keys in the shared file would run code or switch the guard off.
+_CLAUDE_WATCHED: tuple[str, str, tuple[tuple[str, ...], ...]] = (
+    ".claude/settings.json",
+    "json",
+    (
+        ("hooks",),
+        ("disableAllHooks",),
+        ("enableAllProjectMcpServers",),
+        ("enabledMcpjsonServers",),
+        ("env",),
+        ("apiKeyHelper",),
+        ("mcpServers",),
+    ),
+)
+
 CLAUDE_CODE = Harness(
     name="claude-code",
     display="Claude Code",
@@ -243,6 +464,24 @@ CLAUDE_CODE = Harness(
         "~/.claude.json projects.<root>.hasTrustDialogAccepted",
         ".claude/settings.local.json enabledMcpjsonServers",
     ),
+    deny_shape="hookSpecificOutput",
+    tool_table="claude-code",
+    tools=_CLAUDE_TOOLS,
+    inert_tools=_CLAUDE_INERT,
+    refused_tools=_CLAUDE_REFUSED,
+    names_event=True,
+    default=True,
+    adapter="claude_code:ClaudeCodeAdapter",
+    renders_into=("CLAUDE.md",),
+    mcp_list=True,
+    at_imports=True,
+    private_state=True,
+    sandbox_read_dirs=("~/.local/share/claude",),
+    sandbox_env=(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),),
+    watched=(_CLAUDE_WATCHED,),
+    config_dirs=(".claude",),
+    plugin_markers=(".claude-plugin/plugin.json",),
+    plugin_marketplaces=(".claude-plugin/marketplace.json",),
     # Measured with 2.1.332: memory, rules, skills and agents reach the model and `.mcp.json`'s
     # servers start; `.claude/settings.json` above the project is not read (its hooks do not run).
     above=(
@@ -294,6 +533,21 @@ CODEX = Harness(
         '~/.codex/config.toml projects."<root>".trust_level',
         '~/.codex/config.toml hooks.state."<hook>".trusted_hash',
     ),
+    # Codex names its hook tools after Claude Code's where they are the same ("Bash"): the two
+    # share one table, so a name either one uses is judged the same way by both.
+    deny_shape="hookSpecificOutput",
+    tool_table="claude-code",
+    tools=_CODEX_TOOLS,
+    inert_tools=_CODEX_INERT,
+    names_event=True,
+    default=True,
+    adapter="codex:CodexAdapter",
+    renders_into=("AGENTS.md",),
+    mcp_list=True,
+    private_state=True,
+    config_dirs=(".codex", ".agents"),
+    plugin_markers=(".codex-plugin/plugin.json",),
+    plugin_marketplaces=(".agents/plugins/marketplace.json",),
     # Measured with 0.171.0: instructions and skills reach the model; `.codex/config.toml` above
     # the project is read only where Codex trusts that directory itself (agentstack trusts the
     # project's root only).
@@ -341,6 +595,15 @@ GEMINI_CLI = Harness(
     ),
     keys={"gemini": _GEMINI_SETTINGS},
     trust_entries=("~/.gemini/trustedFolders.json",),
+    deny_shape="decision",
+    tool_table="gemini-cli",
+    tools=_GEMINI_TOOLS,
+    inert_tools=_GEMINI_INERT,
+    hook_input=("mcp_context",),
+    adapter="gemini_cli:GeminiCliAdapter",
+    mcp_list=True,
+    at_imports=True,
+    config_dirs=(".gemini",),
     # Measured with 0.61.0: the GEMINI.md hierarchy reaches the model; `.gemini/settings.json`
     # above the project is not read (its servers and hooks do not start).
     # Its `.env` is looked for from the working directory up (docs).
@@ -428,6 +691,18 @@ OPENCODE = Harness(
         },
     },
     trust_entries=(),
+    deny_shape="decision",
+    tool_table="opencode",
+    tools=_OPENCODE_TOOLS,
+    inert_tools=_OPENCODE_INERT,
+    adapter="opencode:OpenCodeAdapter",
+    mcp_list=True,
+    sandbox_read_dirs=("~/.opencode/bin",),
+    # It merges a second project config: servers, plugins and providers load code.
+    watched=(
+        (".opencode/opencode.json", "json", (("mcp",), ("plugin",), ("plugins",), ("provider",))),
+    ),
+    config_dirs=(".opencode", ".config/opencode"),
 )
 # Measured with 1.18.33: OpenCode reads its config, its `.opencode/` directory, instructions and
 # skills from every directory up to the worktree's top (`opencode.json`'s servers start there).
@@ -469,6 +744,24 @@ COPILOT = Harness(
     ),
     keys={"mcp": _MCP_FILE, "hooks": _HOOKS_FILE, "lsp": {"lspServers": RUNS}},
     trust_entries=("~/.copilot/config.json trustedFolders",),
+    deny_shape="permissionDecision",
+    tool_table="copilot",
+    tools=_COPILOT_TOOLS,
+    inert_tools=_COPILOT_INERT,
+    refused_tools=_COPILOT_REFUSED,
+    hook_input=("toolName", "server-tool"),
+    adapter="copilot:CopilotAdapter",
+    mcp_list=True,
+    # `disableAllHooks` there switches off every hook, the user's too; `hooks` adds some. It also
+    # runs Claude Code's project hooks: the same file, with the same keys, as for claude-code.
+    watched=(
+        (".github/copilot/settings.json", "json", (("disableAllHooks",), ("hooks",))),
+        (".github/copilot/settings.local.json", "json", (("disableAllHooks",), ("hooks",))),
+        # read when there is no .mcp.json (no server is rendered there when none is locked)
+        (".github/mcp.json", "json", (("mcpServers",),)),
+        _CLAUDE_WATCHED,
+    ),
+    config_dirs=(".copilot", ".github/hooks", ".github/copilot"),
     # Measured with 1.0.102: instructions, rules, skills and agents reach the model, and in a
     # folder it trusts, the hooks of `.github/hooks/` and `.github/copilot/settings.json` run;
     # servers above the project (`.github/mcp.json`, `.mcp.json`) and Claude Code's hooks do not.
@@ -514,6 +807,11 @@ CURSOR = Harness(
     ),
     keys={"mcp": _MCP_FILE, "hooks": _HOOKS_FILE},
     trust_entries=(),
+    deny_shape="permission",
+    tool_table="claude-code",  # it runs Claude Code's hook protocol and tool names
+    hook_input=("MCP:",),
+    adapter="cursor:CursorAdapter",
+    config_dirs=(".cursor",),
 )
 
 VSCODE = Harness(
@@ -534,25 +832,34 @@ VSCODE = Harness(
     ),
     keys={"mcp": _MCP_FILE, "hooks": _HOOKS_FILE},
     trust_entries=(),
+    deny_shape="hookSpecificOutput",
+    tool_table="claude-code",  # it runs Claude Code's hook protocol and tool names
+    adapter="vscode:VSCodeAdapter",
+    config_dirs=(".vscode",),
 )
 
+# Every harness, in the order the manifest's schema, `doctor` and the review list them. Every table
+# below, and every module's per-harness table, is built from these descriptions.
+ALL: tuple[Harness, ...] = (CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE)
+BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}
+NAMES: tuple[str, ...] = tuple(h.name for h in ALL)
+DEFAULT_NAMES: tuple[str, ...] = tuple(h.name for h in ALL if h.default)
+
+# The project files each built-in adapter writes the instructions into (its `renders_into`): such a
+# file cannot also be an instruction source. Here, not only on the adapters, so that checking a lock
+# does not import the renderers.
+RENDERS_INTO: dict[str, tuple[str, ...]] = {h.name: h.renders_into for h in ALL if h.renders_into}
 # Plugin roots are pinned whole: a file here (relative to the directory it is in) makes that
 # directory a plugin root the harness loads everything of (hooks, skills, servers, scripts), and a
 # marketplace file names more roots in its `plugins[].source` (a relative path, or an object with
 # a relative `path`). Measured or read per harness; Gemini CLI's extensions are whole trees on its
 # surface already (`.gemini/extensions/**`).
 PLUGIN_MARKERS: dict[str, tuple[str, ...]] = {
-    "claude-code": (".claude-plugin/plugin.json",),
-    "codex": (".codex-plugin/plugin.json",),
+    h.name: h.plugin_markers for h in ALL if h.plugin_markers
 }
 PLUGIN_MARKETPLACES: dict[str, tuple[str, ...]] = {
-    "claude-code": (".claude-plugin/marketplace.json",),
-    "codex": (".agents/plugins/marketplace.json",),
+    h.name: h.plugin_marketplaces for h in ALL if h.plugin_marketplaces
 }
-
-ALL: tuple[Harness, ...] = (CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE)
-BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}
-NAMES: tuple[str, ...] = tuple(h.name for h in ALL)
 
 
 def get(name: str) -> Harness:
@@ -586,23 +893,18 @@ AGENT_EDITS: frozenset[str] = frozenset(
 # Also protected, whole, wherever they lie: each harness's configuration directory (what it adds
 # there later is configuration too), those of harnesses agentstack does not render for, git's
 # metadata (what git executes), and files that run code or steer agentstack itself.
-PROTECTED_DIRS: tuple[str, ...] = (
-    ".git",
-    ".claude",
-    ".codex",
-    ".agents",
-    ".gemini",
-    ".cursor",
-    ".opencode",
-    ".copilot",
-    ".vscode",
-    ".windsurf",
-    ".kiro",
-    ".roo",
-    ".qwen",
-    ".github/hooks",
-    ".github/copilot",
-    ".config/opencode",
+PROTECTED_DIRS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        (
+            ".git",
+            *(d for h in ALL for d in h.config_dirs),
+            # those of harnesses agentstack has no description of
+            ".windsurf",
+            ".kiro",
+            ".roo",
+            ".qwen",
+        )
+    )
 )
 PROTECTED_FILES: tuple[str, ...] = (
     ".claude.json",

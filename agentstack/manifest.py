@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 import types
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -50,10 +50,11 @@ from agentstack.manifestview import (
 )
 
 HARNESSES = rules.HARNESSES
-HarnessName = Literal[
-    "claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode"
-]
-DEFAULT_HARNESSES: tuple[HarnessName, ...] = ("claude-code", "codex")
+if TYPE_CHECKING:
+    HarnessName = str
+else:  # one value per harness description (agentstack.harnesses), in their order
+    HarnessName = Literal[HARNESSES]
+DEFAULT_HARNESSES: tuple[HarnessName, ...] = rules.DEFAULT_HARNESSES
 HOOK_EVENTS = rules.HOOK_EVENTS
 HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop"]
 

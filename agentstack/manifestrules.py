@@ -18,10 +18,12 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
+from agentstack import harnesses as _harnesses
 from agentstack.manifestview import SECRET_NAME_PATTERN, SECRET_PREFIX
 
-HARNESSES = ("claude-code", "codex", "gemini-cli", "opencode", "copilot", "cursor", "vscode")
-DEFAULT_HARNESSES = ("claude-code", "codex")
+# From the harness descriptions (agentstack.harnesses), as every other list of harnesses.
+HARNESSES = _harnesses.NAMES
+DEFAULT_HARNESSES = _harnesses.DEFAULT_NAMES
 HOOK_EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop")
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"

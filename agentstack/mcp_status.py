@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from agentstack import harnesses as _harnesses
 from agentstack.sandbox import profiles
 from agentstack.sandbox.doctor import Check
 
 MCP_LIST_TIMEOUT = 90.0  # OpenCode installs its plugin package on a first run
-# Harnesses whose CLI has `mcp list`.
-HAS_MCP_LIST = ("claude-code", "codex", "gemini-cli", "opencode", "copilot")
+# Harnesses whose CLI has `mcp list` (their descriptions say).
+HAS_MCP_LIST = tuple(h.name for h in _harnesses.ALL if h.mcp_list)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 

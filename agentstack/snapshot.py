@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentstack import harnesses as _harnesses
 from agentstack.fingerprints import SNAPSHOT_VERSION, fingerprint, keys_view
 from agentstack.fingerprints import canonical as _canonical
 from agentstack.fingerprints import sha256_hex as _sha
@@ -119,51 +120,17 @@ def _watch_code_roots(root: Path, document: dict[str, Any], entries: dict[str, A
 
 
 # Project files a harness loads that agentstack does not render, and the keys in them that would
-# run code or switch the guard off. They must hold none of these (declare hooks and servers in
-# agentstack.toml instead): the guard blocks while they do.
-WATCHED: dict[str, list[tuple[str, str, list[tuple[str, ...]]]]] = {
-    "claude-code": [
-        (
-            ".claude/settings.json",
-            "json",
-            [
-                ("hooks",),
-                ("disableAllHooks",),
-                ("enableAllProjectMcpServers",),
-                ("enabledMcpjsonServers",),
-                ("env",),
-                ("apiKeyHelper",),
-                ("mcpServers",),
-            ],
-        ),
-    ],
-    # Copilot CLI: `disableAllHooks` there switches off every hook, the user's too; `hooks` adds
-    # some. (It also runs Claude Code's project hooks: the same keys as for claude-code.)
-    "copilot": [
-        (".github/copilot/settings.json", "json", [("disableAllHooks",), ("hooks",)]),
-        (".github/copilot/settings.local.json", "json", [("disableAllHooks",), ("hooks",)]),
-        # read when there is no .mcp.json (no server is rendered there when none is locked)
-        (".github/mcp.json", "json", [("mcpServers",)]),
-    ],
-    # OpenCode merges a second project config: servers, plugins and providers load code.
-    "opencode": [
-        (
-            ".opencode/opencode.json",
-            "json",
-            [("mcp",), ("plugin",), ("plugins",), ("provider",)],
-        ),
-    ],
+# run code or switch the guard off (each harness description's `watched`). They must hold none of
+# these (declare hooks and servers in agentstack.toml instead): the guard blocks while they do.
+WATCHED: dict[str, tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...]] = {
+    h.name: h.watched for h in _harnesses.ALL if h.watched
 }
-
-
-# Copilot CLI also runs Claude Code's project hooks: it watches the same file, with the same keys.
-WATCHED["copilot"].append(WATCHED["claude-code"][0])
 
 
 def _watched_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     files: dict[str, dict[str, Any]] = {}
     for harness in document["project"]["harnesses"]:
-        for rel, fmt, guarded in WATCHED.get(harness, []):
+        for rel, fmt, guarded in WATCHED.get(harness, ()):
             files[str(root / rel)] = {
                 "kind": "keys",
                 "format": fmt,

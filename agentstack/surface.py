@@ -759,7 +759,7 @@ def _pin_text(
     if not foreign.strip() and not facts:
         return None
     facts.append("model-reads:instructions")
-    if any(r.harness.name in ("claude-code", "gemini-cli") for r in rules):
+    if any(r.harness.at_imports for r in rules):
         facts += _imports(context, rel, foreign, 1, imports)
     return {
         **entry,

@@ -33,10 +33,12 @@ import stat
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
+from agentstack import harnesses as _harnesses
 from agentstack import layout as _layout
 
 STATE_DIR = _layout.HARNESS_STATE
-HARNESSES = ("claude-code", "codex")
+# The harnesses whose descriptions ask for a private copy (each has its layout below).
+HARNESSES = tuple(h.name for h in _harnesses.ALL if h.private_state)
 
 # The user's own settings that only change presentation or the model, copied into the private
 # state. Anything else (hooks, statusLine, apiKeyHelper, env, mcpServers, enabledPlugins,

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from agentstack import harnesses as _harnesses
 from agentstack import manifestrules as rules
 
 # (path, access, is_file). Missing paths are skipped: systems differ.
@@ -97,35 +98,22 @@ class HarnessProfile(NamedTuple):
     private_state: bool = False
 
 
+# One per harness description (agentstack.harnesses): its state directories opened for writing,
+# unless `run` gives it a private copy of them.
 PROFILES: dict[str, HarnessProfile] = {
-    "claude-code": HarnessProfile(
-        name="claude-code",
-        binary="claude",
-        read_dirs=("~/.local/share/claude",),
-        env_set=(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),),
-        private_state=True,
-    ),
-    "codex": HarnessProfile(name="codex", binary="codex", private_state=True),
-    "gemini-cli": HarnessProfile(name="gemini-cli", binary="gemini", write_dirs=("~/.gemini",)),
-    "opencode": HarnessProfile(
-        name="opencode",
-        binary="opencode",
-        write_dirs=(
-            "~/.config/opencode",
-            "~/.local/share/opencode",
-            "~/.cache/opencode",
-            "~/.local/state/opencode",
-        ),
-        read_dirs=("~/.opencode/bin",),
-    ),
-    "copilot": HarnessProfile(name="copilot", binary="copilot", write_dirs=("~/.copilot",)),
-    "cursor": HarnessProfile(name="cursor", binary="cursor-agent", write_dirs=("~/.cursor",)),
-    "vscode": HarnessProfile(
-        name="vscode", binary="code", write_dirs=("~/.vscode", "~/.config/Code")
-    ),
+    h.name: HarnessProfile(
+        name=h.name,
+        binary=h.binary,
+        write_dirs=() if h.private_state else tuple("~/" + d for d in h.state_dirs),
+        read_dirs=h.sandbox_read_dirs,
+        env_set=h.sandbox_env,
+        private_state=h.private_state,
+    )
+    for h in _harnesses.ALL
 }
 BINARY_TO_HARNESS = {p.binary: p.name for p in PROFILES.values() if p.binary}
-DOCTOR_BINARIES = ("claude", "codex", "gemini", "opencode", "copilot")
+# The binaries of the harnesses verified against a pinned version (scripts/install-harnesses).
+DOCTOR_BINARIES = tuple(h.binary for h in _harnesses.ALL if h.version != "docs")
 
 
 def repo_tools_bin() -> Path | None:
