@@ -13,6 +13,7 @@ are Gemini's under its own names; its hooks are Claude Code's. Facts (measured w
   the project is trusted (in `--yolo` Qwen Code starts them without asking);
 * a `PreToolUse` hook (Claude Code's shape) blocks a call by exit 2 with the reason on stderr, or
   by `hookSpecificOutput.permissionDecision: "deny"`; the reason reaches the model;
+* it adds `"$version": 4` to a settings file without one, at every start: rendered;
 * a project `disableAllHooks` switches every hook off, `tools.discoveryCommand` /
   `tools.callCommand` and `mcp.serverCommand` run commands: guarded keys.
 """
@@ -38,6 +39,9 @@ from .common import (
 NAME = "qwen-code"
 SETTINGS = ".qwen/settings.json"
 GUARD_NAME = "agentstack-guard"
+# Qwen Code writes its settings format's version into a settings file that lacks it (at every
+# start): rendered, so its own write is no change.
+SETTINGS_VERSION = 4
 # Fields Qwen Code leaves out of a server's approval hash (provenance and labels only).
 _NON_BEHAVIORAL = frozenset({"scope", "extensionName", "description"})
 
@@ -65,15 +69,16 @@ def approval_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def guard_group(context: RenderContext) -> dict[str, Any]:
+def guard_group(context: RenderContext, *, user_level: bool = False) -> dict[str, Any]:
+    """The guard as a PreToolUse group: the project's, or the user-level one."""
     return {
         "matcher": "",
         "hooks": [
             {
                 "type": "command",
                 "name": GUARD_NAME,
-                "command": guard_command(context, NAME),
-                "timeout": GUARD_TIMEOUT_S * 1000,
+                "command": guard_command(context, NAME, user_level=user_level),
+                "timeout": GUARD_TIMEOUT_S,  # seconds (Qwen Code reads large values as ms)
             }
         ],
     }
@@ -87,7 +92,7 @@ def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
             "type": "command",
             "name": name,
             "command": hook_command(context, hook),
-            "timeout": hook["timeout"] * 1000,
+            "timeout": hook["timeout"],
         }
         groups.setdefault(hook["event"], []).append(
             {"matcher": "" if matcher == "*" else matcher, "hooks": [entry]}
@@ -104,6 +109,7 @@ class QwenCodeAdapter:
         servers = {n: _server(context, s) for n, s in sorted(context.consent["servers"].items())}
         settings: dict[tuple[str, ...], Any] = {("mcpServers", n): s for n, s in servers.items()}
         settings[("hooks",)] = _hooks(context)
+        settings[("$version",)] = SETTINGS_VERSION
         for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
             settings[(key,)] = value
         ops: list[FileOperation] = [
@@ -147,4 +153,16 @@ class QwenCodeAdapter:
                     user_level=True,
                 )
             )
+        # The guard at user level too: after `revoke` Qwen Code no longer trusts the folder and
+        # skips the project's settings (hooks and servers); this one still runs (and allows
+        # outside agentstack projects).
+        ops.append(
+            OwnedKeys(
+                path=str(qwen_home / "settings.json"),
+                format="json",
+                keys={("hooks", "PreToolUse"): [guard_group(context, user_level=True)]},
+                user_level=True,
+                keep_on_revoke=True,
+            )
+        )
         return ops

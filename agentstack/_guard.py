@@ -91,6 +91,7 @@ HARNESSES = (
     "copilot",
     "cursor",
     "vscode",
+    "qwen-code",
 )
 DENY_SHAPE = {
     "claude-code": "hookSpecificOutput",
@@ -100,13 +101,14 @@ DENY_SHAPE = {
     "copilot": "permissionDecision",
     "cursor": "permission",
     "vscode": "hookSpecificOutput",
+    "qwen-code": "hookSpecificOutput",
 }
 HOOK_INPUT = {
     "gemini-cli": ("mcp_context",),
     "copilot": ("toolName", "server-tool"),
     "cursor": ("MCP:",),
 }
-NAMES_EVENT = ("claude-code", "codex")
+NAMES_EVENT = ("claude-code", "codex", "qwen-code")
 TOOL_TABLE = {
     "claude-code": "claude-code",
     "codex": "claude-code",
@@ -115,6 +117,7 @@ TOOL_TABLE = {
     "copilot": "copilot",
     "cursor": "claude-code",
     "vscode": "claude-code",
+    "qwen-code": "qwen-code",
 }
 TABLE_TOOLS = {
     "claude-code": {
@@ -175,6 +178,16 @@ TABLE_TOOLS = {
         "glob": ("pattern:pattern", "paths:read?"),
         "rg": ("paths:read?", "glob:pattern?", "pattern:regex?"),
         "session_store_sql": ("source:opaque?",),
+    },
+    "qwen-code": {
+        "read_file": ("file_path:read",),
+        "write_file": ("file_path:write",),
+        "edit": ("file_path:write",),
+        "notebook_edit": ("notebook_path:write",),
+        "glob": ("pattern:pattern", "path:read?"),
+        "grep_search": ("path:read?", "glob:pattern?", "pattern:regex?"),
+        "run_shell_command": ("directory:read?",),
+        "agent": ("working_dir:read?",),
     },
 }
 TABLE_INERT = {
@@ -249,6 +262,7 @@ TABLE_INERT = {
         "write_agent",
         "write_bash",
     ),
+    "qwen-code": ("get_goal", "list_agents", "skill", "tool_search", "update_goal"),
 }
 TABLE_REFUSED = {
     "claude-code": {
@@ -257,6 +271,9 @@ TABLE_REFUSED = {
     },
     "copilot": {
         "lsp": "it asks language servers started from configuration (and its rename edits files the guard never sees)",
+    },
+    "qwen-code": {
+        "tool_call": "it calls another tool by name (a deferred one), which the guard would not judge as itself",
     },
 }
 # fmt: on

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 HARNESS = Opt(
     ("--harness",),
     "harness",
-    "claude-code, codex, gemini-cli, opencode, copilot, cursor or vscode: adds its state "
+    "claude-code, codex, gemini-cli, opencode, copilot, cursor, vscode or qwen-code: adds its state "
     "paths and install directory (default: from the command, else the project's first).",
 )
 

@@ -610,6 +610,88 @@ GEMINI_CLI = Harness(
     above=("GEMINI.md", ".gemini/.env", ".env"),
 )
 
+# Qwen Code 0.24.4 (a fork of Gemini CLI; its hooks are Claude Code's): the tools its requests
+# offer (tests/harness/tools/), with the arguments that name what they touch.
+_QWEN_TOOLS: dict[str, tuple[str, ...]] = {
+    "read_file": ("file_path:read",),
+    "write_file": ("file_path:write",),
+    "edit": ("file_path:write",),
+    "notebook_edit": ("notebook_path:write",),
+    "glob": ("pattern:pattern", "path:read?"),
+    "grep_search": ("path:read?", "glob:pattern?", "pattern:regex?"),
+    "run_shell_command": ("directory:read?",),
+    "agent": ("working_dir:read?",),
+}
+_QWEN_INERT = frozenset({
+    "skill",
+    "list_agents",
+    "get_goal",
+    "update_goal",
+    "tool_search",
+})
+_QWEN_SETTINGS = {
+    "hooks": RUNS,
+    "disableAllHooks": GUARD_OFF,
+    "hooksConfig": GUARD_OFF,
+    "mcpServers": SERVER,
+    "mcp": SERVER,
+    "tools": RUNS,
+    "context": FILE,
+    "security": PERMISSION,
+    "permissions": PERMISSION,
+    "env": ENV,
+    "advanced": ENV,
+    "modelProviders": HOST,
+}
+
+QWEN_CODE = Harness(
+    name="qwen-code",
+    display="Qwen Code",
+    binary="qwen",
+    project_dir_var="QWEN_PROJECT_DIR",
+    state_dirs=(".qwen",),
+    version="0.24.4",
+    has_adapter=True,
+    surface=(
+        _e("**/.qwen/settings.json", "settings", "json", "run", "settings", "qwen"),
+        _e("**/.qwen/settings.local.json", "settings", "json", "src", "local settings", "qwen"),
+        _e("**/QWEN.md", "instructions", "text", "run", "context hierarchy + @imports"),
+        _e("**/AGENTS.md", "instructions", "text", "run", "context file"),
+        _e("**/.qwen/QWEN.local.md", "instructions", "text", "run", "local context"),
+        _e("**/.qwen/rules/**", "rules", "tree", "run", "rules"),
+        # Its `.mcp.json` servers are gated by ~/.qwen/mcpApprovals.json (not in --yolo).
+        _e("**/.mcp.json", "mcp", "json", "run", "MCP servers (Claude Code's file)", "mcp"),
+        _e("**/.qwen/commands/**", "commands", "tree", "run", "commands"),
+        _e("**/.qwen/skills/**", "skills", "tree", "run", "skills"),
+        _e("**/.agents/skills/**", "skills", "tree", "run", "skills"),
+        _e("**/.qwen/agents/**", "agents", "tree", "run", "subagents"),
+        _e("**/.qwen/extensions/**", "plugins", "tree", "src", "extensions"),
+        # The first `.qwen/.env` or `.env` from the working directory up (in a trusted folder).
+        _e("**/.qwen/.env", "env", "tree", "run", "environment loaded at start"),
+        _e("**/.env", "env", "tree", "src", "environment loaded at start"),
+    ),
+    keys={"qwen": _QWEN_SETTINGS, "mcp": _MCP_FILE},
+    trust_entries=("~/.qwen/trustedFolders.json", "~/.qwen/mcpApprovals.json"),
+    deny_shape="hookSpecificOutput",
+    tool_table="qwen-code",
+    tools=_QWEN_TOOLS,
+    inert_tools=_QWEN_INERT,
+    refused_tools={
+        "tool_call": "it calls another tool by name (a deferred one), which the guard would not "
+        "judge as itself",
+    },
+    names_event=True,
+    adapter="qwen_code:QwenCodeAdapter",
+    mcp_list=True,
+    at_imports=True,
+    config_dirs=(".qwen",),
+    # Measured with 0.24.4 started in a subdirectory of a checkout: QWEN.md, AGENTS.md and
+    # `.qwen/.env` from every directory up to the top; `.qwen/QWEN.local.md` and `.qwen/rules/`
+    # at the top. Its `.env` is looked for from the working directory up (src).
+    above=("QWEN.md", "AGENTS.md", ".qwen/.env", ".env", ".qwen/QWEN.local.md",
+           ".qwen/rules/**"),
+)
+
 OPENCODE = Harness(
     name="opencode",
     display="OpenCode",
@@ -840,7 +922,9 @@ VSCODE = Harness(
 
 # Every harness, in the order the manifest's schema, `doctor` and the review list them. Every table
 # below, and every module's per-harness table, is built from these descriptions.
-ALL: tuple[Harness, ...] = (CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE)
+ALL: tuple[Harness, ...] = (
+    CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE, QWEN_CODE
+)
 BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}
 NAMES: tuple[str, ...] = tuple(h.name for h in ALL)
 DEFAULT_NAMES: tuple[str, ...] = tuple(h.name for h in ALL if h.default)
@@ -883,6 +967,7 @@ AGENT_EDITS: frozenset[str] = frozenset(
         "**/AGENTS.md",
         "**/AGENTS.override.md",
         "**/GEMINI.md",
+        "**/QWEN.md",
         "**/CONTEXT.md",
         "AGENTS.md",
         ".github/copilot-instructions.md",
@@ -902,7 +987,6 @@ PROTECTED_DIRS: tuple[str, ...] = tuple(
             ".windsurf",
             ".kiro",
             ".roo",
-            ".qwen",
         )
     )
 )

@@ -95,9 +95,11 @@ PLANTED = {
     # path under the checkout -> the harnesses whose surface takes it from above the project
     "CLAUDE.md": {"claude-code", "opencode", "copilot"},
     "a/.mcp.json": {"claude-code"},
-    "a/AGENTS.md": {"codex", "opencode", "copilot", "claude-code"},  # Claude: without CLAUDE.md
+    "a/AGENTS.md": {"codex", "opencode", "copilot", "claude-code", "qwen-code"},  # Claude: without CLAUDE.md
     "GEMINI.md": {"gemini-cli", "copilot"},
-    ".env": {"gemini-cli"},
+    "QWEN.md": {"qwen-code"},
+    ".qwen/rules/r.md": {"qwen-code"},
+    ".env": {"gemini-cli", "qwen-code"},
     "opencode.json": {"opencode"},
     ".opencode/plugins/p.js": {"opencode"},
     ".claude/skills/s/SKILL.md": {"claude-code", "opencode", "copilot"},

@@ -79,6 +79,8 @@ INERT: dict[str, str] = {
     "opencode:**/.opencode/package.json": "its npm dependencies: on the surface as `packages`",
     "gemini-cli:**/.geminiignore": "ignore rules for Gemini CLI's file tools: no code",
     "gemini-cli:**/.gitattributes": "read by the harness's git helpers: no code, not sent",
+    "qwen-code:**/.qwenignore": "ignore rules for Qwen Code's file tools: no code, not sent",
+    "qwen-code:**/.aiignore": "ignore rules for Qwen Code's file tools: no code, not sent",
     "codex:**/.codexignore": "ignore rules for file search: no code, not sent to the model",
     "copilot:**/.copilotignore": "ignore rules for file search: no code, not sent to the model",
     "claude-code:.npmrc": "read at the checkout's top to detect the package manager: not config",
@@ -111,11 +113,12 @@ def pinned_versions() -> dict[str, str]:
 # drive, to measure a harness before it is described).
 PINNED = {"CLAUDE_CODE": "claude-code", "CODEX": "codex", "GEMINI": "gemini-cli",
           "OPENCODE": "opencode", "COPILOT": "copilot", "QWEN_CODE": "qwen-code",
-          "CLINE": "cline", "KILO": "kilo", "CONTINUE": "continue", "AIDER": "aider"}
+          "CLINE": "cline", "KILO": "kilo", "CONTINUE": "continue", "AIDER": "aider",
+          "DROID_BINARY": "droid"}
 PROBED = frozenset(PINNED.values())
 # The binaries of the harnesses not (yet) described in `agentstack.harnesses`.
 BINARIES = {"qwen-code": "qwen", "cline": "cline", "kilo": "kilo", "continue": "cn",
-            "aider": "aider"}
+            "aider": "aider", "droid": "droid"}
 AIDER_BIN = REPO / ".tools" / "aider" / "bin" / "aider"
 
 
@@ -172,6 +175,7 @@ OWN_DIRS: dict[str, tuple[str, ...]] = {
     "cline": (".cline", ".clinerules"),
     "kilo": (".kilo", ".kilocode", ".opencode"),
     "continue": (".continue",),
+    "droid": (".factory",),
 }
 EXTRA: dict[str, tuple[str, ...]] = {
     "continue": (".continue/mcpServers/canary.yaml", ".continue/mcpServers/canary.json",
@@ -210,6 +214,8 @@ def _bundle_files(harness: str, version: str) -> list[tuple[Path, bool]]:
         return [(NPM / "@kilocode" / "cli-linux-x64" / "bin" / "kilo", True)]
     if harness == "continue":
         return [(NPM / "@continuedev" / "cli" / "dist" / "index.js", True)]
+    if harness == "droid":
+        return [(NPM / "@factory" / "cli-linux-x64" / "bin" / "droid", True)]
     if harness == "aider":
         site = sorted((AIDER_BIN.parent.parent / "lib").glob("python3*/site-packages/aider"))
         return [(p, True) for d in site for p in sorted(d.rglob("*.py"))]
@@ -402,6 +408,9 @@ def make_layout(top: Path) -> Layout:
 CONTROLS = ("probe-control.txt", "probe-control.md", "zz-probe-control/control.json",
             ".probe-control/control.md", "zz-probe-control/deep/er/control.toml")
 WALK_WINDOW = 1.0  # seconds around a walker thread's control opens
+# Harnesses whose loader reads every file of the directories it loads (Droid's commands, skills
+# and droids): its opens of the controls there are loads, not a walk of the tree.
+READS_DIRECTORIES_WHOLE = frozenset({"droid"})
 
 
 CODE_CANARIES = frozenset({"kilo"})  # harnesses planted with JavaScript canaries that load
@@ -545,6 +554,19 @@ def _setup(harness: str, layout: Layout, home: Path, model: MockModel) -> Sessio
             "    apiKey: dummy\n    roles: [chat]\n")
         script = [ToolCall("Read", {"filepath": readme}), ToolCall("Bash", {"command": "echo probe"})]
         argv = [str(binary_path(harness)), "-p", "probe", "--config", str(config), "--auto"]
+        return Session(argv, env, script)
+    if harness == "droid":
+        factory = home / ".factory"
+        factory.mkdir(parents=True, exist_ok=True)
+        (factory / "settings.json").write_text(json.dumps({"customModels": [{
+            "model": "gpt-4o", "displayName": "mock", "baseUrl": model.openai_base_url,
+            "apiKey": "dummy", "provider": "generic-chat-completion-api"}]}))
+        env = harness_env(home, FACTORY_API_KEY="fk-probe")  # any key: not checked offline
+        script = [ToolCall("Read", {"file_path": readme}),
+                  ToolCall("Execute", {"command": "echo probe", "riskLevel": "low",
+                                       "riskLevelReason": "prints a word"})]
+        argv = [str(binary_path(harness)), "exec", "-m", "custom:gpt-4o", "--auto", "high",
+                "probe"]
         return Session(argv, env, script)
     if harness == "aider":
         # Aider makes no tool calls: what it reads at start and for one chat turn.
@@ -799,7 +821,8 @@ def observe(harness: str, layout: Layout, log: str, model: MockModel) -> dict[st
     for access in accesses:
         if access.call == "open" and os.path.normpath(access.path) in layout.controls:
             walks.setdefault(access.pid, []).append(access.at)
-    windows = {pid: (min(t) - WALK_WINDOW, max(t) + WALK_WINDOW) for pid, t in walks.items()}
+    windows = {pid: (min(t) - WALK_WINDOW, max(t) + WALK_WINDOW) for pid, t in walks.items()
+               if harness not in READS_DIRECTORIES_WHOLE}
     walked = 0
     opened: dict[str, str] = {}
     executed: dict[str, str] = {}
