@@ -92,6 +92,7 @@ HARNESSES = (
     "cursor",
     "vscode",
     "qwen-code",
+    "droid",
 )
 DENY_SHAPE = {
     "claude-code": "hookSpecificOutput",
@@ -102,13 +103,15 @@ DENY_SHAPE = {
     "cursor": "permission",
     "vscode": "hookSpecificOutput",
     "qwen-code": "hookSpecificOutput",
+    "droid": "hookSpecificOutput",
 }
 HOOK_INPUT = {
     "gemini-cli": ("mcp_context",),
     "copilot": ("toolName", "server-tool"),
     "cursor": ("MCP:",),
+    "droid": ("server___tool",),
 }
-NAMES_EVENT = ("claude-code", "codex", "qwen-code")
+NAMES_EVENT = ("claude-code", "codex", "qwen-code", "droid")
 TOOL_TABLE = {
     "claude-code": "claude-code",
     "codex": "claude-code",
@@ -118,6 +121,7 @@ TOOL_TABLE = {
     "cursor": "claude-code",
     "vscode": "claude-code",
     "qwen-code": "qwen-code",
+    "droid": "droid",
 }
 TABLE_TOOLS = {
     "claude-code": {
@@ -188,6 +192,15 @@ TABLE_TOOLS = {
         "grep_search": ("path:read?", "glob:pattern?", "pattern:regex?"),
         "run_shell_command": ("directory:read?",),
         "agent": ("working_dir:read?",),
+    },
+    "droid": {
+        "Read": ("file_path:read",),
+        "LS": ("directory_path:read",),
+        "ApplyPatch": ("*:patch",),
+        "Grep": ("path:read?", "glob_pattern:pattern?", "pattern:regex?"),
+        "Glob": ("folder:read?", "patterns:opaque?", "excludePatterns:opaque?"),
+        "Task": ("image_paths:read?",),
+        "GenerateImage": ("input_image_paths:read?",),
     },
 }
 TABLE_INERT = {
@@ -263,6 +276,7 @@ TABLE_INERT = {
         "write_bash",
     ),
     "qwen-code": ("get_goal", "list_agents", "skill", "tool_search", "update_goal"),
+    "droid": ("Execute", "Skill", "TaskOutput", "TaskStop", "ToolSearch"),
 }
 TABLE_REFUSED = {
     "claude-code": {
@@ -274,6 +288,9 @@ TABLE_REFUSED = {
     },
     "qwen-code": {
         "tool_call": "it calls another tool by name (a deferred one), which the guard would not judge as itself",
+    },
+    "droid": {
+        "ConnectorSearch": "it calls a Factory connector's tool by name, which the guard cannot judge",
     },
 }
 # fmt: on
@@ -998,6 +1015,17 @@ def check_call(
         # Code's own tools have no '-', so such a name can only be a Copilot MCP tool, allowed
         # when it resolves to exactly one locked server). Its own tools have no '-' either.
         _more().copilot_server(tool, servers)
+        return
+    if "___" in tool and "server___tool" in HOOK_INPUT.get(harness, ()):
+        # Droid names an MCP tool `<server>___<tool>`: allowed when exactly one locked server's
+        # name is what precedes a `___`.
+        owners = [s for s in servers if tool.startswith(s + "___") and len(tool) > len(s) + 3]
+        if len(owners) != 1:
+            raise Deny(
+                f"tool {tool!r} cannot be tied to exactly one MCP server in agentstack.lock; "
+                "add it to agentstack.toml, lock and trust it"
+            )
+        check_server_tool(snapshot, owners[0], tool[len(owners[0]) + 3 :])
         return
     spec = TOOLS.get(harness, {}).get(tool)
     if spec is None:

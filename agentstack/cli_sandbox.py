@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 HARNESS = Opt(
     ("--harness",),
     "harness",
-    "claude-code, codex, gemini-cli, opencode, copilot, cursor, vscode or qwen-code: adds its state "
-    "paths and install directory (default: from the command, else the project's first).",
+    "claude-code, codex, gemini-cli, opencode, copilot, cursor, vscode, qwen-code or droid: adds "
+    "its state paths and install directory (default: from the command, else the project's "
+    "first).",
 )
 
 

@@ -134,6 +134,7 @@ HOOK_INPUTS = (
     "mcp_context",  # an `mcp_context` names the MCP server of an `mcp_<server>_<tool>` tool
     "MCP:",  # MCP tools named `MCP:<server>:<tool>`
     "server-tool",  # MCP tools named `<server>-<tool>` (its own tools have no '-')
+    "server___tool",  # MCP tools named `<server>___<tool>` (Droid)
 )
 
 
@@ -692,6 +693,83 @@ QWEN_CODE = Harness(
            ".qwen/rules/**"),
 )
 
+# Factory Droid 0.225.2: the tools its requests offer (tests/harness/tools/).
+_DROID_TOOLS: dict[str, tuple[str, ...]] = {
+    "Read": ("file_path:read",),
+    "LS": ("directory_path:read",),
+    "ApplyPatch": ("*:patch",),
+    "Grep": ("path:read?", "glob_pattern:pattern?", "pattern:regex?"),
+    "Glob": ("folder:read?", "patterns:opaque?", "excludePatterns:opaque?"),
+    "Task": ("image_paths:read?",),
+    "GenerateImage": ("input_image_paths:read?",),
+}
+_DROID_INERT = frozenset({"Execute", "TaskOutput", "TaskStop", "ToolSearch", "Skill"})
+_DROID_SETTINGS = {
+    "hooks": RUNS,
+    "hooksDisabled": GUARD_OFF,
+    "allowManagedHooksOnly": GUARD_OFF,
+    "mcpServers": SERVER,
+    "customModels": HOST,
+    "enabledPlugins": SERVER,
+    "commandAllowlist": PERMISSION,
+    "commandDenylist": PERMISSION,
+}
+
+DROID = Harness(
+    name="droid",
+    display="Factory Droid",
+    binary="droid",
+    project_dir_var="FACTORY_PROJECT_DIR",
+    state_dirs=(".factory",),
+    version="0.225.2",
+    has_adapter=True,
+    surface=(
+        # No trust gate: all of it loads as soon as Droid starts, from the working directory
+        # and every directory above it up to the checkout's top (the surface probe, 0.225.2).
+        _e("**/.factory/settings.json", "settings", "json", "run", "settings (hooks)", "droid"),
+        _e("**/.factory/settings.local.json", "settings", "json", "run", "local settings",
+           "droid"),
+        _e("**/.factory/mcp.json", "mcp", "json", "run", "MCP servers", "mcp"),
+        _e("**/.factory/hooks.json", "hooks", "json", "run", "hooks", "hooks"),
+        _e("**/.factory/config.json", "settings", "json", "run", "config", "droid"),
+        _e("**/.factory/commands/**", "commands", "tree", "run", "commands"),
+        _e("**/.factory/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.factory/droids/**", "agents", "tree", "src", "custom droids"),
+        _e("**/.agents/commands/**", "commands", "tree", "run", "commands"),
+        _e("**/.agents/skills/**", "skills", "tree", "run", "skills"),
+        _e("**/.agents/settings.json", "settings", "json", "run", "settings", "droid"),
+        _e("**/.agents/settings.local.json", "settings", "json", "run", "settings", "droid"),
+        # Its instruction files, found case-insensitively, also in `.factory/` and `.agents/`.
+        _e("**/AGENTS.md", "instructions", "text", "run", "instructions"),
+        _e("**/Agents.md", "instructions", "text", "run", "instructions"),
+        _e("**/agents.md", "instructions", "text", "run", "instructions"),
+        _e("**/CLAUDE.md", "instructions", "text", "run", "instructions"),
+        _e("**/Claude.md", "instructions", "text", "run", "instructions"),
+        _e("**/DESIGN.md", "instructions", "text", "run", "instructions"),
+        *(
+            _e(f"**/{d}/{n}", "instructions", "text", "run", "instructions")
+            for d in (".factory", ".agents")
+            for n in ("AGENTS.md", "Agents.md", "agents.md", "CLAUDE.md", "Claude.md", "DESIGN.md")
+        ),
+    ),
+    keys={"droid": _DROID_SETTINGS, "mcp": _MCP_FILE, "hooks": _HOOKS_FILE},
+    trust_entries=(),
+    deny_shape="hookSpecificOutput",
+    tool_table="droid",
+    tools=_DROID_TOOLS,
+    inert_tools=_DROID_INERT,
+    refused_tools={
+        "ConnectorSearch": "it calls a Factory connector's tool by name, which the guard cannot "
+        "judge",
+    },
+    hook_input=("server___tool",),
+    names_event=True,
+    adapter="droid:DroidAdapter",
+    mcp_list=True,
+    config_dirs=(".factory",),
+)
+DROID = DROID._replace(above=tuple(e.pattern.removeprefix("**/") for e in DROID.surface))
+
 OPENCODE = Harness(
     name="opencode",
     display="OpenCode",
@@ -923,7 +1001,7 @@ VSCODE = Harness(
 # Every harness, in the order the manifest's schema, `doctor` and the review list them. Every table
 # below, and every module's per-harness table, is built from these descriptions.
 ALL: tuple[Harness, ...] = (
-    CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE, QWEN_CODE
+    CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE, QWEN_CODE, DROID
 )
 BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}
 NAMES: tuple[str, ...] = tuple(h.name for h in ALL)
@@ -968,6 +1046,10 @@ AGENT_EDITS: frozenset[str] = frozenset(
         "**/AGENTS.override.md",
         "**/GEMINI.md",
         "**/QWEN.md",
+        "**/DESIGN.md",
+        "**/Agents.md",
+        "**/agents.md",
+        "**/Claude.md",
         "**/CONTEXT.md",
         "AGENTS.md",
         ".github/copilot-instructions.md",
