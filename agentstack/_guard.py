@@ -93,6 +93,7 @@ HARNESSES = (
     "vscode",
     "qwen-code",
     "droid",
+    "kilo",
 )
 DENY_SHAPE = {
     "claude-code": "hookSpecificOutput",
@@ -104,6 +105,7 @@ DENY_SHAPE = {
     "vscode": "hookSpecificOutput",
     "qwen-code": "hookSpecificOutput",
     "droid": "hookSpecificOutput",
+    "kilo": "decision",
 }
 HOOK_INPUT = {
     "gemini-cli": ("mcp_context",),
@@ -122,6 +124,7 @@ TOOL_TABLE = {
     "vscode": "claude-code",
     "qwen-code": "qwen-code",
     "droid": "droid",
+    "kilo": "kilo",
 }
 TABLE_TOOLS = {
     "claude-code": {
@@ -202,6 +205,16 @@ TABLE_TOOLS = {
         "Task": ("image_paths:read?",),
         "GenerateImage": ("input_image_paths:read?",),
     },
+    "kilo": {
+        "read": ("filePath:read",),
+        "list": ("path:read?",),
+        "glob": ("pattern:pattern", "path:read?"),
+        "grep": ("path:read?", "include:pattern?"),
+        "write": ("filePath:write",),
+        "edit": ("filePath:write",),
+        "patch": ("*:patch",),
+        "webfetch": ("url:url",),
+    },
 }
 TABLE_INERT = {
     "claude-code": (
@@ -277,6 +290,18 @@ TABLE_INERT = {
     ),
     "qwen-code": ("get_goal", "list_agents", "skill", "tool_search", "update_goal"),
     "droid": ("Execute", "Skill", "TaskOutput", "TaskStop", "ToolSearch"),
+    "kilo": (
+        "background_process",
+        "bash",
+        "board_post",
+        "board_read",
+        "cancel_wakeup",
+        "kilo_local_recall",
+        "schedule_wakeup",
+        "skill",
+        "task",
+        "todowrite",
+    ),
 }
 TABLE_REFUSED = {
     "claude-code": {

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 HARNESS = Opt(
     ("--harness",),
     "harness",
-    "claude-code, codex, gemini-cli, opencode, copilot, cursor, vscode, qwen-code or droid: adds "
-    "its state paths and install directory (default: from the command, else the project's "
+    "claude-code, codex, gemini-cli, opencode, copilot, cursor, vscode, qwen-code, droid or kilo: "
+    "adds its state paths and install directory (default: from the command, else the project's "
     "first).",
 )
 

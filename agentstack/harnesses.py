@@ -868,6 +868,59 @@ OPENCODE = Harness(
 # skills from every directory up to the worktree's top (`opencode.json`'s servers start there).
 OPENCODE = OPENCODE._replace(above=tuple(e.pattern.removeprefix("**/") for e in OPENCODE.surface))
 
+# Kilo 7.7.7 (a fork of OpenCode): its own configuration names, OpenCode's tools and plugins.
+_KILO_DIR_PARTS = (
+    "agent/**", "agents/**", "command/**", "commands/**", "mode/**", "modes/**", "skill/**",
+    "skills/**", "tool/**", "tools/**", "plugin/**", "plugins/**", "rules/**", "workflows/**",
+    "kilo.json", "kilo.jsonc", "config.json", "opencode.json", "opencode.jsonc", "mcp.json",
+)
+
+KILO = Harness(
+    name="kilo",
+    display="Kilo",
+    binary="kilo",
+    project_dir_var="",
+    state_dirs=(".config/kilo", ".local/share/kilo", ".cache/kilo", ".local/state/kilo"),
+    version="7.7.7",
+    has_adapter=True,
+    surface=(
+        # No trust gate: all of it loads as soon as Kilo starts, from the working directory and
+        # every directory above it up to the checkout's top (the surface probe, 7.7.7).
+        _e("**/kilo.json", "settings", "json", "run", "config", "opencode"),
+        _e("**/kilo.jsonc", "settings", "text", "src", "config (JSONC)"),
+        _e("**/opencode.json", "settings", "json", "run", "OpenCode's config", "opencode"),
+        _e("**/opencode.jsonc", "settings", "text", "run", "OpenCode's config (JSONC)"),
+        # A bare `config.json` where it starts and above (not in a subdirectory): pinned there
+        # only (the guard write-protects it in every project).
+        _e("config.json", "settings", "json", "run", "config (a bare config.json)", "opencode"),
+        *(
+            _e(f"**/{d}/{part}", "plugins" if part.startswith(("tool", "plugin")) else (
+               "settings" if "." in part else "agents"), "tree" if "**" in part else (
+               "json" if part.endswith(".json") else "text"), "run", f"{d} {part}",
+               "opencode" if part.endswith(".json") else "")
+            for d in (".kilo", ".kilocode")
+            for part in _KILO_DIR_PARTS
+        ),
+        _e("**/AGENTS.md", "instructions", "text", "run", "instructions"),
+        _e("**/CLAUDE.md", "instructions", "text", "run", "instructions without AGENTS.md"),
+        _e("**/CONTEXT.md", "instructions", "text", "run", "instructions without AGENTS.md"),
+        _e("**/.agents/skills/**", "skills", "tree", "run", "skills"),
+    ),
+    keys={"opencode": OPENCODE.keys["opencode"]},
+    trust_entries=(),
+    deny_shape="decision",
+    tool_table="kilo",
+    tools=_OPENCODE_TOOLS,
+    inert_tools=frozenset({
+        "bash", "todowrite", "task", "skill", "background_process", "board_post", "board_read",
+        "cancel_wakeup", "schedule_wakeup", "kilo_local_recall",
+    }),
+    adapter="kilo:KiloAdapter",
+    mcp_list=True,
+    config_dirs=(".kilo", ".kilocode"),
+)
+KILO = KILO._replace(above=tuple(e.pattern.removeprefix("**/") for e in KILO.surface))
+
 COPILOT = Harness(
     name="copilot",
     display="GitHub Copilot CLI",
@@ -1001,7 +1054,8 @@ VSCODE = Harness(
 # Every harness, in the order the manifest's schema, `doctor` and the review list them. Every table
 # below, and every module's per-harness table, is built from these descriptions.
 ALL: tuple[Harness, ...] = (
-    CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE, QWEN_CODE, DROID
+    CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE, QWEN_CODE, DROID,
+    KILO,
 )
 BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}
 NAMES: tuple[str, ...] = tuple(h.name for h in ALL)

@@ -657,7 +657,7 @@ def test_every_place_that_names_harnesses_agrees_with_the_descriptions() -> None
     from agentstack.sandbox import private_state, profiles
 
     names = harnesses.NAMES
-    assert len(set(names)) == len(names) == 9
+    assert len(set(names)) == len(names) == 10
     assert tuple(manifest.HARNESSES) == names
     assert typing.get_args(manifest.HarnessName) == names
     assert names == _guard.HARNESSES

@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO / ".tools" / "npm" / "node_modules" / ".bin"
-HARNESSES = ("claude", "codex", "gemini", "opencode", "copilot", "qwen", "droid")
+HARNESSES = ("claude", "codex", "gemini", "opencode", "copilot", "qwen", "droid", "kilo")
 
 
 def in_ci() -> bool:

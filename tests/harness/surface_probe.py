@@ -81,6 +81,7 @@ INERT: dict[str, str] = {
     "gemini-cli:**/.gitattributes": "read by the harness's git helpers: no code, not sent",
     "qwen-code:**/.qwenignore": "ignore rules for Qwen Code's file tools: no code, not sent",
     "qwen-code:**/.aiignore": "ignore rules for Qwen Code's file tools: no code, not sent",
+    "kilo:**/.kilocodeignore": "ignore rules for Kilo's file tools: no code, not sent",
     "codex:**/.codexignore": "ignore rules for file search: no code, not sent to the model",
     "copilot:**/.copilotignore": "ignore rules for file search: no code, not sent to the model",
     "claude-code:.npmrc": "read at the checkout's top to detect the package manager: not config",

@@ -30,7 +30,7 @@ TABLES = Path(__file__).resolve().parent / "tools"
 # The harnesses a binary exists for, with the one it is started as.
 BINARIES = {"claude-code": "claude", "codex": "codex", "gemini-cli": "gemini",
             "opencode": "opencode", "copilot": "copilot", "qwen-code": "qwen",
-            "droid": "droid"}
+            "droid": "droid", "kilo": "kilo"}
 
 
 def table_path(harness: str, version: str) -> Path:
@@ -124,6 +124,11 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
         argv = [str(harness_bin("droid")), "exec", "-m", "custom:gpt-4o", "--auto", "high",
                 "say hi"]
         env = droid_env(home, model)
+    elif harness == "kilo":
+        from tests.test_adapters_kilo import kilo_env
+
+        argv = [str(harness_bin("kilo")), "run", "say hi"]
+        env = kilo_env(home, model)
     elif harness == "opencode":
         from tests.test_adapters_opencode import opencode_user_config
 
