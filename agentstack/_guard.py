@@ -91,6 +91,9 @@ HARNESSES = (
     "copilot",
     "cursor",
     "vscode",
+    "qwen-code",
+    "droid",
+    "kilo",
 )
 DENY_SHAPE = {
     "claude-code": "hookSpecificOutput",
@@ -100,13 +103,17 @@ DENY_SHAPE = {
     "copilot": "permissionDecision",
     "cursor": "permission",
     "vscode": "hookSpecificOutput",
+    "qwen-code": "hookSpecificOutput",
+    "droid": "hookSpecificOutput",
+    "kilo": "decision",
 }
 HOOK_INPUT = {
     "gemini-cli": ("mcp_context",),
     "copilot": ("toolName", "server-tool"),
     "cursor": ("MCP:",),
+    "droid": ("server___tool",),
 }
-NAMES_EVENT = ("claude-code", "codex")
+NAMES_EVENT = ("claude-code", "codex", "qwen-code", "droid")
 TOOL_TABLE = {
     "claude-code": "claude-code",
     "codex": "claude-code",
@@ -115,6 +122,9 @@ TOOL_TABLE = {
     "copilot": "copilot",
     "cursor": "claude-code",
     "vscode": "claude-code",
+    "qwen-code": "qwen-code",
+    "droid": "droid",
+    "kilo": "kilo",
 }
 TABLE_TOOLS = {
     "claude-code": {
@@ -175,6 +185,35 @@ TABLE_TOOLS = {
         "glob": ("pattern:pattern", "paths:read?"),
         "rg": ("paths:read?", "glob:pattern?", "pattern:regex?"),
         "session_store_sql": ("source:opaque?",),
+    },
+    "qwen-code": {
+        "read_file": ("file_path:read",),
+        "write_file": ("file_path:write",),
+        "edit": ("file_path:write",),
+        "notebook_edit": ("notebook_path:write",),
+        "glob": ("pattern:pattern", "path:read?"),
+        "grep_search": ("path:read?", "glob:pattern?", "pattern:regex?"),
+        "run_shell_command": ("directory:read?",),
+        "agent": ("working_dir:read?",),
+    },
+    "droid": {
+        "Read": ("file_path:read",),
+        "LS": ("directory_path:read",),
+        "ApplyPatch": ("*:patch",),
+        "Grep": ("path:read?", "glob_pattern:pattern?", "pattern:regex?"),
+        "Glob": ("folder:read?", "patterns:opaque?", "excludePatterns:opaque?"),
+        "Task": ("image_paths:read?",),
+        "GenerateImage": ("input_image_paths:read?",),
+    },
+    "kilo": {
+        "read": ("filePath:read",),
+        "list": ("path:read?",),
+        "glob": ("pattern:pattern", "path:read?"),
+        "grep": ("path:read?", "include:pattern?"),
+        "write": ("filePath:write",),
+        "edit": ("filePath:write",),
+        "patch": ("*:patch",),
+        "webfetch": ("url:url",),
     },
 }
 TABLE_INERT = {
@@ -249,6 +288,20 @@ TABLE_INERT = {
         "write_agent",
         "write_bash",
     ),
+    "qwen-code": ("get_goal", "list_agents", "skill", "tool_search", "update_goal"),
+    "droid": ("Execute", "Skill", "TaskOutput", "TaskStop", "ToolSearch"),
+    "kilo": (
+        "background_process",
+        "bash",
+        "board_post",
+        "board_read",
+        "cancel_wakeup",
+        "kilo_local_recall",
+        "schedule_wakeup",
+        "skill",
+        "task",
+        "todowrite",
+    ),
 }
 TABLE_REFUSED = {
     "claude-code": {
@@ -257,6 +310,12 @@ TABLE_REFUSED = {
     },
     "copilot": {
         "lsp": "it asks language servers started from configuration (and its rename edits files the guard never sees)",
+    },
+    "qwen-code": {
+        "tool_call": "it calls another tool by name (a deferred one), which the guard would not judge as itself",
+    },
+    "droid": {
+        "ConnectorSearch": "it calls a Factory connector's tool by name, which the guard cannot judge",
     },
 }
 # fmt: on
@@ -983,6 +1042,17 @@ def check_call(
         # Code's own tools have no '-', so such a name can only be a Copilot MCP tool, allowed
         # when it resolves to exactly one locked server). Its own tools have no '-' either.
         _more().copilot_server(tool, servers)
+        return
+    if "___" in tool and "server___tool" in HOOK_INPUT.get(harness, ()):
+        # Droid names an MCP tool `<server>___<tool>`: allowed when exactly one locked server's
+        # name is what precedes a `___`.
+        owners = [s for s in servers if tool.startswith(s + "___") and len(tool) > len(s) + 3]
+        if len(owners) != 1:
+            raise Deny(
+                f"tool {tool!r} cannot be tied to exactly one MCP server in agentstack.lock; "
+                "add it to agentstack.toml, lock and trust it"
+            )
+        check_server_tool(snapshot, owners[0], tool[len(owners[0]) + 3 :])
         return
     spec = TOOLS.get(harness, {}).get(tool)
     if spec is None:

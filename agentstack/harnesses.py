@@ -137,6 +137,7 @@ HOOK_INPUTS = (
     "mcp_context",  # an `mcp_context` names the MCP server of an `mcp_<server>_<tool>` tool
     "MCP:",  # MCP tools named `MCP:<server>:<tool>`
     "server-tool",  # MCP tools named `<server>-<tool>` (its own tools have no '-')
+    "server___tool",  # MCP tools named `<server>___<tool>` (Droid)
 )
 
 
@@ -615,6 +616,165 @@ GEMINI_CLI = Harness(
     above=("GEMINI.md", ".gemini/.env", ".env"),
 )
 
+# Qwen Code 0.24.4 (a fork of Gemini CLI; its hooks are Claude Code's): the tools its requests
+# offer (tests/harness/tools/), with the arguments that name what they touch.
+_QWEN_TOOLS: dict[str, tuple[str, ...]] = {
+    "read_file": ("file_path:read",),
+    "write_file": ("file_path:write",),
+    "edit": ("file_path:write",),
+    "notebook_edit": ("notebook_path:write",),
+    "glob": ("pattern:pattern", "path:read?"),
+    "grep_search": ("path:read?", "glob:pattern?", "pattern:regex?"),
+    "run_shell_command": ("directory:read?",),
+    "agent": ("working_dir:read?",),
+}
+_QWEN_INERT = frozenset({
+    "skill",
+    "list_agents",
+    "get_goal",
+    "update_goal",
+    "tool_search",
+})
+_QWEN_SETTINGS = {
+    "hooks": RUNS,
+    "disableAllHooks": GUARD_OFF,
+    "hooksConfig": GUARD_OFF,
+    "mcpServers": SERVER,
+    "mcp": SERVER,
+    "tools": RUNS,
+    "context": FILE,
+    "security": PERMISSION,
+    "permissions": PERMISSION,
+    "env": ENV,
+    "advanced": ENV,
+    "modelProviders": HOST,
+}
+
+QWEN_CODE = Harness(
+    name="qwen-code",
+    display="Qwen Code",
+    binary="qwen",
+    project_dir_var="QWEN_PROJECT_DIR",
+    state_dirs=(".qwen",),
+    version="0.24.4",
+    has_adapter=True,
+    surface=(
+        _e("**/.qwen/settings.json", "settings", "json", "run", "settings", "qwen"),
+        _e("**/.qwen/settings.local.json", "settings", "json", "src", "local settings", "qwen"),
+        _e("**/QWEN.md", "instructions", "text", "run", "context hierarchy + @imports"),
+        _e("**/AGENTS.md", "instructions", "text", "run", "context file"),
+        _e("**/.qwen/QWEN.local.md", "instructions", "text", "run", "local context"),
+        _e("**/.qwen/rules/**", "rules", "tree", "run", "rules"),
+        # Its `.mcp.json` servers are gated by ~/.qwen/mcpApprovals.json (not in --yolo).
+        _e("**/.mcp.json", "mcp", "json", "run", "MCP servers (Claude Code's file)", "mcp"),
+        _e("**/.qwen/commands/**", "commands", "tree", "run", "commands"),
+        _e("**/.qwen/skills/**", "skills", "tree", "run", "skills"),
+        _e("**/.agents/skills/**", "skills", "tree", "run", "skills"),
+        _e("**/.qwen/agents/**", "agents", "tree", "run", "subagents"),
+        _e("**/.qwen/extensions/**", "plugins", "tree", "src", "extensions"),
+        # The first `.qwen/.env` or `.env` from the working directory up (in a trusted folder).
+        _e("**/.qwen/.env", "env", "tree", "run", "environment loaded at start"),
+        _e("**/.env", "env", "tree", "src", "environment loaded at start"),
+    ),
+    keys={"qwen": _QWEN_SETTINGS, "mcp": _MCP_FILE},
+    trust_entries=("~/.qwen/trustedFolders.json", "~/.qwen/mcpApprovals.json"),
+    deny_shape="hookSpecificOutput",
+    tool_table="qwen-code",
+    tools=_QWEN_TOOLS,
+    inert_tools=_QWEN_INERT,
+    refused_tools={
+        "tool_call": "it calls another tool by name (a deferred one), which the guard would not "
+        "judge as itself",
+    },
+    names_event=True,
+    adapter="qwen_code:QwenCodeAdapter",
+    mcp_list=True,
+    at_imports=True,
+    config_dirs=(".qwen",),
+    # Measured with 0.24.4 started in a subdirectory of a checkout: QWEN.md, AGENTS.md and
+    # `.qwen/.env` from every directory up to the top; `.qwen/QWEN.local.md` and `.qwen/rules/`
+    # at the top. Its `.env` is looked for from the working directory up (src).
+    above=("QWEN.md", "AGENTS.md", ".qwen/.env", ".env", ".qwen/QWEN.local.md",
+           ".qwen/rules/**"),
+)
+
+# Factory Droid 0.225.2: the tools its requests offer (tests/harness/tools/).
+_DROID_TOOLS: dict[str, tuple[str, ...]] = {
+    "Read": ("file_path:read",),
+    "LS": ("directory_path:read",),
+    "ApplyPatch": ("*:patch",),
+    "Grep": ("path:read?", "glob_pattern:pattern?", "pattern:regex?"),
+    "Glob": ("folder:read?", "patterns:opaque?", "excludePatterns:opaque?"),
+    "Task": ("image_paths:read?",),
+    "GenerateImage": ("input_image_paths:read?",),
+}
+_DROID_INERT = frozenset({"Execute", "TaskOutput", "TaskStop", "ToolSearch", "Skill"})
+_DROID_SETTINGS = {
+    "hooks": RUNS,
+    "hooksDisabled": GUARD_OFF,
+    "allowManagedHooksOnly": GUARD_OFF,
+    "mcpServers": SERVER,
+    "customModels": HOST,
+    "enabledPlugins": SERVER,
+    "commandAllowlist": PERMISSION,
+    "commandDenylist": PERMISSION,
+}
+
+DROID = Harness(
+    name="droid",
+    display="Factory Droid",
+    binary="droid",
+    project_dir_var="FACTORY_PROJECT_DIR",
+    state_dirs=(".factory",),
+    version="0.225.2",
+    has_adapter=True,
+    surface=(
+        # No trust gate: all of it loads as soon as Droid starts, from the working directory
+        # and every directory above it up to the checkout's top (the surface probe, 0.225.2).
+        _e("**/.factory/settings.json", "settings", "json", "run", "settings (hooks)", "droid"),
+        _e("**/.factory/settings.local.json", "settings", "json", "run", "local settings",
+           "droid"),
+        _e("**/.factory/mcp.json", "mcp", "json", "run", "MCP servers", "mcp"),
+        _e("**/.factory/hooks.json", "hooks", "json", "run", "hooks", "hooks"),
+        _e("**/.factory/config.json", "settings", "json", "run", "config", "droid"),
+        _e("**/.factory/commands/**", "commands", "tree", "run", "commands"),
+        _e("**/.factory/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.factory/droids/**", "agents", "tree", "src", "custom droids"),
+        _e("**/.agents/commands/**", "commands", "tree", "run", "commands"),
+        _e("**/.agents/skills/**", "skills", "tree", "run", "skills"),
+        _e("**/.agents/settings.json", "settings", "json", "run", "settings", "droid"),
+        _e("**/.agents/settings.local.json", "settings", "json", "run", "settings", "droid"),
+        # Its instruction files, found case-insensitively, also in `.factory/` and `.agents/`.
+        _e("**/AGENTS.md", "instructions", "text", "run", "instructions"),
+        _e("**/Agents.md", "instructions", "text", "run", "instructions"),
+        _e("**/agents.md", "instructions", "text", "run", "instructions"),
+        _e("**/CLAUDE.md", "instructions", "text", "run", "instructions"),
+        _e("**/Claude.md", "instructions", "text", "run", "instructions"),
+        _e("**/DESIGN.md", "instructions", "text", "run", "instructions"),
+        *(
+            _e(f"**/{d}/{n}", "instructions", "text", "run", "instructions")
+            for d in (".factory", ".agents")
+            for n in ("AGENTS.md", "Agents.md", "agents.md", "CLAUDE.md", "Claude.md", "DESIGN.md")
+        ),
+    ),
+    keys={"droid": _DROID_SETTINGS, "mcp": _MCP_FILE, "hooks": _HOOKS_FILE},
+    trust_entries=(),
+    deny_shape="hookSpecificOutput",
+    tool_table="droid",
+    tools=_DROID_TOOLS,
+    inert_tools=_DROID_INERT,
+    refused_tools={
+        "ConnectorSearch": "it calls a Factory connector's tool by name, which the guard cannot "
+        "judge",
+    },
+    hook_input=("server___tool",),
+    names_event=True,
+    adapter="droid:DroidAdapter",
+    mcp_list=True,
+    config_dirs=(".factory",),
+)
+DROID = DROID._replace(above=tuple(e.pattern.removeprefix("**/") for e in DROID.surface))
+
 OPENCODE = Harness(
     name="opencode",
     display="OpenCode",
@@ -712,6 +872,59 @@ OPENCODE = Harness(
 # Measured with 1.18.33: OpenCode reads its config, its `.opencode/` directory, instructions and
 # skills from every directory up to the worktree's top (`opencode.json`'s servers start there).
 OPENCODE = OPENCODE._replace(above=tuple(e.pattern.removeprefix("**/") for e in OPENCODE.surface))
+
+# Kilo 7.7.7 (a fork of OpenCode): its own configuration names, OpenCode's tools and plugins.
+_KILO_DIR_PARTS = (
+    "agent/**", "agents/**", "command/**", "commands/**", "mode/**", "modes/**", "skill/**",
+    "skills/**", "tool/**", "tools/**", "plugin/**", "plugins/**", "rules/**", "workflows/**",
+    "kilo.json", "kilo.jsonc", "config.json", "opencode.json", "opencode.jsonc", "mcp.json",
+)
+
+KILO = Harness(
+    name="kilo",
+    display="Kilo",
+    binary="kilo",
+    project_dir_var="",
+    state_dirs=(".config/kilo", ".local/share/kilo", ".cache/kilo", ".local/state/kilo"),
+    version="7.7.7",
+    has_adapter=True,
+    surface=(
+        # No trust gate: all of it loads as soon as Kilo starts, from the working directory and
+        # every directory above it up to the checkout's top (the surface probe, 7.7.7).
+        _e("**/kilo.json", "settings", "json", "run", "config", "opencode"),
+        _e("**/kilo.jsonc", "settings", "text", "src", "config (JSONC)"),
+        _e("**/opencode.json", "settings", "json", "run", "OpenCode's config", "opencode"),
+        _e("**/opencode.jsonc", "settings", "text", "run", "OpenCode's config (JSONC)"),
+        # A bare `config.json` where it starts and above (not in a subdirectory): pinned there
+        # only (the guard write-protects it in every project).
+        _e("config.json", "settings", "json", "run", "config (a bare config.json)", "opencode"),
+        *(
+            _e(f"**/{d}/{part}", "plugins" if part.startswith(("tool", "plugin")) else (
+               "settings" if "." in part else "agents"), "tree" if "**" in part else (
+               "json" if part.endswith(".json") else "text"), "run", f"{d} {part}",
+               "opencode" if part.endswith(".json") else "")
+            for d in (".kilo", ".kilocode")
+            for part in _KILO_DIR_PARTS
+        ),
+        _e("**/AGENTS.md", "instructions", "text", "run", "instructions"),
+        _e("**/CLAUDE.md", "instructions", "text", "run", "instructions without AGENTS.md"),
+        _e("**/CONTEXT.md", "instructions", "text", "run", "instructions without AGENTS.md"),
+        _e("**/.agents/skills/**", "skills", "tree", "run", "skills"),
+    ),
+    keys={"opencode": OPENCODE.keys["opencode"]},
+    trust_entries=(),
+    deny_shape="decision",
+    tool_table="kilo",
+    tools=_OPENCODE_TOOLS,
+    inert_tools=frozenset({
+        "bash", "todowrite", "task", "skill", "background_process", "board_post", "board_read",
+        "cancel_wakeup", "schedule_wakeup", "kilo_local_recall",
+    }),
+    adapter="kilo:KiloAdapter",
+    mcp_list=True,
+    config_dirs=(".kilo", ".kilocode"),
+)
+KILO = KILO._replace(above=tuple(e.pattern.removeprefix("**/") for e in KILO.surface))
 
 COPILOT = Harness(
     name="copilot",
@@ -845,7 +1058,10 @@ VSCODE = Harness(
 
 # Every harness, in the order the manifest's schema, `doctor` and the review list them. Every table
 # below, and every module's per-harness table, is built from these descriptions.
-ALL: tuple[Harness, ...] = (CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE)
+ALL: tuple[Harness, ...] = (
+    CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE, QWEN_CODE, DROID,
+    KILO,
+)
 BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}
 NAMES: tuple[str, ...] = tuple(h.name for h in ALL)
 DEFAULT_NAMES: tuple[str, ...] = tuple(h.name for h in ALL if h.default)
@@ -888,6 +1104,11 @@ AGENT_EDITS: frozenset[str] = frozenset(
         "**/AGENTS.md",
         "**/AGENTS.override.md",
         "**/GEMINI.md",
+        "**/QWEN.md",
+        "**/DESIGN.md",
+        "**/Agents.md",
+        "**/agents.md",
+        "**/Claude.md",
         "**/CONTEXT.md",
         "AGENTS.md",
         ".github/copilot-instructions.md",
@@ -913,7 +1134,6 @@ PROTECTED_DIRS: tuple[str, ...] = tuple(
             ".windsurf",
             ".kiro",
             ".roo",
-            ".qwen",
         )
     )
 )

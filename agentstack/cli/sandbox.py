@@ -13,6 +13,7 @@ from agentstack.cli._common import Json, root_dir, state, store
 from agentstack.entry import echo, print_json
 from agentstack.entry import result as result_line
 from agentstack.errors import InvalidInput, Refused
+from agentstack.harnesses import NAMES
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 app = commands()
 
 HARNESS_HELP = (
-    "claude-code, codex, gemini-cli, opencode, copilot, cursor or vscode: adds its state "
-    "paths and install directory (default: from the command, else the project's first)."
+    f"{', '.join(NAMES[:-1])} or {NAMES[-1]}: adds its state paths and install directory "
+    "(default: from the command, else the project's first)."
 )
 Harness = Annotated[str | None, typer.Option("--harness", help=HARNESS_HELP)]
 

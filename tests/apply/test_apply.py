@@ -42,11 +42,15 @@ def _normalise(text: str, root: Path, home: Path, tmp: Path) -> str:
     text = (text.replace(str(root), "<project>").replace(sys.executable, "<python>")
             .replace(str(home), "<home>").replace(str(tmp), "<tmp>"))
     # Codex's hook hashes cover machine paths (the interpreter, the project): checked elsewhere.
-    return re.sub(r"sha256:[0-9a-f]{64}", "sha256:<hash of the hook>", text)
+    text = re.sub(r"sha256:[0-9a-f]{64}", "sha256:<hash of the hook>", text)
+    # Qwen Code's server approvals hash each server's configuration (machine paths in it).
+    return re.sub(r'"hash": "[0-9a-f]{64}"', '"hash": "<hash of the server>"', text)
 
 
 @pytest.mark.parametrize(
-    "harness", ["claude-code", "codex", "gemini-cli", "opencode", "copilot", "vscode", "cursor"]
+    "harness",
+    ["claude-code", "codex", "gemini-cli", "opencode", "copilot", "vscode", "cursor", "qwen-code",
+     "droid", "kilo"],
 )
 def test_golden_render(tmp_path: Path, isolated_home: Path, harness: str) -> None:
     from agentstack.apply import plan

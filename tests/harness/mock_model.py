@@ -365,11 +365,21 @@ def map_for_gemini(call: ToolCall, offered: list[str]) -> tuple[str, dict[str, A
 
 
 def map_for_chat(call: ToolCall, offered: list[str]) -> tuple[str, dict[str, Any]]:
+    if call.name == "Bash" and "bash" not in offered:
+        for name, shaped in (("Bash", {"command": call.input.get("command", "")}),  # Continue
+                             ("run_shell_command", {"command": call.input.get("command", "")}),
+                             ("run_commands", {"commands": [call.input.get("command", "")]})):
+            if name in offered:  # Qwen Code, Cline
+                return name, shaped
     if call.name == "Bash":
         return "bash", {"command": call.input.get("command", ""),
                         "description": "run a command"}
     parts = _mcp_parts(call)
     if parts is not None:
+        # Qwen Code names them as Claude Code does, and offers them only through its deferred
+        # tools (`tool_search`, `tool_call`): called by name, they run.
+        if call.name in offered or {"tool_search", "tool_call"} <= set(offered):
+            return call.name, dict(call.input)
         for name in offered:
             if name.endswith((f"{parts[0]}_{parts[1]}", f"{parts[0]}-{parts[1]}")):
                 return name, dict(call.input)

@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -78,6 +79,9 @@ INERT: dict[str, str] = {
     "opencode:**/.opencode/package.json": "its npm dependencies: on the surface as `packages`",
     "gemini-cli:**/.geminiignore": "ignore rules for Gemini CLI's file tools: no code",
     "gemini-cli:**/.gitattributes": "read by the harness's git helpers: no code, not sent",
+    "qwen-code:**/.qwenignore": "ignore rules for Qwen Code's file tools: no code, not sent",
+    "qwen-code:**/.aiignore": "ignore rules for Qwen Code's file tools: no code, not sent",
+    "kilo:**/.kilocodeignore": "ignore rules for Kilo's file tools: no code, not sent",
     "codex:**/.codexignore": "ignore rules for file search: no code, not sent to the model",
     "copilot:**/.copilotignore": "ignore rules for file search: no code, not sent to the model",
     "claude-code:.npmrc": "read at the checkout's top to detect the package manager: not config",
@@ -97,13 +101,39 @@ INERT: dict[str, str] = {
 def pinned_versions() -> dict[str, str]:
     """harness name -> version, from `scripts/install-harnesses`."""
     text = (REPO / "scripts" / "install-harnesses").read_text(encoding="utf-8")
-    names = {"CLAUDE_CODE": "claude-code", "CODEX": "codex", "GEMINI": "gemini-cli",
-             "OPENCODE": "opencode", "COPILOT": "copilot"}
     out: dict[str, str] = {}
     for var, version in re.findall(r"^([A-Z_]+)_VERSION=(\S+)", text, re.M):
-        if var in names:
-            out[names[var]] = version
+        name = PINNED.get(var)
+        if name in H.BY_NAME or (name in PROBED and os.environ.get("SURFACE_PROBE_ALL") == "1"):
+            out[name] = version
     return out
+
+
+# `scripts/install-harnesses`' version variables -> harness names. A harness is probed once it
+# has a description in `agentstack.harnesses` (SURFACE_PROBE_ALL=1: every one the probe can
+# drive, to measure a harness before it is described).
+PINNED = {"CLAUDE_CODE": "claude-code", "CODEX": "codex", "GEMINI": "gemini-cli",
+          "OPENCODE": "opencode", "COPILOT": "copilot", "QWEN_CODE": "qwen-code",
+          "CLINE": "cline", "KILO": "kilo", "CONTINUE": "continue", "AIDER": "aider",
+          "DROID_BINARY": "droid"}
+PROBED = frozenset(PINNED.values())
+# The binaries of the harnesses not (yet) described in `agentstack.harnesses`.
+BINARIES = {"qwen-code": "qwen", "cline": "cline", "kilo": "kilo", "continue": "cn",
+            "aider": "aider", "droid": "droid"}
+AIDER_BIN = REPO / ".tools" / "aider" / "bin" / "aider"
+
+
+def _harness(name: str) -> H.Harness:
+    """The harness's description; a blank one (nothing on its surface) while it has none."""
+    if name in H.BY_NAME:
+        return H.get(name)
+    return H.Harness(name, name, BINARIES[name], "", (), "", False, (), {}, ())
+
+
+def binary_path(name: str) -> Path:
+    if name == "aider":
+        return AIDER_BIN
+    return TOOLS_BIN / _harness(name).binary
 
 
 # ----------------------------------------------------------------------------- harvest
@@ -139,6 +169,32 @@ _SKIP_FIRST = {".git", ".node", ".js", ".ts", ".mjs", ".cjs", ".d", ".min", ".ma
 MAX_CANDIDATES = 8000
 
 
+# Per harness: its own directories (harvested only when the bundle names them) and the names
+# below them that a minified bundle builds at run time, each still only a candidate.
+OWN_DIRS: dict[str, tuple[str, ...]] = {
+    "qwen-code": (".qwen",),
+    "cline": (".cline", ".clinerules"),
+    "kilo": (".kilo", ".kilocode", ".opencode"),
+    "continue": (".continue",),
+    "droid": (".factory",),
+}
+EXTRA: dict[str, tuple[str, ...]] = {
+    "continue": (".continue/mcpServers/canary.yaml", ".continue/mcpServers/canary.json",
+                 ".continue/rules/canary.md", ".continue/prompts/canary.md",
+                 ".continue/agents/canary.md", ".continue/agents/canary.yaml",
+                 ".continue/models/canary.yaml", ".continue/config.yaml",
+                 ".continue/config.json", ".continue/settings.json",
+                 ".continue/settings.local.json", ".claude/settings.json",
+                 ".claude/settings.local.json", ".continue/skills/canary/SKILL.md"),
+    "aider": (".env",),  # its --env-file default, at the checkout's top (and in the cwd)
+    "cline": (".clinerules/hooks/PreToolUse", ".clinerules/hooks/TaskStart",
+              ".cline/hooks/PreToolUse", ".clinerules/workflows/canary.md",
+              ".cline/workflows/canary.md", ".cline/rules/canary.md", ".clinerules/canary.md",
+              ".cline/agents/canary.md", ".cline/skills/canary/SKILL.md",
+              ".clinerules/skills/canary/SKILL.md", ".cline/plugins/canary/plugin.json"),
+}
+
+
 def _bundle_files(harness: str, version: str) -> list[tuple[Path, bool]]:
     """The installed files of a harness whose strings are harvested (path, holds JavaScript)."""
     if harness == "claude-code":
@@ -150,6 +206,20 @@ def _bundle_files(harness: str, version: str) -> list[tuple[Path, bool]]:
         return [(p, True) for p in sorted((NPM / "@google" / "gemini-cli" / "bundle").rglob("*.js"))]
     if harness == "opencode":
         return [(NPM / "opencode-linux-x64" / "bin" / "opencode", True)]
+    if harness == "qwen-code":
+        base = NPM / "@qwen-code" / "qwen-code"
+        return [(p, True) for p in sorted([base / "cli.js", *(base / "chunks").glob("*.js")])]
+    if harness == "cline":
+        return [(NPM / "@cline" / "cli-linux-x64" / "bin" / "cline", True)]
+    if harness == "kilo":
+        return [(NPM / "@kilocode" / "cli-linux-x64" / "bin" / "kilo", True)]
+    if harness == "continue":
+        return [(NPM / "@continuedev" / "cli" / "dist" / "index.js", True)]
+    if harness == "droid":
+        return [(NPM / "@factory" / "cli-linux-x64" / "bin" / "droid", True)]
+    if harness == "aider":
+        site = sorted((AIDER_BIN.parent.parent / "lib").glob("python3*/site-packages/aider"))
+        return [(p, True) for d in site for p in sorted(d.rglob("*.py"))]
     # Copilot unpacks its JavaScript and native runtime on first run.
     base = COPILOT_CACHE / "copilot" / "pkg" / "linux-x64" / version
     return [(base / "cli-main.js", True), (base / "app.js", True), (base / "index.js", True),
@@ -256,15 +326,21 @@ def harvest(harness: str, version: str) -> list[str]:
                 token.rstrip("s")):
             words.add(token)
     names |= native_names
+    # A minified bundle joins its own directory's paths at run time (`join(cwd, ".continue",
+    # "settings.json")`): the harness's own directories are crossed with what was harvested.
+    own_dirs = {d for d in OWN_DIRS.get(harness, ()) if d in tokens}
+    dirs |= own_dirs
+    paths.update(p for p in EXTRA.get(harness, ()) if "/" in p and p.split("/")[0] in own_dirs)
+    names.update(p for p in EXTRA.get(harness, ()) if "/" not in p)
     names = {n for n in names if not re.fullmatch(r"\.(md|mdc|json|jsonc|toml|ya?ml|txt|sh|js|ts)", n)}
     # A dot-directory gets the names crossed in when the harness names paths below it (three or
     # more literal paths): that is where it reads its own files.
     below = {d: sum(1 for p in paths if p.startswith(d + "/")) for d in dirs}
-    below.update({d: 3 for d in native})
+    below.update({d: 3 for d in native | own_dirs})
     dirs |= native
     out = set(paths) | names
     for d in sorted(dirs):
-        own = d in ("." + H.get(harness).binary, ".agents")
+        own = d in ("." + _harness(harness).binary, "." + harness, ".agents")
         if not _plausible(d) or (below[d] < 3 and not own):
             continue
         out.update(f"{d}/{n}" for n in names)
@@ -283,15 +359,21 @@ def harvest(harness: str, version: str) -> list[str]:
 # ----------------------------------------------------------------------------- planting
 
 
-def canary_text(rel: str, cid: str) -> str:
+def canary_text(rel: str, cid: str, *, code: bool = False) -> str:
     """Content that every parser of the name accepts, carrying the canary's token where the
-    format has room for text (JSON has none: its opening is what strace sees)."""
+    format has room for text (JSON has none: its opening is what strace sees). With `code`,
+    JavaScript and TypeScript canaries are modules that load (Kilo fails its whole session on a
+    custom tool that does not compile)."""
     token = TOKEN + cid
     name = rel.rsplit("/", 1)[-1]
+    if code and name.endswith((".js", ".mjs", ".cjs", ".ts", ".mts", ".tsx", ".jsx")):
+        return f"// {token}\nexport {{}};\n"
     if name.endswith((".json", ".json5")):
         return "{}\n"
     if name.endswith(".jsonc"):
         return f"// {token}\n{{}}\n"
+    if name.endswith((".yml", ".yaml")):  # a mapping: Aider refuses a config that is not one
+        return f"# {token}\n{{}}\n"
     if name.endswith((".toml", ".env", ".yml", ".yaml")) or name.startswith(".env"):
         return f"# {token}\n"
     if name.endswith((".md", ".mdc")):
@@ -327,9 +409,15 @@ def make_layout(top: Path) -> Layout:
 CONTROLS = ("probe-control.txt", "probe-control.md", "zz-probe-control/control.json",
             ".probe-control/control.md", "zz-probe-control/deep/er/control.toml")
 WALK_WINDOW = 1.0  # seconds around a walker thread's control opens
+# Harnesses whose loader reads every file of the directories it loads (Droid's commands, skills
+# and droids): its opens of the controls there are loads, not a walk of the tree.
+READS_DIRECTORIES_WHOLE = frozenset({"droid"})
 
 
-def plant(layout: Layout, candidates: Iterable[str]) -> None:
+CODE_CANARIES = frozenset({"kilo"})  # harnesses planted with JavaScript canaries that load
+
+
+def plant(layout: Layout, candidates: Iterable[str], *, code: bool = False) -> None:
     """A canary at each candidate in each location, never over a file the setup wrote, never
     where a directory of another candidate is (the first one wins)."""
     for n, rel in enumerate(candidates):
@@ -340,7 +428,7 @@ def plant(layout: Layout, candidates: Iterable[str]) -> None:
                 if target.exists() or target.is_symlink():
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(canary_text(rel, cid), encoding="utf-8")
+                target.write_text(canary_text(rel, cid, code=code), encoding="utf-8")
                 layout.planted[str(target)] = (location, rel)
     parents = sorted({str(Path(rel).parent) for _, rel in layout.planted.values()} - {"."})
     for location in LOCATIONS:
@@ -422,6 +510,73 @@ def _setup(harness: str, layout: Layout, home: Path, model: MockModel) -> Sessio
         script = [ToolCall("read", {"filePath": readme}), shell]
         argv = [str(TOOLS_BIN / "opencode"), "run", "probe"]
         return Session(argv, env, script)
+    if harness == "qwen-code":
+        qwen = home / ".qwen"
+        qwen.mkdir(parents=True, exist_ok=True)
+        (qwen / "settings.json").write_text(json.dumps(
+            {"security": {"auth": {"selectedType": "openai"}}, "model": {"name": "gpt-4o"}}))
+        (qwen / "trustedFolders.json").write_text(json.dumps({str(proj): "TRUST_FOLDER"}))
+        env = harness_env(home, OPENAI_API_KEY="dummy", OPENAI_BASE_URL=model.openai_base_url,
+                          OPENAI_MODEL="gpt-4o", QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+        script = [ToolCall("read_file", {"file_path": readme}),
+                  ToolCall("run_shell_command", {"command": "echo probe"})]
+        argv = [str(binary_path(harness)), "-p", "probe", "--yolo"]
+        return Session(argv, env, script)
+    if harness == "kilo":
+        config = home / ".config" / "kilo" / "kilo.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps({
+            "provider": {"mock": {"npm": "@ai-sdk/openai-compatible", "name": "mock",
+                                  "options": {"baseURL": model.openai_base_url,
+                                              "apiKey": "dummy"},
+                                  "models": {"mock-model": {"name": "mock", "tool_call": True}}}},
+            "model": "mock/mock-model", "autoupdate": False, "share": "disabled"}))
+        env = harness_env(home, OPENCODE_DISABLE_AUTOUPDATE="1", KILO_DISABLE_AUTOUPDATE="1",
+                          OPENCODE_DISABLE_MODELS_FETCH="1", KILO_DISABLE_MODELS_FETCH="1",
+                          npm_config_cache=str(NPM_CACHE), npm_config_prefer_offline="true")
+        script = [ToolCall("read", {"filePath": readme}), shell]
+        argv = [str(binary_path(harness)), "run", "probe"]
+        return Session(argv, env, script)
+    if harness == "cline":
+        env = harness_env(home)
+        subprocess.run([str(binary_path(harness)), "auth", "-p", "openai", "-k", "dummy", "-m",
+                        "gpt-4o", "-b", model.openai_base_url], cwd=proj, env=env,
+                       capture_output=True, timeout=scaled(120), check=False)
+        script = [ToolCall("read_files", {"paths": [readme]}),
+                  ToolCall("run_commands", {"commands": ["echo probe"]})]
+        argv = [str(binary_path(harness)), "--json", "probe the project"]
+        return Session(argv, env, script)
+    if harness == "continue":
+        env = harness_env(home)
+        config = home / "probe-config.yaml"
+        config.write_text(
+            "name: probe\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: mock\n"
+            f"    provider: openai\n    model: gpt-4o\n    apiBase: {model.openai_base_url}\n"
+            "    apiKey: dummy\n    roles: [chat]\n")
+        script = [ToolCall("Read", {"filepath": readme}), ToolCall("Bash", {"command": "echo probe"})]
+        argv = [str(binary_path(harness)), "-p", "probe", "--config", str(config), "--auto"]
+        return Session(argv, env, script)
+    if harness == "droid":
+        factory = home / ".factory"
+        factory.mkdir(parents=True, exist_ok=True)
+        (factory / "settings.json").write_text(json.dumps({"customModels": [{
+            "model": "gpt-4o", "displayName": "mock", "baseUrl": model.openai_base_url,
+            "apiKey": "dummy", "provider": "generic-chat-completion-api"}]}))
+        env = harness_env(home, FACTORY_API_KEY="fk-probe")  # any key: not checked offline
+        script = [ToolCall("Read", {"file_path": readme}),
+                  ToolCall("Execute", {"command": "echo probe", "riskLevel": "low",
+                                       "riskLevelReason": "prints a word"})]
+        argv = [str(binary_path(harness)), "exec", "-m", "custom:gpt-4o", "--auto", "high",
+                "probe"]
+        return Session(argv, env, script)
+    if harness == "aider":
+        # Aider makes no tool calls: what it reads at start and for one chat turn.
+        env = harness_env(home, LITELLM_LOCAL_MODEL_COST_MAP="True")
+        argv = [str(binary_path(harness)), "--model", "openai/gpt-4o", "--openai-api-base",
+                model.openai_base_url, "--openai-api-key", "dummy", "--message", "probe",
+                "--yes-always", "--no-check-update", "--no-show-model-warnings",
+                "--analytics-disable", "--no-pretty", "--no-stream"]
+        return Session(argv, env, [])
     config = home / ".copilot" / "config.json"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("// User settings belong in settings.json.\n"
@@ -505,12 +660,31 @@ def _strace(log: Path, argv: list[str]) -> list[str]:
             "-o", str(log), "--", *argv]
 
 
+def stop_daemons(under: Path) -> None:
+    """End what a harness left running in the background for a directory under `under` (Cline
+    starts a hub daemon, `--cline-hub-daemon --cwd DIR`, that outlives its command)."""
+    import signal
+
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"--cline-hub-daemon" in argv and any(
+                    a.decode(errors="replace").startswith(str(under)) for a in argv):
+                os.kill(int(proc.name), signal.SIGKILL)
+
+
 def run_traced(session: Session, cwd: Path, log: Path, timeout: float = RUN_TIMEOUT
                ) -> subprocess.CompletedProcess[str]:
     argv = _strace(log, session.argv)
     with subprocess.Popen(argv, cwd=cwd, env=session.env, stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as proc:
+        done = threading.Event()
+        watcher = threading.Thread(target=_end_daemons_after_harness,
+                                   args=(proc.pid, cwd.parent.parent.parent, done), daemon=True)
+        watcher.start()
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -521,7 +695,28 @@ def run_traced(session: Session, cwd: Path, log: Path, timeout: float = RUN_TIME
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, 9)
+            done.set()
+            stop_daemons(cwd.parent.parent.parent)
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def _children(pid: int) -> list[int]:
+    with contextlib.suppress(OSError):
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        return [int(x) for x in text.split()]
+    return []
+
+
+def _end_daemons_after_harness(tracer: int, under: Path, done: threading.Event) -> None:
+    """Once the harness strace started has exited, end the daemons it left (strace follows
+    them, and would wait for them for ever)."""
+    harness: int | None = None
+    while not done.wait(0.5):
+        if harness is None:
+            kids = _children(tracer)
+            harness = kids[0] if kids else None
+        elif not Path(f"/proc/{harness}").exists():
+            stop_daemons(under)
 
 
 INTERACTIVE = ("claude-code", "copilot")  # started on a pseudo-terminal too (what loads at start)
@@ -622,12 +817,13 @@ def observe(harness: str, layout: Layout, log: str, model: MockModel) -> dict[st
     for i, request in enumerate(mains):
         name = f"tool:{model.tool_calls[i].name}" if i < len(model.tool_calls) else "final"
         marks.append((request.at, name))
-    accesses = parse_strace(log, H.get(harness).binary)
+    accesses = parse_strace(log, binary_path(harness).name)
     walks: dict[str, list[float]] = {}
     for access in accesses:
         if access.call == "open" and os.path.normpath(access.path) in layout.controls:
             walks.setdefault(access.pid, []).append(access.at)
-    windows = {pid: (min(t) - WALK_WINDOW, max(t) + WALK_WINDOW) for pid, t in walks.items()}
+    windows = {pid: (min(t) - WALK_WINDOW, max(t) + WALK_WINDOW) for pid, t in walks.items()
+               if harness not in READS_DIRECTORIES_WHOLE}
     walked = 0
     opened: dict[str, str] = {}
     executed: dict[str, str] = {}
@@ -664,7 +860,7 @@ def _canary_id(layout: Layout, path: str) -> str:
 def findings(name: str, observed: dict[str, Any],
              harness: H.Harness | None = None) -> list[str]:
     """Planted files the harness opened or ran that are neither on its surface nor inert."""
-    harness = harness or H.get(name)
+    harness = harness or _harness(name)
     out = []
     for key in sorted({*observed["opened"], *observed["executed"]}):
         location, _, rel = key.partition(":")
@@ -675,7 +871,7 @@ def findings(name: str, observed: dict[str, Any],
 
 def report(name: str, version: str, candidates: list[str], observed: dict[str, Any]
            ) -> dict[str, Any]:
-    harness = H.get(name)
+    harness = _harness(name)
     loads = {}
     for key, phase in {**observed["opened"], **observed["executed"]}.items():
         location, _, rel = key.partition(":")
@@ -706,9 +902,9 @@ def probe(name: str, version: str, *, keep: Path | None = None,
     """Harvest, plant, run and check one harness; its report."""
     if not Path(STRACE).exists():
         raise RuntimeError(f"{STRACE} is missing: install strace (see .ci/run)")
-    binary = H.get(name).binary
-    if not (TOOLS_BIN / binary).exists():
-        raise RuntimeError(f"{binary} is not installed: run scripts/install-harnesses")
+    if not binary_path(name).exists():
+        raise RuntimeError(f"{binary_path(name).name} is not installed: run "
+                           "scripts/install-harnesses")
     top = Path(tempfile.mkdtemp(prefix=f"probe-{name}-", dir=keep))
     try:
         home = top / "home"
@@ -723,13 +919,13 @@ def probe(name: str, version: str, *, keep: Path | None = None,
         with MockModel([]) as model:
             session = _setup(name, layout, home, model)
             model.script = list(session.script)
-            plant(layout, candidates)
+            plant(layout, candidates, code=name in CODE_CANARIES)
             trace = top / "strace.log"
             started = time.monotonic()
             done = run_traced(session, layout.project, trace)
             log(f"{name}: exit {done.returncode} in {time.monotonic() - started:.1f} s, "
                 f"{len(model.main_requests())} model requests, {len(model.tool_calls)} tool calls")
-            if not model.main_requests():
+            if not model.main_requests() and not (name == "aider" and model.requests):
                 raise RuntimeError(f"{name} sent no model request:\n{done.stdout[-2000:]}\n"
                                    f"{done.stderr[-2000:]}")
             observed = observe(name, layout, trace.read_text(errors="replace"), model)
@@ -817,7 +1013,7 @@ def render_docs(reports: Iterable[dict[str, Any]]) -> str:
     read or ran, where from, when, and what covers it."""
     lines = [DOCS_BEGIN, ""]
     for rep in sorted(reports, key=lambda r: (r["harness"], r["version"])):
-        harness = H.get(rep["harness"])
+        harness = _harness(rep["harness"])
         lines += [f"#### {harness.display} {rep['version']}", "",
                   f"{rep['candidates']} candidate paths harvested from its bundle; "
                   f"{len(rep['loads'])} planted files read or run.", "",
@@ -887,6 +1083,8 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:
             print(f"surface-probe: {name}: {exc}", file=sys.stderr)
             return 2
+        if args.keep is not None:
+            (args.keep / f"{name}-{versions[name]}.json").write_text(json.dumps(result, indent=2))
         if args.write:
             OUT_DIR.mkdir(exist_ok=True)
             output_path(name, versions[name]).write_text(json.dumps(result, indent=2) + "\n")

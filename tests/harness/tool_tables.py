@@ -29,7 +29,8 @@ from tests.harness.mock_model import MockModel, RecordedRequest, offered_tools
 TABLES = Path(__file__).resolve().parent / "tools"
 # The harnesses a binary exists for, with the one it is started as.
 BINARIES = {"claude-code": "claude", "codex": "codex", "gemini-cli": "gemini",
-            "opencode": "opencode", "copilot": "copilot"}
+            "opencode": "opencode", "copilot": "copilot", "qwen-code": "qwen",
+            "droid": "droid", "kilo": "kilo"}
 
 
 def table_path(harness: str, version: str) -> Path:
@@ -108,6 +109,26 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
         argv = [str(harness_bin("gemini")), "-p", "say hi", "--approval-mode", "yolo"]
         env = harness_env(home, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model.url,
                           GEMINI_CLI_TRUST_WORKSPACE="true")
+    elif harness == "qwen-code":
+        from tests.test_adapters_qwen_code import _user_settings
+
+        _user_settings(home)
+        (home / ".qwen" / "trustedFolders.json").write_text(
+            json.dumps({str(project): "TRUST_FOLDER"}))
+        argv = [str(harness_bin("qwen")), "-p", "say hi", "--yolo"]
+        env = harness_env(home, OPENAI_API_KEY="dummy", OPENAI_BASE_URL=model.openai_base_url,
+                          OPENAI_MODEL="gpt-4o")
+    elif harness == "droid":
+        from tests.test_adapters_droid import droid_env
+
+        argv = [str(harness_bin("droid")), "exec", "-m", "custom:gpt-4o", "--auto", "high",
+                "say hi"]
+        env = droid_env(home, model)
+    elif harness == "kilo":
+        from tests.test_adapters_kilo import kilo_env
+
+        argv = [str(harness_bin("kilo")), "run", "say hi"]
+        env = kilo_env(home, model)
     elif harness == "opencode":
         from tests.apply.test_adapters_opencode import opencode_user_config
 

@@ -87,15 +87,19 @@ def test_the_search_stops_at_the_users_home(tmp_path: Path, monkeypatch: pytest.
 
 PLANTED = {
     # path under the checkout -> the harnesses whose surface takes it from above the project
-    "CLAUDE.md": {"claude-code", "opencode", "copilot"},
+    "CLAUDE.md": {"claude-code", "opencode", "copilot", "droid", "kilo"},
     "a/.mcp.json": {"claude-code"},
-    "a/AGENTS.md": {"codex", "opencode", "copilot", "claude-code"},  # Claude: without CLAUDE.md
+    "a/AGENTS.md": {"codex", "opencode", "copilot", "claude-code", "qwen-code", "droid",
+                   "kilo"},  # Claude: without CLAUDE.md
     "GEMINI.md": {"gemini-cli", "copilot"},
-    ".env": {"gemini-cli"},
-    "opencode.json": {"opencode"},
+    "QWEN.md": {"qwen-code"},
+    ".qwen/rules/r.md": {"qwen-code"},
+    ".env": {"gemini-cli", "qwen-code"},
+    "opencode.json": {"opencode", "kilo"},
     ".opencode/plugins/p.js": {"opencode"},
     ".claude/skills/s/SKILL.md": {"claude-code", "opencode", "copilot"},
-    ".agents/skills/s/SKILL.md": {"codex", "opencode", "copilot"},
+    ".agents/skills/s/SKILL.md": {"codex", "opencode", "copilot", "droid", "kilo"},
+    ".factory/settings.json": {"droid"},
     "a/.claude/rules/r.md": {"claude-code", "copilot"},
     ".github/copilot-instructions.md": {"copilot"},
     ".github/agents/x.agent.md": {"copilot"},
