@@ -1092,6 +1092,11 @@ def key_risk(harness: Harness, table: str, key: str) -> str:
 
 
 # ------------------------------------------------------------------ what a file tool may write
+# File names so common in projects that write-protecting them in every project would stop the
+# agent editing ordinary files: the guard protects a pattern ending in one of them only where its
+# harness is among the project's harnesses (agentstack.protect).
+GENERIC_FILE_NAMES: frozenset[str] = frozenset({"config.json"})
+
 # The guard's write protection is compiled from this module (agentstack.protect, into the guard
 # snapshot): every surface pattern of every harness is write-protected, wherever it lies, except
 # the instruction files listed here, which the agent may edit (a change is still drift: the guard

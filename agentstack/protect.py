@@ -13,6 +13,8 @@ the guard (`_guard_more.protected`) matches a path against them without importin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from agentstack import harnesses as H
 
 
@@ -29,12 +31,23 @@ def _rule(pattern: str) -> tuple[tuple[str, ...], bool]:
     return tuple(parts), not tree
 
 
-def compile_rules() -> list[list[object]]:
-    """The write-protected set as plain JSON: [[components...], tail], sorted, without repeats."""
+def compile_rules(harnesses: Iterable[str] | None = None) -> list[list[object]]:
+    """The write-protected set as plain JSON: [[components...], tail], sorted, without repeats.
+
+    Every harness's patterns are protected, whichever harnesses the project targets (a user may
+    start any of them here), except a bare file name that is generic (`harnesses.
+    GENERIC_FILE_NAMES`, such as Kilo's bare `config.json`): protecting it everywhere would stop
+    the agent editing an ordinary file of that name in every project, so it is protected only
+    where its harness is among the project's `harnesses` (all of them when None)."""
+    targeted = None if harnesses is None else set(harnesses)
     rules: set[tuple[tuple[str, ...], bool]] = set()
     for harness in H.ALL:
         for entry in harness.surface:
             if entry.pattern in H.AGENT_EDITS:
+                continue
+            *above, name = entry.pattern.split("/")
+            generic = name in H.GENERIC_FILE_NAMES and all(p == "**" for p in above)
+            if generic and targeted is not None and harness.name not in targeted:
                 continue
             parts, tail = _rule(entry.pattern)
             if parts:

@@ -64,7 +64,8 @@ def compile_policy(root: Path, document: dict[str, Any]) -> dict[str, Any]:
         "write": sorted(set(write)),
         "network_block": bool(network["block"]),
         "hosts": list(network["allow_domains"]),
-        "protect": compile_rules(),  # what a file tool never writes (from harnesses.py)
+        # What a file tool never writes (from harnesses.py).
+        "protect": compile_rules(document.get("project", {}).get("harnesses")),
     }
 
 

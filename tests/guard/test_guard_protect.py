@@ -154,3 +154,23 @@ def test_the_snapshot_the_guard_reads_carries_the_compiled_set(tmp_path: Path) -
     assert write("notes.txt") is None
     reason = write(".github/agents/x.agent.md")
     assert reason is not None and "harness configuration" in reason, reason
+
+
+def test_a_generic_file_name_is_protected_only_where_its_harness_is_targeted(
+    isolated_home: Path, tmp_path: Path
+) -> None:
+    """Kilo loads a bare `config.json` where it starts: the guard protects that name in a
+    project that targets Kilo, and leaves an ordinary `config.json` writable in every other
+    project (a name that common, protected everywhere, would stop the agent editing it)."""
+    assert "config.json" in H.GENERIC_FILE_NAMES
+    root = tmp_path / "p"
+    root.mkdir()
+    for harnesses, denied in ((["kilo"], True), (["claude-code", "codex"], False)):
+        document = {**DOCUMENT, "project": {"harnesses": harnesses}}
+        policy = snapshot.compile_policy(root, document)
+        for rel in ("config.json", "src/app/config.json"):
+            assert _write_denied(policy, str(root / rel)) is denied, (harnesses, rel)
+        # Harness-specific names stay protected in every project.
+        assert _write_denied(policy, str(root / "opencode.json"))
+        assert _write_denied(policy, str(root / ".claude" / "settings.json"))
+        assert _write_denied(policy, str(root / ".factory" / "config.json"))
