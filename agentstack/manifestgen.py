@@ -4,7 +4,7 @@ The models (`agentstack.manifest`) are the one statement of the manifest's shape
 validator runs without pydantic (it is on the fast path of `status`, `digest`, `show` and an
 unchanged `lock`), so it holds the same shape as plain node constructors, in a generated block of
 manifestfast.py: `python -m agentstack.manifestgen` rewrites it from the models; a test fails when
-it is stale (tests/test_manifest_fast.py). Standing for a model: every field in declaration order,
+it is stale (tests/manifest/test_manifest_fast.py). Standing for a model: every field in declaration order,
 its type (str constraints, int bounds, `Literal` values, lists, dicts, `X | None`, nested models,
 `Any`), its default or default factory, its validators (annotated `AfterValidator`s, then the
 model's `field_validator`s) and its model validators, each one call of a `manifestrules` function.

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import TOUCH, drive, guard_snapshot, mcp_list, notes_project, rendered
-from tests.adapter_support import ok as _ok
+from tests.support.adapters import TOUCH, drive, guard_snapshot, mcp_list, notes_project, rendered
+from tests.support.adapters import ok as _ok
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
@@ -73,7 +73,7 @@ def test_render_puts_the_guard_first_and_the_servers_in_factory_mcp_json(
 
 def test_the_review_says_droid_has_no_trust_of_its_own(project: Path) -> None:
     from agentstack.trust import harness_notes
-    from tests.adapter_support import current
+    from tests.support.adapters import current
 
     (note,) = harness_notes(current(project)[2])
     assert note.startswith("Factory Droid has no trust of its own")

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import TOUCH, drive, mcp_list, notes_project, rendered
-from tests.adapter_support import ok as _ok
+from tests.support.adapters import TOUCH, drive, mcp_list, notes_project, rendered
+from tests.support.adapters import ok as _ok
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
@@ -54,7 +54,7 @@ def kilo_env(home: Path, model: MockModel | None) -> dict[str, str]:
 
 def test_render_writes_kilo_json_and_the_guard_plugin(project: Path, isolated_home: Path) -> None:
     from agentstack.trust import harness_notes
-    from tests.adapter_support import current
+    from tests.support.adapters import current
 
     ops = rendered(project, ["kilo"])
     config = ops["kilo.json"]

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.adapter_support import (
+from tests.support.adapters import (
     TOUCH,
     drive,
     guard_snapshot,
@@ -31,7 +31,7 @@ from tests.adapter_support import (
     rendered,
     without_relay,
 )
-from tests.adapter_support import ok as _ok
+from tests.support.adapters import ok as _ok
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
