@@ -26,7 +26,7 @@ from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
 
-NPM_CACHE = Path(__file__).resolve().parents[1] / ".tools" / "npm-cache"
+NPM_CACHE = Path(__file__).resolve().parents[2] / ".tools" / "npm-cache"
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ BLOCKS: dict[tuple[str, str], Run | By | NotHere] = {
         "npx server of the example needs the package index; tests/apply/test_user_level.py covers "
         "status, show, digest and adopt --user"),
     ("docs/cli.md", "agentstack --install-completion"): By(
-        "tests/test_cli_typer.py::test_shell_completion_comes_from_typer",
+        "tests/cli/test_cli_typer.py::test_shell_completion_comes_from_typer",
         also="it writes the reader's shell start-up file: the test installs it under a "
         "temporary HOME and shows the script"),
     ("docs/rendering.md", "export AGENTSTACK_SECRET_DOCS_TOKEN"): Run(),

@@ -27,7 +27,7 @@ from agentstack import (
 from agentstack.harnesses import ALL, DENY_SHAPES, HOOK_INPUTS
 from agentstack.patience import scaled
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_guards_generated_table_is_current() -> None:

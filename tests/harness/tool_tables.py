@@ -110,7 +110,7 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
         env = harness_env(home, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model.url,
                           GEMINI_CLI_TRUST_WORKSPACE="true")
     elif harness == "qwen-code":
-        from tests.test_adapters_qwen_code import _user_settings
+        from tests.apply.test_adapters_qwen_code import _user_settings
 
         _user_settings(home)
         (home / ".qwen" / "trustedFolders.json").write_text(
@@ -119,13 +119,13 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
         env = harness_env(home, OPENAI_API_KEY="dummy", OPENAI_BASE_URL=model.openai_base_url,
                           OPENAI_MODEL="gpt-4o")
     elif harness == "droid":
-        from tests.test_adapters_droid import droid_env
+        from tests.apply.test_adapters_droid import droid_env
 
         argv = [str(harness_bin("droid")), "exec", "-m", "custom:gpt-4o", "--auto", "high",
                 "say hi"]
         env = droid_env(home, model)
     elif harness == "kilo":
-        from tests.test_adapters_kilo import kilo_env
+        from tests.apply.test_adapters_kilo import kilo_env
 
         argv = [str(harness_bin("kilo")), "run", "say hi"]
         env = kilo_env(home, model)

@@ -1,6 +1,6 @@
 """`[plugins.NAME]`: validation, pinning, expansion into what a plugin contributes, the review,
 rendering as a read-only content-addressed marketplace, and the checks on it (library in process;
-the real Claude Code is driven in tests/test_harness_plugins_e2e.py)."""
+the real Claude Code is driven in tests/harness/test_harness_plugins_e2e.py)."""
 
 from __future__ import annotations
 
@@ -397,7 +397,7 @@ def test_the_shim_refuses_to_start_the_harness_over_an_edited_plugin_copy(
 
 # ------------------------------------------------------------------------------ goldens
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "plugins"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "plugins"
 GEMINI_EXTENSION = {
     "gemini-extension.json": json.dumps({"name": "docs-ext", "version": "0.3.0",
                                          "contextFileName": "DOCS.md", "mcpServers": {
@@ -427,7 +427,7 @@ def test_golden_plugin_render(tmp_path: Path, isolated_home: Path, harness: str)
 
     if harness == "claude-code":
         root = tmp_path / "plugin"
-        shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "plugin", root)
+        shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "plugin", root)
     elif harness == "gemini-cli":
         root = make_project(tmp_path / "ext-project", """\
 [project]

@@ -51,7 +51,7 @@ def scene() -> Iterator[verify.Scenario]:
 # launch.py: pytest-xdist's worker has a thread of its own, and so does the scene's upstream). The
 # launcher `agentstack run` uses from a single-threaded process (a clone born in the run's cgroup)
 # runs the same launch.py code; it is never forced here (a clone of a process with other threads
-# can hang for ever: tests/test_launcher_threads.py, which also proves its denials in a process
+# can hang for ever: tests/sandbox/test_launcher_threads.py, which also proves its denials in a process
 # that has only one thread).
 @pytest.mark.parametrize(("row", "mode"), CASES, ids=[f"{r.name}-{m}" for r, m in CASES])
 def test_row(scene: verify.Scenario, row: verify.Row, mode: str) -> None:
