@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
-from tests.support.adapters import TOUCH, drive, guard_snapshot, mcp_list, notes_project, rendered
-from tests.support.adapters import ok as _ok
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
+from tests.support.adapters import TOUCH, drive, guard_snapshot, mcp_list, notes_project, rendered
+from tests.support.adapters import ok as _ok
 
 # Droid's shell tool wants a risk level with every command.
 SHELL = ToolCall("Execute", {"command": "touch marker.txt", "riskLevel": "low",

@@ -22,6 +22,10 @@ from typing import Any
 import pytest
 
 from agentstack.apply import GUARD_CODE
+from tests.harness.binaries import harness_bin, harness_env
+from tests.harness.deadline import scaled
+from tests.harness.drive import NOTES_SERVER
+from tests.harness.mock_model import ToolCall
 from tests.support.adapters import (
     TOUCH,
     drive,
@@ -32,10 +36,6 @@ from tests.support.adapters import (
     without_relay,
 )
 from tests.support.adapters import ok as _ok
-from tests.harness.binaries import harness_bin, harness_env
-from tests.harness.deadline import scaled
-from tests.harness.drive import NOTES_SERVER
-from tests.harness.mock_model import ToolCall
 
 
 @pytest.fixture

@@ -202,9 +202,9 @@ def test_gemini_extension_loads_only_as_trusted_and_only_here(
     and the extension is enabled in this workspace only; a hand edit of the copy is drift."""
     import sys
 
+    from tests.apply.test_adapters_gemini_cli import _user_settings, gemini_mcp_list
     from tests.harness.binaries import harness_env
     from tests.harness.drive import NOTES_SERVER
-    from tests.apply.test_adapters_gemini_cli import _user_settings, gemini_mcp_list
 
     harness_bin("gemini")
     _user_settings(isolated_home)
