@@ -129,7 +129,7 @@ def instructions_text(context: RenderContext) -> str:
 def skill_files(context: RenderContext, base: str) -> list[WholeFile]:
     """Every locked skill file, under `base/<skill>/`, with its bytes verified against the lock."""
     from agentstack.errors import Refused
-    from agentstack.gitmeta import HINT, describe, git_metadata
+    from agentstack.lock.gitmeta import HINT, describe, git_metadata
 
     out: list[WholeFile] = []
     for name, skill in sorted(context.consent["skills"].items()):
@@ -264,7 +264,7 @@ def claude_plugins(
     plugin (`enabledPlugins`, `<plugin>@<marketplace>`): the marketplace name carries the digest,
     so only the trusted bytes are ever enabled."""
     from agentstack.errors import Refused
-    from agentstack.gitmeta import HINT, describe, git_metadata
+    from agentstack.lock.gitmeta import HINT, describe, git_metadata
     from agentstack.plugins import (
         MARKERS,
         MARKETPLACE_FILE,
@@ -324,7 +324,7 @@ def gemini_extensions(
     linked extension from its source directory, and these overrides enable it in the project's
     workspace and nowhere else; a project's own `.gemini/extensions/` is not loaded."""
     from agentstack.errors import Refused
-    from agentstack.gitmeta import HINT, describe, git_metadata
+    from agentstack.lock.gitmeta import HINT, describe, git_metadata
     from agentstack.plugins import marketplace_name, render_key, rendered_files
 
     from .base import MEMBER
@@ -381,7 +381,7 @@ def codex_plugins(
     (`plugins."<plugin>@<marketplace>".enabled`). Measured with Codex 0.171.0: with these,
     `codex plugin list` says `installed, enabled` in the project and lists nothing elsewhere."""
     from agentstack.errors import Refused
-    from agentstack.gitmeta import HINT, describe, git_metadata
+    from agentstack.lock.gitmeta import HINT, describe, git_metadata
     from agentstack.plugins import (
         MARKERS,
         PLUGIN_DIR,

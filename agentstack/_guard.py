@@ -797,7 +797,7 @@ def check_trust(snapshot: dict[str, Any], state_home: str) -> list[Any] | None:
     # recorded at apply time. (blake3 is loaded only on this path.)
     from pathlib import Path
 
-    from agentstack.trustlog import TrustLog
+    from agentstack.trust.store import TrustLog
 
     log = TrustLog(Path(state_home))
     explicit = source == "explicit"

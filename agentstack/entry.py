@@ -145,7 +145,8 @@ def _lock_unchanged(options: dict[str, Any]) -> bool:
     if options["frozen"] or options["update"]:
         return False
     try:
-        from agentstack import layout, progress, relock
+        from agentstack import layout, progress
+        import agentstack.lock.relock as relock
 
         root = layout.find_project(os.getcwd(), options["project"])
         progress.quiet(bool(options["as_json"]))
@@ -183,7 +184,7 @@ def end(code: int) -> NoReturn:
 def _run_fast(arguments: dict[str, Any]) -> int:
     from agentstack.paths import find_project
     from agentstack.sandbox.session import run_command
-    from agentstack.trust import TrustStore
+    from agentstack.trust.review import TrustStore
 
     return run_command(find_project(explicit=None), trust_store=TrustStore(explicit=[]),
                        say=echo, **arguments)
@@ -196,7 +197,7 @@ def main() -> NoReturn:
             end(0)
         from pathlib import Path
 
-        from agentstack.lock_command import run_lock
+        from agentstack.lock.command import run_lock
 
         if options["project"] is not None:
             options["project"] = Path(options["project"])

@@ -115,7 +115,7 @@ class Harness(NamedTuple):
     sandbox_read_dirs: tuple[str, ...] = ()  # "~/..."
     sandbox_env: tuple[tuple[str, str], ...] = ()  # set inside the sandbox
     # Project files it loads that agentstack does not render, and the keys in them that would
-    # run code or switch the guard off (agentstack.snapshot watches them): (path, format, keys).
+    # run code or switch the guard off (agentstack.apply.snapshot watches them): (path, format, keys).
     watched: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = ()
     # Its configuration directories, write-protected whole wherever they lie (PROTECTED_DIRS).
     config_dirs: tuple[str, ...] = ()

@@ -31,7 +31,7 @@ from agentstack import layout
 if TYPE_CHECKING:
     import subprocess
 
-# What a secret name may be (agentstack.manifestview's pattern, which is loaded only when a
+# What a secret name may be (agentstack.manifest.view's pattern, which is loaded only when a
 # secret is read: the relay of a server without secrets starts without it and the store's code).
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _NAME = re.compile(_NAME_PATTERN)

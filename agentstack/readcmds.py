@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import sys
 
-from agentstack.entry import echo, print_json, result
+from agentstack.output import echo, print_json, result
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from agentstack.trust import TrustStore
+    from agentstack.trust.review import TrustStore
 
 COMMANDS = ("digest", "show", "status")
 
 
 def digest(root: Path, as_json: bool) -> int:
     """`agentstack digest [--json]`."""
-    from agentstack.consent import current
+    from agentstack.consent.document import current
 
     _, _, _, value = current(root)
     if as_json:
@@ -37,13 +37,13 @@ def digest(root: Path, as_json: bool) -> int:
 
 def show(root: Path, as_json: bool) -> int:
     """`agentstack show [--json]`."""
-    from agentstack.consent import current
+    from agentstack.consent.document import current
 
     _, _, doc, value = current(root)
     if as_json:
         print_json(doc)
         return 0
-    from agentstack.view import consent_renderable, console
+    from agentstack.consent.render import consent_renderable, console
 
     console().print(consent_renderable(doc, value))
     lines = user_level_lines(root, doc)
@@ -74,7 +74,7 @@ def user_level_lines(root: Path, doc: dict[str, object]) -> list[str]:
     if found is None:
         return []
     user_doc, digest = found
-    from agentstack.trust import TrustStore
+    from agentstack.trust.review import TrustStore
 
     state = TrustStore(explicit=[]).state(Path(user_root).resolve(), digest).state
     lines = [f"user-level setup ({user_root}/agentstack.toml, {digest}, {state}):"]
@@ -91,14 +91,14 @@ def status(root: Path, store: TrustStore, as_json: bool, *, sarif: bool = False)
     """`agentstack status [--json | --format sarif]`: exit 0 when the lock is fresh and its
     digest trusted."""
     from agentstack.progress import quiet, step
-    from agentstack.status import project_status, status_lines
+    from agentstack.projectstatus import project_status, status_lines
 
     quiet(as_json)
     with step("status: checking the pinned files"):
         report = project_status(root, store)
     ok = report.pop("ok")
     if sarif:
-        from agentstack.sarif import ManifestLines, print_sarif, status_findings
+        from agentstack.consent.sarif import ManifestLines, print_sarif, status_findings
 
         print_sarif(status_findings(report, ManifestLines.of(root)), command="status", root=root)
     elif as_json:
@@ -135,7 +135,7 @@ def run_fast(command: str, as_json: bool) -> int:
         return digest(root, as_json)
     if command == "show":
         return show(root, as_json)
-    from agentstack.trust import TrustStore
+    from agentstack.trust.review import TrustStore
 
     return status(root, TrustStore(explicit=[]), as_json)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from agentstack import layout
 from agentstack.errors import InvalidInput, Refused
 from agentstack.fsutil import write_atomic
-from agentstack.manifestview import SECRET_NAME_PATTERN
+from agentstack.manifest.view import SECRET_NAME_PATTERN
 from agentstack.paths import agentstack_home
 from agentstack.storage import storage_error
 

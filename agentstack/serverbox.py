@@ -2,7 +2,7 @@
 
 Outside `agentstack run` the harness starts every server with the user's full privileges; the
 relay (`agentstack.relay`) starts it instead through the sandbox's own launcher
-(`agentstack/sandbox/launch.py`, the one `run` uses), under a policy built by the same resolver
+(`agentstack/sandbox/confine.py`, the one `run` uses), under a policy built by the same resolver
 from the project's trusted `[sandbox]` declaration:
 
 - readable: the system directories, the interpreter and agentstack's own code, the server's
@@ -115,7 +115,7 @@ def start(
 ) -> subprocess.Popen[bytes]:
     """The server, started confined, its stdin and stdout piped (stderr inherited); raises
     ServerConfinementError when any layer cannot be enforced (then nothing runs)."""
-    from agentstack.sandbox.launch import ARMED, nono_module_path
+    from agentstack.sandbox.confine import ARMED, nono_module_path
     from agentstack.sandbox.resolve import ConfinementError
     from agentstack.sandbox.runner import LAUNCHER, check_enforceable
 

@@ -9,7 +9,7 @@ recorded hash), and `policy update` installs a newer version only: signed by the
 higher `policy.version` (a lower one is a rollback; the same one with other bytes is refused too).
 Anything refused leaves the policy in force as it was.
 
-The fetch is the git sources' own (agentstack.gitsource): a `--mirror` clone into the cache
+The fetch is the git sources' own (agentstack.lock.gitsource): a `--mirror` clone into the cache
 (no hooks, no config copied), hardened options on every git call, and only plumbing that never
 consults `core.fsmonitor`; the files are read as git objects. No code of the repository runs.
 
@@ -139,7 +139,7 @@ def parse_policy(data: bytes, source: str = POLICY_NAME) -> Policy:
 def _boundary(table: dict[str, Any], source: str, *, home: str) -> Any:
     from pydantic import ValidationError
 
-    from agentstack.boundary import BoundaryFile, compile_boundary
+    from agentstack.consent.boundary import BoundaryFile, compile_boundary
 
     try:
         data = BoundaryFile.model_validate(table)
@@ -189,7 +189,7 @@ def _host(url: str) -> str:
 
 def check(policy: Policy, document: dict[str, Any], root: Path | None) -> list[Breach]:
     """Every rule of `policy` that the consent `document` breaks (empty: it stays within)."""
-    from agentstack.reach import build_reach
+    from agentstack.consent.reach import build_reach
 
     home = os.path.realpath(str(Path.home()))
     out: list[Breach] = []
@@ -235,7 +235,7 @@ def check(policy: Policy, document: dict[str, Any], root: Path | None) -> list[B
     if policy.require_guard:
         out.extend(_guard_off(document))
     if policy.boundary is not None:
-        from agentstack.boundary import check_document
+        from agentstack.consent.boundary import check_document
 
         compiled = _boundary(policy.boundary, f"policy {policy.name} v{policy.version}",
                              home=home)
@@ -322,8 +322,8 @@ def _read_private(path: Path, limit: int) -> bytes:
 def verify(text: bytes, signature: bytes, signer: str, *, where: str) -> Policy:
     """The policy in `text`, when `signature` is a valid SSHSIG over it by `signer` in the policy
     namespace; PolicyRefused otherwise (the reason named)."""
-    from agentstack.sshsig import PublicKey, SignatureError
-    from agentstack.sshsig import verify as verify_sig
+    from agentstack.share.sshsig import PublicKey, SignatureError
+    from agentstack.share.sshsig import verify as verify_sig
 
     key = PublicKey.parse(signer)
     if not signature:
@@ -373,7 +373,7 @@ def in_force(home: Path | None = None) -> InForce | None:
     if policy.version != state.get("version") or policy.name != state.get("name"):
         raise PolicyRefused(f"{where}: does not match what was installed",
                             hint="run 'agentstack policy update' to fetch it again")
-    from agentstack.sshsig import PublicKey
+    from agentstack.share.sshsig import PublicKey
 
     return InForce(url=str(state["url"]), ref=str(state["ref"]), commit=str(state["commit"]),
                    signer=str(state["signer"]),
@@ -406,8 +406,13 @@ def _install(home: Path | None, *, url: str, ref: str, commit: str, signer: str,
 def fetch(url: str, ref: str) -> tuple[str, bytes, bytes]:
     """(commit, policy bytes, signature bytes; b"" when absent) of `ref` in the repository at
     `url`, through the git sources' mirror (no repository code runs)."""
-    from agentstack import gitsource
-    from agentstack.gitobjects import commit_tree, read_mirror_object, split_object, tree_entries
+    import agentstack.lock.gitsource as gitsource
+    from agentstack.share.gitobjects import (
+        commit_tree,
+        read_mirror_object,
+        split_object,
+        tree_entries,
+    )
     from agentstack.paths import agentstack_cache
 
     cache = agentstack_cache()
@@ -542,7 +547,7 @@ def remove(home: Path | None = None) -> bool:
 def sign(path: Path, key: Any) -> Path:
     """`policy sign FILE`: check the file is a valid policy, write FILE.sig next to it."""
     from agentstack.fsutil import write_atomic
-    from agentstack.sshsig import sign as sign_bytes
+    from agentstack.share.sshsig import sign as sign_bytes
 
     try:
         text = path.read_bytes()

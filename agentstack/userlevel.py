@@ -107,7 +107,7 @@ def render_user(root: Path, consent: dict[str, Any], digest: str,
     from agentstack_adapters.codex import codex_home, hook_state_key, hook_trusted_hash
     from agentstack_adapters.common import guard_groups
 
-    from agentstack.apply import _context
+    from agentstack.apply.engine import _context
 
     check_renderable(consent)
     context = _context(root, consent, digest)
@@ -183,7 +183,7 @@ def user_document() -> tuple[dict[str, Any], str] | None:
     root = Path(layout.home())
     if not (root / "agentstack.toml").is_file():
         return None
-    from agentstack.consent import current
+    from agentstack.consent.document import current
 
     _, _, document, digest = current(root.resolve())
     return document, digest
@@ -227,7 +227,7 @@ def doctor_check() -> Any:
     from agentstack import layout
     from agentstack.errors import AgentstackError
     from agentstack.sandbox.doctor import Check
-    from agentstack.trust import TrustStore
+    from agentstack.trust.review import TrustStore
 
     root = Path(layout.home())
     manifest = root / "agentstack.toml"

@@ -101,10 +101,10 @@ def main() -> int:
 
         sys.path.insert(0, str(REPO))
         os.environ.update(env)
-        from agentstack.boundary import check_document, load_boundary, rule_count
-        from agentstack.consent import consent_document
-        from agentstack.lockfile import fresh_lock
-        from agentstack.manifest import load_manifest
+        from agentstack.consent.boundary import check_document, load_boundary, rule_count
+        from agentstack.consent.document import consent_document
+        from agentstack.lock.resolve import fresh_lock
+        from agentstack.manifest.load import load_manifest
 
         manifest = load_manifest(project)
         document = consent_document(manifest, fresh_lock(project, manifest))

@@ -52,13 +52,14 @@ def main() -> None:
     try:
         os.environ["AGENTSTACK_HOME"] = str(base / "alice")
         os.environ["AGENTSTACK_CACHE"] = str(base / "cache")
-        from agentstack import bundle, quarantine
-        from agentstack.consent import consent_digest, consent_document
-        from agentstack.lock_command import run_lock
-        from agentstack.lockfile import fresh_lock
-        from agentstack.manifest import load_manifest
-        from agentstack.sshsig import PrivateKey
-        from agentstack.trust import TrustStore
+        import agentstack.share.bundle as bundle
+        import agentstack.share.quarantine as quarantine
+        from agentstack.consent.document import consent_digest, consent_document
+        from agentstack.lock.command import run_lock
+        from agentstack.lock.resolve import fresh_lock
+        from agentstack.manifest.load import load_manifest
+        from agentstack.share.sshsig import PrivateKey
+        from agentstack.trust.review import TrustStore
 
         project = base / "project"
         _generate(project, args.files, args.mb * 1_000_000)

@@ -17,7 +17,7 @@ them all alike), with wall-clock and CPU time (user + system of the child) of ea
 * `agentstack lock`, unchanged re-run (everything warm);
 * `agentstack lock`, first with the manifest cache warm (no lock, no stat cache);
 * `agentstack digest` with an unchanged manifest, and `python -I -c pass` of the same venv;
-* the library's consent digest (`agentstack.consent.project_consent`).
+* the library's consent digest (`agentstack.consent.document.project_consent`).
 
 Printed: the medians and the ratios first lock / b3sum, re-lock / first lock, digest / `python -I
 -c pass`.
@@ -56,7 +56,7 @@ N_DIRS = 100  # 10 top-level directories x 10 subdirectories
 EXEC_FRACTION = 0.05
 SIZE_SIGMA = 2.0  # lognormal shape: most files a few KB, a few files several MB
 MTIME_AGE_NS = 10 * 1_000_000_000
-RACY_SLACK_S = 1.0  # agentstack.treehash.RACY_SLACK_NS, in seconds
+RACY_SLACK_S = 1.0  # agentstack.lock.treehash.RACY_SLACK_NS, in seconds
 B3SUM = "b3sum"
 
 # ------------------------------------------------------------------------------- tree generation
@@ -282,7 +282,7 @@ def stat_cache_name(project: Path, py: str, env: dict[str, str]) -> str:
         [
             py,
             "-c",
-            "import sys; from pathlib import Path; from agentstack.lockfile import "
+            "import sys; from pathlib import Path; from agentstack.lock.resolve import "
             "stat_cache_path; print(stat_cache_path(Path(sys.argv[1])).stem)",
             str(project),
         ],
@@ -374,7 +374,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
 
     timer = Timer()
     hits = True
-    recorded = True  # every first lock left a re-lock record (agentstack.relock)
+    recorded = True  # every first lock left a re-lock record (agentstack.lock.relock)
     for round_ in range(args.rounds):
         # Interleaved: each round runs every command once, so drift on the shared machine hits
         # all of them alike; the medians below are over the rounds.
@@ -467,7 +467,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     print(
         f"library digest / python -I -c pass = {library_ratio:6.2f}x"
         f" [{cpu['digest (library)'] / cpu['python -I -c pass']:5.2f}x]"
-        f"  (agentstack.consent.project_consent: no pydantic)"
+        f"  (agentstack.consent.document.project_consent: no pydantic)"
     )
     print(
         f"re-lock minus python -I -c pass = {wall['re-lock'] - wall['python -I -c pass']:.3f} s;"

@@ -122,7 +122,7 @@ def _in_process(project: Path, where: Path) -> Callable[[], float]:
     os.environ.update(HOME=str(where / "home"),
                       AGENTSTACK_HOME=str(where / "home" / ".config/agentstack"))
     sys.path.insert(0, str(REPO))
-    from agentstack.manifest import load_manifest
+    from agentstack.manifest.load import load_manifest
     from agentstack.sandbox.resolve import resolve_policy
     from agentstack.sandbox.runner import run_confined
 

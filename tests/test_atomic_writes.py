@@ -20,9 +20,9 @@ NOT_A_REPLACEMENT = {
     "standard library only, no pathlib, on every server start) and its append-only receipts "
     "(O_APPEND, one write per line)",
     "serverbox.py": "hands the sandbox launcher its spec on a pipe, not a file",
-    "gitsource.py": "renames a freshly cloned mirror directory into place",
-    "keys.py": "creates a private key exclusively (O_EXCL: never replaces one)",
-    "quarantine.py": "stages a bundle in a fresh 0700 directory (O_EXCL), renames directories, "
+    "lock/gitsource.py": "renames a freshly cloned mirror directory into place",
+    "share/keys.py": "creates a private key exclusively (O_EXCL: never replaces one)",
+    "share/quarantine.py": "stages a bundle in a fresh 0700 directory (O_EXCL), renames directories, "
     "writes git loose objects the way git does (read-only, renamed in), and installs released "
     "files through its own descriptor walk (candidate for write_atomic/link_atomic with "
     "base=dest)",
@@ -33,19 +33,19 @@ NOT_A_REPLACEMENT = {
     "sandbox/runner.py": "cgroup control files; the run's read-only copies (O_EXCL, fresh dir); "
     "the spec pipe",
     "sandbox/verify.py": "plants decoys in a throwaway home for the kernel check",
-    "treehash.py": "the stat cache: a cache, not state (losing it costs a re-hash), written "
+    "lock/treehash.py": "the stat cache: a cache, not state (losing it costs a re-hash), written "
     "temp+rename without fsync so that a lock pays no flush for it; write errors ignored",
-    "manifestview.py": "the manifest cache: same as the stat cache (temp+rename, no fsync, "
+    "manifest/view.py": "the manifest cache: same as the stat cache (temp+rename, no fsync, "
     "errors ignored; an entry is checked before use)",
     "githooks.py": "moves the user's own hook aside to chain it (a rename, not a replacement; "
     "the new hook itself goes through write_atomic)",
-    "consent.py": "write_manifest_defaults: a developer's code generator for the source tree",
+    "consent/document.py": "write_manifest_defaults: a developer's code generator for the source tree",
     "sandbox/private_state.py": "replaces files relative to the held state-root descriptor "
     "(openat-style temp + rename), which a path-based writer cannot express",
     "sandbox/rollback.py": "restores git's execution state after a session through O_NOFOLLOW "
     "directory descriptors from the workdir (temp + fsync + rename), re-creating a directory a "
     "session removed, which a path-based writer cannot express",
-    "trustlog.py": "the append-only log (O_APPEND) and its lock file; the head is replaced with "
+    "trust/store.py": "the append-only log (O_APPEND) and its lock file; the head is replaced with "
     "its own temp+fsync+rename (migrates to write_atomic at merge)",
 }
 # Replacements of a file in other lanes this round; the lead points them at write_atomic at merge

@@ -21,7 +21,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from agentstack.manifest import parse_manifest
+from agentstack.manifest.model import parse_manifest
 from tests.harness.deadline import scaled
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

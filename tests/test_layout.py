@@ -18,7 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentstack
-from agentstack import _guard, apply, fingerprints, layout, paths, snapshot, surface
+from agentstack import _guard, fingerprints, layout, paths
+import agentstack.apply.engine as apply
+import agentstack.apply.snapshot as snapshot
+import agentstack.surface.scan as surface
 from agentstack.errors import InvalidInput
 from tests.conftest import REPO, make_project
 
@@ -234,11 +237,13 @@ def test_finder_without_a_project_says_what_to_do(tmp_path: Path) -> None:
 def test_finder_agrees_with_the_finders_it_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same answers as manifest.find_project and lock_command.project_root, which the lead points
     at paths.find_project at merge."""
-    from agentstack import lock_command, manifest
+    import agentstack.lock.command as lock_command
+    import agentstack.manifest.model as manifest
+    import agentstack.paths as paths_module
 
     outer, inner = _tree(tmp_path)
     monkeypatch.chdir(inner)
-    assert manifest.find_project(inner) == paths.find_project(inner)
+    assert paths_module.find_project(inner) == paths.find_project(inner)
     assert lock_command.project_root(None) == paths.find_project()
     assert lock_command.project_root(outer) == paths.find_project(explicit=outer)
     for bad in (inner, tmp_path):

@@ -26,7 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentstack import _guard, _guard_more, contentstore, fsutil, status, surface
+from agentstack import _guard, _guard_more, fsutil
+import agentstack.trust.contentstore as contentstore
+import agentstack.projectstatus as status
+import agentstack.surface.scan as surface
 from agentstack.canonical import b3
 from tests.conftest import make_project, run_cli_in_process
 from tests.guard.test_guard_speed import needs_a_mark
@@ -206,7 +209,7 @@ def test_status_proves_rendered_copies_by_the_mark_and_still_sees_a_change(
 
 def test_a_relock_after_one_edit_does_not_validate_the_old_lock(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentstack.lockmodel import LockModel
+    from agentstack.lock.model import LockModel
 
     root = make_project(tmp_path / "proj", MANIFEST, _skill_files(20)).resolve()
     _ok(root, "lock")
@@ -223,7 +226,7 @@ def test_a_relock_after_one_edit_does_not_validate_the_old_lock(
     assert "skills.big" in out
     assert validated == []
     # The lock written is what a resolution renders (and is itself valid).
-    from agentstack.lockfile import parse_lock
+    from agentstack.lock.resolve import parse_lock
 
     monkeypatch.undo()
     assert "d0/f0.md" in json.dumps(parse_lock((root / "agentstack.lock").read_bytes()))
@@ -358,7 +361,7 @@ def test_surface_matcher_index_agrees_with_trying_every_pattern(patterns: list[l
 
 def test_share_refuses_a_setup_too_large_before_reading_a_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentstack import bundle
+    import agentstack.share.bundle as bundle
 
     root = make_project(tmp_path / "proj", MANIFEST, _skill_files(12)).resolve()
     _ok(root, "trust", "--lock", "--yes", "--accept-risk")

@@ -12,7 +12,7 @@ import typer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from agentstack.trust import TrustStore
+    from agentstack.trust.review import TrustStore
 
 
 class State:
@@ -32,14 +32,14 @@ Format = Annotated[str | None, typer.Option(
 
 
 def root_dir() -> Path:
-    from agentstack.lock_command import project_root
+    from agentstack.lock.command import project_root
 
     return project_root(state.project)
 
 
 def store() -> TrustStore:
     """The user's trust store, with the digests `--trust-digest` names (checked first)."""
-    from agentstack.trust import TrustStore
+    from agentstack.trust.review import TrustStore
 
     TrustStore.check_explicit(state.trust_digests, "--trust-digest")
     return TrustStore(explicit=state.trust_digests)

@@ -12,7 +12,7 @@ import typer
 
 from agentstack.cli._app import Command, commands
 from agentstack.cli._common import Json, User, root_dir, use_user
-from agentstack.entry import echo, print_json
+from agentstack.output import echo, print_json
 from agentstack.errors import InvalidInput
 
 app = commands()
@@ -87,8 +87,8 @@ def plan_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     import json
     import tomllib
 
-    from agentstack.manifest import load_manifest
-    from agentstack.surface import _read_ledger, foreign_settings, scan
+    from agentstack.manifest.load import load_manifest
+    from agentstack.surface.scan import _read_ledger, foreign_settings, scan
 
     manifest = load_manifest(root)
     surface = scan(root, list(manifest.project.harnesses))
@@ -166,7 +166,7 @@ def plan_user_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     import json
     import tomllib
 
-    from agentstack.manifest import load_manifest
+    from agentstack.manifest.load import load_manifest
 
     manifest = load_manifest(root)
     taken = set(manifest.servers)
@@ -241,7 +241,7 @@ def adopt(
     Dry run by default; with --write, agentstack.toml is edited (comments kept) and the adopted
     entries are taken out of the native files, so nothing is lost and nothing is doubled: review
     them with 'agentstack lock' and 'agentstack trust', and 'apply --write' renders them back."""
-    from agentstack.edit import ManifestEditor
+    from agentstack.manifest.edit import ManifestEditor
 
     use_user(user)
     root = root_dir()

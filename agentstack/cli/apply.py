@@ -1,5 +1,5 @@
 """`apply`: render each harness's native config from the trusted declaration
-(`agentstack.apply_command`)."""
+(`agentstack.apply.command`)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def apply(
     user: User = False,
 ) -> int:
     """Render native harness config: without --write, show the planned diff and write nothing."""
-    from agentstack.apply_command import run_apply
-    from agentstack.consent import current
+    from agentstack.apply.command import run_apply
+    from agentstack.consent.document import current
 
     use_user(user)
     root = root_dir()

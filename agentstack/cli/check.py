@@ -1,4 +1,4 @@
-"""`agentstack check --boundary FILE`: is this setup within a boundary? (`agentstack.boundary`)"""
+"""`agentstack check --boundary FILE`: is this setup within a boundary? (`agentstack.consent.boundary`)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 
 from agentstack.cli._app import Command, commands
 from agentstack.cli._common import Format, Json, User, root_dir, use_user
-from agentstack.entry import print_json
+from agentstack.output import print_json
 from agentstack.errors import InvalidInput
 
 app = commands()
@@ -32,11 +32,16 @@ def check(
     counterexample per domain, or unsupported with the reason. Exit 0 only when within."""
     import os
 
-    from agentstack.sarif import output_format as chosen_format
+    from agentstack.consent.sarif import output_format as chosen_format
 
     fmt = chosen_format(output_format, as_json)
     use_user(user)
-    from agentstack.boundary import check_document, describe, load_boundary, user_boundary_path
+    from agentstack.consent.boundary import (
+        check_document,
+        describe,
+        load_boundary,
+        user_boundary_path,
+    )
 
     path = boundary if boundary is not None else user_boundary_path()
     if boundary is None and not path.is_file():
@@ -46,12 +51,12 @@ def check(
         )
     home = os.path.realpath(str(Path.home()))
     compiled = load_boundary(path, home=home)
-    from agentstack.consent import current
+    from agentstack.consent.document import current
 
     root = root_dir()
     manifest, _, document, _ = current(root)
     from agentstack.sandbox.session import check_policies
-    from agentstack.userlevel import is_user_root
+    from agentstack.paths import is_user_root
 
     # The policy `run` would enforce resolves, or the same error. The user-level setup's servers
     # work in the directory their harness starts them in (its root, $AGENTSTACK_HOME, is closed to
@@ -59,7 +64,7 @@ def check(
     check_policies(manifest, Path.cwd() if is_user_root(root) else root)
     result = check_document(document, root, compiled, home=home)
     if fmt == "sarif":
-        from agentstack.sarif import ManifestLines, check_findings, print_sarif
+        from agentstack.consent.sarif import ManifestLines, check_findings, print_sarif
 
         print_sarif(check_findings(result.to_json(), ManifestLines.of(root)), command="check",
                     root=root)

@@ -1,5 +1,5 @@
 """`keys generate|list|export|trust|untrust`: signing keys and the signers whose bundles you
-accept (`agentstack.keys`)."""
+accept (`agentstack.share.keys`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Json
-from agentstack.entry import echo, print_json
+from agentstack.output import echo, print_json
 from agentstack.errors import Refused
 
 app = commands()
@@ -23,7 +23,7 @@ Name = Annotated[str, typer.Argument(metavar="NAME")]
 @keys_app.command("generate", cls=Command)
 def keys_generate(name: Name, as_json: Json = False) -> None:
     """Create an Ed25519 signing key (OpenSSH format, 0600) under $AGENTSTACK_HOME/keys."""
-    from agentstack import keys
+    import agentstack.share.keys as keys
 
     info = keys.generate(name)
     if as_json:
@@ -43,7 +43,7 @@ def keys_generate(name: Name, as_json: Json = False) -> None:
 @keys_app.command("list", cls=Command)
 def keys_list(as_json: Json = False) -> None:
     """Your signing keys and the signers you trust."""
-    from agentstack import keys
+    import agentstack.share.keys as keys
 
     mine = [
         {"name": k.name, "fingerprint": k.public.fingerprint, "path": str(k.path)}
@@ -79,7 +79,7 @@ def keys_list(as_json: Json = False) -> None:
 @keys_app.command("export", cls=Command)
 def keys_export(name: Name) -> None:
     """Print a key's OpenSSH public key line."""
-    from agentstack import keys
+    import agentstack.share.keys as keys
 
     key = keys.load(name)
     sys.stdout.write(key.public.openssh(name) + "\n")
@@ -93,8 +93,8 @@ def keys_trust(
         metavar="PUBKEY", help="An OpenSSH public key line, or a .pub file.")],
 ) -> None:
     """Accept bundles signed by PUBKEY, as PRINCIPAL (adds an allowed_signers line)."""
-    from agentstack import keys
-    from agentstack.sshsig import check_principal
+    import agentstack.share.keys as keys
+    from agentstack.share.sshsig import check_principal
 
     check_principal(principal)
     key = keys.read_public_key(pubkey)
@@ -110,7 +110,7 @@ def keys_untrust(
     principal: Annotated[str, typer.Argument(metavar="PRINCIPAL")],
 ) -> None:
     """Stop accepting bundles from PRINCIPAL."""
-    from agentstack import keys
+    import agentstack.share.keys as keys
 
     signers = keys.allowed_signers()
     if not signers.remove(principal):

@@ -1,4 +1,4 @@
-"""`lock`: resolve every item and pin it into agentstack.lock (`agentstack.lock_command`). An
+"""`lock`: resolve every item and pin it into agentstack.lock (`agentstack.lock.command`). An
 unchanged `lock` never gets here: `agentstack.entry` answers it from the re-lock record."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def lock(
     user: User = False,
 ) -> int:
     """Resolve every item and pin it into agentstack.lock."""
-    from agentstack.lock_command import limits_from, run_lock
+    from agentstack.lock.command import limits_from, run_lock
 
     use_user(user)
 

@@ -1,5 +1,5 @@
 """`init`, `add server|skill|instructions|hook` and `remove`: editing agentstack.toml (comments
-and layout kept; `agentstack.edit`)."""
+and layout kept; `agentstack.manifest.edit`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import User, root_dir, state, use_user
-from agentstack.entry import echo
+from agentstack.output import echo
 from agentstack.errors import InvalidInput
 
 app = commands()
@@ -38,7 +38,7 @@ def init(
     """Write a starter agentstack.toml."""
     import re
 
-    from agentstack.edit import init as do_init
+    from agentstack.manifest.edit import init as do_init
     from agentstack.harnesses import DEFAULT_NAMES
 
     use_user(user, must_exist=False)
@@ -50,7 +50,7 @@ def init(
 
 
 def _editor() -> Any:
-    from agentstack.edit import ManifestEditor
+    from agentstack.manifest.edit import ManifestEditor
 
     return ManifestEditor(root_dir())
 
@@ -177,7 +177,7 @@ def add_instructions(
 
     from agentstack_adapters.registry import instruction_targets
 
-    from agentstack.manifest import DEFAULT_HARNESSES
+    from agentstack.manifest.model import DEFAULT_HARNESSES
 
     project = editor.doc.get("project") or {}
     targets = instruction_targets([str(h) for h in project.get("harnesses", DEFAULT_HARNESSES)])

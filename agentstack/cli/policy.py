@@ -10,7 +10,7 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Json, root_dir
-from agentstack.entry import echo, print_json
+from agentstack.output import echo, print_json
 
 app = commands()
 policy_app = group("The team policy your setups must stay within (signed, fetched from git).")
@@ -31,7 +31,7 @@ def policy_add(
 ) -> None:
     """Follow a team policy: fetch it, verify its signature by KEY, pin it by commit."""
     from agentstack import teampolicy
-    from agentstack.keys import read_public_key
+    from agentstack.share.keys import read_public_key
 
     key = read_public_key(signer)
     current = teampolicy.add(url, key.openssh(), ref=ref)
@@ -85,7 +85,7 @@ def policy_show(as_json: Json = False) -> int:
 def policy_check(as_json: Json = False) -> int:
     """Check the project against the policy in force; exit 1 naming each rule it breaks."""
     from agentstack import teampolicy
-    from agentstack.consent import current as current_setup
+    from agentstack.consent.document import current as current_setup
 
     found = teampolicy.in_force()
     if found is None:
@@ -129,6 +129,6 @@ def policy_sign(
 
 
 def _key(key: str | None, ssh_key: Path | None) -> Any:
-    from agentstack import keys
+    import agentstack.share.keys as keys
 
     return keys.signing_key(key, ssh_key)

@@ -1,5 +1,5 @@
 """`receive` and `quarantine list|show|release|discard`: a received bundle is held, reviewed and
-released into a project (`agentstack.quarantine`); nothing in it runs before that."""
+released into a project (`agentstack.share.quarantine`); nothing in it runs before that."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Json, ask
-from agentstack.entry import echo, print_json
+from agentstack.output import echo, print_json
 from agentstack.errors import Refused
 
 app = commands()
@@ -27,7 +27,7 @@ def receive(
     bundle_path: Annotated[Path, typer.Argument(metavar="FILE")], as_json: Json = False,
 ) -> None:
     """Verify a bundle, then hold it in quarantine (nothing in it runs); prints its id."""
-    from agentstack.quarantine import receive as do_receive
+    from agentstack.share.quarantine import receive as do_receive
 
     result = do_receive(bundle_path)
     meta = result.held.meta
@@ -37,7 +37,7 @@ def receive(
                     "boundary": checked.to_json() if checked is not None else None})
         return
     if checked is not None:
-        from agentstack.boundary import describe
+        from agentstack.consent.boundary import describe
 
         echo("boundary in force: " + "\n".join(describe(checked)))
     sys.stdout.write(result.held.id + "\n")
@@ -53,8 +53,8 @@ def receive(
 
 def _current_signers() -> dict[str, list[str]]:
     """Key fingerprint -> the principals allowed_signers trusts it as for bundles, now."""
-    from agentstack import sshsig
-    from agentstack.keys import allowed_signers
+    import agentstack.share.sshsig as sshsig
+    from agentstack.share.keys import allowed_signers
 
     out: dict[str, list[str]] = {}
     moment = time.time()
@@ -68,7 +68,7 @@ def _current_signers() -> dict[str, list[str]]:
 @quarantine_app.command("list", cls=Command)
 def quarantine_list(as_json: Json = False) -> None:
     """Bundles held in quarantine."""
-    from agentstack.quarantine import list_held
+    from agentstack.share.quarantine import list_held
 
     held = list_held()
     rows: list[dict[str, Any]] = [
@@ -116,8 +116,8 @@ def quarantine_list(as_json: Json = False) -> None:
 
 def _boundary_report(held: Any, dest: Path | None) -> Any:
     """The user's boundary in force checked against a quarantined setup (None: no boundary)."""
-    from agentstack.boundary import report
-    from agentstack.quarantine import verify_held
+    from agentstack.consent.boundary import report
+    from agentstack.share.quarantine import verify_held
 
     _, contents, _ = verify_held(held)
     return report(contents.document, dest)
@@ -125,10 +125,10 @@ def _boundary_report(held: Any, dest: Path | None) -> Any:
 
 def _diff_against(dest: Path | None, document: dict[str, Any]) -> tuple[Any, Any]:
     """The consent diff against what the user trusted at `dest`, when `dest` holds a project."""
-    from agentstack.consent import consent_digest
-    from agentstack.diff import consent_diff
-    from agentstack.manifestview import MANIFEST_NAME
-    from agentstack.trust import TrustStore, review
+    from agentstack.consent.document import consent_digest
+    from agentstack.consent.diff import consent_diff
+    from agentstack.manifest.view import MANIFEST_NAME
+    from agentstack.trust.review import TrustStore, review
 
     if dest is None or not (dest / MANIFEST_NAME).is_file():
         return None, consent_diff(None, document)
@@ -138,7 +138,7 @@ def _diff_against(dest: Path | None, document: dict[str, Any]) -> tuple[Any, Any
 
 
 def _review(held: Any, contents: Any, principals: list[str], dest: Path | None, out: Any) -> Any:
-    from agentstack.view import consent_renderable, diff_renderable
+    from agentstack.consent.render import consent_renderable, diff_renderable
 
     meta = held.meta
     who = (
@@ -175,9 +175,9 @@ def quarantine_show(
     as_json: Json = False,
 ) -> None:
     """The consent view of a quarantined bundle (and the diff against DIR's trusted setup)."""
-    from agentstack.boundary import describe, report
-    from agentstack.quarantine import find, verify_held
-    from agentstack.view import console
+    from agentstack.consent.boundary import describe, report
+    from agentstack.share.quarantine import find, verify_held
+    from agentstack.consent.render import console
 
     held = find(ident)
     _, contents, principals = verify_held(held)
@@ -213,8 +213,8 @@ def quarantine_release(
     as_json: Json = False,
 ) -> None:
     """Review, then copy a quarantined setup into DIR and record the decision in the trust log."""
-    from agentstack.quarantine import find, release, verify_held
-    from agentstack.view import console
+    from agentstack.share.quarantine import find, release, verify_held
+    from agentstack.consent.render import console
 
     held = find(ident)
     statement, contents, principals = verify_held(held)
@@ -229,12 +229,12 @@ def quarantine_release(
 
     enforce_policy(contents.document, dest, action="release")  # before anything is written
     if trust:  # trusting is refused beyond the boundary in force, before anything is written
-        from agentstack.boundary import enforce
+        from agentstack.consent.boundary import enforce
 
         enforce(contents.document, dest)
     result = _review(held, contents, principals, dest, console(stderr=as_json))
     # The one rule of every review: trusting high-risk findings needs an explicit acceptance.
-    from agentstack.trust import require_acceptance
+    from agentstack.trust.review import require_acceptance
 
     high = len(result.high_risk) if trust else 0
     require_acceptance(
@@ -275,7 +275,7 @@ def quarantine_release(
 @quarantine_app.command("discard", cls=Command)
 def quarantine_discard(ident: Ident) -> None:
     """Delete a quarantined bundle (recorded in the trust log)."""
-    from agentstack.quarantine import discard, find
+    from agentstack.share.quarantine import discard, find
 
     held = find(ident)
     discard(held)

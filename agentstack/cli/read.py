@@ -1,5 +1,5 @@
 """`digest`, `show`, `diff`, `log` and `schema`: reading the consent state (`agentstack.readcmds`,
-`agentstack.diff`). `digest` and `show` with simple arguments never get here: `agentstack.entry`
+`agentstack.consent.diff`). `digest` and `show` with simple arguments never get here: `agentstack.entry`
 runs them without the command table."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typer
 
 from agentstack.cli._app import Command, commands
 from agentstack.cli._common import Format, Json, User, root_dir, use_user
-from agentstack.entry import print_json
+from agentstack.output import print_json
 from agentstack.errors import InvalidInput, Refused
 
 app = commands()
@@ -41,7 +41,7 @@ def show(as_json: Json = False, user: User = False) -> None:
 
 
 def _current(root: Path) -> dict[str, Any]:
-    from agentstack.consent import current
+    from agentstack.consent.document import current
 
     return current(root)[2]
 
@@ -79,17 +79,17 @@ def diff(
 ) -> None:
     """Consent diff against the last trusted (or given) digest or document, risk findings first."""
     from agentstack.canonical import is_digest
-    from agentstack.sarif import output_format as chosen_format
+    from agentstack.consent.sarif import output_format as chosen_format
 
     fmt = chosen_format(output_format, as_json)
-    from agentstack.diff import consent_diff
+    from agentstack.consent.diff import consent_diff
 
     before: dict[str, Any] | None
     if old is not None and not is_digest(old):
         before = _load_document(Path(old))
         after = _load_document(new) if new is not None else _current(root_dir())
     else:
-        from agentstack.trust import TrustStore
+        from agentstack.trust.review import TrustStore
 
         root = root_dir()
         after = _load_document(new) if new is not None else _current(root)
@@ -117,7 +117,7 @@ def diff(
 
         pins = pinreview.pending_changes(root_dir().resolve(), sorted(after.get("servers", {})))
     if fmt == "sarif":
-        from agentstack.sarif import ManifestLines, diff_findings, print_sarif
+        from agentstack.consent.sarif import ManifestLines, diff_findings, print_sarif
 
         project = root_dir() if new is None else None
         lines = ManifestLines.of(project) if project is not None else ManifestLines("")
@@ -127,8 +127,8 @@ def diff(
     if fmt == "json":
         print_json({**result.to_json(), "pins": [c.to_json() for c in pins]})
         return
-    from agentstack.contentstore import Contents, ContentStore, collect
-    from agentstack.view import console, diff_renderable
+    from agentstack.trust.contentstore import Contents, ContentStore, collect
+    from agentstack.consent.render import console, diff_renderable
 
     found = collect(root_dir(), after) if new is None else {}
     console().print(diff_renderable(result, contents=Contents(ContentStore(), found)))
@@ -155,7 +155,7 @@ def schema(
         metavar="[WHICH]", help="manifest, lock or boundary")] = "manifest",
 ) -> None:
     """Print the JSON Schema of agentstack.toml (or of the lock, or of a boundary file)."""
-    from agentstack.schemas import SCHEMA_FILES, schema_for
+    from agentstack.manifest.schema import SCHEMA_FILES, schema_for
 
     if which not in SCHEMA_FILES:
         raise InvalidInput(f"unknown schema {which!r}", hint="manifest, lock or boundary")

@@ -10,14 +10,14 @@ import typer
 
 from agentstack.cli._app import Command, PassThrough, commands
 from agentstack.cli._common import Json, root_dir, state, store
-from agentstack.entry import echo, print_json
-from agentstack.entry import result as result_line
+from agentstack.output import echo, print_json
+from agentstack.output import result as result_line
 from agentstack.errors import InvalidInput, Refused
 from agentstack.harnesses import NAMES
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
-    from agentstack.manifest import Manifest
+    from agentstack.manifest.model import Manifest
     from agentstack.sandbox.policy import SandboxPolicy
 
 app = commands()
@@ -84,7 +84,7 @@ def why(
 
     Uses the same policy object `run` enforces (the current manifest plus the profiles). Exit 0
     when allowed, 1 when denied. With neither --path nor --host, prints the whole policy."""
-    from agentstack.manifest import load_manifest
+    from agentstack.manifest.load import load_manifest
 
     if path is not None and host is not None:
         raise InvalidInput("give --path or --host, not both")
@@ -150,7 +150,7 @@ def why(
 def _why_native(harness: str, as_json: bool) -> int:
     """`why --harness H --native`: the keys `apply --write` gives H's own sandbox, whether the
     rendered file carries them now, and every finding (what it cannot express)."""
-    from agentstack.manifest import load_manifest
+    from agentstack.manifest.load import load_manifest
     from agentstack.sandbox import native
 
     root = root_dir()
@@ -187,7 +187,7 @@ def _trust_note(root: Path) -> str:
     from agentstack.errors import AgentstackError
 
     try:
-        from agentstack.consent import current
+        from agentstack.consent.document import current
 
         _, _, _, digest = current(root)
         return str(store().state(root, digest).state)
@@ -250,7 +250,7 @@ def doctor(
         raise InvalidInput("--landlock-abi N needs --verify and N from 1 to 6")
     checks = doc.system_checks()
     checks.extend(_project_checks())
-    from agentstack.boundary import doctor_check
+    from agentstack.consent.boundary import doctor_check
 
     checks.append(doctor_check())
     from agentstack.teampolicy import doctor_check as policy_check
@@ -319,10 +319,10 @@ def doctor(
 
 
 def _project_checks() -> list[Any]:
-    """doctor's project rows (agentstack.status): --project exactly, else the nearest project."""
+    """doctor's project rows (agentstack.projectstatus): --project exactly, else the nearest project."""
     from agentstack.errors import AgentstackError
     from agentstack.paths import find_project
-    from agentstack.status import project_checks
+    from agentstack.projectstatus import project_checks
 
     try:
         root: Path | None = root_dir() if state.project is not None else find_project()

@@ -9,7 +9,7 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Json
-from agentstack.entry import echo, print_json
+from agentstack.output import echo, print_json
 from agentstack.errors import InvalidInput, Refused
 
 app = commands()

@@ -1,5 +1,5 @@
 """`share` and `inspect`: a signed bundle of the locked, trusted setup for a teammate
-(`agentstack.bundle`)."""
+(`agentstack.share.bundle`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import typer
 
 from agentstack.cli._app import Command, commands
 from agentstack.cli._common import Json, root_dir
-from agentstack.entry import echo, print_json
+from agentstack.output import echo, print_json
 from agentstack.errors import InvalidInput
 
 app = commands()
@@ -58,7 +58,7 @@ def share(
     """Write a signed bundle of the locked, trusted setup (deterministic: same inputs, same bytes)."""
     import os
 
-    from agentstack import bundle
+    import agentstack.share.bundle as bundle
     from agentstack.fsutil import write_atomic
 
     if output is not None and not output.parent.is_dir():
@@ -109,7 +109,7 @@ def inspect(
     as_json: Json = False,
 ) -> None:
     """Show a bundle's signed statement without receiving it (its members are not read)."""
-    from agentstack import bundle
+    import agentstack.share.bundle as bundle
     from agentstack.fsutil import write_atomic
 
     try:
@@ -159,6 +159,6 @@ def inspect(
 
 
 def _key(key: str | None, ssh_key: Path | None) -> Any:
-    from agentstack import keys
+    import agentstack.share.keys as keys
 
     return keys.signing_key(key, ssh_key)

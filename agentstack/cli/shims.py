@@ -11,7 +11,7 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Json, root_dir
-from agentstack.entry import echo, print_json
+from agentstack.output import echo, print_json
 from agentstack.errors import Refused
 
 app = commands()

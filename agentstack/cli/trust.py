@@ -1,5 +1,5 @@
 """`trust` (and `trust --apply`), `trust list`, `trust log`, `revoke` and `status`: thin
-commands over `agentstack.trust` (the review rules) and `agentstack.status`. `status` with simple
+commands over `agentstack.trust` (the review rules) and `agentstack.projectstatus`. `status` with simple
 arguments never gets here: `agentstack.entry` runs it without the command table."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import typer
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Format, Json, User, ask, root_dir, store, use_user
 from agentstack.cli._common import store as trust_store
-from agentstack.entry import echo, print_json, result
+from agentstack.output import echo, print_json, result
 from agentstack.errors import InvalidInput, Refused
 
 app = commands()
@@ -57,8 +57,8 @@ def trust(
     its refusals are the same as without them."""
     if ctx.invoked_subcommand is not None:
         return None  # `trust list`, `trust log`: the group's own review does not run
-    from agentstack import trust as rules
-    from agentstack.consent import current
+    import agentstack.trust.review as rules
+    from agentstack.consent.document import current
     from agentstack.errors import StaleLock
 
     harness = harness or None
@@ -75,7 +75,7 @@ def trust(
                 hint=(exc.hint + "; " if exc.hint else "")
                 + "or 'agentstack trust --lock' locks, then reviews",
             ) from None
-        from agentstack.lock_command import run_lock
+        from agentstack.lock.command import run_lock
 
         code = run_lock(project=root, check=False, frozen=False, update=False, as_json=False)
         if code:
@@ -92,7 +92,7 @@ def trust(
 
     if boundary is not None or os.path.isfile(layout.boundary_file(str(agentstack_home()))):
         # Only then: the boundary module (and its models) costs ~0.1 s of start-up.
-        from agentstack.boundary import enforce as enforce_boundary
+        from agentstack.consent.boundary import enforce as enforce_boundary
 
         enforce_boundary(document, root, boundary_file=boundary)
     from agentstack.teampolicy import enforce as enforce_policy
@@ -142,7 +142,7 @@ def trust(
         result["pins"] = pins
     code = 0
     if apply:
-        from agentstack.apply_command import run_apply
+        from agentstack.apply.command import run_apply
 
         code, applied = run_apply(
             root, document, value, the_store, harness=harness, write=True, force=force,
@@ -159,7 +159,7 @@ def _review_pins(root: Path, document: dict[str, Any], digest: str, *, yes: bool
     """What the relay withheld (a server's changed or new tools, prompts, resources): shown as
     lines, and once accepted recorded as the servers' new pins."""
     from agentstack import pinreview
-    from agentstack import trust as rules
+    import agentstack.trust.review as rules
 
     changes = pinreview.pending_changes(root, sorted(document.get("servers", {})))
     if not changes:
@@ -183,8 +183,8 @@ def _review_pins(root: Path, document: dict[str, Any], digest: str, *, yes: bool
 def _show_review(reviewed: Any, as_json: bool) -> Any:
     """Print the review (the whole consent view the first time, else the diff against the last
     trusted document; on stderr with --json). Returns the contents it showed."""
-    from agentstack.trust import harness_notes, review_contents, user_level_changes
-    from agentstack.view import (
+    from agentstack.trust.review import harness_notes, review_contents, user_level_changes
+    from agentstack.consent.render import (
         consent_renderable,
         console,
         diff_renderable,
@@ -221,7 +221,8 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
     for note in harness_notes(document):
         out.print(note, markup=False)
     outside = user_level_changes(root, document, value)
-    from agentstack.userlevel import foreign, is_user_root
+    from agentstack.userlevel import foreign
+    from agentstack.paths import is_user_root
 
     if is_user_root(root):
         for line in foreign(root, document, value):
@@ -229,7 +230,7 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
                       f"tools while it is there; 'agentstack adopt --user' moves it in): {line}",
                       markup=False, highlight=False)
     if outside:
-        from agentstack.view import Wrapped, t
+        from agentstack.consent.render import Wrapped, t
 
         out.print(
             Wrapped(
@@ -247,7 +248,7 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
 @trust_app.command("list", cls=Command)
 def trust_list(as_json: Json = False) -> None:
     """Currently trusted digests, per project."""
-    from agentstack.trust import current_trusts
+    from agentstack.trust.review import current_trusts
 
     store = trust_store()
     trusted = current_trusts(store.log.records())
@@ -263,7 +264,7 @@ def trust_list(as_json: Json = False) -> None:
         return
     from rich.text import Text
 
-    from agentstack.view import Wrapped, console, t
+    from agentstack.consent.render import Wrapped, console, t
 
     out = console()
     out.print(Text("Trusted consent digests", style="bold underline"))
@@ -330,7 +331,7 @@ def revoke(
     The harness-side trust entries go whenever no digest matching the files on disk stays
     trusted; the output lists every digest revoked and every file changed."""
     from agentstack.canonical import is_digest
-    from agentstack.trust import keep_contents
+    from agentstack.trust.review import keep_contents
 
     use_user(user)
     root = root_dir()
@@ -350,7 +351,7 @@ def revoke(
         targets = [one]
     else:
         targets = store.trusted_digests(root)
-        from agentstack.apply import remove_user_level  # what a revoke that failed left behind
+        from agentstack.apply.engine import remove_user_level  # what a revoke that failed left behind
 
         if not targets and (left := remove_user_level(root)):
             return echo("nothing left to revoke; removed agentstack's harness-side trust entries "
@@ -366,7 +367,7 @@ def revoke(
     from agentstack.errors import AgentstackError
 
     try:
-        from agentstack.consent import current as consent_now
+        from agentstack.consent.document import current as consent_now
 
         current: str | None = consent_now(root)[3]
     except AgentstackError:
@@ -374,7 +375,7 @@ def revoke(
     keep = current is not None and store.state(root, current).trusted
     removed: list[str] = []
     if not keep:
-        from agentstack.apply import remove_user_level
+        from agentstack.apply.engine import remove_user_level
 
         removed = [str(path) for path in remove_user_level(root)]
     remaining = store.trusted_digests(root)
@@ -411,7 +412,7 @@ def status(as_json: Json = False, output_format: Format = None, user: User = Fal
     so the harness stops loading the project's servers and hooks, and says so ("withdrew ...";
     in --json: "withdrawn"); 'agentstack apply --write' restores them once trusted again."""
     from agentstack import readcmds
-    from agentstack.sarif import output_format as chosen_format
+    from agentstack.consent.sarif import output_format as chosen_format
 
     fmt = chosen_format(output_format, as_json)
     use_user(user)

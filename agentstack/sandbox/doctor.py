@@ -42,7 +42,7 @@ def landlock_check() -> Check:
 
     kernel_abi = landlock_kernel_abi()
     try:
-        from agentstack.sandbox.launch import load_nono
+        from agentstack.sandbox.confine import load_nono
 
         abi = load_nono().detect_abi()
     except (ImportError, RuntimeError, OSError) as exc:
@@ -72,7 +72,7 @@ def nono_check() -> Check:
 
     version = nono_version()
     try:
-        from agentstack.sandbox.launch import load_nono, nono_module_path
+        from agentstack.sandbox.confine import load_nono, nono_module_path
 
         load_nono()
         path = nono_module_path()

@@ -295,7 +295,7 @@ def for_consent(consent: dict[str, Any], root: Any, harness: str, *, home: Any =
     or `sandbox.enabled` is false)."""
     if harness not in APPLIED:
         return None
-    from agentstack.manifestview import SandboxView
+    from agentstack.manifest.view import SandboxView
 
     sandbox = SandboxView(consent["sandbox"])
     if not sandbox.enabled:

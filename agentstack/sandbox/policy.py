@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, Literal, NamedTuple
 
-from agentstack.manifestview import METADATA_HOSTS
+from agentstack.manifest.view import METADATA_HOSTS
 
 POLICY_FORMAT = 1
 Access = Literal["ro", "rw"]

@@ -312,7 +312,7 @@ def rendered_user_keys(
     from agentstack_adapters.base import OwnedKeys
     from agentstack_adapters.registry import load_adapters
 
-    from agentstack.apply import _context
+    from agentstack.apply.engine import _context
 
     targets = [h for h in consent["project"]["harnesses"] if h in HARNESSES]
     adapters = load_adapters(targets)

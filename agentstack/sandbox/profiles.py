@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from agentstack import harnesses as _harnesses
-from agentstack import manifestrules as rules
+import agentstack.manifest.rules as rules
 
 # (path, access, is_file). Missing paths are skipped: systems differ.
 SYSTEM_READ_DIRS = (

@@ -28,8 +28,8 @@ from agentstack.sandbox.policy import (
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    from agentstack.manifest import Sandbox as SandboxModel
-    from agentstack.manifestview import SandboxView
+    from agentstack.manifest.model import Sandbox as SandboxModel
+    from agentstack.manifest.view import SandboxView
 
     Sandbox: TypeAlias = "SandboxModel | SandboxView"  # the validated model, or its plain data
 
@@ -57,7 +57,7 @@ def nono_deny_paths(home: str, *, fallback: bool = False) -> list[tuple[str, str
     """(path, 'nono:GROUP') for every path of nono's deny groups, `~`/$HOME expanded to `home`
     (`fallback`: when nono-py is missing, `NONO_FALLBACK` instead of an error)."""
     try:
-        from agentstack.sandbox.launch import load_nono
+        from agentstack.sandbox.confine import load_nono
 
         document = json.loads(load_nono().embedded_policy_json())
     except ImportError as exc:

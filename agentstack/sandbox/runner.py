@@ -2,7 +2,7 @@
 
 The parent (this module, unconfined) checks that the sandbox is enforceable, takes the seccomp
 program (compiled once per key, `seccomp.program`), creates a private TMPDIR, starts the launcher
-(`launch.py`: a clone of this process born in the run's cgroup when it has a single thread, else a
+(`confine.py`: a clone of this process born in the run's cgroup when it has a single thread, else a
 fresh `python -I -S`), which waits for its spec; then starts nono's credential proxy when the
 policy has credentials or allowed domains, builds the environment from an allowlist and sends the
 spec. The launcher confines itself and execve()s the command. The parent
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 from agentstack import layout
 from agentstack.sandbox import profiles
-from agentstack.sandbox.launch import ARMED, nono_module_path
+from agentstack.sandbox.confine import ARMED, nono_module_path
 from agentstack.sandbox.policy import Grant, SandboxPolicy
 from agentstack.sandbox.resolve import ConfinementError
 
@@ -37,7 +37,7 @@ from agentstack.sandbox.resolve import ConfinementError
 # start-up); the same functions and numbers.
 _signal: Any = __import__("_signal")
 
-LAUNCHER = Path(__file__).resolve().with_name("launch.py")
+LAUNCHER = Path(__file__).resolve().with_name("confine.py")
 REQUIRED_ABI_FEATURES = {
     "has_network": "TCP connect/bind rules (Landlock ABI 4, Linux 6.7)",
     "has_scoping": "signal and abstract unix socket scoping (Landlock ABI 6, Linux 6.12)",
@@ -121,7 +121,7 @@ def check_enforceable(policy: SandboxPolicy) -> Enforcement:
             hint="run it on Linux 6.12 or newer",
         )
     try:
-        from agentstack.sandbox.launch import load_nono
+        from agentstack.sandbox.confine import load_nono
 
         nono = load_nono()
     except ImportError as exc:
@@ -219,7 +219,7 @@ class Proxy:
     and a CONNECT proxy for `sandbox.network.allow_domains`."""
 
     def __init__(self, policy: SandboxPolicy) -> None:
-        from agentstack.sandbox.launch import load_nono
+        from agentstack.sandbox.confine import load_nono
         from agentstack.secrets import SecretStore
 
         nono = load_nono()
@@ -789,7 +789,7 @@ def _start_launcher(
     Where this process has a single thread, the launcher is a clone of it (clone3, born in the
     run's cgroup with CLONE_INTO_CGROUP): no second interpreter starts, and no cgroup migration
     waits for an RCU grace period. Otherwise (another thread, no clone3) it is a fresh
-    `python -I -S launch.py`. Either way it runs launch.py's code on the same spec."""
+    `python -I -S confine.py`. Either way it runs confine.py's code on the same spec."""
     if _single_threaded() and os.uname().machine in SYS_CLONE3:
         try:
             plain = [-1 if s is None else s if isinstance(s, int) and s >= 0 else None
@@ -1002,7 +1002,7 @@ def _thread_count() -> int:
 def _launcher_child(fds: tuple[int, int], p2cread: int, c2pwrite: int, errwrite: int,
                     mask: frozenset[int] = frozenset()) -> None:
     """In the clone: what Popen's child does before exec (a session of its own, the standard
-    streams, every other descriptor closed, the caller's signal mask back), then launch.py's
+    streams, every other descriptor closed, the caller's signal mask back), then confine.py's
     main. Never returns."""
     spec_fd, status_fd = fds
     code = EXIT_LAUNCH_FAILED
@@ -1023,7 +1023,7 @@ def _launcher_child(fds: tuple[int, int], p2cread: int, c2pwrite: int, errwrite:
             if low < fd:
                 os.closerange(low, fd)
             low = fd + 1
-        from agentstack.sandbox.launch import main
+        from agentstack.sandbox.confine import main
 
         code = main([str(spec_fd), str(status_fd)])
     except BaseException as exc:  # noqa: BLE001 - nothing may run unconfined; report and stop
@@ -1143,7 +1143,7 @@ def _receipts(policy: SandboxPolicy) -> Callable[[dict[str, object]], None]:
 
 
 def _check_status(status: bytes, process: subprocess.Popen[bytes]) -> None:
-    """Raise unless the launcher armed the sandbox and execve succeeded (see launch.py)."""
+    """Raise unless the launcher armed the sandbox and execve succeeded (see confine.py)."""
     armed = status.startswith(ARMED)
     rest = status[len(ARMED):] if armed else status
     if armed and not rest:

@@ -21,13 +21,13 @@ from agentstack.errors import InvalidInput, Refused
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    from agentstack.manifest import Manifest as ManifestModel
-    from agentstack.manifestview import ManifestView
+    from agentstack.manifest.model import Manifest as ManifestModel
+    from agentstack.manifest.view import ManifestView
 
     Manifest: TypeAlias = "ManifestModel | ManifestView"
     from agentstack.sandbox.policy import SandboxPolicy
     from agentstack.sandbox.watch import Change
-    from agentstack.trust import TrustStore
+    from agentstack.trust.review import TrustStore
 
 
 def pick_harness(manifest: Manifest, harness: str | None, command: list[str]) -> str | None:
@@ -160,10 +160,10 @@ def run_session(
     minus the signal that ended it. Refuses (exit 1) unless the current consent digest is trusted
     and the harness surface is what was trusted, and whenever any layer of the sandbox cannot be
     enforced. `say` hears the after-session report."""
-    from agentstack.consent import current
+    from agentstack.consent.document import current
     from agentstack.sandbox import profiles, watch
     from agentstack.sandbox.runner import run_confined
-    from agentstack.surface import check_before_start
+    from agentstack.surface.scan import check_before_start
 
     env = os.environ if environ is None else environ
     manifest, _, document, digest = current(root)  # no pydantic when the manifest is unchanged

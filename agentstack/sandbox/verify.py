@@ -308,7 +308,7 @@ class Scenario:
 @contextlib.contextmanager
 def scenario(root_dir: str = DECOY_ROOT) -> Iterator[Scenario]:
     """Decoys, listeners, a mock upstream and the policy, all torn down afterwards."""
-    from agentstack.manifest import Sandbox
+    from agentstack.manifest.model import Sandbox
     from agentstack.sandbox.resolve import resolve_policy
     from agentstack.secrets import SecretStore
 

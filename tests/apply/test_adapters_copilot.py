@@ -56,7 +56,7 @@ def _user_config(home: Path, text: str) -> Path:
 
 
 def test_mcp_json_shared_with_claude_code_merges(project: Path) -> None:
-    from agentstack.apply import plan
+    from agentstack.apply.engine import plan
 
     claude = {op.path: op for op in _ops(project, ["claude-code"])}[".mcp.json"]
     copilot = {op.path: op for op in _ops(project, ["copilot"])}[".mcp.json"]
@@ -166,7 +166,7 @@ def test_the_rendered_hooks_file_is_not_foreign_but_a_key_added_to_it_is(project
     renders keys into it, so after `apply --write` the lock still holds; a key added next to
     agentstack's is foreign (pinned, so the lock is stale) and the guard sees the edit."""
     from agentstack._guard import Deny, check_files
-    from agentstack.lockfile import read_lock
+    from agentstack.lock.resolve import read_lock
 
     _ok("trust", "--yes", "--accept-risk", cwd=project)
     _ok("apply", "--write", cwd=project)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentstack.apply import GUARD_CODE
+from agentstack.apply.engine import GUARD_CODE
 from tests.conftest import run_cli
 from tests.harness.deadline import scaled
 from tests.support.adapters import locked_project, trust_and_apply, without_relay

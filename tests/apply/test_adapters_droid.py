@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agentstack.apply import GUARD_CODE
+from agentstack.apply.engine import GUARD_CODE
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
@@ -72,7 +72,7 @@ def test_render_puts_the_guard_first_and_the_servers_in_factory_mcp_json(
 
 
 def test_the_review_says_droid_has_no_trust_of_its_own(project: Path) -> None:
-    from agentstack.trust import harness_notes
+    from agentstack.trust.review import harness_notes
     from tests.support.adapters import current
 
     (note,) = harness_notes(current(project)[2])

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agentstack.apply import GUARD_CODE
+from agentstack.apply.engine import GUARD_CODE
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled

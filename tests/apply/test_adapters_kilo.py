@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agentstack.apply import GUARD_CODE
+from agentstack.apply.engine import GUARD_CODE
 from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
@@ -53,7 +53,7 @@ def kilo_env(home: Path, model: MockModel | None) -> dict[str, str]:
 
 
 def test_render_writes_kilo_json_and_the_guard_plugin(project: Path, isolated_home: Path) -> None:
-    from agentstack.trust import harness_notes
+    from agentstack.trust.review import harness_notes
     from tests.support.adapters import current
 
     ops = rendered(project, ["kilo"])

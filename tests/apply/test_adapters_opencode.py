@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from agentstack.apply import GUARD_CODE
+from agentstack.apply.engine import GUARD_CODE
 from tests.conftest import REPO, run_cli
 from tests.harness.binaries import harness_bin, harness_env, in_ci
 from tests.harness.deadline import scaled
@@ -165,7 +165,7 @@ def test_plugin_is_fingerprinted(project: Path) -> None:
 
 def test_agents_md_shared_with_codex_is_one_block(tmp_path: Path) -> None:
     """Codex and OpenCode both read AGENTS.md: one block, one ledger entry, no conflict."""
-    from agentstack.apply import plan
+    from agentstack.apply.engine import plan
 
     root = _project(tmp_path, '["codex", "opencode"]')
     _, _, document, digest = current(root)

@@ -81,7 +81,7 @@ def test_every_harness_in_one_project_merges_shared_files(tmp_path: Path,
                                                           isolated_home: Path) -> None:
     root = _project(tmp_path, ALL)
     trust_and_apply(root)
-    from agentstack.apply import load_ledger
+    from agentstack.apply.engine import load_ledger
 
     files = load_ledger(root)["files"]
     # One ledger entry per file, one entry per owned key in it.
@@ -112,7 +112,7 @@ def test_a_partial_apply_keeps_other_harnesses_keys_in_a_shared_file(
     """Two harnesses owning different keys of one file: `apply --harness A` keeps B's keys."""
     from agentstack_adapters import OwnedKeys, registry
 
-    from agentstack.apply import load_ledger, plan, write
+    from agentstack.apply.engine import load_ledger, plan, write
 
     class Fake:
         def __init__(self, name: str) -> None:

@@ -54,7 +54,7 @@ def test_adopt_write_moves_entries_under_the_manifest(project: Path) -> None:
     ok(project, "adopt", "--write")
     text = manifest.read_text()
     assert all(line in text.splitlines() for line in comments)  # comments kept
-    from agentstack.manifest import load_manifest
+    from agentstack.manifest.load import load_manifest
 
     loaded = load_manifest(project)
     assert loaded.servers["files"].args == ["-y", "@scope/files@1.2.3"]
@@ -70,7 +70,7 @@ def test_adopt_write_moves_entries_under_the_manifest(project: Path) -> None:
     assert json.loads((project / ".claude" / "settings.json").read_text()) == {"model": "sonnet"}
     # Declared now: the review shows them as declared items; only the harmless key is foreign.
     ok(project, "lock")
-    from agentstack.consent import current as _current
+    from agentstack.consent.document import current as _current
 
     document = _current(project)[2]
     assert set(document["servers"]) >= {"files", "remote", "db"}

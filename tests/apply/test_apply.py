@@ -53,8 +53,8 @@ def _normalise(text: str, root: Path, home: Path, tmp: Path) -> str:
      "droid", "kilo"],
 )
 def test_golden_render(tmp_path: Path, isolated_home: Path, harness: str) -> None:
-    from agentstack.apply import plan
-    from agentstack.consent import current as _current
+    from agentstack.apply.engine import plan
+    from agentstack.consent.document import current as _current
 
     root = full_project(tmp_path, trust=False).resolve()
     _, _, document, digest = _current(root)
@@ -235,8 +235,8 @@ def test_revoke_removes_harness_side_trust(tmp_path: Path, isolated_home: Path) 
 
 @pytest.mark.slow
 def test_sigkill_during_apply_leaves_each_file_old_or_new(tmp_path: Path) -> None:
-    from agentstack.apply import plan
-    from agentstack.consent import current as _current
+    from agentstack.apply.engine import plan
+    from agentstack.consent.document import current as _current
 
     root = full_project(tmp_path).resolve()
     _ok("apply", "--write", cwd=root)

@@ -132,7 +132,7 @@ def test_apply_refuses_when_the_guards_own_code_lies_inside_the_project(
     (a virtualenv in the checkout), the agent could rewrite the guard, so apply writes nothing."""
     import sys
 
-    from agentstack import apply
+    import agentstack.apply.engine as apply
 
     root = tmp_path / "project"
     (root / ".venv" / "bin").mkdir(parents=True)

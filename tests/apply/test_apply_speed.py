@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-from agentstack import _guard, apply, fsutil, snapshot
+from agentstack import _guard, fsutil
+import agentstack.apply.engine as apply
+import agentstack.apply.snapshot as snapshot
 from agentstack.errors import Refused
 from tests.conftest import make_project, run_cli_in_process
 from tests.guard.test_guard_speed import needs_a_mark
@@ -172,7 +174,7 @@ def test_a_failed_project_write_never_leaves_the_harness_trusting_the_project(
     import errno
     import json
 
-    import agentstack.apply as apply_module
+    import agentstack.apply.engine as apply_module
     from tests.conftest import copy_example
     from tests.surface.test_surface import cli, ok
 

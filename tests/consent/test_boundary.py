@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentstack.boundary import (
+from agentstack.consent.boundary import (
     Boundary,
     CheckResult,
     Rule,
@@ -22,12 +22,12 @@ from agentstack.boundary import (
     parse_boundary,
     parse_endpoint_rule,
 )
-from agentstack.consent import consent_document
+from agentstack.consent.document import consent_document
 from agentstack.errors import InvalidInput, Refused
-from agentstack.lock_command import run_lock
-from agentstack.lockfile import fresh_lock
-from agentstack.manifest import load_manifest
-from agentstack.reach import (
+from agentstack.lock.command import run_lock
+from agentstack.lock.resolve import fresh_lock
+from agentstack.manifest.load import load_manifest
+from agentstack.consent.reach import (
     KNOWN_FACTS,
     Command,
     Endpoint,
@@ -37,7 +37,7 @@ from agentstack.reach import (
     build_reach,
     parse_host,
 )
-from agentstack.risk import command_facts, host_facts, url_facts
+from agentstack.consent.risk import command_facts, host_facts, url_facts
 from tests.conftest import EXAMPLES, REPO, copy_example, make_project, run_cli
 
 GOLDEN = REPO / "tests" / "golden" / "boundary"
@@ -314,7 +314,7 @@ def test_every_fact_the_lock_emits_is_modelled(tmp_path: Path) -> None:
     """The risk facts of `risk` and of the code-root analysis are exactly what the reach model
     knows: a fact code it has no rule for would make every check `unsupported`, and a rule for a
     code nothing emits is dead."""
-    from agentstack.coderoots import analyse
+    from agentstack.lock.coderoots import analyse
 
     facts = [
         *command_facts(["npx", "-y", "pkg@latest"]),
@@ -507,7 +507,7 @@ def test_check_and_trust_through_the_command(tmp_path: Path) -> None:
 
 
 def test_doctor_names_the_boundary_in_force() -> None:
-    from agentstack.boundary import doctor_check, user_boundary_path
+    from agentstack.consent.boundary import doctor_check, user_boundary_path
 
     assert doctor_check().to_json()["boundary"] is None
     path = user_boundary_path()

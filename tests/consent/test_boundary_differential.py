@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentstack.boundary import DOMAINS, BoundaryFile, check_document, compile_boundary
+from agentstack.consent.boundary import DOMAINS, BoundaryFile, check_document, compile_boundary
 
 SEED = 33
 PAIRS = 1_200

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentstack.boundary import (
+from agentstack.consent.boundary import (
     DOMAINS,
     LIMITS,
     Boundary,
@@ -23,7 +23,7 @@ from agentstack.boundary import (
     describe,
     parse_boundary,
 )
-from agentstack.reach import build_reach
+from agentstack.consent.reach import build_reach
 from tests.conftest import copy_example, run_cli
 
 HOME = "/h/u"
@@ -207,7 +207,7 @@ def test_cached_parent_resolution_is_realpath(tmp_path: Path) -> None:
     whatever the links (a linked parent, a linked leaf, a dangling one, a missing tree)."""
     import os
 
-    from agentstack.boundary import _path
+    from agentstack.consent.boundary import _path
 
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")

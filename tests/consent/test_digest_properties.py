@@ -34,11 +34,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentstack.canonical import CanonicalError, canonical_bytes
-from agentstack.consent import consent_digest, consent_document
+from agentstack.consent.document import consent_digest, consent_document
 from agentstack.errors import ManifestInvalid
-from agentstack.lockfile import dumps_lock, parse_lock, resolver_for
-from agentstack.manifest import _EXPANSION as EXPANSION
-from agentstack.manifest import load_manifest
+from agentstack.lock.resolve import dumps_lock, parse_lock, resolver_for
+from agentstack.manifest.model import _EXPANSION as EXPANSION
+from agentstack.manifest.load import load_manifest
 from tests.conftest import git
 
 # ============================================================================ the base project
@@ -1216,8 +1216,8 @@ def test_an_optional_field_at_its_default_does_not_move_the_digest(tmp_path: Pat
     field is set to something else, both move."""
     from pydantic import Field as PydanticField
 
-    from agentstack import manifest as m
-    from agentstack.lockfile import manifest_digest
+    import agentstack.manifest.model as m
+    from agentstack.lock.resolve import manifest_digest
 
     class ServerV2(m.Server):
         retries: int = 3

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agentstack.contentstore import Contents, ContentStore, collect, is_text
-from agentstack.diff import consent_diff
-from agentstack.view import consent_renderable, console, diff_renderable, toml_value
+from agentstack.trust.contentstore import Contents, ContentStore, collect, is_text
+from agentstack.consent.diff import consent_diff
+from agentstack.consent.render import consent_renderable, console, diff_renderable, toml_value
 from tests.conftest import make_project
 from tests.support.cli import REPO
 
@@ -105,8 +105,8 @@ def _render(renderable: object, width: int) -> str:
 @pytest.mark.parametrize("width", [80, 120])
 def test_no_token_is_broken_across_lines(tmp_path: Path, width: int) -> None:
     root = _changed_project(tmp_path)
-    from agentstack.consent import current as _current
-    from agentstack.trust import TrustStore
+    from agentstack.consent.document import current as _current
+    from agentstack.trust.review import TrustStore
 
     _, _, after, digest = _current(root)
     store = TrustStore()
@@ -181,7 +181,7 @@ def test_binary_and_unknown_files_show_size_and_hash(tmp_path: Path) -> None:
     old = {"path": "tool.bin", "kind": "file", "executable": True, "size": 4,
            "digest": "b3:" + "1" * 64}
     new = dict(old, size=5, digest="b3:" + "2" * 64)
-    from agentstack.diff import Change, ConsentDiff
+    from agentstack.consent.diff import Change, ConsentDiff
 
     change = Change(path="servers.x.files[tool.bin]", kind="changed", old=old, new=new)
     out = _render(diff_renderable(ConsentDiff(findings=[], changes=[change])), 80)
@@ -192,7 +192,7 @@ def test_binary_and_unknown_files_show_size_and_hash(tmp_path: Path) -> None:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from agentstack.view import Wrapped, t  # noqa: E402
+from agentstack.consent.render import Wrapped, t  # noqa: E402
 
 _TOKEN = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1,
                  max_size=90)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agentstack.diff import HIGH_RISK_CODES, consent_diff
-from agentstack.risk import FIELD_RULES, sensitive_path
+from agentstack.consent.diff import HIGH_RISK_CODES, consent_diff
+from agentstack.consent.risk import FIELD_RULES, sensitive_path
 from tests.conftest import _isolate
 from tests.consent.test_digest_properties import build_project
 

@@ -12,7 +12,7 @@ import jsonschema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentstack.sarif import Finding, ManifestLines, sarif_log
+from agentstack.consent.sarif import Finding, ManifestLines, sarif_log
 from tests.conftest import make_project, run_cli_in_process
 from tests.support.project import manifest
 

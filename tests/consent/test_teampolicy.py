@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agentstack import sshsig, teampolicy
+from agentstack import teampolicy
+import agentstack.share.sshsig as sshsig
 from agentstack.errors import InvalidInput
 from agentstack.paths import agentstack_cache
 from tests.conftest import git, make_project, run_cli_in_process
@@ -188,7 +189,7 @@ def test_require_guard_refuses_a_file_that_switches_hooks_off(tmp_path: Path) ->
         ".claude/settings.json": json.dumps({"disableAllHooks": True}),
     })
     assert run_cli_in_process("lock", cwd=root).returncode == 0
-    from agentstack.consent import current
+    from agentstack.consent.document import current
 
     _, _, document, _ = current(root)
     breaches = teampolicy.check(policy, document, root)
@@ -202,7 +203,7 @@ def test_a_boundary_in_the_policy_is_enforced(tmp_path: Path) -> None:
         + str(tmp_path).encode() + b'"]\n[boundary.commands]\nexecutables = ["node"]\n'
     )
     root = _project(tmp_path, GOOD, "b")
-    from agentstack.consent import current
+    from agentstack.consent.document import current
 
     _, _, document, _ = current(root)
     assert [b.rule for b in teampolicy.check(policy, document, root)] == ["boundary.commands"]
@@ -398,7 +399,7 @@ def test_the_policy_fetch_runs_no_repository_code(repo: Path, tmp_path: Path) ->
     assert witness.exists(), "the canary fsmonitor did not run under plain git"
     witness.unlink()
     _add(repo, tmp_path)
-    from agentstack.gitsource import mirror_path
+    from agentstack.lock.gitsource import mirror_path
 
     mirror = mirror_path(agentstack_cache(), repo.as_uri())
     assert (mirror / "HEAD").exists()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentstack.apply import guard_command
+from agentstack.apply.engine import guard_command
 from tests.conftest import REPO, make_project
 from tests.harness.deadline import scaled
 
@@ -372,7 +372,7 @@ def test_revocation_wins_over_an_explicit_digest(project: Path) -> None:
 
 def test_revoke_whose_writer_died_before_the_head_is_still_seen(project: Path,
                                                                 isolated_home: Path) -> None:
-    from agentstack.trustlog import TrustLog
+    from agentstack.trust.store import TrustLog
 
     state = isolated_home / ".config" / "agentstack"
     head_before = (state / "trust.head").read_bytes()

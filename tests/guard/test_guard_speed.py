@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentstack import _guard, _guard_more
-from agentstack.apply import guard_command
+from agentstack.apply.engine import guard_command
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
 from tests.support.project import NOTES_FILES, notes
@@ -129,7 +129,7 @@ def _assert_steady(fresh: Project, monkeypatch: pytest.MonkeyPatch) -> None:
 def needs_a_mark(directory: Path) -> None:
     """Skip where this filesystem gives no settling mark (no unnamed files, coarse timestamps):
     the guard keeps its 1 s slack there. Never skipped in CI (CI=true), whose disks give one."""
-    from agentstack.snapshot import SettleMark
+    from agentstack.apply.snapshot import SettleMark
 
     if SettleMark(directory).take() is None:
         reason = f"{directory}: this filesystem gives no settling mark"
@@ -215,7 +215,7 @@ def test_nothing_changed_after_the_mark_is_settled_by_it(tmp_path: Path) -> None
     """On this kernel and filesystem: whatever is written after a mark is taken (a new file, a
     same-size rewrite with its mtime put back) has timestamps at or past the mark, even within
     the mark's own timestamp tick, so the guard re-proves it by content."""
-    from agentstack.snapshot import SettleMark
+    from agentstack.apply.snapshot import SettleMark
 
     needs_a_mark(tmp_path)
     old = tmp_path / "old.txt"
@@ -238,7 +238,7 @@ def test_nothing_changed_after_the_mark_is_settled_by_it(tmp_path: Path) -> None
 
 def test_the_probe_leaves_nothing_in_the_directory(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentstack.snapshot import SettleMark
+    from agentstack.apply.snapshot import SettleMark
 
     needs_a_mark(tmp_path)
     (tmp_path / "a.txt").write_text("a")
@@ -262,7 +262,7 @@ def test_no_mark_where_the_filesystem_clock_cannot_give_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: str) -> None:
     """A clock that does not tick within the wait, coarse timestamps (FAT, some network
     filesystems), or one later than the system's: no mark; the guard keeps its 1 s slack."""
-    from agentstack import snapshot as snapshot_module
+    import agentstack.apply.snapshot as snapshot_module
 
     now = time.time_ns()
     stamps = {
@@ -282,7 +282,7 @@ def test_no_mark_where_the_filesystem_clock_cannot_give_one(
 
 
 def test_unwritable_directory_gives_no_mark(tmp_path: Path) -> None:
-    from agentstack.snapshot import SettleMark
+    from agentstack.apply.snapshot import SettleMark
 
     assert SettleMark(tmp_path / "missing").take() is None
 
@@ -506,7 +506,7 @@ def test_the_rendered_command_survives_every_config_format() -> None:
 @pytest.mark.slow
 def test_a_log_that_moved_on_is_verified_once_and_a_revocation_still_wins(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentstack.trustlog import TrustLog
+    from agentstack.trust.store import TrustLog
 
     scene = Project(tmp_path / "a")
     for key, value in scene.env.items():

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agentstack import _guard, snapshot
+from agentstack import _guard
+import agentstack.apply.snapshot as snapshot
 from agentstack.sandbox.credentials import CREDENTIAL_PATHS
 
 
@@ -76,7 +77,7 @@ def test_the_guard_denies_every_path_of_nonos_deny_groups(isolated_home: Path) -
 def test_one_list_of_cloud_metadata_names() -> None:
     """The risk model (a server or grant reaching a metadata host) and the sandbox's network rule
     must name the same hosts: one object."""
-    from agentstack.manifest import METADATA_HOSTS
+    from agentstack.manifest.model import METADATA_HOSTS
     from agentstack.sandbox.policy import METADATA_NAMES
 
     assert METADATA_NAMES is METADATA_HOSTS

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from agentstack import harnesses as H
-from agentstack.surface import _match
+from agentstack.surface.scan import _match
 
 from .binaries import REPO, TOOLS_BIN, harness_env
 from .deadline import scaled

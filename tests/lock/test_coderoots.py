@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from agentstack.consent import consent_digest, consent_document
-from agentstack.diff import consent_diff
+from agentstack.consent.document import consent_digest, consent_document
+from agentstack.consent.diff import consent_diff
 from agentstack.errors import ManifestInvalid
-from agentstack.lockfile import dumps_lock, parse_lock, resolver_for
-from agentstack.manifest import load_manifest
+from agentstack.lock.resolve import dumps_lock, parse_lock, resolver_for
+from agentstack.manifest.load import load_manifest
 from tests.conftest import make_project
 
 # The commands run in process: what these tests check is the library's answer, not the process.
@@ -340,7 +340,7 @@ def test_a_cache_written_by_the_code_does_not_make_the_lock_stale(tmp_path: Path
     ],
 )
 def test_wrappers_are_seen_through(tmp_path: Path, argv: list[str], root: list[str] | None) -> None:
-    from agentstack.coderoots import analyse
+    from agentstack.lock.coderoots import analyse
 
     base = project(tmp_path, "")
     found = analyse(base, argv, ".", {})
@@ -357,7 +357,7 @@ def test_the_analysis_never_crashes_on_any_command_line(tmp_path: Path) -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from agentstack.coderoots import LOADER_ENV, analyse
+    from agentstack.lock.coderoots import LOADER_ENV, analyse
 
     base = project(tmp_path, "")
     words = st.sampled_from(

@@ -1,4 +1,4 @@
-"""The re-lock record (agentstack.relock): an unchanged `lock` proved by fingerprints alone, and
+"""The re-lock record (agentstack.lock.relock): an unchanged `lock` proved by fingerprints alone, and
 never when a full resolution would render other bytes."""
 
 from __future__ import annotations
@@ -15,10 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentstack import lockfile, manifestview, relock, treehash
-from agentstack.lock_command import run_lock
+import agentstack.lock.resolve as lockfile
+import agentstack.manifest.view as manifestview
+import agentstack.manifest.load as load
+import agentstack.lock.relock as relock
+import agentstack.lock.treehash as treehash
+from agentstack.lock.command import run_lock
 from agentstack.paths import apply_ledger_path
-from agentstack.treehash import LimitExceeded, Limits
+from agentstack.lock.treehash import LimitExceeded, Limits
 from tests.conftest import make_project
 from tests.harness.deadline import scaled
 from tests.support.project import manifest
@@ -73,7 +77,7 @@ def fast(root: Path) -> bool:
 
 def resolved(root: Path) -> bytes:
     """What a full resolution renders for the project now (no record involved)."""
-    view = manifestview.load_view(root)
+    view = load.load_view(root)
     return lockfile.dumps_lock(lockfile.resolver_for(root, None).resolve(view)).encode()
 
 
@@ -119,7 +123,7 @@ def test_unchanged_relock_resolves_nothing_and_says_what_a_full_lock_says(
     def forbidden(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("an unchanged re-lock resolves nothing")
 
-    monkeypatch.setattr(manifestview, "load_view", forbidden)
+    monkeypatch.setattr(load, "load_view", forbidden)
     monkeypatch.setattr(lockfile.Resolver, "resolve", forbidden)
     monkeypatch.setattr(treehash, "_hash_fd", forbidden)
     for flags in ({}, {"check": True}, {"as_json": True}, {"check": True, "as_json": True}):
@@ -406,7 +410,7 @@ def test_a_stale_lock_found_by_a_freshness_check_removes_the_record(tmp_path: Pa
     assert record_file(root).exists()
     (root / "skills/s/SKILL.md").write_text("changed\n")
     with pytest.raises(StaleLock):
-        lockfile.fresh_lock(root, manifestview.load_view(root))
+        lockfile.fresh_lock(root, load.load_view(root))
     assert not record_file(root).exists()
 
 
@@ -492,9 +496,9 @@ def test_an_unchanged_lock_imports_neither_pathlib_nor_typing_nor_the_resolver(
     report = json.loads(done.stdout.splitlines()[-1])
     assert report["code"] == 0 and "unchanged:" in done.stderr, done.stderr
     loaded = set(report["modules"])
-    assert "agentstack.relock" in loaded
-    for name in ("pathlib", "typing", "agentstack.lock_command", "agentstack.lockfile",
-                 "agentstack.errors", "agentstack.paths", "agentstack.manifestview", "tomllib"):
+    assert "agentstack.lock.relock" in loaded
+    for name in ("pathlib", "typing", "agentstack.lock.command", "agentstack.lock.resolve",
+                 "agentstack.errors", "agentstack.paths", "agentstack.manifest.view", "tomllib"):
         assert name not in loaded, name
 
 

@@ -1,4 +1,4 @@
-"""Tree hashing rules (docs/lockfile.md, agentstack/treehash.py).
+"""Tree hashing rules (docs/lockfile.md, agentstack/lock/treehash.py).
 
 The rules proved here:
 
@@ -32,9 +32,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import agentstack.treehash as treehash
+import agentstack.lock.treehash as treehash
 from agentstack.errors import TreeHashError
-from agentstack.treehash import (
+from agentstack.lock.treehash import (
     RACY_SLACK_NS,
     StatCache,
     TreeEntry,

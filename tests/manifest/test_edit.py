@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentstack.manifest import parse_manifest
+from agentstack.manifest.model import parse_manifest
 from tests.support.cli import REPO
 from tests.support.cli import ok_in_process as _ok
 

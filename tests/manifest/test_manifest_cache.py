@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentstack import manifestview
-from agentstack.consent import (
+import agentstack.manifest.view as manifestview
+import agentstack.manifest.load as load
+from agentstack.consent.document import (
     consent_digest,
     consent_document,
     digest_form,
@@ -28,15 +29,17 @@ from agentstack.consent import (
     project_consent,
 )
 from agentstack.errors import AgentstackError, ManifestInvalid
-from agentstack.lockfile import (
+from agentstack.lock.resolve import (
     dumps_lock,
     fresh_lock,
     manifest_digest,
     resolver_for,
     stat_cache_path,
 )
-from agentstack.manifest import Manifest, load_manifest, parse_manifest
-from agentstack.manifestview import ManifestView, as_view, cache_dir, cache_key, load_view
+from agentstack.manifest.model import Manifest, parse_manifest
+from agentstack.manifest.load import load_manifest
+from agentstack.manifest.view import ManifestView, as_view
+from agentstack.manifest.load import cache_dir, cache_key, load_view
 from tests.conftest import REPO, git, make_project
 from tests.consent.test_digest_properties import MUTATIONS, build_project
 from tests.harness.deadline import scaled
@@ -46,7 +49,7 @@ from tests.harness.deadline import scaled
 def _cache_and_models_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about the cache in front of the models: the fast validator, which spares
     both for a valid manifest (tests/manifest/test_manifest_fast.py), is off."""
-    monkeypatch.setattr(manifestview, "fast_path", False)
+    monkeypatch.setattr(load, "fast_path", False)
 
 
 def _entry(data: bytes) -> Path:
@@ -61,16 +64,16 @@ def _no_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_args: object, **_kwargs: object) -> Manifest:
         raise AssertionError("the manifest was validated again")
 
-    monkeypatch.setattr("agentstack.manifest.parse_manifest", refuse)
+    monkeypatch.setattr("agentstack.manifest.model.parse_manifest", refuse)
 
 
 def test_written_defaults_equal_the_models() -> None:
-    from agentstack._manifest_defaults import DEFAULTS
+    from agentstack.manifest._defaults import DEFAULTS
 
     assert manifest_defaults() == DEFAULTS, (
-        "the manifest models' defaults changed: regenerate agentstack/_manifest_defaults.py with "
-        'python -c "from agentstack.consent import write_manifest_defaults; '
-        'write_manifest_defaults()" (a released default is frozen: see agentstack/consent.py)'
+        "the manifest models' defaults changed: regenerate agentstack/manifest/_defaults.py with "
+        'python -c "from agentstack.consent.document import write_manifest_defaults; '
+        'write_manifest_defaults()" (a released default is frozen: see agentstack/consent/document.py)'
     )
 
 
@@ -180,7 +183,7 @@ def _damage(kind: str, path: Path) -> None:
             raw["data"]["servers"]["s"]["args"] = ["b.js"]
         else:
             raw["digest"] = "b3:" + "0" * 64
-        raw["check"] = manifestview._checksum(raw["digest"], raw["data"])
+        raw["check"] = load._checksum(raw["digest"], raw["data"])
         path.write_text(json.dumps(raw))
     elif kind == "other version":
         raw["agentstack"] = "0.0.0-other"
@@ -226,11 +229,11 @@ def test_a_damaged_or_foreign_entry_is_ignored_and_rebuilt(tmp_path: Path, kind:
     # ... and rebuilt: the next call is a plain hit.
     assert not entry.is_symlink()
     assert os.stat(entry).st_mode & 0o022 == 0
-    assert manifestview._read_entry(cache_dir(), entry.stem, (root / "agentstack.toml").read_bytes())
+    assert load._read_entry(cache_dir(), entry.stem, (root / "agentstack.toml").read_bytes())
 
 
 def test_entries_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(manifestview, "CACHE_KEEP", 3)
+    monkeypatch.setattr(load, "CACHE_KEEP", 3)
     root = make_project(tmp_path / "p", VALID, {"a.js": "1\n"})
     for index in range(6):
         (root / "agentstack.toml").write_text(VALID + f"# edit {index}\n")
@@ -244,7 +247,7 @@ def test_fresh_lock_from_the_cache_equals_the_parsed_lock(tmp_path: Path) -> Non
     lock = resolver_for(root, None).resolve(load_manifest(root))
     (root / "agentstack.lock").write_text(dumps_lock(lock))
     manifest, fresh, document, digest = project_consent(root)
-    from agentstack.lockfile import _fresh_by_parsing
+    from agentstack.lock.resolve import _fresh_by_parsing
 
     assert fresh == _fresh_by_parsing(root, manifest) == lock
     assert (document, digest) == (
@@ -266,10 +269,10 @@ _NO_PYDANTIC = textwrap.dedent(
         main()
     except SystemExit as exc:
         assert exc.code == 0, exc.code
-    from agentstack.consent import project_consent
+    from agentstack.consent.document import project_consent
     project_consent(Path("."))
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pydantic_core"))
-    heavy += [m for m in ("agentstack.manifest", "agentstack.lockmodel") if m in sys.modules]
+    heavy += [m for m in ("agentstack.manifest.model", "agentstack.lock.model") if m in sys.modules]
     print(repr(heavy))
     """
 )
@@ -321,7 +324,7 @@ def test_unchanged_lock_and_consent_digest_do_not_import_pydantic(
 
 
 def _run_lock(root: Path) -> int:
-    from agentstack.lock_command import run_lock
+    from agentstack.lock.command import run_lock
 
     return run_lock(project=root, check=False, frozen=False, update=False, as_json=False)
 
@@ -329,7 +332,8 @@ def _run_lock(root: Path) -> int:
 def test_unchanged_relock_reads_no_file_and_parses_no_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentstack import lockfile, treehash
+    import agentstack.lock.resolve as lockfile
+    import agentstack.lock.treehash as treehash
 
     root = make_project(
         tmp_path / "p",
@@ -358,7 +362,7 @@ def test_unchanged_relock_reads_no_file_and_parses_no_lock(
 
 
 def test_stat_cache_drops_entries_of_files_that_are_gone(tmp_path: Path) -> None:
-    from agentstack.treehash import StatCache
+    from agentstack.lock.treehash import StatCache
 
     root = make_project(
         tmp_path / "p",
@@ -403,7 +407,7 @@ def test_malformed_previous_lock_with_git_pins_keeps_its_error(tmp_path: Path) -
     assert _run_lock(root) == 0
     lock = root / "agentstack.lock"
     lock.write_text(lock.read_text().replace("[skills.g]", "[skills.g]\nbogus = 1"))
-    from agentstack.lockfile import parse_lock
+    from agentstack.lock.resolve import parse_lock
 
     with pytest.raises(ManifestInvalid) as expected:
         parse_lock(lock.read_bytes())
@@ -435,7 +439,7 @@ def test_canonical_fast_check_accepts_only_what_the_full_check_accepts(value: An
 def test_consent_digest_of_an_unchanged_project_reads_no_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentstack import treehash
+    import agentstack.lock.treehash as treehash
 
     root = make_project(
         tmp_path / "p",
@@ -461,7 +465,7 @@ def test_a_fifo_in_place_of_the_manifest_is_refused_not_waited_on(tmp_path: Path
     """The shims and the git hooks read agentstack.toml of whatever directory they start in: a
     FIFO there must be a refusal, not a hang."""
     from agentstack.errors import InvalidInput
-    from agentstack.manifestview import read_manifest
+    from agentstack.manifest.load import read_manifest
 
     os.mkfifo(tmp_path / "agentstack.toml")
     with pytest.raises(InvalidInput, match="not a regular file"):

@@ -1,4 +1,4 @@
-"""The fast manifest validator (agentstack.manifestfast) against the models, its reference.
+"""The fast manifest validator (agentstack.manifest.fast) against the models, its reference.
 
 1. Differential: on every manifest one edit away from a valid one (each leaf across a length
    bound, a type, a pattern or a rule; each key removed; an unknown key in each table), and on
@@ -34,10 +34,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from agentstack import manifestfast, manifestrules, manifestview
+import agentstack.manifest.fast as manifestfast
+import agentstack.manifest.rules as manifestrules
+import agentstack.manifest.view as manifestview
+import agentstack.manifest.load as load
 from agentstack.errors import ManifestInvalid
-from agentstack.manifest import Manifest, parse_manifest
-from agentstack.manifestview import ManifestView, view_of_bytes
+from agentstack.manifest.model import Manifest, parse_manifest
+from agentstack.manifest.view import ManifestView
+from agentstack.manifest.load import view_of_bytes
 from tests.conftest import EXAMPLES, REPO, make_project
 from tests.consent.test_digest_properties import emit
 from tests.harness.deadline import scaled
@@ -690,7 +694,7 @@ def test_the_fast_tables_are_generated_from_the_models() -> None:
 
     text = manifestgen.TARGET.read_text(encoding="utf-8")
     assert manifestgen.rewrite(text, manifestgen.render_block()) == text, (
-        "agentstack/manifestfast.py's tables are stale: run 'python -m agentstack.manifestgen'"
+        "agentstack/manifest/fast.py's tables are stale: run 'python -m agentstack.manifestgen'"
     )
 
 
@@ -701,7 +705,7 @@ def test_the_fast_tables_cover_every_model() -> None:
 @pytest.mark.parametrize("model_name", sorted(_models()))
 def test_the_fast_table_follows_the_model(model_name: str) -> None:
     """A field added, removed, reordered, retyped, constrained, defaulted or validated differently
-    in a model, and not in agentstack/manifestfast.py, fails here: teach the fast validator (the
+    in a model, and not in agentstack/manifest/fast.py, fails here: teach the fast validator (the
     differential test then checks the result)."""
     model = _models()[model_name]
     table = manifestfast.TABLES[model_name]
@@ -770,7 +774,7 @@ _IMPORTS = textwrap.dedent(
     else:
         code = 0
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pydantic_core"))
-    heavy += [m for m in ("agentstack.manifest",) if m in sys.modules]
+    heavy += [m for m in ("agentstack.manifest.model",) if m in sys.modules]
     print("CODE", code, repr(heavy), file=sys.stderr)
     """
 )
@@ -812,7 +816,7 @@ def test_an_invalid_manifest_still_gets_the_models_error_and_exit_code(tmp_path:
         parse_manifest(text.encode())
     done = _agentstack(root, tmp_path, "lock")
     assert "CODE 2 " in done.stderr, done.stderr
-    assert "'agentstack.manifest'" in done.stderr  # the models gave the error
+    assert "'agentstack.manifest.model'" in done.stderr  # the models gave the error
     for problem in direct.value.problems:
         assert problem.path in done.stderr and problem.message in done.stderr
 
@@ -821,8 +825,8 @@ def test_view_of_bytes_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> N
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("validated with the models")
 
-    monkeypatch.setattr("agentstack.manifest.parse_manifest", refuse)
-    monkeypatch.setattr(manifestview, "cache_key", refuse)
+    monkeypatch.setattr("agentstack.manifest.model.parse_manifest", refuse)
+    monkeypatch.setattr(load, "cache_key", refuse)
     data = (EXAMPLES / "full" / "agentstack.toml").read_bytes()
     assert view_of_bytes(data).project.name
 
@@ -832,7 +836,7 @@ def test_the_fast_path_modules_import_only_the_standard_library(module: str) -> 
     import ast
 
     tree = ast.parse((REPO / "agentstack" / f"{module}.py").read_text(encoding="utf-8"))
-    allowed = {"agentstack", "agentstack.manifestview", "agentstack.manifestrules"}
+    allowed = {"agentstack", "agentstack.manifest.view", "agentstack.manifest.rules"}
     for node in ast.walk(tree):
         names = (
             [a.name for a in node.names]

@@ -41,7 +41,7 @@ def test_rights_grow_with_the_abi() -> None:
 
 def _kernel_abi() -> int:
     pytest.importorskip("nono_py")
-    from agentstack.sandbox.launch import load_nono
+    from agentstack.sandbox.confine import load_nono
     from agentstack.sandbox.runner import abi_number
 
     return min(abi_number(load_nono().detect_abi()), abi.LATEST)

@@ -38,7 +38,7 @@ STALL = 15.0  # seconds without a finished run (idle machine): hung
 STRESS = textwrap.dedent("""
     import json, os, subprocess, sys, threading, time, zlib
     from pathlib import Path
-    from agentstack.manifest import load_manifest
+    from agentstack.manifest.load import load_manifest
     from agentstack.sandbox import runner
     from agentstack.sandbox.resolve import resolve_policy
     root, runs = Path(sys.argv[1]), int(sys.argv[2])
@@ -145,7 +145,7 @@ def test_confined_runs_with_threads_alive_never_hang(tmp_path: Path) -> None:
 DENIALS = textwrap.dedent("""
     import json, os, subprocess, sys
     from pathlib import Path
-    from agentstack.manifest import load_manifest
+    from agentstack.manifest.load import load_manifest
     from agentstack.sandbox import runner
     from agentstack.sandbox.resolve import resolve_policy
     root, decoy, outside = Path(sys.argv[1]), sys.argv[2], sys.argv[3]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from agentstack.manifest import load_manifest
+from agentstack.manifest.load import load_manifest
 from agentstack.sandbox import native
 from agentstack.sandbox.policy import Deny, Grant, SandboxPolicy
 from tests.conftest import make_project, run_cli_in_process
@@ -269,7 +269,7 @@ def test_codexs_own_sandbox_confines_a_directly_started_session(var_home: Path) 
 
 
 def test_a_missing_grant_is_a_finding_not_an_apply_failure(var_home: Path) -> None:
-    from agentstack.manifest import Sandbox
+    from agentstack.manifest.model import Sandbox
 
     root = var_home / "proj"
     root.mkdir()

@@ -323,7 +323,7 @@ def test_a_server_opted_out_runs_unconfined_and_the_review_says_so(tmp_path: Pat
 
 def test_run_broker_names_a_truly_missing_secret_accurately(tmp_path: Path) -> None:
     from agentstack import serverbroker
-    from agentstack.consent import current
+    from agentstack.consent.document import current
 
     text = manifest((tmp_path / "proj").resolve()).replace(
         'env = { ', 'env = { NOTES_TOKEN = "secret:never-set", ')
@@ -354,7 +354,7 @@ def _hello_pair(broker: Any, hello: dict[str, Any]) -> tuple[Any, Any]:
 
 def test_the_launcher_knows_secret_names_as_the_manifest_does() -> None:
     from agentstack import launch
-    from agentstack.manifestview import SECRET_NAME_PATTERN
+    from agentstack.manifest.view import SECRET_NAME_PATTERN
 
     assert launch._NAME_PATTERN == SECRET_NAME_PATTERN
 

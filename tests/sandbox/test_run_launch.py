@@ -138,7 +138,7 @@ def test_a_cached_copy_that_does_not_verify_is_recompiled(state_home: str, tampe
 
 
 def test_the_cache_is_where_no_sandbox_reaches(tmp_path: Path) -> None:
-    from agentstack.manifest import load_manifest
+    from agentstack.manifest.load import load_manifest
     from agentstack.sandbox.resolve import resolve_policy
 
     root = make_project(tmp_path / "demo", MANIFEST)
@@ -153,7 +153,7 @@ def test_the_cache_is_where_no_sandbox_reaches(tmp_path: Path) -> None:
 CLONE_PROBE = textwrap.dedent("""
     import json, os, subprocess, sys
     from pathlib import Path
-    from agentstack.manifest import load_manifest
+    from agentstack.manifest.load import load_manifest
     from agentstack.patience import scaled
     from agentstack.sandbox.resolve import resolve_policy
     from agentstack.sandbox.runner import confined

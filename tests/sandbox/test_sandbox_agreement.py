@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentstack.errors import ManifestInvalid
-from agentstack.manifest import Manifest, Sandbox, parse_manifest
+from agentstack.manifest.model import Manifest, Sandbox, parse_manifest
 from agentstack.sandbox.resolve import ConfinementError, resolve_policy
 from tests.conftest import make_project, run_cli_in_process
 
@@ -110,7 +110,7 @@ env = "ANTHROPIC_API_KEY"
 
 
 def test_the_fast_validator_and_the_model_agree_on_sandbox_env() -> None:
-    from agentstack import manifestfast
+    import agentstack.manifest.fast as manifestfast
 
     for env in (["SSH_AUTH_SOCK"], ["LD_LIBRARY_PATH"], ["TMPDIR"]):
         document = {"project": {"name": "p"}, "sandbox": {"env": env}}

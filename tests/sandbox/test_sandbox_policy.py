@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentstack.errors import InvalidInput
-from agentstack.manifest import Sandbox
+from agentstack.manifest.model import Sandbox
 from agentstack.sandbox import profiles, seccomp
 from agentstack.sandbox.policy import Deny, Grant, SandboxPolicy
 from agentstack.sandbox.resolve import ConfinementError, resolve_policy
@@ -454,7 +454,7 @@ def test_missing_manifest_grant_is_refused_before_launch(root: Path) -> None:
 
 
 def test_profiles_name_every_harness() -> None:
-    from agentstack.manifest import HARNESSES
+    from agentstack.manifest.model import HARNESSES
 
     assert set(profiles.PROFILES) == set(HARNESSES)
 
@@ -501,7 +501,7 @@ def test_why_cli(tmp_path: Path) -> None:
 def test_the_credential_list_covers_the_guards() -> None:
     """One list: the guard's credential paths are what the sandbox closes (its credential list
     and nono's deny groups), nothing more and nothing less."""
-    from agentstack import snapshot
+    import agentstack.apply.snapshot as snapshot
     from agentstack.sandbox.credentials import CREDENTIAL_PATHS, NONO_DENY_PATHS
 
     assert set(snapshot.CREDENTIAL_PATHS) == set(CREDENTIAL_PATHS) | set(NONO_DENY_PATHS)
@@ -763,7 +763,7 @@ def test_the_manifest_view_resolves_to_the_same_policy_as_the_model(
 ) -> None:
     """`run` builds its policy from the cached plain-data view of the manifest (no pydantic);
     it must be exactly the policy the validated model gives."""
-    from agentstack.manifestview import SandboxView
+    from agentstack.manifest.view import SandboxView
 
     (home / "shared").mkdir(exist_ok=True)  # a grant's path must exist (run refuses otherwise)
     (home / "notes.txt").write_text("n")

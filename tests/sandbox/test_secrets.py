@@ -184,7 +184,7 @@ def test_nono_would_inject_the_padding_so_run_hands_it_the_bare_value() -> None:
     import urllib.error
     import urllib.request
 
-    from agentstack.sandbox.launch import load_nono
+    from agentstack.sandbox.confine import load_nono
 
     try:
         nono = load_nono()

@@ -18,8 +18,9 @@ from typing import Any
 
 import blake3
 
-from agentstack import bundle, sshsig
-from agentstack.sshsig import PrivateKey
+import agentstack.share.bundle as bundle
+import agentstack.share.sshsig as sshsig
+from agentstack.share.sshsig import PrivateKey
 from tests.support.project import manifest
 
 MANIFEST = str(manifest("team", "claude-code").skill("helper").instructions("AGENTS.md")
@@ -42,7 +43,7 @@ def signer() -> PrivateKey:
 
 
 def make_locked_project(root: Path) -> Path:
-    from agentstack.lock_command import run_lock
+    from agentstack.lock.command import run_lock
     from tests.conftest import make_project
 
     make_project(root, MANIFEST, FILES, EXECUTABLES)
@@ -166,9 +167,9 @@ class Parts:
 
 def base_parts(root: Path) -> Parts:
     from agentstack.canonical import b3
-    from agentstack.consent import consent_digest, consent_document
-    from agentstack.lockfile import read_lock
-    from agentstack.manifest import load_manifest
+    from agentstack.consent.document import consent_digest, consent_document
+    from agentstack.lock.resolve import read_lock
+    from agentstack.manifest.load import load_manifest
 
     lock = read_lock(root)
     assert lock is not None
@@ -540,8 +541,8 @@ def project_parts(root: Path, project: Project) -> Parts:
     git-metadata rule of lock and share switched off, as a hostile sender's own build would)."""
     import contextlib
 
-    from agentstack import gitmeta
-    from agentstack.lock_command import run_lock
+    import agentstack.lock.gitmeta as gitmeta
+    from agentstack.lock.command import run_lock
     from tests.conftest import make_project
 
     make_project(root, MANIFEST, project.files, EXECUTABLES)
@@ -707,9 +708,9 @@ def _lock_edit(
 
     def build(parts: Parts) -> bytes:
         from agentstack.canonical import b3
-        from agentstack.consent import consent_digest, consent_document
-        from agentstack.lockfile import dumps_lock, parse_lock
-        from agentstack.manifest import parse_manifest
+        from agentstack.consent.document import consent_digest, consent_document
+        from agentstack.lock.resolve import dumps_lock, parse_lock
+        from agentstack.manifest.model import parse_manifest
 
         changed = _with(parts)
         index = _index(changed, bundle.LOCK_MEMBER)
@@ -807,7 +808,7 @@ UNSAFE_NAMES: dict[str, tuple[str, str]] = {
 
 def hostile_corpus() -> dict[str, Case]:
     """Name -> case: the base corpus and the generated families (>= 150 in all)."""
-    from agentstack.sshsig import PrivateKey
+    from agentstack.share.sshsig import PrivateKey
 
     cases: dict[str, Case] = {}
     kinds = {

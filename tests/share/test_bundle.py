@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentstack import archive, bundle
-from agentstack.trustlog import TrustLog
+import agentstack.share.archive as archive
+import agentstack.share.bundle as bundle
+from agentstack.trust.store import TrustLog
 from tests.conftest import copy_example, run_cli
 from tests.harness.deadline import scaled
 from tests.share.bundle_corpus import make_locked_project

@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from agentstack import bundle, gitmeta, quarantine
-from agentstack.archive import BundleRejected
+import agentstack.share.bundle as bundle
+import agentstack.lock.gitmeta as gitmeta
+import agentstack.share.quarantine as quarantine
+from agentstack.share.archive import BundleRejected
 from agentstack.cli.quarantine import quarantine_show
-from agentstack.keys import allowed_signers
-from agentstack.trustlog import TrustLog
+from agentstack.share.keys import allowed_signers
+from agentstack.trust.store import TrustLog
 from tests.share import bundle_corpus
 from tests.share.bundle_corpus import NOW, Parts, signer
 

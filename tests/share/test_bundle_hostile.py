@@ -15,10 +15,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agentstack import archive, bundle, gitmeta, quarantine
-from agentstack.archive import BundleRejected
+import agentstack.share.archive as archive
+import agentstack.share.bundle as bundle
+import agentstack.lock.gitmeta as gitmeta
+import agentstack.share.quarantine as quarantine
+from agentstack.share.archive import BundleRejected
 from agentstack.errors import AgentstackError, Refused
-from agentstack.keys import allowed_signers
+from agentstack.share.keys import allowed_signers
 from tests.conftest import git, make_project, run_cli_in_process
 from tests.share.bundle_corpus import (
     EXECUTABLES,
@@ -268,7 +271,7 @@ def test_the_canary_runs_when_the_planted_files_are_written(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("kind", GIT_KINDS)
 def test_lock_refuses_git_metadata_in_a_pinned_tree(kind: str, tmp_path: Path) -> None:
-    from agentstack.lock_command import run_lock
+    from agentstack.lock.command import run_lock
 
     files = dict(FILES)
     for rel, text in _planted(kind, tmp_path / "marker").items():
@@ -284,7 +287,7 @@ def test_lock_refuses_git_metadata_in_a_pinned_tree(kind: str, tmp_path: Path) -
 
 
 def test_lock_refuses_a_pinned_surface_file_in_git_metadata(tmp_path: Path) -> None:
-    from agentstack.lock_command import run_lock
+    from agentstack.lock.command import run_lock
 
     manifest = MANIFEST.replace('files = ["AGENTS.md"]', 'files = ["AGENTS.md", ".git/config"]')
     project = make_project(
@@ -301,7 +304,7 @@ def test_a_bundle_carrying_a_repository_never_runs_it(
     """A sender who bypasses the rule (a forged lock pinning `.git`): `share` refuses to carry
     it, `receive` refuses it before anything is written, and nothing planted runs on the
     receiver's `git status`."""
-    from agentstack.lock_command import run_lock
+    from agentstack.lock.command import run_lock
 
     marker = tmp_path / "marker"
     files = dict(FILES)
@@ -356,7 +359,7 @@ def _homes(tmp_path: Path) -> Any:
 
 
 def test_share_carries_every_file_the_lock_pins(tmp_path: Path) -> None:
-    from agentstack.lockfile import read_lock
+    from agentstack.lock.resolve import read_lock
 
     homes = _homes(tmp_path)
     project = make_project(tmp_path / "sender", MANIFEST, SURFACE_FILES, EXECUTABLES)
@@ -497,7 +500,7 @@ def test_a_release_that_fails_at_any_step_leaves_the_target_as_it_was(
     assert not (tmp_path / "new").exists()
     # Any write failing (a full disk), in a file or in the trust log: until the release is in
     # the trust log (its commit point), the target is as it was; no partial or temporary file.
-    from agentstack.trustlog import TrustLog
+    from agentstack.trust.store import TrustLog
 
     for at in range(1, files + 8):
         with monkeypatch.context() as patch:
@@ -571,7 +574,7 @@ def test_ordinary_data_is_never_taken_for_a_bomb(data: bytes, repeat: int) -> No
 def test_lock_refuses_a_git_sourced_skill_that_carries_a_bare_repository(tmp_path: Path) -> None:
     """A repository may commit a bare repository's files (HEAD, config, refs/…) under a skill's
     subdirectory; the same rule refuses the git-sourced tree at lock."""
-    from agentstack.lock_command import run_lock
+    from agentstack.lock.command import run_lock
 
     repo = tmp_path / "repo"
     skill = repo / "skills/style"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from agentstack.diff import consent_diff
+from agentstack.consent.diff import consent_diff
 from tests.conftest import EXAMPLES, run_cli_in_process
 
 

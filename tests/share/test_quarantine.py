@@ -12,11 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentstack import bundle, quarantine
-from agentstack.archive import BundleRejected
+import agentstack.share.bundle as bundle
+import agentstack.share.quarantine as quarantine
+from agentstack.share.archive import BundleRejected
 from agentstack.errors import Refused
-from agentstack.keys import allowed_signers
-from agentstack.trustlog import TrustLog
+from agentstack.share.keys import allowed_signers
+from agentstack.trust.store import TrustLog
 from tests.share import bundle_corpus
 from tests.share.bundle_corpus import NOW, Parts, base_parts, make_locked_project, signer
 from tests.support.project import manifest
@@ -138,7 +139,7 @@ GIT_MANIFEST = str(manifest("team", "claude-code").skill("style", git="{url}", r
 
 @pytest.fixture
 def git_parts(tmp_path: Path) -> Parts:
-    from agentstack.lock_command import run_lock
+    from agentstack.lock.command import run_lock
     from tests.conftest import git, make_project
 
     repo = tmp_path / "repo"
@@ -166,7 +167,7 @@ def _git_members(parts: Parts) -> list[int]:
 def test_git_objects_are_bundled_and_checked(
     git_parts: Parts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentstack.gitobjects import sha1_hex, split_object
+    from agentstack.share.gitobjects import sha1_hex, split_object
 
     kinds = sorted(
         split_object(data, path)[0]
@@ -186,7 +187,7 @@ def test_git_objects_are_bundled_and_checked(
 def test_git_content_that_is_not_the_pinned_tree_is_refused(
     how: str, git_parts: Parts, tmp_path: Path
 ) -> None:
-    from agentstack.gitobjects import git_object_bytes, sha1_hex, split_object
+    from agentstack.share.gitobjects import git_object_bytes, sha1_hex, split_object
 
     parts = git_parts
     blob = next(
@@ -225,10 +226,10 @@ def test_a_git_tree_bomb_is_refused_before_it_expands(git_parts: Parts, tmp_path
     import time
 
     from agentstack.canonical import b3
-    from agentstack.consent import consent_digest, consent_document
-    from agentstack.gitobjects import git_object_bytes, sha1_hex, split_object
-    from agentstack.lockfile import dumps_lock, parse_lock
-    from agentstack.manifest import parse_manifest
+    from agentstack.consent.document import consent_digest, consent_document
+    from agentstack.share.gitobjects import git_object_bytes, sha1_hex, split_object
+    from agentstack.lock.resolve import dumps_lock, parse_lock
+    from agentstack.manifest.model import parse_manifest
 
     def tree(entries: list[tuple[str, str, str]]) -> bytes:
         body = b"".join(

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentstack import keys, sshsig
+import agentstack.share.keys as keys
+import agentstack.share.sshsig as sshsig
 from agentstack.errors import InvalidInput, Refused
-from agentstack.sshsig import AllowedSigners, PrivateKey, PublicKey, SignatureError
+from agentstack.share.sshsig import AllowedSigners, PrivateKey, PublicKey, SignatureError
 from tests.conftest import run_cli
 from tests.harness.deadline import scaled
 

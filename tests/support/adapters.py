@@ -87,14 +87,14 @@ def _locked(root: Path, *, secret: bool) -> Path:
 def current(root: Path) -> tuple[Any, dict[str, Any], dict[str, Any], str]:
     """(manifest, lock, consent document, digest) of the project now: the one call into the
     pipeline the adapter tests make."""
-    from agentstack.consent import current as consent_current
+    from agentstack.consent.document import current as consent_current
 
     return consent_current(root)
 
 
 def render(root: Path, harnesses: list[str]) -> list[Any]:
     """The file operations the adapters produce for `harnesses` (nothing is written)."""
-    from agentstack.apply import render_operations
+    from agentstack.apply.engine import render_operations
 
     _, _, document, digest = current(root)
     return render_operations(root, document, digest, harnesses)

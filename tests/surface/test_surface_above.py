@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentstack import harnesses as H
-from agentstack.surface import checkout_above, scan
+from agentstack.surface.scan import checkout_above, scan
 from tests.conftest import make_project
 from tests.support.cli import REPO
 from tests.support.project import manifest

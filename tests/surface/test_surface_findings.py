@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from agentstack.surface import scan
+from agentstack.surface.scan import scan
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import REPO, harness_bin, harness_env
 from tests.harness.mock_model import MockModel, ToolCall

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentstack.surface import scan, snapshot_entries
+from agentstack.surface.scan import scan, snapshot_entries
 from tests.harness.deadline import scaled
 
 PKG = ".opencode/package.json"

@@ -109,8 +109,8 @@ def test_apply_options_need_apply(calm: Path) -> None:
 
 
 def test_review_is_the_whole_view_first_then_the_diff(calm: Path) -> None:
-    from agentstack.consent import current
-    from agentstack.trust import TrustStore, record, review
+    from agentstack.consent.document import current
+    from agentstack.trust.review import TrustStore, record, review
 
     store = TrustStore()
     _, _, document, digest = current(calm)
@@ -127,8 +127,8 @@ def test_review_is_the_whole_view_first_then_the_diff(calm: Path) -> None:
 
 
 def test_returning_to_a_superseded_setup_is_a_finding(calm: Path) -> None:
-    from agentstack.consent import current
-    from agentstack.trust import TrustStore, record, review
+    from agentstack.consent.document import current
+    from agentstack.trust.review import TrustStore, record, review
 
     store = TrustStore()
     _, _, old, old_digest = current(calm)
@@ -160,7 +160,7 @@ def test_returning_to_a_superseded_setup_is_a_finding(calm: Path) -> None:
 )
 def test_the_acceptance_rule(high: int, yes: bool, accept_risk: bool, tty: bool, answer: str,
                              refused: str | None) -> None:
-    from agentstack.trust import require_acceptance
+    from agentstack.trust.review import require_acceptance
 
     asked: list[str] = []
 
@@ -184,8 +184,8 @@ def test_the_acceptance_rule(high: int, yes: bool, accept_risk: bool, tty: bool,
 
 
 def test_status_is_a_library_call(calm: Path) -> None:
-    from agentstack.status import project_checks, project_status, status_lines
-    from agentstack.trust import TrustStore
+    from agentstack.projectstatus import project_checks, project_status, status_lines
+    from agentstack.trust.review import TrustStore
 
     report = project_status(calm, TrustStore())
     assert report["ok"] is False and report["trust"] == "untrusted" and report["lock"] == "fresh"

@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 
 from agentstack.canonical import b3
 from agentstack.errors import EXIT_REFUSED, Refused
-from agentstack.trustlog import (
+from agentstack.trust.record import (
     ACTIONS,
     GENESIS,
     MAX_LINE_BYTES,
-    TrustLog,
     TrustLogTampered,
     TrustRecordInvalid,
 )
+from agentstack.trust.store import TrustLog
 from tests.harness.deadline import scaled
 from tests.support.cli import REPO
 
@@ -243,7 +243,7 @@ def test_state_matches_a_simple_model(ops: list[tuple[str, str, str]]) -> None:
 
 def test_trustlog_imports_nothing_heavy() -> None:
     code = (
-        "import sys, agentstack.trustlog;"
+        "import sys, agentstack.trust.store;"
         "heavy = {'pydantic', 'typer', 'rich', 'tomlkit', 'git', 'nacl', 'tempfile', 'shutil'};"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
     )
@@ -263,7 +263,7 @@ _WRITER = r"""
 import sys, time
 from pathlib import Path
 from agentstack.canonical import b3
-from agentstack.trustlog import TrustLog
+from agentstack.trust.store import TrustLog
 home, worker, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 log = TrustLog(home)
 go = home.parent / "go"
@@ -278,7 +278,7 @@ for i in range(count):
 _READER = r"""
 import sys, time
 from pathlib import Path
-from agentstack.trustlog import TrustLog
+from agentstack.trust.store import TrustLog
 home = Path(sys.argv[1])
 log = TrustLog(home)
 checks = 0
@@ -360,7 +360,7 @@ def test_writers_exclude_each_other_and_readers_never_wait(log: TrustLog) -> Non
 def test_reader_rechecks_under_the_lock_when_writers_moved_on(
     log: TrustLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agentstack.trustlog as trustlog
+    import agentstack.trust.store as trustlog
 
     heads = []
     for i in range(6):
@@ -386,7 +386,7 @@ _CRASH_WRITER = r"""
 import sys
 from pathlib import Path
 from agentstack.canonical import b3
-from agentstack.trustlog import TrustLog
+from agentstack.trust.store import TrustLog
 home, trial = Path(sys.argv[1]), sys.argv[2]
 log = TrustLog(home)
 print("ready", flush=True)
@@ -492,7 +492,7 @@ def test_an_oversized_unterminated_tail_is_not_a_torn_write(log: TrustLog) -> No
 def test_writer_killed_between_line_and_head_is_adopted(
     log: TrustLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agentstack.trustlog as trustlog
+    import agentstack.trust.store as trustlog
 
     log.append("trust", PROJECT, digest(1))
     log.append("trust", PROJECT, digest(2))
@@ -786,7 +786,7 @@ def test_append_is_all_or_nothing_when_the_disk_is_full(
     log: TrustLog, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """A full disk at any step of an append leaves the log exactly as it was, and says so."""
-    import agentstack.trustlog as trustlog
+    import agentstack.trust.store as trustlog
     from agentstack.storage import StorageError
 
     log.append("trust", PROJECT, digest(1))
@@ -823,7 +823,7 @@ def test_repeated_failures_never_read_as_tampering(
 ) -> None:
     """A line left past the head (a writer killed before its head) is adopted before another is
     written: a second failing append cannot leave two lines past the head."""
-    import agentstack.trustlog as trustlog
+    import agentstack.trust.store as trustlog
     from agentstack.storage import StorageError
 
     log.append("trust", PROJECT, digest(1))

@@ -1,0 +1,1 @@
+"""The lock stage: every byte the manifest refers to, resolved and pinned."""

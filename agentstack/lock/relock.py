@@ -1,0 +1,461 @@
+"""An unchanged re-lock without resolving anything (docs/lockfile.md, "The re-lock record").
+
+A full `lock` resolves the manifest, walks every tree, scans the harness surface and renders the
+lock to learn that nothing changed. After a lock, when it can be proved cheaply, a *record* is
+written next to the project's stat cache: what the resolution depended on, as stat fingerprints
+and directory listings. The next `lock` checks the record first; when every fingerprint and
+listing is the same, the lock on disk is the lock a resolution would render, and `lock` says so
+without importing the resolver. Anything that differs, or anything the record cannot vouch for,
+falls through to the full resolution (which writes a fresh record).
+
+What a record vouches for, and why that is enough:
+
+- **Every directory of the project** (except inside `.git`) is listed after the resolution (and
+  before the lock is written), and the listings are compared name for name: a file added, removed
+  or renamed anywhere in the project is a difference. A directory whose times show a change since
+  the racy window before the resolution began is not recorded (a name added and removed during the
+  resolution leaves its listing equal); the root, where `lock` writes, must have the listing and
+  times it had when the resolution began. `agentstack.lock` itself is left out of the root's
+  listing (its bytes are compared instead).
+- **Every other entry of the project** (files, links, anything else) has its `lstat` fingerprint
+  `(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, st_mode)` recorded, taken before its bytes
+  were read (the walk's own stat) or after the resolution. The racy-timestamp rule holds for every
+  one: a fingerprint whose `max(mtime, ctime)` is not older than `RACY_SLACK_NS` before the
+  resolution began makes the record unwritable, so a same-size edit within one clock tick of a
+  read can never pass as unchanged.
+- **The lock's bytes** are hashed (BLAKE3) and compared, so a hand-edited lock is re-resolved.
+- **Outside the project**: the project's real path (the record is named by it), the apply ledger
+  the surface scan reads (its path and fingerprint), the installed agentstack code (a fingerprint
+  of every file of its packages and the Python version) and the lock limits (the totals must fit
+  the limits in force).
+- **Not recorded at all** (the lock is always resolved): git skills (their pins and mirror); a
+  manifest that names a `.git` path or uses `\\u` escapes; a pinned path inside a `.git`
+  directory; a symbolic link in the project that leads outside it; a surface import of an
+  absolute, `~` or `.git` path (`agentstack.surface.scan.outside_lookups`).
+
+The record lives in the user's cache (`$AGENTSTACK_CACHE`), which the project cannot write; it is
+used only when it is a regular file owned by the user and writable by nobody else. It is an
+optimisation of `lock` alone: the consent digest, `lock --frozen` and every freshness check
+resolve in full.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+import time
+
+from agentstack import layout
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from agentstack.lock.treehash import Limits
+
+MAGIC = "agentstack-relock-v1"
+LOCK_NAME = "agentstack.lock"
+_FIELDS = 6  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, st_mode
+# treehash.RACY_SLACK_NS and Limits()'s (max_files, max_total_bytes, max_file_bytes), not
+# imported for start-up cost (a test checks that they agree).
+_RACY_SLACK_NS = 1_000_000_000
+DEFAULT_LIMITS = (200_000, 4 << 30, 256 << 20)
+
+
+def record_path(cache_dir: str, real_root: str) -> str:
+    """`$AGENTSTACK_CACHE/statcache-v3/<project>.relock`, beside the project's stat cache."""
+    import blake3
+
+    name = blake3.blake3(os.fsencode(real_root)).hexdigest()[:32]
+    return os.path.join(layout.stat_cache(cache_dir), name + ".relock")
+
+
+def _package_dirs() -> list[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [here, os.path.join(here, "sandbox")]
+    import agentstack_adapters
+
+    dirs.append(os.path.dirname(os.path.abspath(agentstack_adapters.__file__)))
+    return dirs
+
+
+def _code_token(dirs: list[str]) -> str:
+    """What code would resolve the lock: every file of agentstack's packages, by fingerprint."""
+    import blake3
+
+    parts = [sys.version]
+    for directory in dirs:
+        parts.append(directory)
+        for name in sorted(os.listdir(directory)):
+            if name == "__pycache__":
+                continue
+            st = os.lstat(os.path.join(directory, name))
+            parts.append(f"{name}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+    return blake3.blake3("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _fingerprint(st: os.stat_result) -> tuple[int, int, int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
+
+
+def _ledger(real_root: str) -> tuple[str, str]:
+    path = layout.apply_ledger(layout.home(), real_root)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path, "-"
+    return path, ":".join(map(str, _fingerprint(st)))
+
+
+# ------------------------------------------------------------------------------ the fast check
+
+
+def unchanged(real_root: str, limits: Limits | None) -> bool:
+    """True when the record proves that `lock` would leave the lock at `real_root` as it is."""
+    try:
+        return _unchanged(real_root, limits)
+    except Exception:  # noqa: BLE001 - a damaged record (or anything odd) costs a full resolution
+        return False
+
+
+def _unchanged(real_root: str, limits: Limits | None) -> bool:
+    import blake3
+
+    try:  # first: no lock (a first lock), no record to read
+        with open(os.path.join(real_root, LOCK_NAME), "rb") as handle:
+            lock_bytes = handle.read()
+    except OSError:
+        return False
+    data = read_own(record_path(layout.cache(), real_root))
+    if data is None:
+        return False
+    header_end = data.index(b"\n\n")
+    header = data[:header_end].decode("utf-8", "surrogateescape").split("\n")
+    (
+        magic,
+        root,
+        code_dirs,
+        code,
+        ledger_path,
+        ledger_print,
+        lock_digest,
+        totals,
+        sizes,
+    ) = header
+    if magic != MAGIC or root != real_root:
+        return False
+    files_seen, bytes_seen, biggest = (int(v) for v in totals.split(" "))
+    max_files, max_total, max_file = (
+        DEFAULT_LIMITS
+        if limits is None
+        else (limits.max_files, limits.max_total_bytes, limits.max_file_bytes)
+    )
+    if files_seen > max_files or bytes_seen > max_total or biggest > max_file:
+        return False
+    if (ledger_path, ledger_print) != _ledger(real_root):
+        return False
+    dirs = code_dirs.split("\0")
+    if dirs[0] != os.path.dirname(os.path.abspath(__file__)) or code != _code_token(dirs):
+        return False
+    if blake3.blake3(lock_bytes).hexdigest() != lock_digest:
+        return False
+    n_dirs, n_files, block_len = (int(v) for v in sizes.split(" "))
+    start = header_end + 2
+    names = data[start : start + block_len].split(b"\0")
+    if len(names) != 3 * n_dirs:
+        return False
+    packed = memoryview(data)[start + block_len :]
+    if len(packed) != 8 * _FIELDS * n_files:
+        return False
+    expected = packed.cast("q").tolist()  # native int64s (no `array` import: start-up cost)
+    # Per directory: its listing, then one lstat (relative to the open directory) per entry that
+    # is not a directory; the fingerprints are compared in one go at the end.
+    seen: list[int] = []
+    add = seen.extend
+    listdir, lstat, open_, close = os.listdir, os.lstat, os.open, os.close
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    top = os.fsencode(real_root)
+    from agentstack.progress import tick
+
+    for index in range(n_dirs):
+        tick(len(seen) // 6, n_files)
+        directory = names[index]
+        fd = open_(directory, flags)
+        try:
+            listing = listdir(fd)
+            if directory == top:
+                listing.remove(LOCK_NAME)
+            if "/".join(listing).encode("utf-8", "surrogateescape") != names[n_dirs + index]:
+                return False
+            files = names[2 * n_dirs + index]
+            if files:
+                for name in files.split(b"/"):
+                    st = lstat(name, dir_fd=fd)
+                    add(
+                        (
+                            st.st_dev,
+                            st.st_ino,
+                            st.st_size,
+                            st.st_mtime_ns,
+                            st.st_ctime_ns,
+                            st.st_mode,
+                        )
+                    )
+        finally:
+            close(fd)
+    return seen == expected
+
+
+def read_own(path: str, limit: int | None = None) -> bytes | None:
+    """The file's bytes when it is a regular file owned by this user and writable by nobody else
+    (opened without following a link, never blocking), and no larger than `limit`: how
+    agentstack reads its own caches (this record, the manifest cache, `status`'s git answer)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_uid != os.geteuid()
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            or (limit is not None and st.st_size > limit)
+        ):
+            return None
+        chunks = []
+        while chunk := os.read(fd, max(st.st_size + 1, 1 << 16)):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------- writing a record
+
+
+class Recorder:
+    """Collects what one `lock` resolution depends on. Create it before the resolution begins,
+    `seal` it after the resolution and before the lock is written, then `finish` it: the record
+    is written, or a stale one removed."""
+
+    def __init__(self, real_root: str) -> None:
+        self.root = real_root
+        self.started_ns = time.time_ns()
+        self._root_before = _root_state(real_root)
+        import agentstack.surface.scan as surface
+
+        self._outside = surface.outside_lookups
+        self._sealed: tuple[list[str], bytes] | None = None
+
+    def seal(
+        self,
+        *,
+        manifest: bytes,
+        lock_text: bytes,
+        observed: list[tuple[str, os.stat_result]] | None,
+        totals: tuple[int, int, int],
+        git: bool,
+    ) -> None:
+        """Take the project's listings and fingerprints now that the resolution is done (and
+        before the lock is written into the root); nothing is recorded if any of them may have
+        changed since the resolution began."""
+        try:
+            self._sealed = None if git else self._seal(manifest, lock_text, observed or [], totals)
+        except (OSError, ValueError, OverflowError):
+            self._sealed = None
+
+    def finish(self, lock_text: bytes | None) -> None:
+        """Write the record when `lock_text` is now the lock on disk (None: it is not the sealed
+        one); otherwise remove the project's record."""
+        path = record_path(layout.cache(), self.root)
+        if lock_text is None or self._sealed is None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return
+        import blake3
+
+        from agentstack.lock.treehash import write_private
+
+        header, body = self._sealed
+        header[6] = blake3.blake3(lock_text).hexdigest()
+        data = "\n".join(header).encode("utf-8", "surrogateescape") + b"\n\n" + body
+        with contextlib.suppress(OSError):  # an optimisation: never fail a lock on it
+            write_private(path, data)
+
+    def _seal(
+        self,
+        manifest: bytes,
+        lock_text: bytes,
+        observed: list[tuple[str, os.stat_result]],
+        totals: tuple[int, int, int],
+    ) -> tuple[list[str], bytes] | None:
+        import array
+
+        import agentstack.surface.scan as surface
+
+        if self.root == "/" or surface.outside_lookups != self._outside:
+            return None
+        if not _plain_manifest(manifest) or _names_git(lock_text):
+            return None
+        limit = self.started_ns - _RACY_SLACK_NS
+        # Directories: listed, then stat'ed. A directory whose entries changed since the racy
+        # window before the resolution began is not vouched for (a name added and removed again
+        # during the resolution would leave the listing equal); the root, where `lock` itself
+        # writes, must instead be exactly as it was when the resolution began. Every other entry:
+        # its fingerprint (the stat its digest was made from, when the walk read it), under the
+        # racy-timestamp rule.
+        known = dict(observed)
+        lstat = os.lstat
+        flat: list[int] = []
+        add = flat.extend
+        links: dict[str, str] = {}
+        skip = len(self.root) + 1
+        count = 0
+        dirs: list[tuple[str, str, list[str]]] = []
+        pending = [self.root]
+        while pending:
+            directory = pending.pop()
+            names = os.listdir(directory)
+            top = directory == self.root
+            if top:
+                if LOCK_NAME in names:
+                    names.remove(LOCK_NAME)
+                if (names, _dir_times(directory)) != self._root_before:
+                    return None
+            else:
+                mtime, ctime = _dir_times(directory)
+                if mtime >= limit or ctime >= limit:
+                    return None
+            files: list[str] = []
+            dirs.append((directory, "/".join(names), files))
+            prefix = directory + "/"
+            for name in names:
+                if name == ".git":
+                    continue  # never resolved into (see `_plain_manifest`, `_names_git`)
+                path = prefix + name
+                st = known.get(path)
+                if st is None:
+                    st = lstat(path)
+                mode = st.st_mode
+                if stat.S_ISDIR(mode):
+                    pending.append(path)
+                    continue
+                if st.st_mtime_ns >= limit or st.st_ctime_ns >= limit:
+                    return None  # racily clean: cannot be vouched for by its stat
+                if stat.S_ISLNK(mode):
+                    links[path[skip:]] = os.readlink(path)
+                add((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode))
+                files.append(name)
+            count += len(files)
+        ints = array.array("q", flat)
+        if links and not _links_stay_inside(links):
+            return None
+        ledger_path, ledger_print = _ledger(self.root)
+        if ledger_print != "-":
+            mtime, ctime, mode = (int(v) for v in ledger_print.split(":")[3:6])
+            if max(mtime, ctime) >= limit or not stat.S_ISREG(mode):
+                return None  # a link's target could change under an unchanged link
+        package_dirs = _package_dirs()
+        block = "\0".join(
+            [
+                *(d for d, _, _ in dirs),
+                *(listing for _, listing, _ in dirs),
+                *("/".join(files) for _, _, files in dirs),
+            ]
+        ).encode("utf-8", "surrogateescape")
+        header = [
+            MAGIC,
+            self.root,
+            "\0".join(package_dirs),
+            _code_token(package_dirs),
+            ledger_path,
+            ledger_print,
+            "",  # the lock's digest, when it is written (finish)
+            " ".join(map(str, totals)),
+            f"{len(dirs)} {count} {len(block)}",
+        ]
+        if any("\n" in field for field in header):
+            return None
+        return header, block + ints.tobytes()
+
+
+def _dir_times(directory: str) -> tuple[int, int]:
+    st = os.lstat(directory)
+    return st.st_mtime_ns, st.st_ctime_ns
+
+
+def _root_state(root: str) -> tuple[list[str], tuple[int, int]] | None:
+    """The root's listing (without the lock) and then its times, before the resolution."""
+    try:
+        names = os.listdir(root)
+        times = _dir_times(root)
+    except OSError:
+        return None
+    if LOCK_NAME in names:
+        names.remove(LOCK_NAME)
+    return names, times
+
+
+def _plain_manifest(manifest: bytes) -> bool:
+    """A manifest whose paths the record can vouch for: no key or string of it, as TOML reads
+    it (escapes and line continuations resolved), has a `.git` path component (in any case:
+    filesystems that fold case). What a `.git` path finds is not in the record's listings."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(manifest.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    stack: list[object] = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            parts = value.replace("\\", "/").split("/")
+            if any(part.casefold() == ".git" for part in parts):
+                return False
+    return True
+
+
+def _names_git(lock_text: bytes) -> bool:
+    """A pinned path with a `.git` component (only a surface or tree path can have one)."""
+    return b".git" in lock_text and any(
+        marker in lock_text for marker in (b'".git/', b"/.git/", b'/.git"', b'".git"')
+    )
+
+
+def _links_stay_inside(links: dict[str, str]) -> bool:
+    """Every link in the project leads inside it (followed through the others as the kernel
+    would), and neither through nor into a `.git` entry (not fingerprinted)."""
+    from agentstack.lock.treehash import _resolve_link
+
+    for rel, target in links.items():
+        if ".git" in target.split("/"):
+            return False
+        try:
+            parts = _resolve_link(rel, links)
+        except Exception:  # noqa: BLE001 - a loop or anything odd: not recorded
+            return False
+        if parts is None or ".git" in parts:
+            return False
+    return True
+
+
+def report_unchanged(real_root: str, *, check: bool, as_json: bool) -> None:
+    """What `lock` says when the record proved the lock unchanged (the same words as after a full
+    resolution that found it so)."""
+    from agentstack.output import echo, print_json
+
+    if as_json:
+        print_json({"lock": "fresh", "changed": []})
+        return
+    message = f"{LOCK_NAME} is up to date" if check else f"unchanged: {real_root}/{LOCK_NAME}"
+    if message.isascii() and message.isprintable():  # what the sanitiser leaves as it is
+        sys.stderr.write(message + "\n")
+    else:
+        echo(message)

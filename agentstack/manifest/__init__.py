@@ -1,0 +1,1 @@
+"""The manifest stage: `agentstack.toml` read, validated, viewed and edited."""

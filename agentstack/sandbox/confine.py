@@ -1,0 +1,363 @@
+"""The confined launcher: applies the sandbox to itself, then becomes the harness.
+
+`main` runs in a clone of `agentstack run` (runner.py: clone3 into the run's cgroup, from a
+single-threaded process), or as `<python> -I -S <this file> <spec fd> <status fd>` (never with -m:
+under -I the checkout is not on sys.path, so this file imports only the standard library and
+nono-py's native module). Keeping the terminal needs no pty juggling: the launcher inherits stdin, stdout and
+stderr, confines itself and then execve()s the harness, which keeps the same pid, the same
+controlling terminal and the same process group.
+
+In order:
+
+1. read the spec (a marshal'd dict of plain values, from the parent) from the spec fd;
+2. PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG(SIGKILL): the harness dies with `agentstack run`;
+3. Landlock through nono-py (`apply_seccomp`: file rules, TCP connect/bind only to the listed
+   ports, signal and abstract-unix-socket scoping, and nono's network seccomp baseline);
+4. drop every capability (bounding set, ambient, permitted, effective, inheritable) and lock the
+   securebits, so a root harness cannot use CAP_SYS_PTRACE to read the parent's /proc/PID/environ
+   or CAP_SYS_RAWIO/CAP_DAC_OVERRIDE tricks;
+5. load agentstack's seccomp blocklist (BPF compiled by the parent with libseccomp);
+6. execve() the command with the allowlisted environment.
+
+The status fd (close-on-exec) tells the parent what happened: `A` once every layer is in force,
+just before execve (a successful execve then closes the fd); an `E stage<TAB>message` line for a
+failure (after `A`: the execve itself failed). No `A` means nothing ran; the parent turns any failure into exit 1 with
+an actionable message. Nothing is ever run unconfined.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import marshal
+import os
+import sys
+
+TYPE_CHECKING = False  # typing is not imported at run time (it pulls in `re`: start-up cost)
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
+
+# Everything this file needs is imported above: after Landlock, the interpreter's own library
+# directory may no longer be readable. (marshal, not json: json pulls in `re`, ~15 ms of start-up;
+# `_signal`, the C module behind `signal`, which would pull in `enum`.)
+_signal: Any = __import__("_signal")
+
+PR_SET_PDEATHSIG = 1
+TIOCSCTTY = 0x540E
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+# SECBIT_NOROOT | _LOCKED, NO_SETUID_FIXUP | _LOCKED, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE | _LOCKED
+SECUREBITS_LOCKED = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+EXIT_SETUP_FAILED = 126
+ARMED = b"A\n"  # written just before execve: everything above it is in force
+
+
+class LaunchError(Exception):
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.message = message
+
+
+def nono_module_path() -> str:
+    """Where nono-py's native module lives (found without importing the package)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nono_py")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("nono-py is not installed")
+    for directory in spec.submodule_search_locations:
+        for name in sorted(os.listdir(directory)):
+            if name.startswith("_nono_py.") and name.endswith(".so"):
+                return os.path.join(directory, name)
+    raise ImportError("nono-py's native module _nono_py is missing")
+
+
+def load_nono(path: str | None = None) -> ModuleType:
+    """nono-py's native module, without the package's pydantic-heavy `__init__` (~250 ms)."""
+    cached = sys.modules.get("nono_py._nono_py")
+    if cached is not None:
+        return cached
+    import importlib.machinery
+    import importlib.util
+
+    path = path or nono_module_path()
+    loader = importlib.machinery.ExtensionFileLoader("nono_py._nono_py", path)
+    module_spec = importlib.util.spec_from_file_location("nono_py._nono_py", path, loader=loader)
+    if module_spec is None:
+        raise ImportError(f"cannot load nono-py's native module from {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    loader.exec_module(module)
+    sys.modules["nono_py._nono_py"] = module
+    return module
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(libc: ctypes.CDLL, option: int, arg2: int = 0, arg3: int = 0) -> None:
+    if libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+
+SYS_LANDLOCK = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
+LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_RULE_NET_PORT = 2
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPort(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+def apply_landlock_rights(spec: dict[str, Any], rights: dict[str, int]) -> None:
+    """Landlock with exactly the rights of a given ABI (`rights`: the parent's table, from
+    `agentstack.sandbox.abi`): the confinement suite's emulation of an older kernel. The same
+    grants and ports as nono would add; raw syscalls, nothing but ctypes."""
+    libc = _libc()
+    numbers = SYS_LANDLOCK.get(os.uname().machine)
+    if numbers is None:
+        raise LaunchError("landlock", f"no Landlock syscall numbers for {os.uname().machine}")
+    create, add_rule, restrict = numbers
+    attr = _RulesetAttr(rights["fs"], rights["net"] if spec["network_block"] else 0,
+                        rights["scoped"])
+    ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                           ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise LaunchError("landlock", f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
+    try:
+        for grant in spec["grants"]:
+            access = rights["rw"] if grant["access"] == "rw" else rights["ro"]
+            if grant["file"]:
+                access &= rights["file"]
+            fd = os.open(grant["path"], os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = _PathBeneath(access & rights["fs"], fd)
+                if libc.syscall(add_rule, ctypes.c_int(ruleset), LANDLOCK_RULE_PATH_BENEATH,
+                                ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    raise LaunchError("landlock", f"cannot grant {grant['path']}: "
+                                      f"{os.strerror(ctypes.get_errno())}")
+            finally:
+                os.close(fd)
+        if spec["network_block"] and rights["net"]:
+            for port in spec["tcp_ports"]:
+                net = _NetPort(rights["net"], int(port))
+                if libc.syscall(add_rule, ctypes.c_int(ruleset), LANDLOCK_RULE_NET_PORT,
+                                ctypes.byref(net), ctypes.c_uint32(0)) != 0:
+                    raise LaunchError("landlock", f"cannot allow port {port}: "
+                                      f"{os.strerror(ctypes.get_errno())}")
+        _prctl(libc, PR_SET_NO_NEW_PRIVS, 1)
+        if libc.syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            raise LaunchError("landlock", f"landlock_restrict_self: "
+                              f"{os.strerror(ctypes.get_errno())}")
+    except OSError as exc:
+        raise LaunchError("landlock", str(exc)) from None
+    finally:
+        os.close(ruleset)
+
+
+def apply_landlock(spec: dict[str, Any]) -> None:
+    if spec.get("landlock_rights"):
+        apply_landlock_rights(spec, spec["landlock_rights"])
+        return
+    try:
+        nono = load_nono(spec.get("nono"))
+    except (ImportError, OSError) as exc:
+        raise LaunchError("nono", str(exc)) from None
+    caps = nono.CapabilitySet()
+    modes = {"ro": nono.AccessMode.READ, "rw": nono.AccessMode.READ_WRITE}
+    try:
+        for grant in spec["grants"]:
+            if grant["file"]:
+                caps.allow_file(grant["path"], modes[grant["access"]])
+            else:
+                caps.allow_path(grant["path"], modes[grant["access"]])
+    except (OSError, ValueError) as exc:
+        raise LaunchError("landlock", f"cannot grant {grant['path']}: {exc}") from None
+    if spec["network_block"]:
+        caps.block_network()
+        for port in spec["tcp_ports"]:
+            caps.allow_localhost_port(int(port))
+    try:
+        abi = nono.detect_abi()
+        if spec["network_block"]:
+            nono.apply_seccomp_with_abi(caps, abi)
+        else:
+            nono.apply_landlock_with_abi(caps, abi)
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise LaunchError("landlock", f"nono could not apply the sandbox: {exc}") from None
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Empty every capability set; root keeps its uid but loses every privilege it implies."""
+    try:
+        with open("/proc/self/status", "rb") as handle:
+            status = dict(
+                line.decode("ascii").split(":\t", 1)
+                for line in handle.read().splitlines()
+                if b":\t" in line
+            )
+        held = any(int(status.get(k, "0"), 16) for k in ("CapPrm", "CapEff", "CapInh"))
+        bounding = int(status.get("CapBnd", "0"), 16)
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as handle:
+            last = int(handle.read())
+    except (OSError, ValueError) as exc:
+        raise LaunchError("capabilities", f"cannot read the capability state: {exc}") from None
+    try:
+        if held:
+            _prctl(libc, PR_SET_SECUREBITS, SECUREBITS_LOCKED)
+        if bounding and held:
+            for cap in range(last + 1):
+                _prctl(libc, PR_CAPBSET_DROP, cap)
+        try:
+            _prctl(libc, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # kernels without ambient capabilities
+                raise
+        if held:
+            machine = os.uname().machine
+            number = SYS_CAPSET.get(machine)
+            if number is None:
+                raise OSError(errno.ENOSYS, f"capset: unknown architecture {machine}")
+            header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+            data = (_CapData * 2)()
+            if libc.syscall(number, ctypes.byref(header), data) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"capset: {os.strerror(err)}")
+    except OSError as exc:
+        raise LaunchError("capabilities", f"cannot drop capabilities: {exc}") from None
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def load_seccomp(libc: ctypes.CDLL, program: bytes) -> None:
+    """Install a classic-BPF seccomp program (native byte order, 8 bytes per instruction)."""
+    if not program or len(program) % 8:
+        raise LaunchError("seccomp", "the seccomp program is empty or malformed")
+    count = len(program) // 8
+    instructions = (_SockFilter * count).from_buffer_copy(program)
+    fprog = _SockFprog(count, ctypes.cast(instructions, ctypes.POINTER(_SockFilter)))
+    try:
+        _prctl(libc, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+    except OSError as exc:
+        raise LaunchError("seccomp", f"the kernel refused the seccomp filter: {exc}") from None
+
+
+def _resolve(command: str, path: str) -> str:
+    if "/" in command:
+        return command
+    for directory in path.split(os.pathsep):
+        candidate = os.path.join(directory or ".", command)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return command
+
+
+def confine_and_exec(spec: dict[str, Any], status_fd: int) -> None:
+    libc = _libc()
+    _prctl(libc, PR_SET_NO_NEW_PRIVS, 1)
+    _prctl(libc, PR_SET_PDEATHSIG, 9)
+    if os.getppid() != spec["parent_pid"]:
+        raise LaunchError("launch", "agentstack run exited before the sandbox started")
+    # stdin is then the pseudo-terminal `run` allocated and relays; this new session takes it as
+    # its controlling terminal (the user's own terminal is never reachable).
+    if spec.get("controlling_terminal") and libc.ioctl(0, TIOCSCTTY, 0) != 0:
+        err = ctypes.get_errno()
+        raise LaunchError("terminal", f"cannot take the session's terminal: {os.strerror(err)}")
+    os.chdir(spec["cwd"])
+    apply_landlock(spec)
+    if spec["drop_capabilities"]:
+        drop_capabilities(libc)
+    if spec["seccomp"]:
+        load_seccomp(libc, bytes(spec["seccomp"]))
+    env: dict[str, str] = dict(spec["env"])
+    argv: list[str] = list(spec["argv"])
+    program = _resolve(argv[0], env.get("PATH", os.defpath))
+    # The dispositions Python ignores for itself go back to the default, as subprocess does: the
+    # command starts as it would from a shell (`yes | head` ends on SIGPIPE).
+    for number in (_signal.SIGPIPE, _signal.SIGXFSZ):
+        _signal.signal(number, _signal.SIG_DFL)
+    os.write(status_fd, ARMED)
+    try:
+        os.execve(program, argv, env)  # noqa: S606 - argv, not a shell
+    except OSError as exc:
+        hint = ""
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            hint = (
+                " (the sandbox policy does not grant it: add its directory to "
+                "sandbox.read_dirs, or run it with --harness so its install directory is granted)"
+            )
+        code = 127 if exc.errno == errno.ENOENT else 126
+        report(status_fd, "exec", f"cannot execute {argv[0]}: {exc.strerror}{hint}", code=code)
+        os._exit(code)
+
+
+def report(status_fd: int, stage: str, message: str, code: int = EXIT_SETUP_FAILED) -> None:
+    """One failure line for the parent: `E <stage>\\t<message>`."""
+    line = "E " + stage + "\t" + " ".join(message.split()) + "\n"
+    try:
+        os.write(status_fd, line.encode("utf-8"))
+    except OSError:
+        sys.stderr.write(f"agentstack: sandbox {stage} failed: {message}\n")
+
+
+def main(args: list[str]) -> int:
+    if len(args) != 2:
+        sys.stderr.write("usage: confine.py SPEC_FD STATUS_FD (started by 'agentstack run')\n")
+        return 2
+    spec_fd, status_fd = int(args[0]), int(args[1])
+    try:
+        os.set_inheritable(status_fd, False)
+        with os.fdopen(spec_fd, "rb") as handle:
+            spec = marshal.loads(handle.read())  # noqa: S302 - from our parent, over a private pipe
+        confine_and_exec(spec, status_fd)
+    except LaunchError as exc:
+        report(status_fd, exc.stage, exc.message)
+    except Exception as exc:  # noqa: BLE001 - nothing may run unconfined; report and stop
+        report(status_fd, "launch", f"{type(exc).__name__}: {exc}")
+    return EXIT_SETUP_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""The share stage: signed bundles between people, received into quarantine."""

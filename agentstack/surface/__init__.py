@@ -1,0 +1,1 @@
+"""The surface stage: everything the targeted harnesses load from a project."""
