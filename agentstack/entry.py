@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
+from agentstack.output import echo
+
 TYPE_CHECKING = False  # typing, json and traceback are imported only when needed (start-up cost)
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,36 +24,6 @@ if TYPE_CHECKING:
 # unchanged `lock` needs neither.
 
 LOCK_FLAGS = {"--check": "check", "--frozen": "frozen", "--update": "update", "--json": "as_json"}
-
-
-def _no_progress() -> None:
-    """Output ends a progress bar (agentstack.progress), when one was ever possible."""
-    progress = sys.modules.get("agentstack.progress")
-    if progress is not None:
-        progress.stop()
-
-
-def echo(message: str) -> None:
-    """A status line on stderr (stdout stays clean for --json and pipes), sanitised."""
-    from agentstack.sanitize import sanitize
-
-    _no_progress()
-    sys.stderr.write(sanitize(message, keep_newlines=True) + "\n")
-
-
-def result(message: str) -> None:
-    """A result line on stdout (what the command was asked for: a report, a table, a verdict),
-    sanitised. Messages about what was done, warnings and errors go to stderr (`echo`)."""
-    from agentstack.sanitize import sanitize
-
-    _no_progress()
-    sys.stdout.write(sanitize(message, keep_newlines=True) + "\n")
-
-
-def print_json(value: Any) -> None:
-    import json
-
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def crash_report(exc: BaseException) -> Path | None:

@@ -42,6 +42,7 @@ name (a test scans the package's string constants for them).
 from __future__ import annotations
 
 import os
+import stat
 
 # Variables that locate state. Read by the CLI only: the guard takes its state directory from
 # its rendered command line, never from the environment (the project can set the environment).
@@ -269,3 +270,31 @@ def find_project(start: str, explicit: str | None = None) -> str | None:
         if parent == here:
             return None
         here = parent
+
+
+# --------------------------------------------------------------------------- reading our own state
+
+
+def read_own(path: str, limit: int | None = None) -> bytes | None:
+    """The file's bytes when it is a regular file owned by this user and writable by nobody else
+    (opened without following a link, never blocking), and no larger than `limit`: how
+    agentstack reads its own caches (this record, the manifest cache, `status`'s git answer)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_uid != os.geteuid()
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            or (limit is not None and st.st_size > limit)
+        ):
+            return None
+        chunks = []
+        while chunk := os.read(fd, max(st.st_size + 1, 1 << 16)):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

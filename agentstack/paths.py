@@ -77,3 +77,13 @@ def find_project(start: Path | None = None, explicit: Path | None = None) -> Pat
             hint="run 'agentstack init' to create one, or pass --project DIR",
         )
     return Path(found)
+
+
+def is_user_root(root: Path) -> bool:
+    """Whether `root` is the user-level setup's root, `$AGENTSTACK_HOME` (its agentstack.toml)."""
+    import os
+
+    try:
+        return os.path.realpath(root) == os.path.realpath(layout.home())
+    except OSError:
+        return False

@@ -19,7 +19,6 @@ server of the same name (docs/user-level.md).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +39,6 @@ def user_root() -> Path:
     from agentstack.paths import agentstack_home, ensure_private_dir
 
     return ensure_private_dir(agentstack_home()).resolve()
-
-
-def is_user_root(root: Path) -> bool:
-    from agentstack import layout
-
-    try:
-        return os.path.realpath(root) == os.path.realpath(layout.home())
-    except OSError:
-        return False
 
 
 def require_manifest() -> Path:

@@ -35,7 +35,7 @@ NOT_A_REPLACEMENT = {
     "sandbox/verify.py": "plants decoys in a throwaway home for the kernel check",
     "lock/treehash.py": "the stat cache: a cache, not state (losing it costs a re-hash), written "
     "temp+rename without fsync so that a lock pays no flush for it; write errors ignored",
-    "manifest/view.py": "the manifest cache: same as the stat cache (temp+rename, no fsync, "
+    "manifest/load.py": "the manifest cache: same as the stat cache (temp+rename, no fsync, "
     "errors ignored; an entry is checked before use)",
     "githooks.py": "moves the user's own hook aside to chain it (a rename, not a replacement; "
     "the new hook itself goes through write_atomic)",

@@ -234,24 +234,21 @@ def test_finder_without_a_project_says_what_to_do(tmp_path: Path) -> None:
     assert "agentstack init" in raised.value.hint
 
 
-def test_finder_agrees_with_the_finders_it_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Same answers as manifest.find_project and lock_command.project_root, which the lead points
-    at paths.find_project at merge."""
-    import agentstack.lock.command as lock_command
-    import agentstack.manifest.model as manifest
-    import agentstack.paths as paths_module
+def test_one_project_finder() -> None:
+    """The rule is `layout.find_project` (paths as strings, for the fast paths) and its face for
+    commands is `paths.find_project` (Path, InvalidInput saying what to do); no other module
+    defines a finder of its own (the guard's wider `enclosing_project` is a different rule: a
+    directory with a snapshot encloses too)."""
+    import ast
 
-    outer, inner = _tree(tmp_path)
-    monkeypatch.chdir(inner)
-    assert paths_module.find_project(inner) == paths.find_project(inner)
-    assert lock_command.project_root(None) == paths.find_project()
-    assert lock_command.project_root(outer) == paths.find_project(explicit=outer)
-    for bad in (inner, tmp_path):
-        with pytest.raises(InvalidInput) as old:
-            lock_command.project_root(bad)
-        with pytest.raises(InvalidInput) as new:
-            paths.find_project(explicit=bad)
-        assert (old.value.message, old.value.hint) == (new.value.message, new.value.hint)
+    finders = {"find_project", "project_root", "find_root", "locate_project"}
+    found = sorted(
+        f"{path.relative_to(PACKAGE).as_posix()}:{node.name}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and node.name in finders
+    )
+    assert found == ["layout.py:find_project", "paths.py:find_project"]
 
 
 # ------------------------------------------------------------ what the guard and apply share

@@ -9,6 +9,7 @@ from typing import Any
 
 from agentstack.output import echo, print_json
 from agentstack.errors import Refused
+from agentstack.output import echo, print_json
 
 
 def _sanitized(text: str) -> str:

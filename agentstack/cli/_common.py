@@ -32,9 +32,9 @@ Format = Annotated[str | None, typer.Option(
 
 
 def root_dir() -> Path:
-    from agentstack.lock.command import project_root
+    from agentstack.paths import find_project
 
-    return project_root(state.project)
+    return find_project(explicit=state.project)
 
 
 def store() -> TrustStore:

@@ -12,6 +12,7 @@ from agentstack.cli._app import Command, commands
 from agentstack.cli._common import Format, Json, User, root_dir, use_user
 from agentstack.output import print_json
 from agentstack.errors import InvalidInput
+from agentstack.output import print_json
 
 app = commands()
 
@@ -55,6 +56,7 @@ def check(
 
     root = root_dir()
     manifest, _, document, _ = current(root)
+    from agentstack.paths import is_user_root
     from agentstack.sandbox.session import check_policies
     from agentstack.paths import is_user_root
 

@@ -16,6 +16,7 @@ from agentstack.cli._common import Format, Json, User, ask, root_dir, store, use
 from agentstack.cli._common import store as trust_store
 from agentstack.output import echo, print_json, result
 from agentstack.errors import InvalidInput, Refused
+from agentstack.output import echo, print_json, result
 
 app = commands()
 trust_app = group(None, default=True)

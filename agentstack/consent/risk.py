@@ -312,7 +312,7 @@ def secret_looking(name: str) -> bool:
 
 def sensitive_path(path: str) -> str | None:
     """Why a sandbox path reaches secrets ($HOME itself or above, a credential store), or None."""
-    from agentstack.apply.snapshot import CREDENTIAL_PATHS
+    from agentstack.sandbox.credentials import GUARD_DENY_PATHS as CREDENTIAL_PATHS
 
     text = path.strip()
     for prefix in ("$HOME", "${HOME}"):

@@ -15,14 +15,6 @@ if TYPE_CHECKING:
     from agentstack.lock.treehash import Limits
 
 
-def project_root(project: Path | None) -> Path:
-    """--project DIR exactly (no upward search), else the nearest agentstack.toml upward: the one
-    project finder (`agentstack.paths.find_project`)."""
-    from agentstack.paths import find_project
-
-    return find_project(explicit=project)
-
-
 def limits_from(
     max_file_size: int | None, max_files: int | None, max_total_size: int | None
 ) -> Limits:
@@ -63,7 +55,9 @@ def _run_lock(
     as_json: bool,
     limits: Limits | None = None,
 ) -> int:
-    root = project_root(project)
+    from agentstack.paths import find_project
+
+    root = find_project(explicit=project)
     recorder = None
     if not frozen and not update:
         import agentstack.lock.relock as relock

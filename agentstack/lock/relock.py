@@ -48,6 +48,7 @@ import sys
 import time
 
 from agentstack import layout
+from agentstack.layout import read_own
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,12 +71,27 @@ def record_path(cache_dir: str, real_root: str) -> str:
     return os.path.join(layout.stat_cache(cache_dir), name + ".relock")
 
 
-def _package_dirs() -> list[str]:
-    here = os.path.dirname(os.path.abspath(__file__))
-    dirs = [here, os.path.join(here, "sandbox")]
-    import agentstack_adapters
+def _package_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # agentstack/ (lock/..)
 
-    dirs.append(os.path.dirname(os.path.abspath(agentstack_adapters.__file__)))
+
+def _package_dirs() -> list[str]:
+    """agentstack/, each of its packages (the stages, sandbox/) and the adapters' package, found
+    without importing it."""
+    here = _package_root()
+    dirs = [here]
+    for name in sorted(os.listdir(here)):
+        if os.path.isfile(os.path.join(here, name, "__init__.py")):
+            dirs.append(os.path.join(here, name))
+    adapters = sys.modules.get("agentstack_adapters")
+    origin = getattr(adapters, "__file__", None)
+    if origin is None:
+        from importlib.util import find_spec
+
+        spec = find_spec("agentstack_adapters")
+        origin = spec.origin if spec is not None else None
+    if origin is not None:
+        dirs.append(os.path.dirname(os.path.abspath(origin)))
     return dirs
 
 
@@ -155,7 +171,7 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
     if (ledger_path, ledger_print) != _ledger(real_root):
         return False
     dirs = code_dirs.split("\0")
-    if dirs[0] != os.path.dirname(os.path.abspath(__file__)) or code != _code_token(dirs):
+    if dirs[0] != _package_root() or code != _code_token(dirs):
         return False
     if blake3.blake3(lock_bytes).hexdigest() != lock_digest:
         return False
@@ -204,31 +220,6 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
         finally:
             close(fd)
     return seen == expected
-
-
-def read_own(path: str, limit: int | None = None) -> bytes | None:
-    """The file's bytes when it is a regular file owned by this user and writable by nobody else
-    (opened without following a link, never blocking), and no larger than `limit`: how
-    agentstack reads its own caches (this record, the manifest cache, `status`'s git answer)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if (
-            not stat.S_ISREG(st.st_mode)
-            or st.st_uid != os.geteuid()
-            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            or (limit is not None and st.st_size > limit)
-        ):
-            return None
-        chunks = []
-        while chunk := os.read(fd, max(st.st_size + 1, 1 << 16)):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- writing a record

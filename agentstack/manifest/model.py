@@ -29,7 +29,6 @@ from agentstack.manifest.view import MANIFEST_NAME as MANIFEST_NAME
 from agentstack.manifest.view import METADATA_HOSTS as METADATA_HOSTS
 from agentstack.manifest.view import SECRET_NAME_PATTERN as SECRET_NAME_PATTERN
 from agentstack.manifest.view import SECRET_PREFIX as SECRET_PREFIX
-from agentstack.paths import find_project as find_project
 from agentstack.manifest.view import is_secret as is_secret
 from agentstack.manifest.view import secret_name as secret_name
 
@@ -391,9 +390,3 @@ def parse_manifest(data: bytes, file: str = MANIFEST_NAME) -> Manifest:
         return Manifest.model_validate(raw)
     except ValidationError as exc:
         raise ManifestInvalid(_problems(exc, file)) from None
-
-
-def load_manifest(root: Path) -> Manifest:
-    from agentstack.manifest.load import read_manifest
-
-    return parse_manifest(read_manifest(root), MANIFEST_NAME)

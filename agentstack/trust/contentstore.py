@@ -187,13 +187,7 @@ def referenced_digests(documents: list[dict[str, Any]]) -> set[str]:
     }
 
 
-def keep_trusted(store: ContentStore, trust_store: Any) -> int:
-    """Prune the content store to what the trust log still trusts, for every project."""
-    from agentstack.trust.review import current_trusts
-
-    documents = []
-    for record in current_trusts(trust_store.log.records()):
-        doc = trust_store.load_consent(record.digest)
-        if doc is not None:
-            documents.append(doc)
+def keep_trusted(store: ContentStore, documents: list[dict[str, Any]]) -> int:
+    """Prune the content store to what `documents` name: the consent documents the trust log
+    still trusts, for every project (`agentstack.trust.review.trusted_documents`)."""
     return store.prune(referenced_digests(documents))

@@ -295,7 +295,17 @@ def keep_contents(store: TrustStore, contents: Any | None) -> None:
     if contents is not None:
         content_store.put_all(contents.found)
     with contextlib.suppress(OSError):  # a cache that cannot be pruned is only a cache
-        keep_trusted(content_store, store)
+        keep_trusted(content_store, trusted_documents(store))
+
+
+def trusted_documents(store: TrustStore) -> list[dict[str, Any]]:
+    """The consent documents the trust log still trusts, for every project."""
+    documents = []
+    for found in current_trusts(store.log.records()):
+        doc = store.load_consent(found.digest)
+        if doc is not None:
+            documents.append(doc)
+    return documents
 
 
 def record(store: TrustStore, reviewed: Review, contents: Any | None, *,

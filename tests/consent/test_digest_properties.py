@@ -37,6 +37,7 @@ from agentstack.canonical import CanonicalError, canonical_bytes
 from agentstack.consent.document import consent_digest, consent_document
 from agentstack.errors import ManifestInvalid
 from agentstack.lock.resolve import dumps_lock, parse_lock, resolver_for
+from agentstack.manifest.load import load_manifest
 from agentstack.manifest.model import _EXPANSION as EXPANSION
 from agentstack.manifest.load import load_manifest
 from tests.conftest import git

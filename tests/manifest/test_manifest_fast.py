@@ -35,10 +35,12 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 import agentstack.manifest.fast as manifestfast
+import agentstack.manifest.load as load
 import agentstack.manifest.rules as manifestrules
 import agentstack.manifest.view as manifestview
 import agentstack.manifest.load as load
 from agentstack.errors import ManifestInvalid
+from agentstack.manifest.load import view_of_bytes
 from agentstack.manifest.model import Manifest, parse_manifest
 from agentstack.manifest.view import ManifestView
 from agentstack.manifest.load import view_of_bytes

@@ -229,6 +229,8 @@ def test_codexs_own_sandbox_confines_a_directly_started_session(var_home: Path) 
     root = _applied(var_home)
     # The profile `why --native` shows (apply does not write it yet: see native.NOT_APPLIED),
     # given to Codex in the project's config as apply would.
+    from agentstack.manifest.load import load_manifest
+
     policy = native.native_policy(load_manifest(root).sandbox, root)
     rendered = native.render(policy, "codex")
     assert rendered is not None
