@@ -87,6 +87,7 @@ CONTENT_STORE = "content"
 STAT_CACHE = "statcache-v3"
 CRASH_REPORTS = "crash"
 TRACKED = "tracked"
+MANIFEST_CACHE = "manifests"  # the manifest cache (agentstack.manifest.load)
 
 # A confined run's private directory (in the system's temp directory) and its read-only copies.
 RUN_DIR_PREFIX = "agentstack-run-"

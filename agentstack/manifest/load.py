@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentstack import layout
 from agentstack.manifest.view import (
     MANIFEST_NAME,
     ManifestView,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from agentstack.manifest.model import Manifest
 
 CACHE_FORMAT = 1
-CACHE_DIR = "manifests"
+CACHE_DIR = layout.MANIFEST_CACHE
 CACHE_KEEP = 64  # entries kept; the oldest beyond that are removed when a new one is written
 _KEY_DOMAIN = b"agentstack-manifest-view-v1\0"
 
