@@ -117,8 +117,8 @@ def _lock_unchanged(options: dict[str, Any]) -> bool:
     if options["frozen"] or options["update"]:
         return False
     try:
-        from agentstack import layout, progress
         import agentstack.lock.relock as relock
+        from agentstack import layout, progress
 
         root = layout.find_project(os.getcwd(), options["project"])
         progress.quiet(bool(options["as_json"]))

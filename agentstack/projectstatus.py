@@ -17,9 +17,9 @@ def project_status(root: Path, store: TrustStore, *, withdraw: bool = True) -> d
     """The status report of `root` (what `agentstack status --json` prints); `report["ok"]` is
     whether the lock is fresh, its digest trusted and nothing drifted. When it is not, and
     something was trusted before, the harness-side trust entries are withdrawn (`withdraw`)."""
+    from agentstack.apply.ledger import load_ledger
     from agentstack.consent.document import current
     from agentstack.errors import StaleLock
-    from agentstack.apply.ledger import load_ledger
 
     report: dict[str, Any] = {"project": str(root.resolve())}
     document: dict[str, Any] | None
@@ -426,8 +426,8 @@ def project_checks(root: Path | None, store: Callable[[], TrustStore]) -> list[A
     trust, each harness's MCP view, and the sandbox policy per harness."""
     from agentstack.consent.document import current
     from agentstack.errors import AgentstackError, StaleLock
-    from agentstack.manifest.model import MANIFEST_NAME
     from agentstack.manifest.load import load_manifest
+    from agentstack.manifest.model import MANIFEST_NAME
     from agentstack.sandbox.doctor import Check
     from agentstack.sandbox.resolve import resolve_policy
 

@@ -407,13 +407,13 @@ def fetch(url: str, ref: str) -> tuple[str, bytes, bytes]:
     """(commit, policy bytes, signature bytes; b"" when absent) of `ref` in the repository at
     `url`, through the git sources' mirror (no repository code runs)."""
     import agentstack.lock.gitsource as gitsource
+    from agentstack.paths import agentstack_cache
     from agentstack.share.gitobjects import (
         commit_tree,
         read_mirror_object,
         split_object,
         tree_entries,
     )
-    from agentstack.paths import agentstack_cache
 
     cache = agentstack_cache()
     try:

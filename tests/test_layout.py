@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentstack
-from agentstack import _guard, fingerprints, layout, paths
 import agentstack.apply.engine as apply
 import agentstack.apply.snapshot as snapshot
 import agentstack.surface.scan as surface
+from agentstack import _guard, fingerprints, layout, paths
 from agentstack.errors import InvalidInput
 from tests.conftest import REPO, make_project
 

@@ -26,10 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentstack import _guard, _guard_more, fsutil
-import agentstack.trust.contentstore as contentstore
 import agentstack.projectstatus as status
 import agentstack.surface.scan as surface
+import agentstack.trust.contentstore as contentstore
+from agentstack import _guard, _guard_more, fsutil
 from agentstack.canonical import b3
 from tests.conftest import make_project, run_cli_in_process
 from tests.guard.test_guard_speed import needs_a_mark

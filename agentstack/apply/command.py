@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentstack.output import echo, print_json
 from agentstack.errors import Refused
 from agentstack.output import echo, print_json
 

@@ -35,6 +35,8 @@ from agentstack_adapters import (
 )
 
 from agentstack import layout
+from agentstack.apply.ledger import LEDGER_VERSION as LEDGER_VERSION  # the ledger, read by status
+from agentstack.apply.ledger import load_ledger as load_ledger
 from agentstack.canonical import b3, canonical_bytes
 from agentstack.errors import AgentstackError, InvalidInput, Refused, StaleLock
 from agentstack.fingerprints import BLOCK_BEGIN, BLOCK_END
@@ -47,8 +49,6 @@ from agentstack.fsutil import (
     write_atomic,
 )
 from agentstack.fsutil import unlink as fs_unlink
-from agentstack.apply.ledger import LEDGER_VERSION as LEDGER_VERSION  # the ledger, read by status
-from agentstack.apply.ledger import load_ledger as load_ledger
 from agentstack.paths import agentstack_home, apply_ledger_path, ensure_private_dir
 
 EXCLUDE_BEGIN = "# agentstack:begin (rendered per machine by 'agentstack apply')"

@@ -12,8 +12,8 @@ import typer
 
 from agentstack.cli._app import Command, commands
 from agentstack.cli._common import Json, User, root_dir, use_user
-from agentstack.output import echo, print_json
 from agentstack.errors import InvalidInput
+from agentstack.output import echo, print_json
 
 app = commands()
 

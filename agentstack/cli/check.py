@@ -10,7 +10,6 @@ import typer
 
 from agentstack.cli._app import Command, commands
 from agentstack.cli._common import Format, Json, User, root_dir, use_user
-from agentstack.output import print_json
 from agentstack.errors import InvalidInput
 from agentstack.output import print_json
 
@@ -58,7 +57,6 @@ def check(
     manifest, _, document, _ = current(root)
     from agentstack.paths import is_user_root
     from agentstack.sandbox.session import check_policies
-    from agentstack.paths import is_user_root
 
     # The policy `run` would enforce resolves, or the same error. The user-level setup's servers
     # work in the directory their harness starts them in (its root, $AGENTSTACK_HOME, is closed to

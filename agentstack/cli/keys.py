@@ -10,8 +10,8 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Json
-from agentstack.output import echo, print_json
 from agentstack.errors import Refused
+from agentstack.output import echo, print_json
 
 app = commands()
 keys_app = group("Signing keys and the signers you accept bundles from.")

@@ -10,8 +10,8 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import User, root_dir, state, use_user
-from agentstack.output import echo
 from agentstack.errors import InvalidInput
+from agentstack.output import echo
 
 app = commands()
 add_app = group("Add an item to agentstack.toml (comments and layout are kept).")
@@ -38,8 +38,8 @@ def init(
     """Write a starter agentstack.toml."""
     import re
 
-    from agentstack.manifest.edit import init as do_init
     from agentstack.harnesses import DEFAULT_NAMES
+    from agentstack.manifest.edit import init as do_init
 
     use_user(user, must_exist=False)
 

@@ -12,8 +12,8 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Json, ask
-from agentstack.output import echo, print_json
 from agentstack.errors import Refused
+from agentstack.output import echo, print_json
 
 app = commands()
 quarantine_app = group("Review received bundles and release them into a project.")
@@ -125,8 +125,8 @@ def _boundary_report(held: Any, dest: Path | None) -> Any:
 
 def _diff_against(dest: Path | None, document: dict[str, Any]) -> tuple[Any, Any]:
     """The consent diff against what the user trusted at `dest`, when `dest` holds a project."""
-    from agentstack.consent.document import consent_digest
     from agentstack.consent.diff import consent_diff
+    from agentstack.consent.document import consent_digest
     from agentstack.manifest.view import MANIFEST_NAME
     from agentstack.trust.review import TrustStore, review
 
@@ -176,8 +176,8 @@ def quarantine_show(
 ) -> None:
     """The consent view of a quarantined bundle (and the diff against DIR's trusted setup)."""
     from agentstack.consent.boundary import describe, report
-    from agentstack.share.quarantine import find, verify_held
     from agentstack.consent.render import console
+    from agentstack.share.quarantine import find, verify_held
 
     held = find(ident)
     _, contents, principals = verify_held(held)
@@ -213,8 +213,8 @@ def quarantine_release(
     as_json: Json = False,
 ) -> None:
     """Review, then copy a quarantined setup into DIR and record the decision in the trust log."""
-    from agentstack.share.quarantine import find, release, verify_held
     from agentstack.consent.render import console
+    from agentstack.share.quarantine import find, release, verify_held
 
     held = find(ident)
     statement, contents, principals = verify_held(held)

@@ -11,8 +11,8 @@ import typer
 
 from agentstack.cli._app import Command, commands
 from agentstack.cli._common import Format, Json, User, root_dir, use_user
-from agentstack.output import print_json
 from agentstack.errors import InvalidInput, Refused
+from agentstack.output import print_json
 
 app = commands()
 
@@ -127,8 +127,8 @@ def diff(
     if fmt == "json":
         print_json({**result.to_json(), "pins": [c.to_json() for c in pins]})
         return
-    from agentstack.trust.contentstore import Contents, ContentStore, collect
     from agentstack.consent.render import console, diff_renderable
+    from agentstack.trust.contentstore import Contents, ContentStore, collect
 
     found = collect(root_dir(), after) if new is None else {}
     console().print(diff_renderable(result, contents=Contents(ContentStore(), found)))

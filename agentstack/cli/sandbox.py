@@ -10,10 +10,10 @@ import typer
 
 from agentstack.cli._app import Command, PassThrough, commands
 from agentstack.cli._common import Json, root_dir, state, store
-from agentstack.output import echo, print_json
-from agentstack.output import result as result_line
 from agentstack.errors import InvalidInput, Refused
 from agentstack.harnesses import NAMES
+from agentstack.output import echo, print_json
+from agentstack.output import result as result_line
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Json
-from agentstack.output import echo, print_json
 from agentstack.errors import InvalidInput, Refused
+from agentstack.output import echo, print_json
 
 app = commands()
 secret_app = group(

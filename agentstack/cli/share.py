@@ -13,8 +13,8 @@ import typer
 
 from agentstack.cli._app import Command, commands
 from agentstack.cli._common import Json, root_dir
-from agentstack.output import echo, print_json
 from agentstack.errors import InvalidInput
+from agentstack.output import echo, print_json
 
 app = commands()
 

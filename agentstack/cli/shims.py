@@ -11,8 +11,8 @@ import typer
 
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Json, root_dir
-from agentstack.output import echo, print_json
 from agentstack.errors import Refused
+from agentstack.output import echo, print_json
 
 app = commands()
 shims_app = group(

@@ -14,7 +14,6 @@ import typer
 from agentstack.cli._app import Command, commands, group
 from agentstack.cli._common import Format, Json, User, ask, root_dir, store, use_user
 from agentstack.cli._common import store as trust_store
-from agentstack.output import echo, print_json, result
 from agentstack.errors import InvalidInput, Refused
 from agentstack.output import echo, print_json, result
 
@@ -159,8 +158,8 @@ def _review_pins(root: Path, document: dict[str, Any], digest: str, *, yes: bool
                  accept_risk: bool, as_json: bool) -> list[dict[str, Any]]:
     """What the relay withheld (a server's changed or new tools, prompts, resources): shown as
     lines, and once accepted recorded as the servers' new pins."""
-    from agentstack import pinreview
     import agentstack.trust.review as rules
+    from agentstack import pinreview
 
     changes = pinreview.pending_changes(root, sorted(document.get("servers", {})))
     if not changes:
@@ -184,7 +183,6 @@ def _review_pins(root: Path, document: dict[str, Any], digest: str, *, yes: bool
 def _show_review(reviewed: Any, as_json: bool) -> Any:
     """Print the review (the whole consent view the first time, else the diff against the last
     trusted document; on stderr with --json). Returns the contents it showed."""
-    from agentstack.trust.review import harness_notes, review_contents, user_level_changes
     from agentstack.consent.render import (
         consent_renderable,
         console,
@@ -192,6 +190,7 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
         findings_renderable,
         outside_renderable,
     )
+    from agentstack.trust.review import harness_notes, review_contents, user_level_changes
 
     root, state, document, value = reviewed.root, reviewed.state, reviewed.document, reviewed.digest
     out = console(stderr=as_json)
@@ -222,8 +221,8 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
     for note in harness_notes(document):
         out.print(note, markup=False)
     outside = user_level_changes(root, document, value)
-    from agentstack.userlevel import foreign
     from agentstack.paths import is_user_root
+    from agentstack.userlevel import foreign
 
     if is_user_root(root):
         for line in foreign(root, document, value):
@@ -352,7 +351,9 @@ def revoke(
         targets = [one]
     else:
         targets = store.trusted_digests(root)
-        from agentstack.apply.engine import remove_user_level  # what a revoke that failed left behind
+        from agentstack.apply.engine import (
+            remove_user_level,  # what a revoke that failed left behind
+        )
 
         if not targets and (left := remove_user_level(root)):
             return echo("nothing left to revoke; removed agentstack's harness-side trust entries "

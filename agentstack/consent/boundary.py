@@ -45,7 +45,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentstack import layout
-from agentstack.errors import InvalidInput
 from agentstack.consent.reach import (
     MAX_PORT,
     Endpoint,
@@ -55,6 +54,7 @@ from agentstack.consent.reach import (
     Unsupported,
     parse_host,
 )
+from agentstack.errors import InvalidInput
 
 BOUNDARY_NAME = layout.BOUNDARY
 GLOB_CHARS = frozenset("*?[")

@@ -315,8 +315,8 @@ class _Differ:
         """A plugin's hooks and servers get the findings of declared ones, named as what they
         are ("plugin P adds a PreToolUse hook that runs ..."); a change of any of its files is a
         change of what its hooks and servers run."""
-        from agentstack.plugins import describe_hook, hook_argv
         from agentstack.consent.risk import _source_change
+        from agentstack.plugins import describe_hook, hook_argv
 
         before = self.old.get("plugins", {})
         for name, plugin in sorted(self.new.get("plugins", {}).items()):

@@ -11,8 +11,8 @@ from agentstack.output import echo, print_json
 LOCK_NAME = "agentstack.lock"  # agentstack.manifest.view.LOCK_NAME (not imported: start-up cost)
 
 if TYPE_CHECKING:
-    from agentstack.manifest.view import ManifestView
     from agentstack.lock.treehash import Limits
+    from agentstack.manifest.view import ManifestView
 
 
 def limits_from(

@@ -25,16 +25,6 @@ from agentstack.errors import (
     StaleLock,
     TreeHashError,
 )
-from agentstack.manifest.view import (
-    LOCK_NAME,
-    MANIFEST_NAME,
-    HookView,
-    ManifestView,
-    ServerView,
-    SkillView,
-    as_view,
-    is_secret,
-)
 from agentstack.lock.treehash import (
     Limits,
     Row,
@@ -44,6 +34,16 @@ from agentstack.lock.treehash import (
     tree_digest,
     tree_digest_rows,
     walk_rows,
+)
+from agentstack.manifest.view import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    HookView,
+    ManifestView,
+    ServerView,
+    SkillView,
+    as_view,
+    is_secret,
 )
 
 if TYPE_CHECKING:
@@ -730,8 +730,8 @@ def fresh_lock(
     except StaleLock:
         # The next `lock` resolves in full, whatever its re-lock record says (defence in depth:
         # a record is only ever written for the lock a resolution rendered).
-        from agentstack import layout
         import agentstack.lock.relock as relock
+        from agentstack import layout
 
         with contextlib.suppress(OSError):
             os.unlink(relock.record_path(layout.cache(), os.path.realpath(root)))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import tomllib
 import types
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (

@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from agentstack import harnesses as _harnesses
 import agentstack.manifest.rules as rules
+from agentstack import harnesses as _harnesses
 
 # (path, access, is_file). Missing paths are skipped: systems differ.
 SYSTEM_READ_DIRS = (

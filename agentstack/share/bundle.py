@@ -31,6 +31,8 @@ from typing import IO, Any
 
 import blake3
 
+from agentstack.canonical import CanonicalError, b3, canonical_bytes, is_digest
+from agentstack.errors import AgentstackError, InvalidInput, Refused
 from agentstack.share.archive import (
     BLOCK,
     MAX_DEPTH,
@@ -41,8 +43,6 @@ from agentstack.share.archive import (
     write_archive,
 )
 from agentstack.share.archive import check_name as check_archive_name
-from agentstack.canonical import CanonicalError, b3, canonical_bytes, is_digest
-from agentstack.errors import AgentstackError, InvalidInput, Refused
 from agentstack.share.gitobjects import GitSource, read_mirror_object, walk_git_source
 
 BUNDLE_FORMAT = 1
@@ -573,8 +573,8 @@ def build(
     import agentstack.share.sshsig as sshsig
     from agentstack.consent.document import consent_digest, consent_document
     from agentstack.lock.resolve import fresh_lock
-    from agentstack.manifest.model import LOCK_NAME
     from agentstack.manifest.load import load_manifest
+    from agentstack.manifest.model import LOCK_NAME
     from agentstack.trust.review import TrustStore
 
     manifest = load_manifest(root)

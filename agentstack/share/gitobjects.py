@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentstack.share.archive import reject
 from agentstack.errors import Refused
+from agentstack.share.archive import reject
 
 MAX_TREE_DEPTH = 32
 _SHA1_RE = re.compile(r"[0-9a-f]{40}")

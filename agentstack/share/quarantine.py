@@ -32,14 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentstack import layout
 import agentstack.share.bundle as bundle
 import agentstack.share.gitobjects as gitobjects
-from agentstack.share.archive import reject
-from agentstack.share.bundle import Member, Statement
+from agentstack import layout
 from agentstack.canonical import b3
 from agentstack.errors import AgentstackError, InvalidInput, Refused
 from agentstack.paths import agentstack_home, ensure_private_dir
+from agentstack.share.archive import reject
+from agentstack.share.bundle import Member, Statement
 
 META_NAME = layout.QUARANTINE_META
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -352,8 +352,8 @@ def check_contents(qdir: Path, statement: Statement) -> Contents:
     there. Parsing and hashing only."""
     from agentstack.consent.document import consent_digest, consent_document
     from agentstack.lock.resolve import manifest_digest, parse_lock
-    from agentstack.manifest.model import parse_manifest
     from agentstack.lock.treehash import check_links
+    from agentstack.manifest.model import parse_manifest
 
     members = {m.path: m for m in statement.members}
     for required in (bundle.MANIFEST_MEMBER, bundle.LOCK_MEMBER):

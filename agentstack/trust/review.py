@@ -17,8 +17,8 @@ from agentstack import layout
 from agentstack.canonical import canonical_bytes, is_digest
 from agentstack.errors import InvalidInput
 from agentstack.paths import agentstack_home, ensure_private_dir
-from agentstack.trust.store import TrustLog
 from agentstack.trust.record import TrustRecord, Value
+from agentstack.trust.store import TrustLog
 
 TRUSTED_DIGESTS_ENV = "AGENTSTACK_TRUSTED_DIGESTS"
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from agentstack import _guard, fsutil
 import agentstack.apply.engine as apply
 import agentstack.apply.snapshot as snapshot
+from agentstack import _guard, fsutil
 from agentstack.errors import Refused
 from tests.conftest import make_project, run_cli_in_process
 from tests.guard.test_guard_speed import needs_a_mark

@@ -230,10 +230,9 @@ def test_a_reader_verifies_unchanged_bytes_once_and_sees_every_change(
     """`status` asks the log several questions: each reads the head and the log again, but the
     chain is checked only when the bytes differ from the ones already checked, so a change made
     between two questions (an append, a tampered byte, a truncation) is always seen."""
-    import agentstack.trust.store as trustlog
     import agentstack.trust.chain as chain
-    from agentstack.trust.store import TrustLog
     from agentstack.trust.record import TrustLogTampered
+    from agentstack.trust.store import TrustLog
 
     home = tmp_path / "home"
     home.mkdir(mode=0o700)

@@ -23,10 +23,6 @@ from agentstack.consent.boundary import (
     parse_endpoint_rule,
 )
 from agentstack.consent.document import consent_document
-from agentstack.errors import InvalidInput, Refused
-from agentstack.lock.command import run_lock
-from agentstack.lock.resolve import fresh_lock
-from agentstack.manifest.load import load_manifest
 from agentstack.consent.reach import (
     KNOWN_FACTS,
     Command,

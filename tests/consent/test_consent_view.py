@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentstack.consent.diff import consent_diff
-from agentstack.sanitize import identifier, sanitize
 from agentstack.manifest.schema import SCHEMA_FILES, render
+from agentstack.sanitize import identifier, sanitize
 from tests.conftest import REPO, make_project
 
 # The commands run in process: what these tests check is the library's answer, not the process.

@@ -39,7 +39,6 @@ from agentstack.errors import ManifestInvalid
 from agentstack.lock.resolve import dumps_lock, parse_lock, resolver_for
 from agentstack.manifest.load import load_manifest
 from agentstack.manifest.model import _EXPANSION as EXPANSION
-from agentstack.manifest.load import load_manifest
 from tests.conftest import git
 
 # ============================================================================ the base project

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agentstack.trust.contentstore import Contents, ContentStore, collect, is_text
 from agentstack.consent.diff import consent_diff
 from agentstack.consent.render import consent_renderable, console, diff_renderable, toml_value
+from agentstack.trust.contentstore import Contents, ContentStore, collect, is_text
 from tests.conftest import make_project
 from tests.support.cli import REPO
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agentstack import teampolicy
 import agentstack.share.sshsig as sshsig
+from agentstack import teampolicy
 from agentstack.errors import InvalidInput
 from agentstack.paths import agentstack_cache
 from tests.conftest import git, make_project, run_cli_in_process

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agentstack import _guard, _guard_more, protect
 import agentstack.apply.snapshot as snapshot
+from agentstack import _guard, _guard_more, protect
 from agentstack import harnesses as H
 from tests.surface.test_surface import guard_denies, trusted_and_applied
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from agentstack import _guard
 import agentstack.apply.snapshot as snapshot
+from agentstack import _guard
 from agentstack import harnesses as H
 from tests.harness import tool_tables
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agentstack import _guard
 import agentstack.apply.snapshot as snapshot
+from agentstack import _guard
 from agentstack.sandbox.credentials import CREDENTIAL_PATHS
 
 

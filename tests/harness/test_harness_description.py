@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agentstack import _guard, harnesses, harnessgen, mcp_status, userlevel
+import agentstack.apply.snapshot as snapshot
 import agentstack.manifest.model as manifest
 import agentstack.manifest.rules as manifestrules
-import agentstack.apply.snapshot as snapshot
+from agentstack import _guard, harnesses, harnessgen, mcp_status, userlevel
 from agentstack.harnesses import ALL, DENY_SHAPES, HOOK_INPUTS
 from agentstack.patience import scaled
 

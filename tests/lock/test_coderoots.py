@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agentstack.consent.document import consent_digest, consent_document
 from agentstack.consent.diff import consent_diff
+from agentstack.consent.document import consent_digest, consent_document
 from agentstack.errors import ManifestInvalid
 from agentstack.lock.resolve import dumps_lock, parse_lock, resolver_for
 from agentstack.manifest.load import load_manifest

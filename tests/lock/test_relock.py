@@ -15,14 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import agentstack.lock.resolve as lockfile
-import agentstack.manifest.view as manifestview
-import agentstack.manifest.load as load
 import agentstack.lock.relock as relock
+import agentstack.lock.resolve as lockfile
 import agentstack.lock.treehash as treehash
+import agentstack.manifest.load as load
 from agentstack.lock.command import run_lock
-from agentstack.paths import apply_ledger_path
 from agentstack.lock.treehash import LimitExceeded, Limits
+from agentstack.paths import apply_ledger_path
 from tests.conftest import make_project
 from tests.harness.deadline import scaled
 from tests.support.project import manifest

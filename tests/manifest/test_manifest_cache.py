@@ -19,7 +19,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import agentstack.manifest.view as manifestview
 import agentstack.manifest.load as load
 from agentstack.consent.document import (
     consent_digest,
@@ -36,10 +35,9 @@ from agentstack.lock.resolve import (
     resolver_for,
     stat_cache_path,
 )
+from agentstack.manifest.load import cache_dir, cache_key, load_manifest, load_view
 from agentstack.manifest.model import Manifest, parse_manifest
-from agentstack.manifest.load import load_manifest
 from agentstack.manifest.view import ManifestView, as_view
-from agentstack.manifest.load import cache_dir, cache_key, load_view
 from tests.conftest import REPO, git, make_project
 from tests.consent.test_digest_properties import MUTATIONS, build_project
 from tests.harness.deadline import scaled

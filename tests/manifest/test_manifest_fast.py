@@ -37,13 +37,10 @@ from pydantic import BaseModel, ValidationError
 import agentstack.manifest.fast as manifestfast
 import agentstack.manifest.load as load
 import agentstack.manifest.rules as manifestrules
-import agentstack.manifest.view as manifestview
-import agentstack.manifest.load as load
 from agentstack.errors import ManifestInvalid
 from agentstack.manifest.load import view_of_bytes
 from agentstack.manifest.model import Manifest, parse_manifest
 from agentstack.manifest.view import ManifestView
-from agentstack.manifest.load import view_of_bytes
 from tests.conftest import EXAMPLES, REPO, make_project
 from tests.consent.test_digest_properties import emit
 from tests.harness.deadline import scaled

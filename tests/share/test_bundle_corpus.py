@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-import agentstack.share.bundle as bundle
 import agentstack.lock.gitmeta as gitmeta
+import agentstack.share.bundle as bundle
 import agentstack.share.quarantine as quarantine
-from agentstack.share.archive import BundleRejected
 from agentstack.cli.quarantine import quarantine_show
+from agentstack.share.archive import BundleRejected
 from agentstack.share.keys import allowed_signers
 from agentstack.trust.store import TrustLog
 from tests.share import bundle_corpus

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import agentstack.lock.gitmeta as gitmeta
 import agentstack.share.archive as archive
 import agentstack.share.bundle as bundle
-import agentstack.lock.gitmeta as gitmeta
 import agentstack.share.quarantine as quarantine
-from agentstack.share.archive import BundleRejected
 from agentstack.errors import AgentstackError, Refused
+from agentstack.share.archive import BundleRejected
 from agentstack.share.keys import allowed_signers
 from tests.conftest import git, make_project, run_cli_in_process
 from tests.share.bundle_corpus import (

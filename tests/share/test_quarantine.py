@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import agentstack.share.bundle as bundle
 import agentstack.share.quarantine as quarantine
-from agentstack.share.archive import BundleRejected
 from agentstack.errors import Refused
+from agentstack.share.archive import BundleRejected
 from agentstack.share.keys import allowed_signers
 from agentstack.trust.store import TrustLog
 from tests.share import bundle_corpus
@@ -227,9 +227,9 @@ def test_a_git_tree_bomb_is_refused_before_it_expands(git_parts: Parts, tmp_path
 
     from agentstack.canonical import b3
     from agentstack.consent.document import consent_digest, consent_document
-    from agentstack.share.gitobjects import git_object_bytes, sha1_hex, split_object
     from agentstack.lock.resolve import dumps_lock, parse_lock
     from agentstack.manifest.model import parse_manifest
+    from agentstack.share.gitobjects import git_object_bytes, sha1_hex, split_object
 
     def tree(entries: list[tuple[str, str, str]]) -> bytes:
         body = b"".join(
