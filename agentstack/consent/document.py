@@ -258,9 +258,9 @@ def write_manifest_defaults() -> None:
     from pathlib import Path
 
     text = pprint.pformat(manifest_defaults(), indent=1, width=99, sort_dicts=True)
-    target = Path(__file__).with_name("_manifest_defaults.py")
+    target = Path(__file__).resolve().parents[1] / "manifest" / "_defaults.py"
     target.write_text(
-        '"""The defaults of the manifest models (generated: agentstack.consent.'
+        '"""The defaults of the manifest models (generated: agentstack.consent.document.'
         'write_manifest_defaults)."""\n\n'
         "from typing import Any\n\n# fmt: off\n"
         f"DEFAULTS: dict[str, Any] = {text}\n",

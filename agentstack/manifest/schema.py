@@ -44,7 +44,7 @@ def render(which: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    target = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "schemas"
+    target = Path(argv[0]) if argv else Path(__file__).resolve().parents[2] / "schemas"
     target.mkdir(parents=True, exist_ok=True)
     for which, filename in SCHEMA_FILES.items():
         write_atomic(target / filename, render(which).encode("utf-8"), 0o644)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -199,9 +200,12 @@ def test_a_harness_added_by_its_description_and_adapter_flows_through_every_stag
     described = product / "agentstack" / "harnesses.py"
     text = described.read_text(encoding="utf-8")
     anchor = "# Every harness, in the order"
-    assert anchor in text and "CURSOR, VSCODE)" in text
+    # The tuple of every description ends with its last entry: acme goes after it.
+    last = harnesses.ALL[-1].name.upper().replace("-", "_")
+    listing = re.search(r"ALL: tuple\[Harness, \.\.\.\] = \((.*?)\n\)", text, re.S)
+    assert anchor in text and listing and listing.group(1).rstrip().endswith(f"{last},"), last
     text = text.replace(anchor, ACME_DESCRIPTION.lstrip("\n") + anchor, 1)
-    text = text.replace("CURSOR, VSCODE)", "CURSOR, VSCODE, ACME)", 1)
+    text = text[: listing.end(1)] + " ACME," + text[listing.end(1):]
     described.write_text(text, encoding="utf-8")
     (product / "agentstack_adapters" / "acme.py").write_text(ACME_ADAPTER, encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(product))

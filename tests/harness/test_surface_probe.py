@@ -115,7 +115,9 @@ def test_harvested_globs_are_made_concrete() -> None:
 
 
 def _need_probe(name: str) -> None:
-    harness_bin({"claude-code": "claude", "gemini-cli": "gemini"}.get(name, name))
+    from agentstack.harnesses import BY_NAME
+
+    harness_bin(BY_NAME[name].binary)
     if not shutil.which(probe.STRACE) and not Path(probe.STRACE).exists():
         message = f"{probe.STRACE} is missing (.ci/run installs strace)"
         if in_ci():

@@ -689,11 +689,11 @@ def _models() -> dict[str, type[BaseModel]]:
 
 
 def test_the_fast_tables_are_generated_from_the_models() -> None:
-    from agentstack import manifestgen
+    import agentstack.manifest.gen as manifestgen
 
     text = manifestgen.TARGET.read_text(encoding="utf-8")
     assert manifestgen.rewrite(text, manifestgen.render_block()) == text, (
-        "agentstack/manifest/fast.py's tables are stale: run 'python -m agentstack.manifestgen'"
+        "agentstack/manifest/fast.py's tables are stale: run 'python -m agentstack.manifest.gen'"
     )
 
 
