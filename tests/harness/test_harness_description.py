@@ -204,8 +204,8 @@ def test_a_harness_added_by_its_description_and_adapter_flows_through_every_stag
     last = harnesses.ALL[-1].name.upper().replace("-", "_")
     listing = re.search(r"ALL: tuple\[Harness, \.\.\.\] = \((.*?)\n\)", text, re.S)
     assert anchor in text and listing and listing.group(1).rstrip().endswith(f"{last},"), last
-    text = text.replace(anchor, ACME_DESCRIPTION.lstrip("\n") + anchor, 1)
     text = text[: listing.end(1)] + " ACME," + text[listing.end(1):]
+    text = text.replace(anchor, ACME_DESCRIPTION.lstrip("\n") + anchor, 1)
     described.write_text(text, encoding="utf-8")
     (product / "agentstack_adapters" / "acme.py").write_text(ACME_ADAPTER, encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(product))

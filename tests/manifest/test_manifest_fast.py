@@ -830,11 +830,11 @@ def test_view_of_bytes_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> N
     assert view_of_bytes(data).project.name
 
 
-@pytest.mark.parametrize("module", ["manifestrules", "manifestfast"])
+@pytest.mark.parametrize("module", ["manifest.rules", "manifest.fast"])
 def test_the_fast_path_modules_import_only_the_standard_library(module: str) -> None:
     import ast
 
-    tree = ast.parse((REPO / "agentstack" / f"{module}.py").read_text(encoding="utf-8"))
+    tree = ast.parse((REPO / "agentstack" / f"{module.replace('.', '/')}.py").read_text(encoding="utf-8"))
     allowed = {"agentstack", "agentstack.manifest.view", "agentstack.manifest.rules"}
     for node in ast.walk(tree):
         names = (
