@@ -378,7 +378,8 @@ def test_seccomp_blocklist_covers_the_escape_primitives() -> None:
 
 def test_not_enforceable_is_an_error_never_a_warning(root: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentstack.sandbox import launch, runner
+    from agentstack.sandbox import confine as launch
+    from agentstack.sandbox import runner
 
     policy = _policy(root)
 
