@@ -307,10 +307,10 @@ def remove(project: Path) -> list[Path]:
 
 def check(project: Path) -> str | None:
     """Run from a hook: the problem found (trust withdrawn then), or None."""
+    from agentstack.apply.prestart import withdraw_harness_trust
     from agentstack.manifest.view import MANIFEST_NAME
     from agentstack.paths import guard_snapshot_path
     from agentstack.shim import problem
-    from agentstack.surface.scan import withdraw_harness_trust
 
     root = project.resolve()
     if not os.path.lexists(root / MANIFEST_NAME) and not os.path.lexists(guard_snapshot_path(root)):
@@ -331,7 +331,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - a hook must not break git; fail closed
         found = f"the surface check failed ({type(exc).__name__}: {exc})"
         try:
-            from agentstack.surface.scan import withdraw_harness_trust
+            from agentstack.apply.prestart import withdraw_harness_trust
 
             withdraw_harness_trust(Path(argv[0]).resolve())
         except Exception:  # noqa: BLE001, S110 - reported below either way

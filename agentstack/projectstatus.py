@@ -65,7 +65,7 @@ def project_status(root: Path, store: TrustStore, *, withdraw: bool = True) -> d
     if not ok and last is not None and withdraw:
         # Harness-side trust follows the digest: what the harness would load is not what was
         # trusted, so it must not start with the folder pre-trusted (agentstack.surface).
-        from agentstack.surface.scan import withdraw_harness_trust
+        from agentstack.apply.prestart import withdraw_harness_trust
 
         report["withdrawn"] = [str(p) for p in withdraw_harness_trust(root)]
     report["ok"] = ok

@@ -50,7 +50,7 @@ def check(cwd: Path) -> str | None:
     if found is not None:
         # Harness-side trust follows the digest: the next start without the shim shows the
         # harness's own prompt (where it has one) instead of loading what nobody reviewed.
-        from agentstack.surface.scan import withdraw_harness_trust
+        from agentstack.apply.prestart import withdraw_harness_trust
 
         withdraw_harness_trust(root)
     return found
@@ -62,8 +62,8 @@ def problem(root: Path) -> str | None:
     from agentstack.errors import AgentstackError
 
     try:
+        from agentstack.apply.prestart import check_before_start
         from agentstack.consent.document import current
-        from agentstack.surface.scan import check_before_start
         from agentstack.trust.review import TrustStore
 
         _, _, _, digest = current(root)  # a missing manifest is a refusal here

@@ -399,7 +399,7 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         **_rendered_files(root),
         **_watched_files(root, document),
     }
-    from agentstack.surface.scan import snapshot_entries
+    from agentstack.surface.watch import snapshot_entries
 
     entries.update(snapshot_entries(root, document, entries))  # the harness surface, watched
     _watch_code_roots(root, document, entries)

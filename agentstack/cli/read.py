@@ -155,7 +155,7 @@ def schema(
         metavar="[WHICH]", help="manifest, lock or boundary")] = "manifest",
 ) -> None:
     """Print the JSON Schema of agentstack.toml (or of the lock, or of a boundary file)."""
-    from agentstack.manifest.schema import SCHEMA_FILES, schema_for
+    from agentstack.schema import SCHEMA_FILES, schema_for
 
     if which not in SCHEMA_FILES:
         raise InvalidInput(f"unknown schema {which!r}", hint="manifest, lock or boundary")

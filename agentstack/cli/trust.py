@@ -119,8 +119,13 @@ def trust(
             f"{root.resolve()}, type accept-risk (anything else declines): ",
             prompt_plain=f"Trust {value} for {root.resolve()}? [y/N] ",
         )
+        done = rules.record(the_store, reviewed, contents)
+        undeclared: list[str] = []
         # With --apply, apply writes the guard's snapshot (and warns) right after: once is enough.
-        done, undeclared = rules.record(the_store, reviewed, contents, snapshot=not apply)
+        if not apply:
+            from agentstack.apply.snapshot import write_snapshot
+
+            undeclared = list(write_snapshot(reviewed.root, reviewed.document, reviewed.digest))
         for item in undeclared:
             echo(
                 f"warning: {item} is not in agentstack.toml: the guard blocks every tool call "
@@ -183,6 +188,7 @@ def _review_pins(root: Path, document: dict[str, Any], digest: str, *, yes: bool
 def _show_review(reviewed: Any, as_json: bool) -> Any:
     """Print the review (the whole consent view the first time, else the diff against the last
     trusted document; on stderr with --json). Returns the contents it showed."""
+    from agentstack.apply.preview import user_level_changes
     from agentstack.consent.render import (
         consent_renderable,
         console,
@@ -190,7 +196,7 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
         findings_renderable,
         outside_renderable,
     )
-    from agentstack.trust.review import harness_notes, review_contents, user_level_changes
+    from agentstack.trust.review import harness_notes, review_contents
 
     root, state, document, value = reviewed.root, reviewed.state, reviewed.document, reviewed.digest
     out = console(stderr=as_json)

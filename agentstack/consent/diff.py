@@ -12,14 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentstack.consent.risk import HIGH_RISK_CODES as _REVIEW_HIGH_RISK_CODES
-from agentstack.consent.risk import (
-    command_facts,
-    executes,
-    execution_changes,
-    host_facts,
-    review_findings,
-    url_facts,
-)
+from agentstack.consent.risk import executes, execution_changes, review_findings
+from agentstack.lock.facts import command_facts, host_facts, url_facts
 
 Severity = Literal["high", "medium", "low"]
 _ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -75,7 +69,7 @@ class ConsentDiff:
 
     @property
     def high_risk(self) -> list[Finding]:
-        from agentstack.surface.scan import SURFACE_HIGH_CODES
+        from agentstack.surface.findings import SURFACE_HIGH_CODES
 
         return [f for f in self.findings if f.code in HIGH_RISK_CODES | SURFACE_HIGH_CODES]
 
@@ -446,7 +440,7 @@ class _Differ:
         self.settings()
         for severity, code, item, message in review_findings(self.old or None, self.new):
             self.add(severity, code, item, message)  # type: ignore[arg-type]
-        from agentstack.surface.scan import findings as surface_findings
+        from agentstack.surface.findings import findings as surface_findings
 
         for severity, code, item, message in surface_findings(self.old or None, self.new):
             self.add(severity, code, item, message)  # type: ignore[arg-type]

@@ -108,7 +108,7 @@ def _hook(manifest: ManifestView, name: str, locked: dict[str, Any]) -> dict[str
 
 
 def _sandbox(manifest: ManifestView) -> dict[str, Any]:
-    from agentstack.consent.risk import host_facts
+    from agentstack.lock.facts import host_facts
 
     sandbox = manifest.sandbox.dump()
     sandbox["risks"] = [

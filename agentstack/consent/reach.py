@@ -203,7 +203,7 @@ def url_endpoint(url: str, source: str) -> Endpoint:
 
 
 def _command(process: str, argv: list[str], facts: list[str]) -> Command:
-    from agentstack.consent.risk import runner_package
+    from agentstack.lock.facts import runner_package
 
     return Command(process, tuple(argv), tuple(facts), runner_package(argv))
 

@@ -273,7 +273,7 @@ class Resolver:
             raise limits.too_many_bytes(where)
 
     def server(self, name: str, server: Server | ServerView) -> dict[str, Any]:
-        from agentstack.consent.risk import command_facts, url_facts
+        from agentstack.lock.facts import command_facts, url_facts
 
         where = f"servers.{name}"
         if server.command is not None:
@@ -479,7 +479,7 @@ class Resolver:
         }
 
     def hook(self, name: str, hook: Hook | HookView) -> dict[str, Any]:
-        from agentstack.consent.risk import command_facts
+        from agentstack.lock.facts import command_facts
 
         where = f"hooks.{name}"
         files: list[dict[str, Any]] = []

@@ -96,12 +96,8 @@ def seed_private_state(
     """Rewrite the harness's private user-level state before the session (see private_state)."""
     if policy.harness_state is None:
         return
-    from agentstack.sandbox.private_state import (
-        CLAUDE_API_KEY_ENV,
-        Layout,
-        rendered_user_keys,
-        seed,
-    )
+    from agentstack.apply.confined import rendered_user_keys
+    from agentstack.sandbox.private_state import CLAUDE_API_KEY_ENV, Layout, seed
 
     state = Layout(policy.harness_state)
     try:
@@ -160,10 +156,10 @@ def run_session(
     minus the signal that ended it. Refuses (exit 1) unless the current consent digest is trusted
     and the harness surface is what was trusted, and whenever any layer of the sandbox cannot be
     enforced. `say` hears the after-session report."""
+    from agentstack.apply.prestart import check_before_start
     from agentstack.consent.document import current
     from agentstack.sandbox import profiles, watch
     from agentstack.sandbox.runner import run_confined
-    from agentstack.surface.scan import check_before_start
 
     env = os.environ if environ is None else environ
     manifest, _, document, digest = current(root)  # no pydantic when the manifest is unchanged

@@ -33,9 +33,9 @@ from agentstack.consent.reach import (
     build_reach,
     parse_host,
 )
-from agentstack.consent.risk import command_facts, host_facts, url_facts
 from agentstack.errors import InvalidInput, Refused
 from agentstack.lock.command import run_lock
+from agentstack.lock.facts import command_facts, host_facts, url_facts
 from agentstack.lock.resolve import fresh_lock
 from agentstack.manifest.load import load_manifest
 from tests.conftest import EXAMPLES, REPO, copy_example, make_project, run_cli

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentstack.consent.diff import consent_diff
-from agentstack.manifest.schema import SCHEMA_FILES, render
 from agentstack.sanitize import identifier, sanitize
+from agentstack.schema import SCHEMA_FILES, render
 from tests.conftest import REPO, make_project
 
 # The commands run in process: what these tests check is the library's answer, not the process.
@@ -182,7 +182,7 @@ def test_schemas_are_current() -> None:
     for which, filename in SCHEMA_FILES.items():
         on_disk = (REPO / "schemas" / filename).read_text(encoding="utf-8")
         assert on_disk == render(which), (
-            f"schemas/{filename} is stale: run 'python -m agentstack.manifest.schema'"
+            f"schemas/{filename} is stale: run 'python -m agentstack.schema'"
         )
 
 

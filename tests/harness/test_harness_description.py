@@ -104,7 +104,7 @@ def test_every_per_harness_table_is_built_from_the_descriptions() -> None:
 def test_the_schema_lists_the_descriptions_harnesses() -> None:
     import json
 
-    from agentstack.manifest.schema import schema_for
+    from agentstack.schema import schema_for
 
     text = json.dumps(schema_for("manifest"))
     listed = json.loads(text)["$defs"]["ProjectSection"]["properties"]["harnesses"]
@@ -209,7 +209,7 @@ def test_a_harness_added_by_its_description_and_adapter_flows_through_every_stag
     described.write_text(text, encoding="utf-8")
     (product / "agentstack_adapters" / "acme.py").write_text(ACME_ADAPTER, encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(product))
-    for generator in ("agentstack.harnessgen", "agentstack.manifest.schema"):
+    for generator in ("agentstack.harnessgen", "agentstack.schema"):
         subprocess.run([sys.executable, "-m", generator], cwd=product, env=env, check=True,
                        capture_output=True, timeout=scaled(120))
 
@@ -219,7 +219,7 @@ def test_a_harness_added_by_its_description_and_adapter_flows_through_every_stag
         "agentstack/_guard.py",  # generated: python -m agentstack.harnessgen
         "agentstack/harnesses.py",  # the description
         "agentstack_adapters/acme.py",  # the adapter
-        "schemas/manifest.schema.json",  # generated: python -m agentstack.manifest.schema
+        "schemas/manifest.schema.json",  # generated: python -m agentstack.schema
     ]
 
     project = tmp_path / "project"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agentstack.surface.scan import scan, snapshot_entries
+from agentstack.surface.scan import scan
+from agentstack.surface.watch import snapshot_entries
 from tests.harness.deadline import scaled
 
 PKG = ".opencode/package.json"

@@ -1,6 +1,6 @@
 """JSON Schemas for agentstack.toml and agentstack.lock, generated from the pydantic models.
 
-`python -m agentstack.manifest.schema` rewrites schemas/*.schema.json; a test fails when they are stale.
+`python -m agentstack.schema` rewrites schemas/*.schema.json; a test fails when they are stale.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def render(which: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    target = Path(argv[0]) if argv else Path(__file__).resolve().parents[2] / "schemas"
+    target = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "schemas"
     target.mkdir(parents=True, exist_ok=True)
     for which, filename in SCHEMA_FILES.items():
         write_atomic(target / filename, render(which).encode("utf-8"), 0o644)
