@@ -9,7 +9,10 @@ import subprocess
 from pathlib import Path
 
 from agentstack import __version__
-from tests.conftest import make_project, run_cli
+from tests.conftest import make_project
+
+# In process: what these tests check is what a command answers, not the process.
+from tests.support.cli import run_cli_in_process as run_cli
 
 BASE = '[project]\nname = "p"\nharnesses = ["claude-code", "codex"]\n'
 

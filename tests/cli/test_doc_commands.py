@@ -59,7 +59,9 @@ BLOCKS: dict[tuple[str, str], Run | By | NotHere] = {
     ("README.md", "agentstack secret set anthropic"): Run(
         subs=(("agentstack secret set anthropic ", "echo sk-doc-test | agentstack secret set anthropic "),),
         skip={"agentstack run --harness claude-code":
-              "tests/harness/test_harness_credentials_tty.py::test_interactive_claude_under_run_through_the_credential_proxy"},
+              "tests/harness/test_harness_credentials_tty.py::test_interactive_claude_under_run_through_the_credential_proxy",
+              # The whole confinement suite (every row a real confined process): run once, there.
+              "agentstack doctor --verify": "tests/sandbox/test_confinement.py::test_doctor_verify"},
         exits={"agentstack why --path": 1}),
     ("README.md", "agentstack schema >"): Run(),
     ("README.md", "agentstack keys generate alice"): Run(
