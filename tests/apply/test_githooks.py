@@ -17,8 +17,12 @@ from hypothesis import strategies as st
 
 from agentstack import githooks
 from agentstack.errors import Refused
-from tests.conftest import make_project, run_cli
+from tests.conftest import make_project
 from tests.harness.deadline import scaled
+
+# The commands in process (the git hooks git runs are real processes): what these tests check is
+# what the commands answer and what the hooks do, not the command's process.
+from tests.support.cli import run_cli_in_process as run_cli
 from tests.support.project import manifest
 
 GIT_ENV = {
