@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import git, make_project
+from tests.harness.deadline import scaled
 
 # In process (the huge-blob test starts its own, to read its peak memory): what these tests check
 # is what `lock` answers, not the process.
 from tests.support.cli import run_cli_in_process as run_cli
-from tests.harness.deadline import scaled
 
 
 def _repo(path: Path, files: dict[str, bytes]) -> Path:
