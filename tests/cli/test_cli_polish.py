@@ -13,8 +13,9 @@ from tests.conftest import make_project
 
 # In process: what these tests check is what a command answers, not the process.
 from tests.support.cli import run_cli_in_process as run_cli
+from tests.support.project import manifest
 
-BASE = '[project]\nname = "p"\nharnesses = ["claude-code", "codex"]\n'
+BASE = str(manifest("p", "claude-code", "codex"))
 
 
 def test_version_and_bare_command(tmp_path: Path) -> None:

@@ -7,21 +7,15 @@ from __future__ import annotations
 import pytest
 
 from agentstack.didyoumean import close_matches, hint
-from tests.conftest import EXAMPLES, run_cli_in_process
+from tests.conftest import run_cli_in_process
+from tests.support.project import manifest, trusted_example
 
-BASE = '[project]\nname = "p"\nharnesses = ["claude-code"]\n'
+BASE = str(manifest("p", "claude-code"))
 
 
 @pytest.fixture
 def project(tmp_path):  # type: ignore[no-untyped-def]
-    import shutil
-
-    root = tmp_path / "minimal"
-    shutil.copytree(EXAMPLES / "minimal", root)
-    for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
-        done = run_cli_in_process(*args, cwd=root)
-        assert done.returncode == 0, done.stderr
-    return root
+    return trusted_example("minimal", tmp_path)
 
 
 def test_status_prints_its_report_on_stdout(project) -> None:  # type: ignore[no-untyped-def]

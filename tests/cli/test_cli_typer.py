@@ -7,15 +7,16 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, REPO, run_cli
+from tests.conftest import REPO
 from tests.harness.deadline import scaled
+from tests.support.cli import steps
+from tests.support.project import copy_example
 
 # The CLI framework and what only a person reads: never on a fast path.
 FRAMEWORK = ("typer", "click", "rich", "shellingham", "pydantic")
@@ -56,11 +57,9 @@ def _imported(code: str, args: list[str], cwd: Path, stdin: bytes = b"") -> tupl
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "minimal"
-    shutil.copytree(EXAMPLES / "minimal", root)
-    done = run_cli("trust", "--lock", "--apply", "--yes", "--accept-risk", cwd=root)
-    assert done.returncode == 0, done.stderr
-    return root
+    # Set up in this process: the tests start their own interpreters for what they measure.
+    return steps(copy_example("minimal", tmp_path),
+                 [("trust", "--lock", "--apply", "--yes", "--accept-risk")], in_process=True)
 
 
 def test_the_fast_paths_load_no_cli_framework(project: Path) -> None:

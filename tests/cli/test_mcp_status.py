@@ -12,6 +12,7 @@ import pytest
 
 from agentstack.mcp_status import server_states
 from tests.conftest import make_project, run_cli
+from tests.support.project import manifest
 
 # What each CLI printed (measured), trimmed to the server lines.
 OUTPUTS = {
@@ -47,15 +48,7 @@ def _fake_cli(bin_dir: Path, name: str, log: Path) -> None:
 
 @pytest.mark.slow
 def test_doctor_runs_mcp_list_only_after_trust(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "proj", """\
-[project]
-name = "d"
-harnesses = ["copilot", "cursor"]
-
-[servers.notes]
-command = "python3"
-args = ["-c", "pass"]
-""")
+    root = make_project(tmp_path / "proj", manifest("d", "copilot", "cursor").server("notes", "-c", "pass"))
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     assert run_cli("lock", cwd=root).returncode == 0
     log = tmp_path / "calls.log"

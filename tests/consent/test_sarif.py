@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentstack.consent.sarif import Finding, ManifestLines, sarif_log
-from tests.conftest import make_project, run_cli_in_process
-from tests.support.project import manifest
+from tests.conftest import run_cli_in_process
+from tests.support.project import locked_project, manifest
 
 SCHEMA = Path(__file__).parent / "sarif-schema-2.1.0.json"
 
@@ -53,9 +53,7 @@ def _results(proc: Any) -> list[dict[str, Any]]:
 
 
 def _project(tmp_path: Path) -> Path:
-    root = make_project(tmp_path / "demo", MANIFEST, {"clock.py": "print('tick')\n"})
-    assert run_cli_in_process("lock", cwd=root).returncode == 0
-    return root
+    return locked_project(tmp_path / "demo", MANIFEST, {"clock.py": "print('tick')\n"})
 
 
 def _line_of(root: Path, text: str) -> int:

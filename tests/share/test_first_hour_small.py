@@ -9,15 +9,11 @@ from pathlib import Path
 
 from agentstack.consent.diff import consent_diff
 from tests.conftest import EXAMPLES, run_cli_in_process
+from tests.support.project import trusted_example
 
 
 def _trusted(tmp_path: Path) -> Path:
-    root = tmp_path / "minimal"
-    shutil.copytree(EXAMPLES / "minimal", root)
-    for args in (["lock"], ["trust", "--yes", "--accept-risk"]):
-        done = run_cli_in_process(*args, cwd=root)
-        assert done.returncode == 0, done.stderr
-    return root
+    return trusted_example("minimal", tmp_path, apply=False)
 
 
 def test_share_into_a_missing_directory_is_refused(tmp_path: Path) -> None:

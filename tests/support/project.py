@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.cli import REPO
+from tests.support.cli import REPO, TRUST, TRUST_AND_APPLY, steps
 
 EXAMPLES = REPO / "examples"
 _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -150,3 +150,15 @@ def git_init(root: Path) -> Path:
     """`git init` at `root` (the top of its checkout: nothing above it is on the surface)."""
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     return root
+
+
+def locked_project(root: Path, manifest: str | Manifest, files: Mapping[str, str] | None = None,
+                   executables: tuple[str, ...] = ()) -> Path:
+    """`make_project`, then `agentstack lock` in this process (required to exit 0)."""
+    return steps(make_project(root, manifest, files, executables), TRUST[:1], in_process=True)
+
+
+def trusted_example(name: str, dest: Path, *, apply: bool = True) -> Path:
+    """A copy of examples/NAME under `dest`, locked, trusted accepting its risk and (unless
+    `apply=False`) applied, each command in this process: where most command tests start."""
+    return steps(copy_example(name, dest), TRUST_AND_APPLY if apply else TRUST, in_process=True)

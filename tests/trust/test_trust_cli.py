@@ -20,7 +20,7 @@ from tests.harness.deadline import scaled
 
 # The commands run in process: what these tests check is the library's answer, not the process.
 from tests.support.cli import run_cli_in_process as run_cli
-from tests.support.project import NOTES_SERVER, manifest
+from tests.support.project import NOTES_SERVER, locked_project, manifest
 
 MANIFEST = str(manifest("demo").server(*NOTES_SERVER, env={"TOKEN": "secret:notes-token"})
                .instructions("AGENTS.base.md"))
@@ -29,9 +29,7 @@ FILES = {"servers/notes.py": "print('notes')\n", "AGENTS.base.md": "Be kind.\n"}
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = make_project(tmp_path / "demo", MANIFEST, FILES)
-    assert run_cli("lock", cwd=root).returncode == 0
-    return root
+    return locked_project(tmp_path / "demo", MANIFEST, FILES)
 
 
 def _digest(root: Path) -> str:
