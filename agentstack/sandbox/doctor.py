@@ -113,7 +113,26 @@ def containment_check() -> Check:
     )
 
 
+# What each harness binary answered to --version in this process, by the binary's identity and
+# the PATH it ran with (a library caller asking twice starts no second node process per harness).
+_VERSIONS: dict[tuple[str, int, int, int, int, str], str] = {}
+
+
 def _version(path: str) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, os.environ.get("PATH", ""))
+    if key not in _VERSIONS:
+        found = _probe_version(path)
+        if found is None:
+            return None  # a failure is asked again next time
+        _VERSIONS[key] = found
+    return _VERSIONS[key]
+
+
+def _probe_version(path: str) -> str | None:
     from agentstack.patience import scaled
 
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": os.environ.get("HOME", "/"),

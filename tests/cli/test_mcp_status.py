@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from agentstack.mcp_status import server_states
-from tests.conftest import make_project, run_cli
+from tests.conftest import make_project
+
+# In process: `doctor` starts the harness binaries it asks (and the fake `copilot`) either way.
+from tests.support.cli import run_cli_in_process as run_cli
 from tests.support.project import manifest
 
 # What each CLI printed (measured), trimmed to the server lines.
