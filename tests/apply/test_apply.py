@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, copy_example
-from tests.support.cli import ok as _ok
+from tests.support.cli import ok_in_process as _ok
 
 # The commands run in process: what these tests check is the library's answer, not the process.
 from tests.support.cli import run_cli_in_process as run_cli
