@@ -44,6 +44,7 @@ def var_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     base = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="agentstack-native-home-")).resolve()
     (base / ".ssh").mkdir()
     (base / ".ssh" / "id_ed25519").write_text(DECOY)
+    (base / ".netrc").write_text("machine example.com password DECOY-NETRC\n")  # a denied file
     for name, value in {"HOME": base, "XDG_CONFIG_HOME": base / ".config",
                         "XDG_CACHE_HOME": base / ".cache",
                         "AGENTSTACK_HOME": base / ".config" / "agentstack",
@@ -86,7 +87,8 @@ LIFT = ("import ctypes,errno,sys;c=ctypes.CDLL(None,use_errno=True);"
 
 
 def _confined_command(home: Path) -> str:
-    return f'{_command(home)}; /usr/bin/python3 -I -c "{LIFT}" {home}/.ssh'
+    return (f'{_command(home)}; cat {home}/.netrc; echo netrc=$?; '
+            f'/usr/bin/python3 -I -c "{LIFT}" {home}/.ssh')
 
 
 def _assert_barriers_hold(out: str) -> None:
@@ -318,6 +320,8 @@ def test_claude_codes_own_sandbox_confines_a_directly_started_session(var_home: 
     assert run.proc.returncode == 0, run.output
     assert "read=1" in out and "outside=1" in out and "inside=0" in out, out
     assert "No such file or directory" in out and "Read-only file system" in out, out
+    # A denied file is /dev/null bound over it: it reads as empty, without any error.
+    assert "netrc=0" in out and "DECOY-NETRC" not in out, out
     _assert_barriers_hold(out)
     assert "DECOY-KEY" not in out and "DECOY-KEY" not in run.output
     assert all("DECOY-KEY" not in json.dumps(r.body) for r in model.requests)  # type: ignore[attr-defined]
@@ -390,6 +394,8 @@ def test_codexs_own_sandbox_confines_a_directly_started_session(var_home: Path) 
         assert "read=1" in out and "outside=1" in out and "inside=0" in out, out
         assert "Permission denied" in out and "Read-only file system" in out, out
         assert "state=2" in out, out  # agentstack's state masked for the shell (not the hooks)
+        assert "netrc=1" in out and "DECOY-NETRC" not in out, out  # a denied file: EACCES
+        assert f"cat: {var_home}/.netrc: Permission denied" in out, out
         _assert_barriers_hold(out)
         assert "DECOY-KEY" not in "\n".join(results) + run.output
         assert ".agents" in results[0] + results[2], results  # the mount targets were there
