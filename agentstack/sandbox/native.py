@@ -21,9 +21,9 @@ it cannot express (a read it cannot keep closed) is widened *and reported*; neve
 
 Measured on Linux 6.18 with Claude Code 2.1.332 and Codex 0.171.0 (tests/sandbox/test_native_sandbox.py):
 both deny a read of `~/.ssh/id_ed25519` and a write outside the workdir, but with bubblewrap's
-errors, not Landlock's: Claude Code's denied directory is an empty tmpfs (`ENOENT` below it) and
-a denied file `/dev/null` bound over it (it reads as empty, exit 0), Codex's denied read is
-`EACCES`; a write outside is `EROFS` in both (a read-only bind mount).
+errors, not Landlock's: Claude Code's denied directory is an empty tmpfs (`ENOENT` below it), a
+denied file `/dev/null` bound over it (`EACCES`), Codex's denied read is `EACCES`; a write outside
+is `EROFS` in both (a read-only bind mount).
 
 Standard library only; nothing here imports back up into agentstack's commands.
 """
@@ -166,10 +166,10 @@ def claude_code(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
     if platform == "linux":
         findings.append(Finding(
             "not-enforced", "kernel errors",
-            "bubblewrap withholds a denied directory as an empty tmpfs (ENOENT below it) and a "
-            "denied file as /dev/null bound over it (it reads as empty, exit 0), and refuses a "
-            "write outside with EROFS (a read-only mount): never EACCES, which none of Claude "
-            "Code's sandbox settings yields"))
+            "bubblewrap denies a read of a denied file with EACCES (/dev/null bound over it), "
+            "but one below a denied directory with ENOENT (an empty tmpfs over the directory, "
+            "kept whole so its names and later files stay hidden), and a write outside with "
+            "EROFS (a read-only mount), not Landlock's EACCES"))
     else:
         findings.append(Finding(
             "not-enforced", "macOS", "rendered for Seatbelt with the same keys; not verified on "

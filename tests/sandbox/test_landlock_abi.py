@@ -29,6 +29,25 @@ def test_the_table_refuses_degrades_or_covers_each_missing_feature() -> None:
     assert abi.assess(0).state == "refused"
 
 
+def test_a_pid_namespace_covers_signal_scoping_at_abi_4_and_5() -> None:
+    """Where the launcher can make a PID namespace, ABI 4-5 run degraded (what another layer
+    covers named), never full; ABI 1-3 stay refused with the network blocked; ABI 6 needs none."""
+    for version in (4, 5):
+        answer = abi.assess(version, pid_namespace=True)
+        assert answer.state == "degraded" and not answer.refused, answer
+        assert any("PID namespace" in c for c in answer.covered)
+        assert any("abstract unix" in c for c in answer.covered)
+        assert abi.needs_pid_namespace(version)
+        assert abi.covered("signal-scoping", version, pid_namespace=True)
+        assert not abi.covered("signal-scoping", version, pid_namespace=False)
+        assert not abi.covered("network", version, pid_namespace=True)
+    for version in (1, 2, 3):
+        assert abi.assess(version, pid_namespace=True).state == "refused"
+        assert abi.assess(version, network_block=False, pid_namespace=True).state == "degraded"
+    assert abi.assess(6, pid_namespace=True).state == "full"
+    assert not abi.needs_pid_namespace(6)
+
+
 def test_rights_grow_with_the_abi() -> None:
     previous = 0
     for version in range(1, 7):
@@ -55,7 +74,10 @@ ROWS = ("ssh-key", "write-outside", "sibling", "etc-shadow", "abstract-unix", "k
 def test_confinement_rows_at_each_emulated_abi() -> None:
     from agentstack.sandbox import verify
 
+    from agentstack.sandbox.runner import pid_namespace_available
+
     kernel = _kernel_abi()
+    pidns = pid_namespace_available()
     rows = tuple(r for r in verify.ROWS if r.name in ROWS)
     for version in range(1, kernel + 1):
         results = verify.run_suite(rows, modes=("direct",), landlock_abi=version)
@@ -63,7 +85,11 @@ def test_confinement_rows_at_each_emulated_abi() -> None:
         assert set(by_row) == set(ROWS)
         for name, result in by_row.items():
             needs = abi.ROW_NEEDS.get(name)
-            if needs is not None and not abi.feature_available(needs, version):
+            if needs is not None and abi.covered(needs, version, pid_namespace=pidns):
+                # Signals, without Landlock's scoping: the PID namespace's ESRCH.
+                assert result.passed and not result.refused, (version, result.to_json())
+                assert "PID namespace" in result.detail and "ESRCH" in result.output
+            elif needs is not None and not abi.feature_available(needs, version):
                 assert result.refused and not result.passed, (version, result)
                 assert f"ABI {version}" in result.detail
             else:
@@ -71,7 +97,7 @@ def test_confinement_rows_at_each_emulated_abi() -> None:
 
 
 @pytest.mark.slow
-def test_the_emulation_really_lacks_the_feature() -> None:
+def test_the_emulation_really_lacks_the_feature(monkeypatch: pytest.MonkeyPatch) -> None:
     """At ABI 5 the kill row, run anyway, is not denied (the kernel would let it through), and
     at ABI 3 a connect to a non-allowed port is not denied: the suite's refusals are the truth,
     not a formality."""
@@ -84,9 +110,21 @@ def test_the_emulation_really_lacks_the_feature() -> None:
     tcp = next(r for r in verify.ROWS if r.name == "tcp-port")
     unscoped = (dataclasses.replace(kill, name="kill-anyway", modes=("direct",)),
                 dataclasses.replace(tcp, name="tcp-anyway", modes=("direct",)))
-    at_5 = {r.row: r for r in verify.run_suite(unscoped[:1], modes=("direct",), landlock_abi=5)}
-    at_3 = {r.row: r for r in verify.run_suite(unscoped[1:], modes=("direct",), landlock_abi=3)}
     at_6 = {r.row: r for r in verify.run_suite(unscoped, modes=("direct",), landlock_abi=6)}
-    assert not at_5["kill-anyway"].passed
-    assert not at_3["tcp-anyway"].passed
     assert at_6["kill-anyway"].passed and at_6["tcp-anyway"].passed
+    at_3 = {r.row: r for r in verify.run_suite(unscoped[1:], modes=("direct",), landlock_abi=3)}
+    assert not at_3["tcp-anyway"].passed
+    # At ABI 5 with a PID namespace the signal finds no such process (the decoy lives on)...
+    from agentstack.sandbox import runner
+
+    if runner.pid_namespace_available():
+        at_5 = {r.row: r for r in verify.run_suite(unscoped[:1], modes=("direct",),
+                                                   landlock_abi=5)}
+        assert "DENIED ESRCH No such process" in at_5["kill-anyway"].output, at_5
+        assert "was killed" not in at_5["kill-anyway"].detail
+    # ... and without one, nothing stops it: the namespace is what covers ABI 5.
+    monkeypatch.setattr(runner, "pid_namespace_available", lambda: False)
+    at_5 = {r.row: r for r in verify.run_suite(unscoped[:1], modes=("direct",), landlock_abi=5)}
+    assert not at_5["kill-anyway"].passed
+    assert "was killed" in at_5["kill-anyway"].detail or "signalled" in at_5[
+        "kill-anyway"].output, at_5

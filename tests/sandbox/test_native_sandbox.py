@@ -320,8 +320,10 @@ def test_claude_codes_own_sandbox_confines_a_directly_started_session(var_home: 
     assert run.proc.returncode == 0, run.output
     assert "read=1" in out and "outside=1" in out and "inside=0" in out, out
     assert "No such file or directory" in out and "Read-only file system" in out, out
-    # A denied file is /dev/null bound over it: it reads as empty, without any error.
-    assert "netrc=0" in out and "DECOY-NETRC" not in out, out
+    # A denied file (not a directory) is the kernel's EACCES: Claude Code binds /dev/null over
+    # it, which its user namespace cannot open.
+    assert "netrc=1" in out and "DECOY-NETRC" not in out, out
+    assert f"cat: {var_home}/.netrc: Permission denied" in out, out
     _assert_barriers_hold(out)
     assert "DECOY-KEY" not in out and "DECOY-KEY" not in run.output
     assert all("DECOY-KEY" not in json.dumps(r.body) for r in model.requests)  # type: ignore[attr-defined]
