@@ -207,6 +207,11 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
         Finding("not-enforced", "MCP servers and hooks",
                 "Codex's sandbox confines its shell commands and patches; MCP servers and hooks "
                 "run unconfined (use agentstack run)"),
+        Finding("dropped", "unattended MCP tool calls",
+                "under its sandbox Codex asks approval for each MCP tool call (its servers run "
+                'outside it): with approval_policy = "never" (codex exec) they are refused; '
+                "agentstack does not approve them for the user (start Codex through agentstack "
+                "run, where its own sandbox is off)"),
         Finding("widened", "reads (deny by default)",
                 'Codex\'s sandbox needs its own install directory and ~/.codex readable to start '
                 '(its helper runs from there), so the profile grants "/" read and masks the '

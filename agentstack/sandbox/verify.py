@@ -40,6 +40,8 @@ DENIED_LINE = re.compile(r"^DENIED (EACCES Permission denied|EPERM Operation not
 # A signal to a process outside a PID namespace of the sandbox's own (Landlock ABI 4-5: no
 # signal scoping): the kernel finds no such process in the sandbox's namespace.
 NO_SUCH_PROCESS_LINE = re.compile(r"^DENIED ESRCH No such process$", re.MULTILINE)
+# The rows that name a process outside by its pid (or process group).
+OUTSIDE_PROCESS_ROWS = frozenset({"kill", "join-group"})
 # The credential proxy's refusal (an HTTP status from agentstack's gate, or a smuggled request
 # dropped); such a row also needs the listener behind the denied port to have accepted nothing.
 PROXY_DENIED_LINE = re.compile(r"^DENIED PROXY (403|407|404|dropped)$", re.MULTILINE)
@@ -430,10 +432,13 @@ def run_row(sc: Scenario, row: Row, mode: str, landlock_abi: int | None = None) 
         from agentstack.sandbox import abi
         from agentstack.sandbox.runner import pid_namespace_available
 
+        # Below ABI 6 every row runs in the PID namespace: a process outside is not there.
+        pid_namespace = (row.name in OUTSIDE_PROCESS_ROWS and abi.needs_pid_namespace(
+            landlock_abi) and pid_namespace_available())
         needs = abi.ROW_NEEDS.get(row.name)
         if needs is not None and not abi.feature_available(needs, landlock_abi):
             if abi.covered(needs, landlock_abi, pid_namespace=pid_namespace_available()):
-                pid_namespace = True
+                pass
             else:
                 feature = next(f for f in abi.FEATURES if f.name == needs)
                 return RowResult(row.name, mode, row.what, False, None, "",

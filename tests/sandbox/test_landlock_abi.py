@@ -73,7 +73,6 @@ ROWS = ("ssh-key", "write-outside", "sibling", "etc-shadow", "abstract-unix", "k
 @pytest.mark.slow
 def test_confinement_rows_at_each_emulated_abi() -> None:
     from agentstack.sandbox import verify
-
     from agentstack.sandbox.runner import pid_namespace_available
 
     kernel = _kernel_abi()
@@ -128,3 +127,70 @@ def test_the_emulation_really_lacks_the_feature(monkeypatch: pytest.MonkeyPatch)
     assert not at_5["kill-anyway"].passed
     assert "was killed" in at_5["kill-anyway"].detail or "signalled" in at_5[
         "kill-anyway"].output, at_5
+
+
+# ------------------------------------------------------------------ the PID namespace (ABI 4-5)
+
+
+def _in_namespace(argv: list[str], *, landlock_abi: int = 5) -> tuple[int, str]:
+    import subprocess
+
+    from agentstack.patience import scaled
+    from agentstack.sandbox import runner, verify
+
+    if not runner.pid_namespace_available():
+        pytest.skip("no PID namespace can be made here (run refuses ABI 4-5 then)")
+    with verify.scenario() as sc, runner.confined(
+        sc.workdir, sc.policy._replace(landlock_abi=landlock_abi), argv,
+        {"PATH": "/usr/bin:/bin"}, interactive=False, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    ) as child:
+        assert child.enforcement.pid_namespace
+        out, _ = child.process.communicate(timeout=scaled(60))
+        return child.process.returncode, out.decode()
+
+
+@pytest.mark.parametrize(("script", "code"), [
+    ("echo pid=$$; exit 7", 7),  # the command is pid 2: its init is pid 1
+    ("echo pid=$$; kill -TERM $$", -15),  # killed by a signal: `run` sees the signal
+])
+def test_the_command_runs_in_a_pid_namespace_and_exits_as_it_does(script: str, code: int) -> None:
+    returncode, out = _in_namespace(["/bin/sh", "-c", script])
+    assert "pid=2" in out and returncode == code, (returncode, out)
+
+
+def test_a_forwarded_signal_reaches_the_command_once() -> None:
+    """`run` forwards SIGTERM to the command's process group; the waiters ignore it, the command
+    gets it (once) with its default disposition back."""
+    import os
+    import signal
+    import subprocess
+
+    from agentstack.patience import scaled
+    from agentstack.sandbox import runner, verify
+
+    if not runner.pid_namespace_available():
+        pytest.skip("no PID namespace can be made here")
+    script = ('trap \'echo got; exit 3\' TERM; echo ready; while :; do sleep 0.05; done')
+    with verify.scenario() as sc, runner.confined(
+        sc.workdir, sc.policy._replace(landlock_abi=4), ["/bin/sh", "-c", script],
+        {"PATH": "/usr/bin:/bin"}, interactive=False, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    ) as child:
+        stdout = child.process.stdout
+        assert stdout is not None
+        assert stdout.readline() == b"ready\n"
+        os.killpg(child.pid, signal.SIGTERM)
+        out, _ = child.process.communicate(timeout=scaled(60))
+    # (the group's `sleep` gets it too, and sh reports it "Terminated")
+    assert child.process.returncode == 3 and out.count(b"got\n") == 1, (
+        child.process.returncode, out)
+
+
+def test_without_a_pid_namespace_abi_5_is_refused() -> None:
+    """Where none can be made, `run` at the kernel's own ABI 4-5 refuses, naming signal
+    scoping (the table, fed the kernel's ABI as such a kernel would report it)."""
+    for version in (4, 5):
+        answer = abi.assess(version, pid_namespace=False)
+        assert answer.state == "refused"
+        assert any("signal scoping" in r for r in answer.refused)
