@@ -3,13 +3,16 @@ own sandboxes, and the real harness, started directly (not through `run`), is co
 
 Each harness test drives the real binary offline against the mock model: the model asks for one
 shell command that reads a decoy `~/.ssh/id_ed25519` (in a HOME outside /tmp, as the confinement
-suite places its decoys), writes a file outside the workdir and one inside it. Only the native
-plane is in play: the guard hook is taken out of what the harness loads (it is a plane of its own,
-tested elsewhere), so nothing but the harness's sandbox stands between the command and the decoy.
-An unconfined control (the same command, no native sandbox) shows each assertion can fail.
+suite places its decoys) and `~/.netrc` (a denied file), writes a file outside the workdir and one
+inside it. For Claude Code only the native plane is in play (the guard hook is taken out of what it
+loads); Codex runs with agentstack's guard active, which must not be fooled into blocking by the
+mount targets Codex's sandbox leaves in the workdir (the guard lets the command through: the
+cat's own error in its output is the sandbox's, from the kernel). An unconfined
+control (the same command, no native sandbox) shows each assertion can fail.
 
-Measured errors (bubblewrap, not Landlock): Claude Code's denied read is ENOENT (an empty mount
-over the denied directory), Codex's is EACCES; a write outside the workdir is EROFS in both.
+Measured errors (bubblewrap, not Landlock): Claude Code's read below a denied directory is ENOENT
+(an empty tmpfs over it), of a denied file EACCES; Codex's are EACCES; a write outside the
+workdir is EROFS in both.
 """
 
 from __future__ import annotations
