@@ -90,13 +90,21 @@ def content_hash(path: str, entry: dict[str, Any]) -> str | None:
             if skip is not None:  # a code root's directory: every entry the lock does not leave out
                 return _sha(_canonical_names(sorted(n for n in names if n not in skip)))
             wanted = entry.get("names")
-            return _sha(_canonical_names(sorted(n for n in names if wanted is None or n in wanted)))
+            if wanted is None:
+                return _sha(_canonical_names(sorted(names)))
+            # A surface name that is an empty directory loads nothing: as if absent (the guard
+            # watches it whole from then on, `_new_directories`).
+            return _sha(_canonical_names(sorted(
+                n for n in names if n in wanted and not empty_directory(os.path.join(path, n))
+            )))
         with open(path, "rb") as handle:
             data = handle.read()
     except FileNotFoundError:
         if kind == "keys":  # a missing config file holds none of the keys: compare as empty
             return _sha(_canonical(keys_view({}, entry)))
-        if kind == "listing" and entry.get("names") is not None and entry.get("skip") is None:
+        if kind == "listing" and (
+            entry.get("empty") or (entry.get("names") is not None and entry.get("skip") is None)
+        ):
             return _sha(b"[]")  # a directory gone holds none of the surface names
         return None
     if kind == "manifest":  # by meaning: comments, whitespace and quoting do not count
@@ -191,6 +199,20 @@ def _anchor_of(path: str) -> list[Any] | None:
 MAX_NEW_DIRECTORIES = 10_000
 
 
+def empty_directory(path: str) -> bool:
+    """`path` is a directory (not a link to one) with nothing in it: nothing a harness could load.
+    Codex's sandbox makes such directories while a session runs, as the mount targets of the
+    paths it keeps read-only (`.agents` in the workdir), and does not always remove them. False
+    when it cannot be listed (fail closed: then it counts as an entry)."""
+    try:
+        if not _stat.S_ISDIR(os.lstat(path).st_mode):
+            return False
+        with os.scandir(path) as listing:
+            return next(listing, None) is None
+    except OSError:
+        return False
+
+
 def _new_directories(
     directory: str, names: list[str], files: dict[str, Any], started: int
 ) -> dict[str, Any] | None:
@@ -198,7 +220,10 @@ def _new_directories(
     it was taken), as entries to watch from now on; None when one of them holds a surface name
     (a nested CLAUDE.md, a `.claude/` ...) that the snapshot does not pin: that is drift. More
     than MAX_NEW_DIRECTORIES new directories is drift too: a directory the guard cannot record
-    would go unwatched from the next call on (a surface file created in it later unseen)."""
+    would go unwatched from the next call on (a surface file created in it later unseen).
+    A surface name in `directory` itself that is an empty directory the snapshot does not watch
+    (a Codex mount target, `empty_directory`) is recorded as watched whole, empty: any entry
+    that appears in it later is drift, its removal is not."""
     wanted = set(names)
     out: dict[str, Any] = {}
     stack: list[tuple[str, list[int] | None]] = [(directory, None)]
@@ -209,6 +234,26 @@ def _new_directories(
                 children = [(c.name, c.is_dir(follow_symlinks=False)) for c in listing]
         except FileNotFoundError:
             continue  # gone again: it holds nothing
+        if key is None:
+            for name, is_dir in children:
+                full = os.path.join(here, name)
+                if name not in wanted or not is_dir or full in files:
+                    continue
+                try:
+                    found = stat_key(os.lstat(full))  # its stat before its listing
+                except FileNotFoundError:
+                    continue
+                if not empty_directory(full):
+                    return None  # a surface directory with something in it: drift
+                out[full] = {
+                    "kind": "listing",
+                    "empty": True,
+                    "role": "surface",
+                    "stat": found,
+                    "hash": _sha(b"[]"),
+                    "hashed_ns": started,
+                }
+            children = [(n, d) for n, d in children if os.path.join(here, n) not in out]
         if key is not None:  # a new directory: no surface name may be in it
             for name, _ in children:
                 if name in wanted and os.path.join(here, name) not in files:

@@ -283,8 +283,10 @@ def doctor(
                      "for proxy rows the gate's refusal with nothing reaching the listener):")
             if landlock_abi is not None:
                 from agentstack.sandbox.abi import assess
+                from agentstack.sandbox.doctor import pid_namespace_covers
 
-                emulated = assess(landlock_abi)
+                emulated = assess(landlock_abi,
+                                  pid_namespace=pid_namespace_covers(landlock_abi))
                 report["emulated_abi"] = emulated.to_json()
                 if not as_json:
                     result_line(f"Landlock restricted to ABI {landlock_abi}: {emulated.state}"

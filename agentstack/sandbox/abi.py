@@ -8,10 +8,10 @@ when a version lacks it (covered by another layer, degraded and said so, or refu
 | 3 | 6.2 | `TRUNCATE` | degraded: `truncate()` of a file under a read-only grant is not denied |
 | 4 | 6.7 | TCP `bind`/`connect` rules | refused when the network is blocked (the default) |
 | 5 | 6.10 | `IOCTL_DEV` | degraded: device ioctls are not mediated (seccomp still refuses `TIOCSTI`, `TIOCLINUX`) |
-| 6 | 6.12 | scoping: abstract unix sockets, signals | abstract sockets: covered by seccomp (`socket(AF_UNIX)` refused); signals to processes outside: refused (no PID namespace in this version) |
+| 6 | 6.12 | scoping: abstract unix sockets, signals | abstract sockets: covered by seccomp (`socket(AF_UNIX)` refused); signals to processes outside: covered by a PID namespace the launcher makes (processes outside are not visible: `ESRCH`), refused where none can be made |
 
-Standard library only. `assess(version, network_block=..., seccomp=...)` is the one answer `run`,
-`doctor` and the confinement suite use.
+Standard library only. `assess(version, network_block=..., seccomp=..., pid_namespace=...)` is the
+one answer `run`, `doctor` and the confinement suite use.
 """
 
 from __future__ import annotations
@@ -74,11 +74,14 @@ FEATURES: tuple[Feature, ...] = (
     Feature(6, "abstract-unix-scoping", "covered",
             "abstract unix sockets outside the sandbox: covered by seccomp, which refuses "
             "socket(AF_UNIX)"),
-    Feature(6, "signal-scoping", "refuse",
+    Feature(6, "signal-scoping", "pid-namespace",
             "signal scoping (Landlock ABI 6, Linux 6.12): without it a confined process can "
-            "signal every process of its uid outside the sandbox, and no PID namespace is made "
-            "in this version"),
+            "signal every process of its uid outside the sandbox, unless it runs in a PID "
+            "namespace of its own"),
 )
+# What stands in for signal scoping where a PID namespace can be made.
+PID_NAMESPACE_COVERS = ("signals to processes outside: covered by a PID namespace of the "
+                        "sandbox's own (processes outside are not visible to it: ESRCH)")
 
 # The confinement suite's rows that need a feature (row name -> feature name).
 ROW_NEEDS = {
@@ -89,8 +92,9 @@ ROW_NEEDS = {
 
 
 class Assessment(NamedTuple):
-    """`state`: `full` (every feature), `degraded` (runs; `degraded` names what is missing),
-    `refused` (`run` refuses; `refused` names why)."""
+    """`state`: `full` (every feature), `degraded` (runs; `degraded` names what is missing,
+    `covered` what another layer stands in for), `refused` (`run` refuses; `refused` names
+    why)."""
 
     version: int
     state: str
@@ -106,8 +110,10 @@ class Assessment(NamedTuple):
         return self._asdict()
 
 
-def assess(version: int, *, network_block: bool = True, seccomp: bool = True) -> Assessment:
-    """What Landlock ABI `version` (0: none) enforces of a policy, by the table above."""
+def assess(version: int, *, network_block: bool = True, seccomp: bool = True,
+           pid_namespace: bool = False) -> Assessment:
+    """What Landlock ABI `version` (0: none) enforces of a policy, by the table above;
+    `pid_namespace`: the launcher can make one (`confine.can_make_pid_namespace`)."""
     if version < 1:
         return Assessment(version, "refused", ("Landlock is not available",), (), ())
     refused: list[str] = []
@@ -121,15 +127,33 @@ def assess(version: int, *, network_block: bool = True, seccomp: bool = True) ->
             rule = "refuse"
         if rule == "refuse-if-network":
             rule = "refuse" if network_block else "skip"
+        if rule == "pid-namespace":
+            if pid_namespace:
+                covered.append(PID_NAMESPACE_COVERS)
+                continue
+            rule = "refuse"
         if rule == "refuse":
             refused.append(feature.detail)
         elif rule == "degraded":
             degraded.append(feature.detail)
         elif rule == "covered":
             covered.append(feature.detail)
-    state = "refused" if refused else ("degraded" if degraded else "full")
+    # What another layer covers is degraded too, only safely so (and said): seccomp refuses
+    # every AF_UNIX socket, not only those outside; a PID namespace answers ESRCH, and leaves
+    # /proc as it is.
+    state = "refused" if refused else ("degraded" if degraded or covered else "full")
     return Assessment(version, state, tuple(refused), tuple(degraded), tuple(covered))
 
 
 def feature_available(name: str, version: int) -> bool:
     return all(version >= f.abi for f in FEATURES if f.name == name)
+
+
+def needs_pid_namespace(version: int) -> bool:
+    """Landlock `version` lacks signal scoping: the launcher makes a PID namespace instead."""
+    return not feature_available("signal-scoping", version)
+
+
+def covered(name: str, version: int, *, pid_namespace: bool) -> bool:
+    """Feature `name`, missing at `version`, is covered by another layer there."""
+    return name == "signal-scoping" and pid_namespace and needs_pid_namespace(version)

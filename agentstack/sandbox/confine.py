@@ -13,6 +13,9 @@ In order:
 2. PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG(SIGKILL): the harness dies with `agentstack run`;
 3. Landlock through nono-py (`apply_seccomp`: file rules, TCP connect/bind only to the listed
    ports, signal and abstract-unix-socket scoping, and nono's network seccomp baseline);
+   Where that ABI has no signal scoping (ABI 4-5), a PID namespace stands in for it: made
+   before Landlock (`unshare_pid_namespace`), entered after seccomp (`in_pid_namespace`: two
+   waiters, the command as pid 2);
 4. drop every capability (bounding set, ambient, permitted, effective, inheritable) and lock the
    securebits, so a root harness cannot use CAP_SYS_PTRACE to read the parent's /proc/PID/environ
    or CAP_SYS_RAWIO/CAP_DAC_OVERRIDE tricks;
@@ -108,6 +111,100 @@ def _prctl(libc: ctypes.CDLL, option: int, arg2: int = 0, arg3: int = 0) -> None
     if libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+# What `run` forwards to the command's process group (runner._forwarding): the harness gets each
+# one itself, so the two waiters of a PID namespace ignore them.
+FORWARDED = ("SIGINT", "SIGQUIT", "SIGTERM", "SIGHUP")
+
+
+def unshare_pid_namespace(libc: ctypes.CDLL) -> None:
+    """Make a PID namespace for this process's children (the next fork is its init). With
+    CAP_SYS_ADMIN directly; without it, inside a user namespace of this process's own that maps
+    its uid and gid to themselves (refused where unprivileged user namespaces are, e.g. by
+    Ubuntu's AppArmor restriction). Before Landlock: it writes /proc/self's maps."""
+    if libc.unshare(CLONE_NEWPID) == 0:
+        return
+    first = ctypes.get_errno()
+    uid, gid = os.getuid(), os.getgid()
+    if first != errno.EPERM or libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
+        err = ctypes.get_errno()
+        raise LaunchError("pid-namespace", "cannot make a PID namespace (this Landlock ABI has "
+                          f"no signal scoping, which it stands in for): {os.strerror(err)}")
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as handle:
+                handle.write(text)
+    except OSError as exc:
+        raise LaunchError("pid-namespace", f"cannot map the user namespace: {exc}") from None
+
+
+def can_make_pid_namespace() -> bool:
+    """Whether the launcher could make a PID namespace here (tried in a short-lived child)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads: the child
+        pid = os.fork()  # only makes a syscall and exits
+    if pid == 0:
+        try:
+            unshare_pid_namespace(_libc())
+            os._exit(0)
+        except BaseException:  # noqa: BLE001 - the child only reports
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _exit_like(code: int) -> None:
+    """Exit as the waited-for process did: by its signal (`code` 128+N), or with its code."""
+    if code > 128 and code - 128 < _signal.NSIG:
+        sig = code - 128
+        _signal.signal(sig, _signal.SIG_DFL)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+    os._exit(code)
+
+
+def _wait_for(child: int, *, init: bool) -> int:
+    """Wait for `child` (as the namespace's init: reaping every orphan meanwhile); its status as
+    an exit code (128+N for a signal)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1 if init else child, 0)
+        except ChildProcessError:
+            return 126
+        except InterruptedError:
+            continue
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
+
+
+def in_pid_namespace(libc: ctypes.CDLL, status_fd: int) -> None:
+    """Fork into the PID namespace made before (`unshare_pid_namespace`); returns only in the
+    process that goes on to exec the command. This process (outside the namespace) waits for
+    the namespace's init and exits as it does; the init (pid 1) waits for the command, reaping
+    orphans, and exits as it does (when it exits the kernel kills whatever is left inside). The
+    command, not init, must get `run`'s forwarded signals: the waiters ignore them (the
+    command's process group is theirs), and the command gets the default dispositions back."""
+    for name in FORWARDED:
+        _signal.signal(getattr(_signal, name), _signal.SIG_IGN)
+    init = os.fork()
+    if init != 0:
+        os.close(status_fd)  # the command's copy tells the parent when it exec'd
+        _exit_like(_wait_for(init, init=False))
+    _prctl(libc, PR_SET_PDEATHSIG, 9)
+    command = os.fork()
+    if command != 0:
+        os.close(status_fd)
+        code = _wait_for(command, init=True)
+        os._exit(code)  # (init cannot die by a signal it sends itself: the outer waiter does)
+    for name in FORWARDED:
+        _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
 
 
 SYS_LANDLOCK = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
@@ -306,11 +403,15 @@ def confine_and_exec(spec: dict[str, Any], status_fd: int) -> None:
         err = ctypes.get_errno()
         raise LaunchError("terminal", f"cannot take the session's terminal: {os.strerror(err)}")
     os.chdir(spec["cwd"])
+    if spec.get("pid_namespace"):
+        unshare_pid_namespace(libc)
     apply_landlock(spec)
     if spec["drop_capabilities"]:
         drop_capabilities(libc)
     if spec["seccomp"]:
         load_seccomp(libc, bytes(spec["seccomp"]))
+    if spec.get("pid_namespace"):
+        in_pid_namespace(libc, status_fd)
     env: dict[str, str] = dict(spec["env"])
     argv: list[str] = list(spec["argv"])
     program = _resolve(argv[0], env.get("PATH", os.defpath))

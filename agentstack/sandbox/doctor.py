@@ -51,7 +51,8 @@ def landlock_check() -> Check:
     from agentstack.sandbox.runner import abi_number
 
     version = min(abi_number(abi), table.LATEST)
-    assessment = table.assess(version)  # the default policy: network blocked, seccomp on
+    # The default policy: network blocked, seccomp on.
+    assessment = table.assess(version, pid_namespace=pid_namespace_covers(version))
     data = {"kernel_abi": kernel_abi, "nono_abi": str(abi.version),
             "features": list(abi.feature_names), "enforcement": assessment.to_json()}
     detail = (f"kernel ABI {kernel_abi}; nono uses {abi.version}: "
@@ -61,10 +62,21 @@ def landlock_check() -> Check:
                      + "; ".join(assessment.refused), data)
     if assessment.state == "degraded":
         return Check("landlock", "warn", detail + "; degraded: "
-                     + "; ".join(assessment.degraded), data)
+                     + "; ".join((*assessment.degraded, *assessment.covered)), data)
     covered = ("; covered by seccomp: " + "; ".join(assessment.covered)
                if assessment.covered else "")
     return Check("landlock", "ok", detail + "; fully enforced" + covered, data)
+
+
+def pid_namespace_covers(version: int) -> bool:
+    """Landlock `version` lacks signal scoping and the launcher can make a PID namespace here."""
+    from agentstack.sandbox import abi as table
+
+    if not table.needs_pid_namespace(version):
+        return False
+    from agentstack.sandbox.runner import pid_namespace_available
+
+    return pid_namespace_available()
 
 
 def nono_check() -> Check:

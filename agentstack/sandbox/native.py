@@ -8,8 +8,12 @@ profile: the harness started directly uses its real user-level state) into them:
 - Claude Code: the `sandbox` key of `.claude/settings.local.json` (bubblewrap on Linux, Seatbelt on
   macOS). It confines the Bash tool's commands.
 - Codex: a permission profile in `.codex/config.toml` (`default_permissions` and
-  `[permissions.agentstack.filesystem]`; bubblewrap on Linux, Seatbelt on macOS). Codex's older
-  `sandbox_mode` / `sandbox_workspace_write` keys have no way to deny a read, so they are not used.
+  `[permissions.agentstack.filesystem]`; bubblewrap on Linux, Seatbelt on macOS), and its older
+  keys beside it (`sandbox_mode = "workspace-write"`, `[sandbox_workspace_write]` with
+  `writable_roots` and `network_access`). Codex 0.171 takes the profile over them (measured: a
+  `sandbox_mode = "danger-full-access"` next to the profile changes nothing); they are rendered so
+  a project edit to them is drift, and so a Codex without profiles still keeps writes to the
+  workdir and the network closed (they cannot deny a read: a finding).
 
 What a native sandbox has no key for is a **finding** (`Finding`), shown by
 `agentstack why --harness H --native`: a grant it cannot give is dropped *and reported*; a denial
@@ -17,8 +21,9 @@ it cannot express (a read it cannot keep closed) is widened *and reported*; neve
 
 Measured on Linux 6.18 with Claude Code 2.1.332 and Codex 0.171.0 (tests/sandbox/test_native_sandbox.py):
 both deny a read of `~/.ssh/id_ed25519` and a write outside the workdir, but with bubblewrap's
-errors, not Landlock's: Claude Code's denied read is `ENOENT` (an empty mount over the path),
-Codex's is `EACCES`; a write outside is `EROFS` in both (a read-only bind mount).
+errors, not Landlock's: Claude Code's denied directory is an empty tmpfs (`ENOENT` below it), a
+denied file `/dev/null` bound over it (`EACCES`), Codex's denied read is `EACCES`; a write outside
+is `EROFS` in both (a read-only bind mount).
 
 Standard library only; nothing here imports back up into agentstack's commands.
 """
@@ -37,8 +42,9 @@ PLATFORMS = ("linux", "darwin")
 # `"/" = "write"` beside the profile's own, is drift the guard and `status` report).
 GUARDED: dict[str, tuple[tuple[str, ...], ...]] = {
     "claude-code": (("sandbox",),),
-    "codex": (("default_permissions",), ("permissions",),
-              ("permissions", CODEX_PROFILE, "filesystem")),
+    "codex": (("default_permissions",), ("permissions",), ("permissions", CODEX_PROFILE),
+              ("permissions", CODEX_PROFILE, "filesystem"), ("sandbox_mode",),
+              ("sandbox_workspace_write",)),
 }
 
 
@@ -160,7 +166,9 @@ def claude_code(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
     if platform == "linux":
         findings.append(Finding(
             "not-enforced", "kernel errors",
-            "bubblewrap denies a read with ENOENT (an empty mount over the path) and a write with "
+            "bubblewrap denies a read of a denied file with EACCES (/dev/null bound over it), "
+            "but one below a denied directory with ENOENT (an empty tmpfs over the directory, "
+            "kept whole so its names and later files stay hidden), and a write outside with "
             "EROFS (a read-only mount), not Landlock's EACCES"))
     else:
         findings.append(Finding(
@@ -199,6 +207,11 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
         Finding("not-enforced", "MCP servers and hooks",
                 "Codex's sandbox confines its shell commands and patches; MCP servers and hooks "
                 "run unconfined (use agentstack run)"),
+        Finding("dropped", "unattended MCP tool calls",
+                "under its sandbox Codex asks approval for each MCP tool call (its servers run "
+                'outside it): with approval_policy = "never" (codex exec) they are refused; '
+                "agentstack does not approve them for the user (start Codex through agentstack "
+                "run, where its own sandbox is off)"),
         Finding("widened", "reads (deny by default)",
                 'Codex\'s sandbox needs its own install directory and ~/.codex readable to start '
                 '(its helper runs from there), so the profile grants "/" read and masks the '
@@ -224,31 +237,34 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
         findings.append(Finding(
             "not-enforced", "macOS", "rendered for Seatbelt with the same keys; not verified on "
             "a Mac by agentstack's tests"))
+    findings.append(Finding(
+        "widened", "sandbox_mode / sandbox_workspace_write",
+        'rendered too (workspace-write, the writable roots, no network) for a Codex without '
+        "permission profiles: those keys cannot deny a read, so there every path is readable "
+        "natively; Codex 0.171 takes the profile over them"))
     # One owned key per path (a path is a table key, and may be any text): agentstack owns each
     # entry, and the table's names are guarded (an entry added beside them is drift).
-    keys: dict[tuple[str, ...], Any] = {("default_permissions",): CODEX_PROFILE}
+    keys: dict[tuple[str, ...], Any] = {
+        ("default_permissions",): CODEX_PROFILE,
+        ("sandbox_mode",): "workspace-write",
+        ("sandbox_workspace_write", "writable_roots"): _manifest_writes(policy),
+        ("sandbox_workspace_write", "network_access"): False,
+        # workspace-write makes /tmp and $TMPDIR writable unless told not to; the profile does not.
+        ("sandbox_workspace_write", "exclude_slash_tmp"): True,
+        ("sandbox_workspace_write", "exclude_tmpdir_env_var"): True,
+    }
     for path, access in filesystem.items():
         keys[("permissions", CODEX_PROFILE, "filesystem", path)] = access
     return NativeRender("codex", ".codex/config.toml", keys, tuple(findings))
 
 
 RENDERERS = {"claude-code": claude_code, "codex": codex}
-# What `apply --write` writes. Codex's profile is rendered by `why --native` (and proved by the
-# real binary with it) but not written. Measured with Codex 0.171: its hooks run outside its
-# sandbox, but while a session runs its bubblewrap'd helpers create the mount targets of the paths
-# they keep read-only (`.agents`, `.aws`, `.git` where missing) as empty directories in the real
-# workdir, and remove them at the end; a guard hook that runs meanwhile (the next prompt) sees new
-# entries in the project, which is drift, and blocks every prompt after it. They are no mount
-# points in the guard's own mount namespace, so nothing tells them from entries the project made.
-APPLIED = ("claude-code",)
-NOT_APPLIED = {
-    "codex": Finding(
-        "not-enforced", "not written by apply",
-        "while a Codex session runs, its sandbox creates empty mount targets (.agents, .aws, .git "
-        "where missing) in the real workdir, which the guard hook sees as drift and then blocks "
-        "every prompt: apply does not write this profile yet (start Codex through agentstack "
-        "run)"),
-}
+# What `apply --write` writes: both. While a Codex session runs, its bubblewrap'd helpers create
+# the mount targets of the paths they keep read-only (`.agents`, `.aws`, `.git` where missing) as
+# empty directories in the real workdir (measured with 0.171; sometimes left behind). The guard
+# does not read an empty directory as surface drift (it loads nothing), and watches it whole from
+# then on (a file appearing in it is drift): `agentstack._guard_more.empty_directory`.
+APPLIED = NATIVE_HARNESSES
 
 
 def render(policy: SandboxPolicy, harness: str, platform: str | None = None, *,
@@ -267,8 +283,6 @@ def render(policy: SandboxPolicy, harness: str, platform: str | None = None, *,
     if missing:
         policy = policy._replace(grants=tuple(g for g in policy.grants if g not in missing))
     rendered = renderer(policy, chosen)
-    if harness in NOT_APPLIED:
-        rendered = rendered._replace(findings=(NOT_APPLIED[harness], *rendered.findings))
     if missing:
         rendered = rendered._replace(findings=(*rendered.findings, *(
             Finding("dropped", g.source, f"{g.path} does not exist: not given natively (and "

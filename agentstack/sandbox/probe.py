@@ -425,6 +425,15 @@ def op_proxy(kind: str, target: str) -> str:
     raise ProxyRefused(status.split(" ")[1] if " " in status else "closed")
 
 
+def _host_pid() -> int:
+    """This process's pid as the host sees it: /proc is the host's (never remounted), so its
+    `self` names the host pid even inside the PID namespace made below Landlock ABI 6."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
 def op_outlive(pids_file: str, depth: str = "100") -> str:
     """Leave processes behind: a chain `depth` deep, a double-forked setsid() daemon that keeps
     forking, and one that moves into the process group of its parent's parent. Writes their pids
@@ -444,7 +453,7 @@ def op_outlive(pids_file: str, depth: str = "100") -> str:
         for _ in range(int(depth)):
             if os.fork() != 0:
                 break
-        os.write(write_end, f"{os.getpid()}\n".encode())
+        os.write(write_end, f"{_host_pid()}\n".encode())
         time.sleep(300)
         os._exit(0)
     if os.fork() == 0:  # a detached daemon that keeps forking
@@ -453,7 +462,7 @@ def op_outlive(pids_file: str, depth: str = "100") -> str:
         if os.fork() == 0:
             while True:
                 if os.fork() == 0:
-                    os.write(write_end, f"{os.getpid()}\n".encode())
+                    os.write(write_end, f"{_host_pid()}\n".encode())
                     time.sleep(300)
                     os._exit(0)
                 time.sleep(0.02)

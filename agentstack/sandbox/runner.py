@@ -62,10 +62,12 @@ class Enforcement(NamedTuple):
     features: tuple[str, ...]
     nono_version: str | None
     seccomp_program: bytes
+    # The Landlock ABI in force has no signal scoping: the launcher makes a PID namespace.
+    pid_namespace: bool = False
 
     def __repr__(self) -> str:  # the program is long and says nothing to a reader
         return (f"Enforcement(abi={self.abi!r}, features={self.features!r}, "
-                f"nono_version={self.nono_version!r})")
+                f"nono_version={self.nono_version!r}, pid_namespace={self.pid_namespace!r})")
 
 
 @functools.lru_cache(maxsize=1)
@@ -140,6 +142,8 @@ def check_enforceable(policy: SandboxPolicy) -> Enforcement:
     from agentstack.sandbox import abi as table
 
     kernel = abi_number(abi)
+    in_force = min(kernel, table.LATEST) if policy.landlock_abi is None else policy.landlock_abi
+    pid_namespace = table.needs_pid_namespace(in_force) and pid_namespace_available()
     if policy.landlock_abi is not None:
         if not 1 <= policy.landlock_abi <= kernel:
             raise ConfinementError(
@@ -147,8 +151,8 @@ def check_enforceable(policy: SandboxPolicy) -> Enforcement:
                 f"(ABI {kernel})", hint=f"pick 1 to {kernel}")
         # The confinement suite at an emulated older ABI: it reports what is missing per row.
     else:
-        assessment = table.assess(min(kernel, table.LATEST), network_block=policy.network_block,
-                                  seccomp=policy.seccomp)
+        assessment = table.assess(in_force, network_block=policy.network_block,
+                                  seccomp=policy.seccomp, pid_namespace=pid_namespace)
         if assessment.refused:
             raise ConfinementError(
                 f"the kernel's Landlock ({abi.version}) lacks "
@@ -183,7 +187,15 @@ def check_enforceable(policy: SandboxPolicy) -> Enforcement:
         features=tuple(abi.feature_names),
         nono_version=nono_version(),
         seccomp_program=program,
+        pid_namespace=pid_namespace,
     )
+
+
+@functools.lru_cache(maxsize=1)
+def pid_namespace_available() -> bool:
+    from agentstack.sandbox.confine import can_make_pid_namespace
+
+    return can_make_pid_namespace()
 
 
 def build_env(
@@ -398,9 +410,11 @@ class Confined:
 
 
 def _launch_spec(
-    policy: SandboxPolicy, argv: Sequence[str], env: Mapping[str, str], program: bytes
+    policy: SandboxPolicy, argv: Sequence[str], env: Mapping[str, str], program: bytes,
+    pid_namespace: bool = False,
 ) -> dict[str, Any]:
     return {
+        "pid_namespace": pid_namespace,
         "argv": list(argv),
         "env": dict(env),
         "cwd": policy.workdir,
@@ -731,7 +745,8 @@ def _confined(
             before_start(runtime, proxy.route_urls() if proxy is not None else {},
                          proxy.phantoms() if proxy is not None else {})
         child_env = build_env(runtime, env, extra_env)
-        launch = _launch_spec(runtime, argv, child_env, enforcement.seccomp_program)
+        launch = _launch_spec(runtime, argv, child_env, enforcement.seccomp_program,
+                              enforcement.pid_namespace)
         launch["controlling_terminal"] = terminal is not None
         spec = marshal.dumps(launch)
         unclosed.remove(spec_w)

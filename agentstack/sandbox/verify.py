@@ -37,6 +37,11 @@ from agentstack.sandbox.policy import SandboxPolicy
 MODES = ("direct", "grandchild", "detached")
 DENIED_LINE = re.compile(r"^DENIED (EACCES Permission denied|EPERM Operation not permitted)$",
                          re.MULTILINE)
+# A signal to a process outside a PID namespace of the sandbox's own (Landlock ABI 4-5: no
+# signal scoping): the kernel finds no such process in the sandbox's namespace.
+NO_SUCH_PROCESS_LINE = re.compile(r"^DENIED ESRCH No such process$", re.MULTILINE)
+# The rows that name a process outside by its pid (or process group).
+OUTSIDE_PROCESS_ROWS = frozenset({"kill", "join-group"})
 # The credential proxy's refusal (an HTTP status from agentstack's gate, or a smuggled request
 # dropped); such a row also needs the listener behind the denied port to have accepted nothing.
 PROXY_DENIED_LINE = re.compile(r"^DENIED PROXY (403|407|404|dropped)$", re.MULTILINE)
@@ -422,15 +427,23 @@ def run_row(sc: Scenario, row: Row, mode: str, landlock_abi: int | None = None) 
     from agentstack.sandbox.runner import confined
 
     policy = sc.policy_for(row)
+    pid_namespace = False  # the row's denial is the PID namespace's (ESRCH), not Landlock's
     if landlock_abi is not None:
         from agentstack.sandbox import abi
+        from agentstack.sandbox.runner import pid_namespace_available
 
+        # Below ABI 6 every row runs in the PID namespace: a process outside is not there.
+        pid_namespace = (row.name in OUTSIDE_PROCESS_ROWS and abi.needs_pid_namespace(
+            landlock_abi) and pid_namespace_available())
         needs = abi.ROW_NEEDS.get(row.name)
         if needs is not None and not abi.feature_available(needs, landlock_abi):
-            feature = next(f for f in abi.FEATURES if f.name == needs)
-            return RowResult(row.name, mode, row.what, False, None, "",
-                             f"refused at Landlock ABI {landlock_abi}: {feature.detail}",
-                             skipped=True, refused=True)
+            if abi.covered(needs, landlock_abi, pid_namespace=pid_namespace_available()):
+                pass
+            else:
+                feature = next(f for f in abi.FEATURES if f.name == needs)
+                return RowResult(row.name, mode, row.what, False, None, "",
+                                 f"refused at Landlock ABI {landlock_abi}: {feature.detail}",
+                                 skipped=True, refused=True)
         policy = policy._replace(landlock_abi=landlock_abi)
     if row.name == "raw-disk" and not sc.values["disk"]:
         return RowResult(row.name, mode, row.what, True, None, "", "no block device backs /",
@@ -456,11 +469,16 @@ def run_row(sc: Scenario, row: Row, mode: str, landlock_abi: int | None = None) 
     if row.expect == "reported":
         return _check_reported(sc, row, mode, code, text, watched)
     if row.expect == "deny":
-        pattern = PROXY_DENIED_LINE if row.op == "proxy" else DENIED_LINE
+        pattern = PROXY_DENIED_LINE if row.op == "proxy" else (
+            NO_SUCH_PROCESS_LINE if pid_namespace else DENIED_LINE)
         passed = code != 0 and bool(pattern.search(text)) and "ENOENT" not in text
         detail = "" if passed else (
             "expected the proxy to refuse" if row.op == "proxy"
-            else "expected a non-zero exit with EACCES or EPERM")
+            else "expected a non-zero exit with ESRCH (outside the PID namespace)"
+            if pid_namespace else "expected a non-zero exit with EACCES or EPERM")
+        if passed and pid_namespace:
+            detail = (f"covered at Landlock ABI {landlock_abi} by a PID namespace: the process "
+                      "outside is not visible (ESRCH)")
         if row.name == "kill" and sc.decoy.poll() is not None:
             passed, detail = False, "the decoy process outside was killed"
         if passed and any("{denied_port}" in a for a in row.args):

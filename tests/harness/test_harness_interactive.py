@@ -131,8 +131,12 @@ def interactive_codex(project: Path, home: Path, model: MockModel) -> Iterator[S
     _codex_home(home, model)
     env = harness_env(home, TERM="xterm-256color")
     env.pop("NO_COLOR", None)
+    from tests.harness.drive import reaping
+
     try:
-        with _on_pty([str(harness_bin("codex"))], project, env) as screen:
+        # reaping: under the sandbox apply renders, its daemon runs in Codex's bubblewrap (pid 1
+        # of a namespace of its own, in a session of its own: only SIGKILL from outside ends it).
+        with reaping(), _on_pty([str(harness_bin("codex"))], project, env) as screen:
             yield screen
     finally:
         _stop_detached(home)

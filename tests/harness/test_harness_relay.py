@@ -37,6 +37,9 @@ def _requests_text(model: MockModel) -> str:
     return "\n".join(json.dumps(r.body) for r in model.main_requests())
 
 
+NATIVE_OFF = ("-c", 'default_permissions=":danger-full-access"')
+
+
 def _run(harness: str, root: Path, home: Path, script: list[ToolCall]) -> MockModel:
     with MockModel(script) as model:
         if harness == "claude-code":
@@ -45,7 +48,11 @@ def _run(harness: str, root: Path, home: Path, script: list[ToolCall]) -> MockMo
             run = run_claude(root, home, model, "take notes", env={"ENABLE_TOOL_SEARCH": "false"})
         else:
             _codex_config_model(home, model)
-            run = run_codex(root, home, "take notes")
+            # Under the sandbox apply renders for Codex, `codex exec` (approval "never") refuses
+            # MCP tool calls: Codex asks approval for them (its servers run outside its sandbox).
+            # The user opts out of it for this session, as `run` does inside: the relay's own
+            # confinement is what these tests are about.
+            run = run_codex(root, home, "take notes", args=NATIVE_OFF)
     assert run.proc.returncode == 0, run.output
     assert model.main_requests(), run.output
     return model

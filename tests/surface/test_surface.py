@@ -333,7 +333,9 @@ CLASSES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
     ),
     (
         "codex-sandbox",
-        _prepend(".codex/config.toml", 'sandbox_mode = "danger-full-access"\n'),
+        # (sandbox_mode is agentstack's own key there now, rendered from [sandbox]: an edit to it
+        # is rendered-file drift, tests/sandbox/test_native_sandbox.py)
+        _prepend(".codex/config.toml", 'approval_policy = "never"\n'),
         ".codex/config.toml",
         "permission",
         True,
