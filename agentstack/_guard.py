@@ -1162,6 +1162,8 @@ def decide(
                 project = found
                 break
         if project is None:
+            if os.path.lexists(snapshot_path(state, os.path.realpath(state))):
+                _more().user_context_call(state, event, harness)
             if event_name == PRE_TOOL:
                 _more().user_level_call(state, event, harness)
             return
@@ -1174,6 +1176,8 @@ def decide(
     check_files(snapshot, refreshed)
     if event_name == PRE_TOOL:
         check_call(snapshot, event, cwd, harness, state=state)
+    if os.path.lexists(snapshot_path(state, os.path.realpath(state))):
+        _more().user_context_call(state, event, harness)  # the user-level setup's skills, …
     if writable is not None and (
         trust_head is not None
         or any(_settled(entry, _mark_of(snapshot)) for entry in refreshed.values())

@@ -599,3 +599,71 @@ def _declared_user_servers(path: str) -> list[str]:
         raise Deny(f"the user-level setup's guard snapshot {path} is unreadable ({exc}); "
                    "run 'agentstack apply --user --write'") from None
     return [s for s in servers if isinstance(s, str)]
+
+
+def user_context_call(state: str, event: "dict[str, Any]", harness: str) -> None:
+    """Every call and prompt, in or out of a project, while a user-level setup renders skills,
+    instructions or hooks (they reach every session, whatever the directory): denied while a
+    file or block carrying them changed behind agentstack's back (the session's context is not
+    what was trusted), or while that setup is revoked or untrusted and one of them is there
+    again (restored by hand). A `Skill` call naming one of its skills is the setup's to decide:
+    denied whenever the setup does not hold."""
+    from agentstack import _guard as guard
+
+    root = os.path.realpath(state)
+    path = guard.snapshot_path(state, root)
+    try:
+        with open(path, "rb") as handle:
+            unverified = loads(handle.read(16 * 1024 * 1024).decode("utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        raise Deny(f"the user-level setup's guard snapshot {path} is unreadable ({exc}); "
+                   "run 'agentstack apply --user --write'") from None
+    user = unverified.get("user") if isinstance(unverified, dict) else None
+    if not isinstance(user, dict):
+        return  # servers only (decided by user_server_call / user_level_call)
+    carriers = user.get("carriers")
+    carriers = carriers if isinstance(carriers, dict) else {}
+    context = {p for p in user.get("context", []) if isinstance(p, str)}
+    arguments = event.get("tool_input")
+    skill = arguments.get("skill") if isinstance(arguments, dict) else None
+    names_skill = (event.get("tool_name") == "Skill" and isinstance(skill, str)
+                   and skill in user.get("skills", []))
+    if not context and not names_skill:
+        return
+    where = f"the user-level setup ({root}/agentstack.toml)"
+    try:
+        snapshot, trust_home, _ = guard._load_state(state, root)
+        if snapshot.get("project") != root:
+            raise Deny(f"its snapshot is for {snapshot.get('project')}, not {root}")
+        guard.check_trust(snapshot, trust_home)
+    except Deny as exc:
+        present = [p for p, kind in sorted(carriers.items()) if _carries(p, kind)]
+        if present:
+            raise Deny(f"{where} does not hold ({exc}), and what it rendered is there again: "
+                       f"{', '.join(present[:3])}; remove it, or trust and apply it again "
+                       "('agentstack trust --user', 'agentstack apply --user --write')") from None
+        if names_skill:
+            raise Deny(f"skill {skill!r} is {where}'s, which does not hold: {exc}") from None
+        return
+    files = snapshot["files"]
+    watched = {p: e for p, e in files.items() if p in context} if not names_skill else files
+    try:
+        guard.check_files({**snapshot, "files": watched}, {})
+    except Deny as exc:
+        raise Deny(f"{where} does not hold: {exc}") from None
+
+
+def _carries(path: str, kind: object) -> bool:
+    """Whether a rendered file (kind "raw"), or the agentstack block of a file ("block"), is on
+    disk; unreadable counts as there."""
+    if kind != "block":
+        return os.path.lexists(path)
+    try:
+        with open(path, "rb") as handle:
+            return BLOCK_BEGIN.encode() in handle.read(4 * 1024 * 1024)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True

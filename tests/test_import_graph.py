@@ -45,8 +45,6 @@ KNOWN_BACK_EDGES = {
         "recording a trust writes the guard snapshot: apply's step, called from trust",
     ("agentstack.lock.resolve", "agentstack.consent.risk"):
         "the lock records command/URL facts: the facts belong below the lock, the findings above",
-    ("agentstack.apply.engine", "agentstack.userlevel"):
-        "the user-level setup renders through apply and trusts through trust: userlevel's split",
     ("agentstack.sandbox.private_state", "agentstack.apply.engine"):
         "a confined run's private state renders the user-level keys with apply's render context",
     ("agentstack.sandbox.private_state", "agentstack_adapters.registry"):

@@ -523,9 +523,9 @@ def render_operations(
     from agentstack.paths import is_user_root
 
     if is_user_root(root):  # the user-level setup renders into the user-level configs only
-        from agentstack.userlevel import render_user
+        from agentstack.apply.user import render_user
 
-        return render_user(root, consent, digest, harnesses)
+        return render_user(_context(root, consent, digest), harnesses)
     targets = harnesses or list(consent["project"]["harnesses"])
     adapters = load_adapters(targets)
     unknown = [h for h in targets if h not in adapters]
@@ -872,8 +872,20 @@ def _kept_keys(path: Path, recorded: dict[str, Any]) -> dict[KeyPath, Any]:
         key = tuple(json.loads(key_id))
         value = _get(doc, key)
         if value is not None:
-            kept[key] = _plain(value)
+            kept[key] = _guard_only(_plain(value))
     return kept
+
+
+def _guard_only(value: Any) -> Any:
+    """A kept hook list keeps the guard's groups only: the user-level setup's own hooks, rendered
+    after the guard in the same list, go with the revocation."""
+    if isinstance(value, list) and value and all(
+        isinstance(g, dict) and isinstance(g.get("hooks"), list) for g in value
+    ):
+        return [g for g in value if g["hooks"] and all(
+            isinstance(h, dict) and h.get("statusMessage") == "agentstack guard"
+            for h in g["hooks"])]
+    return value
 
 
 def remove_user_level(root: Path) -> list[Path]:
@@ -890,6 +902,10 @@ def remove_user_level(root: Path) -> list[Path]:
             # A materialized plugin (and a Gemini CLI extension's link to it): removed, so the
             # harness has nothing left to load.
             changes.append(planner.removal(path, recorded))
+            continue
+        if recorded.get("kind") == "block" and root not in path.parents:
+            # The user-level setup's instructions (~/.claude/CLAUDE.md): its block goes.
+            changes.append(planner.block(path, None))
             continue
         if recorded.get("kind") == "keys" and root not in path.parents:
             kept = _kept_keys(path, recorded)
