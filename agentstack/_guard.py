@@ -1001,10 +1001,15 @@ def check_call(
         if not tool.startswith("mcp_"):
             raise Deny(f"tool {tool!r} carries an MCP server but is not named as an MCP tool")
         if not isinstance(name, str) or name not in servers:
-            raise Deny(
+            first = Deny(
                 f"tool {tool!r} belongs to MCP server {name!r}, which is not in agentstack.lock; "
                 "add it to agentstack.toml, lock and trust it"
             )
+            if state is None or not isinstance(name, str):
+                raise first
+            # A server of the user-level setup, by that setup's own trust.
+            _more().user_server_named(name, state, first)
+            return
         prefix = "mcp_" + name + "_"
         check_server_tool(snapshot, name, tool[len(prefix):] if tool.startswith(prefix) else tool)
         return

@@ -565,12 +565,36 @@ def user_server_call(tool: str, shadowed: list[str], state: str, first: Deny) ->
     resolve_server(tool, [s for s in servers if _normalise_server(s) not in names])
 
 
+def user_server_named(name: str, state: str, first: Deny) -> None:
+    """A tool whose hook input names its server (Gemini CLI's `mcp_context`) and no project
+    server has that name: allowed only when the user-level setup declares it and holds; else
+    `first` (the project's own refusal) or the user-level setup's reason."""
+    from agentstack import _guard as guard
+
+    path = guard.snapshot_path(state, os.path.realpath(state))
+    if not os.path.lexists(path) or name not in _declared_user_servers(path):
+        raise first
+    servers = user_servers(state)  # Deny when that setup does not hold
+    if servers is None or name not in servers:
+        raise first
+
+
 def user_level_call(state: str, event: dict[str, Any], harness: str) -> None:
     """The user-level guard outside any agentstack project: a tool of a server the user-level
     setup declares is decided by that setup's trust and drift; every other call is left as it
     was (outside agentstack's projects, only the user-level setup is agentstack's to decide)."""
     from agentstack import _guard as guard
 
+    context = event.get("mcp_context")
+    if context is not None and "mcp_context" in guard.HOOK_INPUT.get(harness, ()):
+        name = context.get("server_name") if isinstance(context, dict) else None
+        path = guard.snapshot_path(state, os.path.realpath(state))
+        if not isinstance(name, str) or not os.path.lexists(path):
+            return  # not the user-level setup's server: not agentstack's to decide here
+        if name in _declared_user_servers(path):
+            user_server_named(name, state, Deny(f"MCP server {name!r} is not the user-level "
+                                                "setup's"))
+        return
     tool = event.get("tool_name")
     if not isinstance(tool, str) or not tool.startswith("mcp__"):
         return

@@ -608,6 +608,7 @@ GEMINI_CLI = Harness(
     hook_input=("mcp_context",),
     adapter="gemini_cli:GeminiCliAdapter",
     mcp_list=True,
+    user_level=True,
     at_imports=True,
     config_dirs=(".gemini",),
     # Measured with 0.61.0: the GEMINI.md hierarchy reaches the model; `.gemini/settings.json`

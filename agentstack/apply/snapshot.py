@@ -429,7 +429,8 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
     }
     from agentstack.surface.scan import snapshot_entries
 
-    entries.update(snapshot_entries(root, document, entries))  # the harness surface, watched
+    if not is_user_root(root):  # $AGENTSTACK_HOME is no directory a harness works in
+        entries.update(snapshot_entries(root, document, entries))  # the harness surface, watched
     _watch_code_roots(root, document, entries)
     mark = probe.take()  # before the first stat key below is taken
     snapshot = {

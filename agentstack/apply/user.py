@@ -8,9 +8,11 @@ line the user has stays):
 | claude-code | `~/.claude/settings.json` | `hooks.EVENT` of the guard's events (the user-level guard first) and of the setup's hooks |
 | claude-code | `~/.claude/skills/NAME/` | every file of the setup's skill NAME (whole files) |
 | claude-code | `~/.claude/CLAUDE.md` | the agentstack block: the setup's instructions |
-| codex | `$CODEX_HOME/config.toml` | `mcp_servers.NAME` (watched), `hooks.EVENT` and the trusted hashes of every hook rendered |
+| codex | `$CODEX_HOME/config.toml` | `mcp_servers.NAME` (watched), the user-level guard (`hooks.PreToolUse`, `hooks.UserPromptSubmit`) and the trusted hash of every hook rendered |
+| codex | `$CODEX_HOME/hooks.json` | `hooks.EVENT` of the setup's hooks |
 | codex | `~/.agents/skills/NAME/` | every file of the setup's skill NAME |
 | codex | `$CODEX_HOME/AGENTS.md` | the agentstack block: the setup's instructions |
+| gemini-cli | `~/.gemini/settings.json` | `mcpServers.NAME` (watched), `hooks.BeforeTool`: the user-level guard |
 
 The engine (`agentstack.apply.engine`) calls `render_user` with its render context; this module
 imports nothing above it (the command side of the user-level setup is `agentstack.userlevel`).
@@ -32,6 +34,8 @@ HARNESSES = tuple(h.name for h in _harnesses.ALL if h.user_level)
 # the settings/sandbox tables every manifest has. Anything else is refused by `trust --user` and
 # `apply --user`, never half-rendered.
 RENDERED_KINDS = ("servers", "skills", "hooks", "instructions")
+# The harnesses that get the skills, hooks and instructions too (the others: servers only).
+CONTEXT_HARNESSES = ("claude-code", "codex")
 _UNRENDERED_KINDS = ("plugins", "agents", "commands")
 # The user-level guard's own events: their hook lists hold the guard first, then the setup's
 # hooks. `revoke --user` keeps the guard there and removes the rest.
@@ -42,6 +46,7 @@ CLAUDE_SKILLS = (".claude", "skills")
 CLAUDE_INSTRUCTIONS = (".claude", "CLAUDE.md")
 CODEX_SKILLS = (".agents", "skills")
 CODEX_INSTRUCTIONS = "AGENTS.md"  # in $CODEX_HOME
+CODEX_HOOKS = "hooks.json"  # in $CODEX_HOME
 
 
 def unrendered(document: dict[str, Any]) -> list[str]:
@@ -70,6 +75,15 @@ def check_renderable(document: dict[str, Any]) -> None:
             f"the user-level setup names {', '.join(other)}: user-level configs are rendered for "
             + ", ".join(HARNESSES) + " only",
             hint="set [project] harnesses in $AGENTSTACK_HOME/agentstack.toml to those",
+        )
+    servers_only = [h for h in harnesses if h not in CONTEXT_HARNESSES]
+    context = [k for k in ("skills", "hooks", "instructions") if document.get(k)]
+    if servers_only and context:
+        raise InvalidInput(
+            f"the user-level setup declares {', '.join(context)} and names "
+            f"{', '.join(servers_only)}, for which user-level configs hold its servers only",
+            hint="set [project] harnesses to " + " and ".join(CONTEXT_HARNESSES) + ", or keep "
+            "those items per project",
         )
     left = unrendered(document)
     if left:
@@ -133,28 +147,54 @@ def render_user(context: Any, harnesses: list[str] | None = None) -> list[Any]:
                   for n, s in sorted(servers.items())},
             user_level=True, guarded=(("mcp_servers",),),
         ))
-        guard, rest = _hook_lists(context, "codex",
-                                  guard_groups(context, "codex", user_level=True))
+        hashes: dict[tuple[str, ...], Any] = {}
         kept: dict[tuple[str, ...], Any] = {}
-        hooks: dict[tuple[str, ...], Any] = {}
-        for event, groups in {**guard, **rest}.items():
-            (kept if event in guard else hooks)[("hooks", event)] = groups
+        for event, groups in guard_groups(context, "codex", user_level=True).items():
+            kept[("hooks", event)] = groups
+            kept[("hooks", "state", hook_state_key(config, event, 0, 0), "trusted_hash")] = (
+                hook_trusted_hash(event, groups[0]))
+        # The setup's own hooks go to $CODEX_HOME/hooks.json (Codex 0.171.0 loads it as the
+        # user's): the guard's lists in config.toml are also written by every project's apply.
+        hooks_file = codex_home(context) / CODEX_HOOKS
+        _, own = _hook_lists(context, "codex", {})
+        for event, groups in own.items():
             for g, group in enumerate(groups):
-                # The guard's hash survives a revoke with it; the setup's hooks' go with them.
-                where = kept if event in guard and g == 0 else hooks
                 for i in range(len(group["hooks"])):
                     single = {**group, "hooks": [group["hooks"][i]]}
-                    where[("hooks", "state", hook_state_key(config, event, g, i),
-                           "trusted_hash")] = hook_trusted_hash(event, single)
+                    key = hook_state_key(hooks_file, event, g, i)
+                    hashes[("hooks", "state", key, "trusted_hash")] = hook_trusted_hash(
+                        event, single)
         ops.append(OwnedKeys(path=str(config), format="toml", keys=kept, user_level=True,
                              keep_on_revoke=True))
-        if hooks:
-            ops.append(OwnedKeys(path=str(config), format="toml", keys=hooks, user_level=True))
+        if own:
+            ops.append(OwnedKeys(path=str(config), format="toml", keys=hashes, user_level=True))
+            ops.append(OwnedKeys(path=str(hooks_file), format="json", user_level=True,
+                                 keys={("hooks", event): groups for event, groups in own.items()}))
         ops.extend(_skills(context, skill_dirs(home, context.env, "codex")))
         if instructions:
             ops.append(OwnedBlock(path=str(codex_home(context) / CODEX_INSTRUCTIONS),
                                   text=instructions, user_level=True))
+    if "gemini-cli" in targets:
+        ops.extend(_gemini(context, servers))
     return ops
+
+
+def _gemini(context: Any, servers: dict[str, Any]) -> list[Any]:
+    """Gemini CLI: `~/.gemini/settings.json` `mcpServers.NAME` (watched whole), and the
+    user-level guard as its `BeforeTool` hook (the same entry every project's apply writes
+    there, kept on revoke). Measured with 0.61.0: Gemini starts user-level servers only in a
+    folder it trusts (tests/harness/test_harness_user_level.py)."""
+    from agentstack_adapters import OwnedKeys
+    from agentstack_adapters.gemini_cli import _server, guard_group
+
+    settings = str(context.user_home / ".gemini" / "settings.json")
+    return [
+        OwnedKeys(path=settings, format="json", user_level=True, guarded=(("mcpServers",),),
+                  keys={("mcpServers", n): _codex_user_server(_server(context, s), s)
+                        for n, s in sorted(servers.items())}),
+        OwnedKeys(path=settings, format="json", user_level=True, keep_on_revoke=True,
+                  keys={("hooks", "BeforeTool"): [guard_group(context, user_level=True)]}),
+    ]
 
 
 def _hook_lists(
@@ -183,8 +223,9 @@ def _skills(context: Any, base: Path) -> list[Any]:
 
 
 def _codex_user_server(rendered: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
-    """A user-level server without a `cwd` of its own starts where Codex runs, as in Claude
-    Code: its root, `$AGENTSTACK_HOME`, is closed to every server's sandbox."""
+    """A user-level server without a `cwd` of its own starts where the harness runs (Codex,
+    Gemini CLI), as in Claude Code: its root, `$AGENTSTACK_HOME`, is closed to every server's
+    sandbox."""
     if server.get("cwd", ".") == ".":
         rendered = {k: v for k, v in rendered.items() if k != "cwd"}
     return rendered

@@ -160,10 +160,11 @@ def test_user_skills_instructions_and_hooks_render_into_owned_places_only(tmp_pa
     settings = json.loads((home / ".claude" / "settings.json").read_text())
     assert settings["model"] == "opus" and settings["hooks"]["SessionStart"] == [{"hooks": [mine]}]
     assert settings["hooks"]["PostToolUse"][0]["hooks"][0]["command"] == "true"
+    codex_hooks = json.loads((home / ".codex" / "hooks.json").read_text())["hooks"]
+    assert codex_hooks["PostToolUse"][0]["hooks"][0]["command"] == "true"
     codex = tomllib.loads((home / ".codex" / "config.toml").read_text())
-    assert codex["hooks"]["PostToolUse"][0]["hooks"][0]["command"] == "true"
     states = codex["hooks"]["state"]
-    assert any(key.endswith(":post_tool_use:0:0") for key in states), states
+    assert f"{home}/.codex/hooks.json:post_tool_use:0:0" in states, states
     assert json.loads(run_cli_in_process("status", "--user", "--json", cwd=tmp_path).stdout)[
         "drift"] == []
     # revoke: the skill, the block and the hook go; the guard, the user's own things stay
@@ -176,8 +177,9 @@ def test_user_skills_instructions_and_hooks_render_into_owned_places_only(tmp_pa
     assert [g["hooks"][0]["statusMessage"] for g in settings["hooks"]["PreToolUse"]] == [
         "agentstack guard"]
     codex = tomllib.loads((home / ".codex" / "config.toml").read_text())
-    assert "PostToolUse" not in codex["hooks"] and codex["hooks"]["PreToolUse"]
-    assert not any(key.endswith(":post_tool_use:0:0") for key in codex["hooks"]["state"])
+    assert codex["hooks"]["PreToolUse"] and not any(
+        key.endswith(":post_tool_use:0:0") for key in codex["hooks"]["state"])
+    assert not (home / ".codex" / "hooks.json").exists()  # agentstack created it
 
 
 def skill_call(name: str, cwd: Path) -> bytes:
@@ -432,3 +434,71 @@ def test_check_user_checks_the_user_setup(tmp_path: Path) -> None:
     assert proc.returncode == 1
     results = json.loads(proc.stdout)["runs"][0]["results"]
     assert "boundary/commands" in [r["ruleId"] for r in results]
+
+
+def gemini_call(server: str, cwd: Path) -> bytes:
+    return json.dumps({"hook_event_name": "BeforeTool", "tool_name": f"mcp_{server}_add_note",
+                       "tool_input": {}, "mcp_context": {"server_name": server},
+                       "cwd": str(cwd), "session_id": "s"}).encode()
+
+
+def allowed_gemini(server: str, cwd: Path, project: Path | None = None) -> str:
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        _guard.decide("gemini-cli", gemini_call(server, cwd), state=_state(),
+                      project=str(project) if project is not None else None)
+    except _guard.Deny as exc:
+        return str(exc)
+    finally:
+        os.chdir(here)
+    return ""
+
+
+def test_gemini_user_level_servers_render_and_are_guarded(tmp_path: Path) -> None:
+    home = _home()
+    (home / ".gemini").mkdir()
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"ui": {"theme": "x"}}))
+    ok("init", "--user", "--harness", "gemini-cli", cwd=tmp_path)
+    ok("add", "server", "--user", "notes", "--", sys.executable, "-I", str(NOTES_SERVER),
+       cwd=tmp_path)
+    ok("lock", "--user", cwd=tmp_path)
+    ok("trust", "--user", "--yes", "--accept-risk", cwd=tmp_path)
+    ok("apply", "--user", "--write", cwd=tmp_path)
+    path = home / ".gemini" / "settings.json"
+    settings = json.loads(path.read_text())
+    assert settings["ui"] == {"theme": "x"}
+    assert without_relay(settings["mcpServers"]["notes"]["args"])[-2:] == ["-I", str(NOTES_SERVER)]
+    assert "cwd" not in settings["mcpServers"]["notes"]
+    assert "--user-level" in settings["hooks"]["BeforeTool"][0]["hooks"][0]["command"]
+    anywhere = tmp_path / "anywhere"
+    anywhere.mkdir()
+    assert allowed_gemini("notes", anywhere) == "" and allowed_gemini("other", anywhere) == ""
+    doc = json.loads(path.read_text())
+    doc["mcpServers"]["notes"]["args"].append("--debug")
+    path.write_text(json.dumps(doc))
+    assert "user-level setup" in allowed_gemini("notes", anywhere)
+    ok("apply", "--user", "--write", "--force", cwd=tmp_path)
+    project = make_project(tmp_path / "proj", '[project]\nname = "p"\nharnesses = ["gemini-cli"]\n')
+    ok("lock", cwd=project)
+    ok("trust", "--yes", "--accept-risk", cwd=project)
+    ok("apply", "--write", cwd=project)
+    root = project.resolve()
+    assert allowed_gemini("notes", root, root) == ""  # the user's, by its own trust
+    assert "not in agentstack.lock" in allowed_gemini("other", root, root)
+    ok("revoke", "--user", cwd=tmp_path)
+    assert "mcpServers" not in json.loads(path.read_text())
+    assert json.loads(path.read_text())["hooks"]["BeforeTool"]  # the guard stays
+    assert "revoked" in allowed_gemini("notes", root, root)
+    assert "revoked" in allowed_gemini("notes", anywhere)
+
+
+def test_servers_only_harnesses_refuse_user_skills(tmp_path: Path) -> None:
+    ok("init", "--user", "--harness", "gemini-cli", cwd=tmp_path)
+    root = Path(_state())
+    (root / "me.md").write_text("hi\n")
+    ok("add", "instructions", "--user", "me.md", cwd=tmp_path)
+    ok("lock", "--user", cwd=tmp_path)
+    refused = run_cli_in_process("trust", "--user", "--yes", "--accept-risk", cwd=tmp_path)
+    assert refused.returncode == 2 and "gemini-cli" in refused.stderr, refused.stderr
+    assert "instructions" in refused.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.binaries import harness_bin
-from tests.harness.drive import NOTES_SERVER, run_claude, run_codex
+from tests.harness.drive import NOTES_SERVER, codex_hooks_list, run_claude, run_codex
 from tests.harness.mock_model import MockModel, ToolCall
 from tests.harness.test_harness_e2e import _codex_config, _codex_config_model, _mcp_list
 from tests.support.cli import ok as _ok
@@ -192,6 +192,7 @@ def _context_setup(where: Path) -> Path:
     (root / "me.md").write_text(f"Always answer in haiku ({RULE_MARK}).\n")
     _ok("add", "skill", "--user", "tidy", "skills/tidy", cwd=where)
     _ok("add", "instructions", "--user", "me.md", cwd=where)
+    _ok("add", "hook", "--user", "log", "--event", "PostToolUse", "--", "true", cwd=where)
     _ok("lock", "--user", cwd=where)
     _ok("trust", "--user", "--yes", "--accept-risk", cwd=where)
     _ok("apply", "--user", "--write", cwd=where)
@@ -268,6 +269,9 @@ def test_codex_loads_a_user_level_skill_and_instructions_in_any_directory(
     model, out = run()
     sent = _sent(model)
     assert SKILL_MARK in sent and RULE_MARK in sent, out
+    # the setup's hook, in $CODEX_HOME/hooks.json, is one Codex trusts (else it would skip it)
+    hooks = {h["command"]: h for h in codex_hooks_list(where, isolated_home)}
+    assert hooks["true"]["source"] == "user" and hooks["true"]["trustStatus"] == "trusted", hooks
     agents = isolated_home / ".codex" / "AGENTS.md"
     agents.write_text(agents.read_text().replace("haiku", "prose"))
     model, out = run()
