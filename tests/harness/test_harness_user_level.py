@@ -282,3 +282,57 @@ def test_codex_loads_a_user_level_skill_and_instructions_in_any_directory(
     model, out = run()
     sent = _sent(model)
     assert sent and SKILL_MARK not in sent and RULE_MARK not in sent, out
+
+
+# ------------------------------------------------------------------------------- Gemini CLI
+
+
+def test_gemini_lists_runs_and_guards_a_user_level_server(tmp_path: Path,
+                                                          isolated_home: Path) -> None:
+    harness_bin("gemini")
+    from tests.apply.test_adapters_gemini_cli import _user_settings, gemini_mcp_list, run_gemini
+
+    where = tmp_path / "somewhere else"
+    where.mkdir()
+    notes = where / "notes.txt"
+    _user_settings(isolated_home)  # the user's own settings (API-key auth), kept
+    _ok("init", "--user", "--harness", "gemini-cli", cwd=where)
+    _ok("add", "server", "--user", "notes", "--env", f"NOTES_FILE={notes}", "--",
+        sys.executable, "-I", str(NOTES_SERVER), cwd=where)
+    manifest = Path(os.environ["AGENTSTACK_HOME"]) / "agentstack.toml"
+    manifest.write_text(manifest.read_text().replace(
+        '\n[sandbox]\nwrite_dirs = ["."]\n',
+        f'\n[sandbox]\nwrite_dirs = [".", {json.dumps(str(where.resolve()))}]\n'))
+    _ok("lock", "--user", cwd=where)
+    _ok("trust", "--user", "--yes", "--accept-risk", cwd=where)
+    _ok("apply", "--user", "--write", cwd=where)
+    # Measured with 0.61.0: in a folder it does not trust, Gemini suppresses user-level servers
+    # too; in one the user trusts (by hand here), it starts them.
+    untrusted = gemini_mcp_list(where, isolated_home)
+    assert "Connected" not in untrusted, untrusted
+    folders = isolated_home / ".gemini" / "trustedFolders.json"
+    folders.write_text(json.dumps({str(where.resolve()): "TRUST_FOLDER"}))
+    listed = gemini_mcp_list(where, isolated_home)
+    line = next((ln for ln in listed.splitlines() if " notes:" in ln), "")
+    assert "Connected" in line, listed
+    call = ToolCall("mcp__notes__add_note", {"text": "from anywhere"})
+    ran, text, _ = run_gemini(where, isolated_home, call)
+    assert ran, text
+
+    settings = isolated_home / ".gemini" / "settings.json"
+    doc = json.loads(settings.read_text())
+    doc["mcpServers"]["notes"]["args"].append("--debug")
+    settings.write_text(json.dumps(doc))
+    ran, text, _ = run_gemini(where, isolated_home, call)
+    assert not ran and "user-level setup" in text, text
+    _ok("apply", "--user", "--write", "--force", cwd=where)
+    assert run_gemini(where, isolated_home, call)[0]
+
+    saved = json.loads(settings.read_text())["mcpServers"]
+    _ok("revoke", "--user", cwd=where)
+    assert " notes:" not in gemini_mcp_list(where, isolated_home)
+    doc = json.loads(settings.read_text())
+    doc["mcpServers"] = saved  # restored by hand
+    settings.write_text(json.dumps(doc))
+    ran, text, _ = run_gemini(where, isolated_home, call)
+    assert not ran and "revoked" in text, text
