@@ -690,6 +690,7 @@ QWEN_CODE = Harness(
     names_event=True,
     adapter="qwen_code:QwenCodeAdapter",
     mcp_list=True,
+    user_level=True,
     at_imports=True,
     config_dirs=(".qwen",),
     # Measured with 0.24.4 started in a subdirectory of a checkout: QWEN.md, AGENTS.md and

@@ -13,6 +13,7 @@ line the user has stays):
 | codex | `~/.agents/skills/NAME/` | every file of the setup's skill NAME |
 | codex | `$CODEX_HOME/AGENTS.md` | the agentstack block: the setup's instructions |
 | gemini-cli | `~/.gemini/settings.json` | `mcpServers.NAME` (watched), `hooks.BeforeTool`: the user-level guard |
+| qwen-code | `~/.qwen/settings.json` | `mcpServers.NAME` (watched), `hooks.PreToolUse`: the user-level guard |
 
 The engine (`agentstack.apply.engine`) calls `render_user` with its render context; this module
 imports nothing above it (the command side of the user-level setup is `agentstack.userlevel`).
@@ -176,7 +177,26 @@ def render_user(context: Any, harnesses: list[str] | None = None) -> list[Any]:
                                   text=instructions, user_level=True))
     if "gemini-cli" in targets:
         ops.extend(_gemini(context, servers))
+    if "qwen-code" in targets:
+        ops.extend(_qwen(context, servers))
     return ops
+
+
+def _qwen(context: Any, servers: dict[str, Any]) -> list[Any]:
+    """Qwen Code: `~/.qwen/settings.json` `mcpServers.NAME` (watched whole), and the user-level
+    guard as its `PreToolUse` hook (the entry every project's apply writes there, kept on
+    revoke). Measured with 0.24.4 (tests/harness/test_harness_user_level.py)."""
+    from agentstack_adapters import OwnedKeys
+    from agentstack_adapters.qwen_code import _server, guard_group
+
+    settings = str(context.user_home / ".qwen" / "settings.json")
+    return [
+        OwnedKeys(path=settings, format="json", user_level=True, guarded=(("mcpServers",),),
+                  keys={("mcpServers", n): _codex_user_server(_server(context, s), s)
+                        for n, s in sorted(servers.items())}),
+        OwnedKeys(path=settings, format="json", user_level=True, keep_on_revoke=True,
+                  keys={("hooks", "PreToolUse"): [guard_group(context, user_level=True)]}),
+    ]
 
 
 def _gemini(context: Any, servers: dict[str, Any]) -> list[Any]:

@@ -13,10 +13,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.harness.binaries import harness_bin
+from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.drive import NOTES_SERVER, codex_hooks_list, run_claude, run_codex
 from tests.harness.mock_model import MockModel, ToolCall
 from tests.harness.test_harness_e2e import _codex_config, _codex_config_model, _mcp_list
@@ -285,6 +286,66 @@ def test_codex_loads_a_user_level_skill_and_instructions_in_any_directory(
 
 
 # ------------------------------------------------------------------------------- Gemini CLI
+
+
+def _servers_only_setup(where: Path, harness: str) -> None:
+    notes = where / "notes.txt"
+    _ok("init", "--user", "--harness", harness, cwd=where)
+    _ok("add", "server", "--user", "notes", "--env", f"NOTES_FILE={notes}", "--",
+        sys.executable, "-I", str(NOTES_SERVER), cwd=where)
+    manifest = Path(os.environ["AGENTSTACK_HOME"]) / "agentstack.toml"
+    manifest.write_text(manifest.read_text().replace(
+        '\n[sandbox]\nwrite_dirs = ["."]\n',
+        f'\n[sandbox]\nwrite_dirs = [".", {json.dumps(str(where.resolve()))}]\n'))
+    _ok("lock", "--user", cwd=where)
+    _ok("trust", "--user", "--yes", "--accept-risk", cwd=where)
+    _ok("apply", "--user", "--write", cwd=where)
+
+
+def _guarded_by_its_own_trust(where: Path, settings: Path, ran: Any, listed: Any) -> None:
+    """The user-level server runs; a hand edit blocks it; revoked and restored by hand, it stays
+    blocked."""
+    assert ran()[0]
+    doc = json.loads(settings.read_text())
+    doc["mcpServers"]["notes"]["args"].append("--debug")
+    settings.write_text(json.dumps(doc))
+    done, text = ran()
+    assert not done and "user-level setup" in text, text
+    _ok("apply", "--user", "--write", "--force", cwd=where)
+    assert ran()[0]
+    saved = json.loads(settings.read_text())["mcpServers"]
+    _ok("revoke", "--user", cwd=where)
+    assert " notes:" not in listed()
+    doc = json.loads(settings.read_text())
+    doc["mcpServers"] = saved  # restored by hand
+    settings.write_text(json.dumps(doc))
+    done, text = ran()
+    assert not done and "revoked" in text, text
+
+
+CALL_ANYWHERE = ToolCall("mcp__notes__add_note", {"text": "from anywhere"})
+
+
+def test_qwen_lists_runs_and_guards_a_user_level_server(tmp_path: Path,
+                                                        isolated_home: Path) -> None:
+    harness_bin("qwen")
+    from tests.apply.test_adapters_qwen_code import _user_settings, run_qwen
+    from tests.support.adapters import mcp_list
+
+    where = tmp_path / "somewhere else"
+    where.mkdir()
+    _user_settings(isolated_home)
+    _servers_only_setup(where, "qwen-code")
+    env = harness_env(isolated_home, OPENAI_API_KEY="dummy")
+
+    def listed() -> str:
+        return mcp_list("qwen", where, env, timeout=120)
+
+    line = next((ln for ln in listed().splitlines() if " notes:" in ln), "")
+    assert "Connected" in line, listed()
+    _guarded_by_its_own_trust(
+        where, isolated_home / ".qwen" / "settings.json",
+        lambda: run_qwen(where, isolated_home, CALL_ANYWHERE)[:2], listed)
 
 
 def test_gemini_lists_runs_and_guards_a_user_level_server(tmp_path: Path,
