@@ -180,6 +180,19 @@ def test_user_skills_instructions_and_hooks_render_into_owned_places_only(tmp_pa
     assert codex["hooks"]["PreToolUse"] and not any(
         key.endswith(":post_tool_use:0:0") for key in codex["hooks"]["state"])
     assert not (home / ".codex" / "hooks.json").exists()  # agentstack created it
+    # adopt --user moves the user's own skill into the setup; apply renders it back
+    assert "would adopt" in ok("adopt", "--user", cwd=tmp_path)
+    ok("adopt", "--user", "--write", cwd=tmp_path)
+    root = Path(_state())
+    assert (root / "skills" / "mine" / "SKILL.md").read_text() == "my own\n"
+    assert tomllib.loads((root / "agentstack.toml").read_text())["skills"]["mine"] == {
+        "path": "skills/mine"}
+    assert not (home / ".claude" / "skills" / "mine").exists()
+    ok("lock", "--user", cwd=tmp_path)
+    ok("trust", "--user", "--yes", "--accept-risk", cwd=tmp_path)
+    ok("apply", "--user", "--write", cwd=tmp_path)
+    assert (home / ".claude" / "skills" / "mine" / "SKILL.md").read_text() == "my own\n"
+    assert (home / ".agents" / "skills" / "mine" / "SKILL.md").read_text() == "my own\n"
 
 
 def skill_call(name: str, cwd: Path) -> bytes:
