@@ -240,12 +240,11 @@ def _user_skills(root: Path, manifest: Any, left: list[str]) -> list[dict[str, A
 def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
     """Take adopted entries out of the native files (apply renders them back from the manifest)."""
     import json
+    import shutil
 
     import tomlkit
 
     from agentstack.fsutil import write_atomic
-
-    import shutil
 
     by_file: dict[str, list[dict[str, Any]]] = {}
     for item in items:
