@@ -277,14 +277,16 @@ def test_in_a_project_the_user_context_is_decided_by_its_own_trust(tmp_path: Pat
     context_setup(tmp_path)
     ok("trust", "--user", "--yes", "--accept-risk", cwd=tmp_path)
     ok("apply", "--user", "--write", cwd=tmp_path)
-    project = make_project(tmp_path / "proj", PROJECT)
+    project = make_project(tmp_path / "proj", PROJECT + '\n[skills.tidy]\npath = "skills/tidy"\n',
+                           files={"skills/tidy/SKILL.md": SKILL.replace("notes", "code")})
     ok("lock", cwd=project)
     ok("trust", "--yes", "--accept-risk", cwd=project)
     ok("apply", "--write", cwd=project)
     root = project.resolve()
     assert allowed("Bash", root, root) == "" and allowed_skill("tidy", root, root) == ""
     shown = ok("show", cwd=project)
-    assert "skills.tidy  from the user-level setup" in shown
+    assert "skills.tidy  both (Claude Code loads the user-level one" in shown
+    assert "hooks.log  from the user-level setup" in shown
     assert "instructions  from the user-level setup" in shown
     skill = _home() / ".claude" / "skills" / "tidy" / "SKILL.md"
     skill.write_text(skill.read_text() + "more\n")

@@ -397,3 +397,32 @@ def test_gemini_lists_runs_and_guards_a_user_level_server(tmp_path: Path,
     settings.write_text(json.dumps(doc))
     ran, text, _ = run_gemini(where, isolated_home, call)
     assert not ran and "revoked" in text, text
+
+
+def test_claude_with_a_project_skill_of_the_same_name(tmp_path: Path, isolated_home: Path) -> None:
+    """Which copy Claude Code 2.1.332 lists when a project and the user-level setup both have a
+    skill `tidy` (docs/user-level.md states what this measures); the guard wants both setups to
+    hold for a `Skill` call naming it either way."""
+    harness_bin("claude")
+    from tests.conftest import make_project
+
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    _context_setup(where)
+    project = make_project(tmp_path / "proj", """\
+[project]
+name = "proj"
+harnesses = ["claude-code"]
+
+[skills.tidy]
+path = "skills/tidy"
+""", files={"skills/tidy/SKILL.md": "---\nname: tidy\ndescription: The project's tidy "
+            "(zq-project-tidy).\n---\nproject body\n"}).resolve()
+    _ok("lock", cwd=project)
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    model, out = _claude_context(project, isolated_home, [])
+    sent = _sent(model)
+    assert RULE_MARK in sent, out  # the user-level instructions reach the project's sessions
+    listed = {"user": SKILL_MARK in sent, "project": "zq-project-tidy" in sent}
+    assert listed == {"user": True, "project": False}, listed
