@@ -1053,10 +1053,15 @@ def check_call(
         # name is what precedes a `___`.
         owners = [s for s in servers if tool.startswith(s + "___") and len(tool) > len(s) + 3]
         if len(owners) != 1:
-            raise Deny(
+            first = Deny(
                 f"tool {tool!r} cannot be tied to exactly one MCP server in agentstack.lock; "
                 "add it to agentstack.toml, lock and trust it"
             )
+            if state is None or owners:
+                raise first
+            # A server of the user-level setup, by that setup's own trust.
+            _more().user_server_named(_more().droid_owner(tool, state, first), state, first)
+            return
         check_server_tool(snapshot, owners[0], tool[len(owners[0]) + 3 :])
         return
     spec = TOOLS.get(harness, {}).get(tool)

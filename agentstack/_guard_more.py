@@ -579,6 +579,21 @@ def user_server_named(name: str, state: str, first: Deny) -> None:
         raise first
 
 
+def droid_owner(tool: str, state: str, first: Deny) -> str:
+    """The one server of the user-level setup a Droid tool `<server>___<tool>` names; else
+    `first`."""
+    from agentstack import _guard as guard
+
+    path = guard.snapshot_path(state, os.path.realpath(state))
+    if not os.path.lexists(path):
+        raise first
+    owners = [s for s in _declared_user_servers(path)
+              if tool.startswith(s + "___") and len(tool) > len(s) + 3]
+    if len(owners) != 1:
+        raise first
+    return owners[0]
+
+
 def user_level_call(state: str, event: dict[str, Any], harness: str) -> None:
     """The user-level guard outside any agentstack project: a tool of a server the user-level
     setup declares is decided by that setup's trust and drift; every other call is left as it
@@ -596,6 +611,18 @@ def user_level_call(state: str, event: dict[str, Any], harness: str) -> None:
                                                 "setup's"))
         return
     tool = event.get("tool_name")
+    if (isinstance(tool, str) and "___" in tool
+            and "server___tool" in guard.HOOK_INPUT.get(harness, ())):
+        path = guard.snapshot_path(state, os.path.realpath(state))
+        if not os.path.lexists(path):
+            return
+        owners = [s for s in _declared_user_servers(path)
+                  if tool.startswith(s + "___") and len(tool) > len(s) + 3]
+        if owners:  # else not the user-level setup's server: not agentstack's to decide here
+            denied = Deny(f"tool {tool!r} cannot be tied to exactly one server of the "
+                          "user-level setup")
+            user_server_named(droid_owner(tool, state, denied), state, denied)
+        return
     if not isinstance(tool, str) or not tool.startswith("mcp__"):
         return
     root = os.path.realpath(state)

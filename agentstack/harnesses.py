@@ -773,6 +773,7 @@ DROID = Harness(
     names_event=True,
     adapter="droid:DroidAdapter",
     mcp_list=True,
+    user_level=True,
     config_dirs=(".factory",),
 )
 DROID = DROID._replace(above=tuple(e.pattern.removeprefix("**/") for e in DROID.surface))

@@ -14,6 +14,8 @@ line the user has stays):
 | codex | `$CODEX_HOME/AGENTS.md` | the agentstack block: the setup's instructions |
 | gemini-cli | `~/.gemini/settings.json` | `mcpServers.NAME` (watched), `hooks.BeforeTool`: the user-level guard |
 | qwen-code | `~/.qwen/settings.json` | `mcpServers.NAME` (watched), `hooks.PreToolUse`: the user-level guard |
+| droid | `~/.factory/mcp.json` | `mcpServers.NAME` (watched) |
+| droid | `~/.factory/settings.json` | `hooks.PreToolUse`: the user-level guard |
 
 The engine (`agentstack.apply.engine`) calls `render_user` with its render context; this module
 imports nothing above it (the command side of the user-level setup is `agentstack.userlevel`).
@@ -179,7 +181,30 @@ def render_user(context: Any, harnesses: list[str] | None = None) -> list[Any]:
         ops.extend(_gemini(context, servers))
     if "qwen-code" in targets:
         ops.extend(_qwen(context, servers))
+    if "droid" in targets:
+        ops.extend(_droid(context, servers))
     return ops
+
+
+def _droid(context: Any, servers: dict[str, Any]) -> list[Any]:
+    """Factory Droid: `~/.factory/mcp.json` `mcpServers.NAME` (watched whole), and the
+    user-level guard as the `PreToolUse` hook of `~/.factory/settings.json` (kept on revoke).
+    Measured with 0.225.2 (tests/harness/test_harness_user_level.py)."""
+    from agentstack_adapters import OwnedKeys
+    from agentstack_adapters.common import GUARD_TIMEOUT_S, guard_command
+    from agentstack_adapters.droid import _server
+
+    factory = context.user_home / ".factory"
+    guard = {"type": "command", "command": guard_command(context, "droid", user_level=True),
+             "timeout": GUARD_TIMEOUT_S}
+    return [
+        OwnedKeys(path=str(factory / "mcp.json"), format="json", user_level=True,
+                  guarded=(("mcpServers",),),
+                  keys={("mcpServers", n): _server(context, s) for n, s in sorted(servers.items())}),
+        OwnedKeys(path=str(factory / "settings.json"), format="json", user_level=True,
+                  keep_on_revoke=True,
+                  keys={("hooks", "PreToolUse"): [{"matcher": "*", "hooks": [guard]}]}),
+    ]
 
 
 def _qwen(context: Any, servers: dict[str, Any]) -> list[Any]:

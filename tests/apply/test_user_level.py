@@ -517,3 +517,30 @@ def test_servers_only_harnesses_refuse_user_skills(tmp_path: Path) -> None:
     refused = run_cli_in_process("trust", "--user", "--yes", "--accept-risk", cwd=tmp_path)
     assert refused.returncode == 2 and "gemini-cli" in refused.stderr, refused.stderr
     assert "instructions" in refused.stderr
+
+
+def test_droid_user_level_servers_are_decided_by_the_user_setups_trust(tmp_path: Path) -> None:
+    ok("init", "--user", "--harness", "droid", cwd=tmp_path)
+    ok("add", "server", "--user", "notes", "--", sys.executable, "-I", str(NOTES_SERVER),
+       cwd=tmp_path)
+    ok("lock", "--user", cwd=tmp_path)
+    ok("trust", "--user", "--yes", "--accept-risk", cwd=tmp_path)
+    ok("apply", "--user", "--write", cwd=tmp_path)
+    home = _home()
+    assert "notes" in json.loads((home / ".factory" / "mcp.json").read_text())["mcpServers"]
+    hook = json.loads((home / ".factory" / "settings.json").read_text())["hooks"]["PreToolUse"]
+    assert "--user-level" in hook[0]["hooks"][0]["command"]
+    anywhere = tmp_path / "anywhere"
+    anywhere.mkdir()
+    project = make_project(tmp_path / "proj", '[project]\nname = "p"\nharnesses = ["droid"]\n')
+    ok("lock", cwd=project)
+    ok("trust", "--yes", "--accept-risk", cwd=project)
+    ok("apply", "--write", cwd=project)
+    root = project.resolve()
+    for where, inside in ((anywhere, None), (root, root)):
+        assert allowed("notes___add_note", where, inside, harness="droid") == ""
+    assert "cannot be tied" in allowed("other___x", root, root, harness="droid")
+    assert allowed("other___x", anywhere, harness="droid") == ""  # not agentstack's out here
+    ok("revoke", "--user", cwd=tmp_path)
+    for where, inside in ((anywhere, None), (root, root)):
+        assert "revoked" in allowed("notes___add_note", where, inside, harness="droid")

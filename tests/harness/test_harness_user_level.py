@@ -305,18 +305,20 @@ def _servers_only_setup(where: Path, harness: str) -> None:
 def _guarded_by_its_own_trust(where: Path, settings: Path, ran: Any, listed: Any) -> None:
     """The user-level server runs; a hand edit blocks it; revoked and restored by hand, it stays
     blocked."""
-    assert ran()[0]
+    first = ran()
+    assert first[0], first[1]
     doc = json.loads(settings.read_text())
     doc["mcpServers"]["notes"]["args"].append("--debug")
     settings.write_text(json.dumps(doc))
     done, text = ran()
     assert not done and "user-level setup" in text, text
     _ok("apply", "--user", "--write", "--force", cwd=where)
-    assert ran()[0]
+    first = ran()
+    assert first[0], first[1]
     saved = json.loads(settings.read_text())["mcpServers"]
     _ok("revoke", "--user", cwd=where)
-    assert " notes:" not in listed()
-    doc = json.loads(settings.read_text())
+    assert " notes:" not in listed() and " notes " not in listed()
+    doc = json.loads(settings.read_text()) if settings.exists() else {}  # gone if agentstack's
     doc["mcpServers"] = saved  # restored by hand
     settings.write_text(json.dumps(doc))
     done, text = ran()
@@ -426,3 +428,46 @@ path = "skills/tidy"
     assert RULE_MARK in sent, out  # the user-level instructions reach the project's sessions
     listed = {"user": SKILL_MARK in sent, "project": "zq-project-tidy" in sent}
     assert listed == {"user": True, "project": False}, listed
+
+
+# ------------------------------------------------------------------------------ Factory Droid
+
+
+def _droid_env(home: Path, model: MockModel | None) -> dict[str, str]:
+    """Droid's user settings: a model on the mock, merged into ~/.factory/settings.json (where
+    the user-level guard is)."""
+    settings = home / ".factory" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(settings.read_text()) if settings.exists() else {}
+    url = model.openai_base_url if model is not None else "http://127.0.0.1:9/v1"
+    doc["customModels"] = [{"model": "gpt-4o", "displayName": "mock", "baseUrl": url,
+                            "apiKey": "dummy", "provider": "generic-chat-completion-api"}]
+    settings.write_text(json.dumps(doc))
+    return harness_env(home, FACTORY_API_KEY="fk-offline")
+
+
+def test_droid_lists_runs_and_guards_a_user_level_server(tmp_path: Path,
+                                                         isolated_home: Path) -> None:
+    harness_bin("droid")
+    from tests.harness.deadline import scaled
+    from tests.support.adapters import drive, mcp_list
+
+    where = tmp_path / "somewhere else"
+    where.mkdir()
+    _droid_env(isolated_home, None)
+    _servers_only_setup(where, "droid")
+
+    def listed() -> str:
+        return mcp_list("droid", where, _droid_env(isolated_home, None), timeout=120)
+
+    line = next((ln for ln in listed().splitlines() if " notes " in f" {ln} "), "")
+    assert "connected" in line, listed()
+
+    def ran() -> tuple[bool, str]:
+        done, text, _ = drive(
+            where, ToolCall("notes___add_note", {"text": "from anywhere"}),
+            [str(harness_bin("droid")), "exec", "-m", "custom:gpt-4o", "--auto", "high", "do it"],
+            lambda model: _droid_env(isolated_home, model), timeout=scaled(120))
+        return done, text
+
+    _guarded_by_its_own_trust(where, isolated_home / ".factory" / "mcp.json", ran, listed)
