@@ -1001,14 +1001,14 @@ def check_call(
         if not tool.startswith("mcp_"):
             raise Deny(f"tool {tool!r} carries an MCP server but is not named as an MCP tool")
         if not isinstance(name, str) or name not in servers:
-            refused = Deny(
+            unlocked = Deny(
                 f"tool {tool!r} belongs to MCP server {name!r}, which is not in agentstack.lock; "
                 "add it to agentstack.toml, lock and trust it"
             )
             if state is None or not isinstance(name, str):
-                raise refused
+                raise unlocked
             # A server of the user-level setup, by that setup's own trust.
-            _more().user_server_named(name, state, refused)
+            _more().user_server_named(name, state, unlocked)
             return
         prefix = "mcp_" + name + "_"
         check_server_tool(snapshot, name, tool[len(prefix):] if tool.startswith(prefix) else tool)
@@ -1053,14 +1053,14 @@ def check_call(
         # name is what precedes a `___`.
         owners = [s for s in servers if tool.startswith(s + "___") and len(tool) > len(s) + 3]
         if len(owners) != 1:
-            refused = Deny(
+            unlocked = Deny(
                 f"tool {tool!r} cannot be tied to exactly one MCP server in agentstack.lock; "
                 "add it to agentstack.toml, lock and trust it"
             )
             if state is None or owners:
-                raise refused
+                raise unlocked
             # A server of the user-level setup, by that setup's own trust.
-            _more().user_server_named(_more().droid_owner(tool, state, refused), state, refused)
+            _more().user_server_named(_more().droid_owner(tool, state, unlocked), state, unlocked)
             return
         check_server_tool(snapshot, owners[0], tool[len(owners[0]) + 3 :])
         return
