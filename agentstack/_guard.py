@@ -1046,7 +1046,14 @@ def check_call(
         # runs (there only its COPILOT_CLI=1 tells; a project that sets it gains nothing: Claude
         # Code's own tools have no '-', so such a name can only be a Copilot MCP tool, allowed
         # when it resolves to exactly one locked server). Its own tools have no '-' either.
-        _more().copilot_server(tool, servers)
+        try:
+            _more().copilot_server(tool, servers)
+        except Deny as outside_lock:
+            if state is None or tool.partition("-")[0] in servers:
+                raise
+            # A server of the user-level setup, by that setup's own trust.
+            owner = _more().copilot_server(tool, _more().user_declared(state, outside_lock))
+            _more().user_server_named(owner, state, outside_lock)
         return
     if "___" in tool and "server___tool" in HOOK_INPUT.get(harness, ()):
         # Droid names an MCP tool `<server>___<tool>`: allowed when exactly one locked server's

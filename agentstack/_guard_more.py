@@ -579,6 +579,16 @@ def user_server_named(name: str, state: str, first: Deny) -> None:
         raise first
 
 
+def user_declared(state: str, first: Deny) -> list[str]:
+    """The server names the user-level snapshot lists (unverified); none: `first`."""
+    from agentstack import _guard as guard
+
+    path = guard.snapshot_path(state, os.path.realpath(state))
+    if not os.path.lexists(path):
+        raise first
+    return _declared_user_servers(path)
+
+
 def droid_owner(tool: str, state: str, first: Deny) -> str:
     """The one server of the user-level setup a Droid tool `<server>___<tool>` names; else
     `first`."""
@@ -609,6 +619,15 @@ def user_level_call(state: str, event: dict[str, Any], harness: str) -> None:
         if name in _declared_user_servers(path):
             user_server_named(name, state, Deny(f"MCP server {name!r} is not the user-level "
                                                 "setup's"))
+        return
+    if "toolName" in event and "server-tool" in guard.HOOK_INPUT.get(harness, ()):
+        named, _ = guard._tool_of(harness, event)  # Copilot CLI: `<server>-<tool>`
+        path = guard.snapshot_path(state, os.path.realpath(state))
+        if "-" not in named or not os.path.lexists(path):
+            return
+        if named.partition("-")[0] in _declared_user_servers(path):
+            server = copilot_server(named, _declared_user_servers(path))
+            user_server_named(server, state, Deny(f"tool {named!r} is not the user-level setup's"))
         return
     tool = event.get("tool_name")
     if (isinstance(tool, str) and "___" in tool

@@ -973,6 +973,7 @@ COPILOT = Harness(
     hook_input=("toolName", "server-tool"),
     adapter="copilot:CopilotAdapter",
     mcp_list=True,
+    user_level=True,
     # `disableAllHooks` there switches off every hook, the user's too; `hooks` adds some. It also
     # runs Claude Code's project hooks: the same file, with the same keys, as for claude-code.
     watched=(

@@ -16,6 +16,8 @@ line the user has stays):
 | qwen-code | `~/.qwen/settings.json` | `mcpServers.NAME` (watched), `hooks.PreToolUse`: the user-level guard |
 | droid | `~/.factory/mcp.json` | `mcpServers.NAME` (watched) |
 | droid | `~/.factory/settings.json` | `hooks.PreToolUse`: the user-level guard |
+| copilot | `~/.copilot/mcp-config.json` | `mcpServers.NAME` (watched) |
+| copilot | `~/.copilot/hooks/agentstack-guard.json` | the user-level guard |
 
 The engine (`agentstack.apply.engine`) calls `render_user` with its render context; this module
 imports nothing above it (the command side of the user-level setup is `agentstack.userlevel`).
@@ -183,7 +185,36 @@ def render_user(context: Any, harnesses: list[str] | None = None) -> list[Any]:
         ops.extend(_qwen(context, servers))
     if "droid" in targets:
         ops.extend(_droid(context, servers))
+    if "copilot" in targets:
+        ops.extend(_copilot(context, servers))
     return ops
+
+
+def _copilot(context: Any, servers: dict[str, Any]) -> list[Any]:
+    """Copilot CLI: `~/.copilot/mcp-config.json` `mcpServers.NAME` (`type: local`, every tool;
+    watched whole), and the user-level guard in `~/.copilot/hooks/agentstack-guard.json` (the
+    file every project's apply writes, kept on revoke). Measured with 1.0.102
+    (tests/harness/test_harness_user_level.py)."""
+    from agentstack_adapters import OwnedKeys
+    from agentstack_adapters.claude_code import _server
+    from agentstack_adapters.copilot import guard_hook
+
+    def entry(server: dict[str, Any]) -> dict[str, Any]:
+        rendered = _server(context, server)
+        if rendered["type"] == "stdio":
+            rendered["type"] = "local"
+        return {**rendered, "tools": ["*"]}
+
+    copilot = context.user_home / ".copilot"
+    return [
+        OwnedKeys(path=str(copilot / "mcp-config.json"), format="json", user_level=True,
+                  guarded=(("mcpServers",),),
+                  keys={("mcpServers", n): entry(s) for n, s in sorted(servers.items())}),
+        OwnedKeys(path=str(copilot / "hooks" / "agentstack-guard.json"), format="json",
+                  user_level=True, keep_on_revoke=True,
+                  keys={("version",): 1,
+                        ("hooks", "preToolUse"): [guard_hook(context, user_level=True)]}),
+    ]
 
 
 def _droid(context: Any, servers: dict[str, Any]) -> list[Any]:

@@ -544,3 +544,42 @@ def test_droid_user_level_servers_are_decided_by_the_user_setups_trust(tmp_path:
     ok("revoke", "--user", cwd=tmp_path)
     for where, inside in ((anywhere, None), (root, root)):
         assert "revoked" in allowed("notes___add_note", where, inside, harness="droid")
+
+
+def copilot_call(tool: str, cwd: Path, project: Path | None = None) -> str:
+    here = os.getcwd()
+    os.chdir(cwd)
+    raw = json.dumps({"toolName": tool, "toolArgs": "{}", "cwd": str(cwd)}).encode()
+    try:
+        _guard.decide("copilot", raw, state=_state(),
+                      project=str(project) if project is not None else None)
+    except _guard.Deny as exc:
+        return str(exc)
+    finally:
+        os.chdir(here)
+    return ""
+
+
+def test_copilot_user_level_servers_are_decided_by_the_user_setups_trust(tmp_path: Path) -> None:
+    ok("init", "--user", "--harness", "copilot", cwd=tmp_path)
+    ok("add", "server", "--user", "notes", "--", sys.executable, "-I", str(NOTES_SERVER),
+       cwd=tmp_path)
+    ok("lock", "--user", cwd=tmp_path)
+    ok("trust", "--user", "--yes", "--accept-risk", cwd=tmp_path)
+    ok("apply", "--user", "--write", cwd=tmp_path)
+    config = json.loads((_home() / ".copilot" / "mcp-config.json").read_text())["mcpServers"]
+    assert config["notes"]["type"] == "local" and config["notes"]["tools"] == ["*"]
+    anywhere = tmp_path / "anywhere"
+    anywhere.mkdir()
+    project = make_project(tmp_path / "proj", '[project]\nname = "p"\nharnesses = ["copilot"]\n')
+    ok("lock", cwd=project)
+    ok("trust", "--yes", "--accept-risk", cwd=project)
+    ok("apply", "--write", cwd=project)
+    root = project.resolve()
+    assert copilot_call("notes-add_note", anywhere) == ""
+    assert copilot_call("notes-add_note", root, root) == ""
+    assert "not in agentstack.lock" in copilot_call("other-x", root, root)
+    assert copilot_call("other-x", anywhere) == ""  # not agentstack's out here
+    ok("revoke", "--user", cwd=tmp_path)
+    assert "revoked" in copilot_call("notes-add_note", anywhere)
+    assert "revoked" in copilot_call("notes-add_note", root, root)

@@ -471,3 +471,24 @@ def test_droid_lists_runs_and_guards_a_user_level_server(tmp_path: Path,
         return done, text
 
     _guarded_by_its_own_trust(where, isolated_home / ".factory" / "mcp.json", ran, listed)
+
+
+# -------------------------------------------------------------------------------- Copilot CLI
+
+
+def test_copilot_lists_runs_and_guards_a_user_level_server(tmp_path: Path,
+                                                           isolated_home: Path) -> None:
+    harness_bin("copilot")
+    from tests.apply.test_adapters_copilot import copilot_mcp_list, run_copilot
+
+    where = tmp_path / "somewhere else"
+    where.mkdir()
+    _servers_only_setup(where, "copilot")
+
+    def listed() -> str:
+        return copilot_mcp_list(where, isolated_home)
+
+    assert "notes" in listed(), listed()
+    _guarded_by_its_own_trust(
+        where, isolated_home / ".copilot" / "mcp-config.json",
+        lambda: run_copilot(where, isolated_home, CALL_ANYWHERE), listed)
