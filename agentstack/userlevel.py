@@ -1,20 +1,16 @@
-"""The user-level setup: `$AGENTSTACK_HOME/agentstack.toml` (+ its lock), the servers a person uses
-in every directory, under the same consent as a project's.
+"""The user-level setup: `$AGENTSTACK_HOME/agentstack.toml` (+ its lock), the servers, skills,
+hooks and instructions a person uses in every directory, under the same consent as a project's.
 
 It is a project whose root is `$AGENTSTACK_HOME` itself: the same manifest, lock, consent document
 and digest, its own trust record (the trust log keys it by that path), and its own guard snapshot.
 Only what it renders differs: not project files, but the harnesses' user-level configs, and there
-only the keys agentstack owns (every other key the user has stays):
-
-| harness | file | owned keys |
-|---|---|---|
-| claude-code | `~/.claude.json` | `mcpServers.NAME` (the container is watched: an entry added by hand is foreign) |
-| claude-code | `~/.claude/settings.json` | `hooks.PreToolUse`, `hooks.UserPromptSubmit`: the user-level guard |
-| codex | `$CODEX_HOME/config.toml` | `mcp_servers.NAME` (watched), the user-level guard and its trusted hashes |
+only what agentstack owns (`agentstack.apply.user`, below the engine, renders it; this module is
+the command side: its root, `show`'s composition, the foreign entries of the review, `doctor`).
 
 The guard (`agentstack._guard`) decides a tool of a user-level server by the user setup's own
 trust and drift, in any directory; inside a project, a project server shadows a user-level
-server of the same name (docs/user-level.md).
+server of the same name; while its skills, hooks or instructions drifted, every call is denied
+(docs/user-level.md).
 """
 
 from __future__ import annotations
@@ -130,13 +126,15 @@ def foreign_skills(document: dict[str, Any]) -> list[str]:
     """The skills in the harnesses' user-level skill directories that the user-level setup does
     not render: the person's own (they stay, and load as before); listed in the review, and
     'agentstack adopt --user' moves them in."""
-    from agentstack.apply.user import skill_dirs
+    from agentstack.apply.user import CONTEXT_HARNESSES, skill_dirs
 
     out: list[str] = []
     home = Path.home()
     seen: set[Path] = set()
     for harness in document["project"]["harnesses"]:
-        base = skill_dirs(home, {}, harness)
+        if harness not in CONTEXT_HARNESSES:
+            continue  # servers only there
+        base = skill_dirs(home, harness)
         if base in seen:
             continue
         seen.add(base)

@@ -38,7 +38,6 @@ HARNESSES = tuple(h.name for h in _harnesses.ALL if h.user_level)
 # What a user-level setup may declare: servers, skills, hooks and instructions (rendered), and
 # the settings/sandbox tables every manifest has. Anything else is refused by `trust --user` and
 # `apply --user`, never half-rendered.
-RENDERED_KINDS = ("servers", "skills", "hooks", "instructions")
 # The harnesses that get the skills, hooks and instructions too (the others: servers only).
 CONTEXT_HARNESSES = ("claude-code", "codex")
 _UNRENDERED_KINDS = ("plugins", "agents", "commands")
@@ -100,9 +99,9 @@ def check_renderable(document: dict[str, Any]) -> None:
         )
 
 
-def skill_dirs(home: Path, env: dict[str, str], harness: str) -> Path:
-    """Where `harness` loads a person's own skills from."""
-    del env  # both harnesses read them below the home, whatever $CODEX_HOME says
+def skill_dirs(home: Path, harness: str) -> Path:
+    """Where `harness` loads a person's own skills from (below the home, whatever $CODEX_HOME
+    says, as measured)."""
     return home.joinpath(*(CLAUDE_SKILLS if harness == "claude-code" else CODEX_SKILLS))
 
 
@@ -140,7 +139,7 @@ def render_user(context: Any, harnesses: list[str] | None = None) -> list[Any]:
         if rest:
             ops.append(OwnedKeys(path=settings, format="json", user_level=True,
                                  keys={("hooks", event): value for event, value in rest.items()}))
-        ops.extend(_skills(context, skill_dirs(home, context.env, "claude-code")))
+        ops.extend(_skills(context, skill_dirs(home, "claude-code")))
         if instructions:
             ops.append(OwnedBlock(path=str(home.joinpath(*CLAUDE_INSTRUCTIONS)),
                                   text=instructions, user_level=True))
@@ -175,7 +174,7 @@ def render_user(context: Any, harnesses: list[str] | None = None) -> list[Any]:
             ops.append(OwnedKeys(path=str(config), format="toml", keys=hashes, user_level=True))
             ops.append(OwnedKeys(path=str(hooks_file), format="json", user_level=True,
                                  keys={("hooks", event): groups for event, groups in own.items()}))
-        ops.extend(_skills(context, skill_dirs(home, context.env, "codex")))
+        ops.extend(_skills(context, skill_dirs(home, "codex")))
         if instructions:
             ops.append(OwnedBlock(path=str(codex_home(context) / CODEX_INSTRUCTIONS),
                                   text=instructions, user_level=True))

@@ -214,7 +214,7 @@ def _user_skills(root: Path, manifest: Any, left: list[str]) -> list[dict[str, A
     for harness in manifest.project.harnesses:
         if harness not in CONTEXT_HARNESSES:
             continue
-        base = skill_dirs(Path.home(), {}, harness)
+        base = skill_dirs(Path.home(), harness)
         try:
             found = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())
         except OSError:
