@@ -120,7 +120,8 @@ def test_codex_lists_runs_and_guards_a_user_level_server(anywhere: Path,
     ran, text = _codex(anywhere, isolated_home)
     assert not ran and "user-level setup" in text, text
     _ok("apply", "--user", "--write", "--force", cwd=anywhere)
-    assert _codex(anywhere, isolated_home)[0]
+    ran, text = _codex(anywhere, isolated_home)
+    assert ran, text
 
     import tomllib
 
