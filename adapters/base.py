@@ -77,6 +77,7 @@ class OwnedBlock:
 
     path: str
     text: str
+    user_level: bool = False  # outside the project (the user-level setup's ~/.claude/CLAUDE.md)
 
 
 FileOperation = WholeFile | OwnedKeys | OwnedBlock

@@ -1001,10 +1001,15 @@ def check_call(
         if not tool.startswith("mcp_"):
             raise Deny(f"tool {tool!r} carries an MCP server but is not named as an MCP tool")
         if not isinstance(name, str) or name not in servers:
-            raise Deny(
+            unlocked = Deny(
                 f"tool {tool!r} belongs to MCP server {name!r}, which is not in agentstack.lock; "
                 "add it to agentstack.toml, lock and trust it"
             )
+            if state is None or not isinstance(name, str):
+                raise unlocked
+            # A server of the user-level setup, by that setup's own trust.
+            _more().user_server_named(name, state, unlocked)
+            return
         prefix = "mcp_" + name + "_"
         check_server_tool(snapshot, name, tool[len(prefix):] if tool.startswith(prefix) else tool)
         return
@@ -1041,17 +1046,29 @@ def check_call(
         # runs (there only its COPILOT_CLI=1 tells; a project that sets it gains nothing: Claude
         # Code's own tools have no '-', so such a name can only be a Copilot MCP tool, allowed
         # when it resolves to exactly one locked server). Its own tools have no '-' either.
-        _more().copilot_server(tool, servers)
+        try:
+            _more().copilot_server(tool, servers)
+        except Deny as outside_lock:
+            if state is None or tool.partition("-")[0] in servers:
+                raise
+            # A server of the user-level setup, by that setup's own trust.
+            owner = _more().copilot_server(tool, _more().user_declared(state, outside_lock))
+            _more().user_server_named(owner, state, outside_lock)
         return
     if "___" in tool and "server___tool" in HOOK_INPUT.get(harness, ()):
         # Droid names an MCP tool `<server>___<tool>`: allowed when exactly one locked server's
         # name is what precedes a `___`.
         owners = [s for s in servers if tool.startswith(s + "___") and len(tool) > len(s) + 3]
         if len(owners) != 1:
-            raise Deny(
+            unlocked = Deny(
                 f"tool {tool!r} cannot be tied to exactly one MCP server in agentstack.lock; "
                 "add it to agentstack.toml, lock and trust it"
             )
+            if state is None or owners:
+                raise unlocked
+            # A server of the user-level setup, by that setup's own trust.
+            _more().user_server_named(_more().droid_owner(tool, state, unlocked), state, unlocked)
+            return
         check_server_tool(snapshot, owners[0], tool[len(owners[0]) + 3 :])
         return
     spec = TOOLS.get(harness, {}).get(tool)
@@ -1162,6 +1179,8 @@ def decide(
                 project = found
                 break
         if project is None:
+            if os.path.lexists(snapshot_path(state, os.path.realpath(state))):
+                _more().user_context_call(state, event, harness)
             if event_name == PRE_TOOL:
                 _more().user_level_call(state, event, harness)
             return
@@ -1174,6 +1193,8 @@ def decide(
     check_files(snapshot, refreshed)
     if event_name == PRE_TOOL:
         check_call(snapshot, event, cwd, harness, state=state)
+    if os.path.lexists(snapshot_path(state, os.path.realpath(state))):
+        _more().user_context_call(state, event, harness)  # the user-level setup's skills, …
     if writable is not None and (
         trust_head is not None
         or any(_settled(entry, _mark_of(snapshot)) for entry in refreshed.values())

@@ -610,13 +610,83 @@ def user_server_call(tool: str, shadowed: list[str], state: str, first: Deny) ->
     resolve_server(tool, [s for s in servers if _normalise_server(s) not in names])
 
 
+def user_server_named(name: str, state: str, first: Deny) -> None:
+    """A tool whose hook input names its server (Gemini CLI's `mcp_context`) and no project
+    server has that name: allowed only when the user-level setup declares it and holds; else
+    `first` (the project's own refusal) or the user-level setup's reason."""
+    from agentstack import _guard as guard
+
+    path = guard.snapshot_path(state, os.path.realpath(state))
+    if not os.path.lexists(path) or name not in _declared_user_servers(path):
+        raise first
+    servers = user_servers(state)  # Deny when that setup does not hold
+    if servers is None or name not in servers:
+        raise first
+
+
+def user_declared(state: str, first: Deny) -> list[str]:
+    """The server names the user-level snapshot lists (unverified); none: `first`."""
+    from agentstack import _guard as guard
+
+    path = guard.snapshot_path(state, os.path.realpath(state))
+    if not os.path.lexists(path):
+        raise first
+    return _declared_user_servers(path)
+
+
+def droid_owner(tool: str, state: str, first: Deny) -> str:
+    """The one server of the user-level setup a Droid tool `<server>___<tool>` names; else
+    `first`."""
+    from agentstack import _guard as guard
+
+    path = guard.snapshot_path(state, os.path.realpath(state))
+    if not os.path.lexists(path):
+        raise first
+    owners = [s for s in _declared_user_servers(path)
+              if tool.startswith(s + "___") and len(tool) > len(s) + 3]
+    if len(owners) != 1:
+        raise first
+    return owners[0]
+
+
 def user_level_call(state: str, event: dict[str, Any], harness: str) -> None:
     """The user-level guard outside any agentstack project: a tool of a server the user-level
     setup declares is decided by that setup's trust and drift; every other call is left as it
     was (outside agentstack's projects, only the user-level setup is agentstack's to decide)."""
     from agentstack import _guard as guard
 
+    context = event.get("mcp_context")
+    if context is not None and "mcp_context" in guard.HOOK_INPUT.get(harness, ()):
+        name = context.get("server_name") if isinstance(context, dict) else None
+        path = guard.snapshot_path(state, os.path.realpath(state))
+        if not isinstance(name, str) or not os.path.lexists(path):
+            return  # not the user-level setup's server: not agentstack's to decide here
+        if name in _declared_user_servers(path):
+            user_server_named(name, state, Deny(f"MCP server {name!r} is not the user-level "
+                                                "setup's"))
+        return
+    if "toolName" in event and "server-tool" in guard.HOOK_INPUT.get(harness, ()):
+        named, _ = guard._tool_of(harness, event)  # Copilot CLI: `<server>-<tool>`
+        path = guard.snapshot_path(state, os.path.realpath(state))
+        if "-" not in named or not os.path.lexists(path):
+            return
+        if named.partition("-")[0] in _declared_user_servers(path):
+            server = copilot_server(named, _declared_user_servers(path))
+            user_server_named(server, state, Deny(f"tool {named!r} is not the user-level setup's"))
+        return
     tool = event.get("tool_name")
+    if (isinstance(tool, str) and "___" in tool
+            and "server___tool" in guard.HOOK_INPUT.get(harness, ())):
+        path = guard.snapshot_path(state, os.path.realpath(state))
+        if not os.path.lexists(path):
+            return
+        owners = [s for s in _declared_user_servers(path)
+                  if tool.startswith(s + "___") and len(tool) > len(s) + 3]
+        if owners:  # else not the user-level setup's server: not agentstack's to decide here
+            denied = Deny(f"tool {tool!r} cannot be tied to exactly one server of the "
+                          "user-level setup")
+            user_server_named(droid_owner(tool, state, denied), state, denied)
+        return
     if not isinstance(tool, str) or not tool.startswith("mcp__"):
         return
     root = os.path.realpath(state)
@@ -644,3 +714,71 @@ def _declared_user_servers(path: str) -> list[str]:
         raise Deny(f"the user-level setup's guard snapshot {path} is unreadable ({exc}); "
                    "run 'agentstack apply --user --write'") from None
     return [s for s in servers if isinstance(s, str)]
+
+
+def user_context_call(state: str, event: "dict[str, Any]", harness: str) -> None:
+    """Every call and prompt, in or out of a project, while a user-level setup renders skills,
+    instructions or hooks (they reach every session, whatever the directory): denied while a
+    file or block carrying them changed behind agentstack's back (the session's context is not
+    what was trusted), or while that setup is revoked or untrusted and one of them is there
+    again (restored by hand). A `Skill` call naming one of its skills is the setup's to decide:
+    denied whenever the setup does not hold."""
+    from agentstack import _guard as guard
+
+    root = os.path.realpath(state)
+    path = guard.snapshot_path(state, root)
+    try:
+        with open(path, "rb") as handle:
+            unverified = loads(handle.read(16 * 1024 * 1024).decode("utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        raise Deny(f"the user-level setup's guard snapshot {path} is unreadable ({exc}); "
+                   "run 'agentstack apply --user --write'") from None
+    user = unverified.get("user") if isinstance(unverified, dict) else None
+    if not isinstance(user, dict):
+        return  # servers only (decided by user_server_call / user_level_call)
+    carriers = user.get("carriers")
+    carriers = carriers if isinstance(carriers, dict) else {}
+    context = {p for p in user.get("context", []) if isinstance(p, str)}
+    arguments = event.get("tool_input")
+    skill = arguments.get("skill") if isinstance(arguments, dict) else None
+    names_skill = (event.get("tool_name") == "Skill" and isinstance(skill, str)
+                   and skill in user.get("skills", []))
+    if not context and not names_skill:
+        return
+    where = f"the user-level setup ({root}/agentstack.toml)"
+    try:
+        snapshot, trust_home, _ = guard._load_state(state, root)
+        if snapshot.get("project") != root:
+            raise Deny(f"its snapshot is for {snapshot.get('project')}, not {root}")
+        guard.check_trust(snapshot, trust_home)
+    except Deny as exc:
+        present = [p for p, kind in sorted(carriers.items()) if _carries(p, kind)]
+        if present:
+            raise Deny(f"{where} does not hold ({exc}), and what it rendered is there again: "
+                       f"{', '.join(present[:3])}; remove it, or trust and apply it again "
+                       "('agentstack trust --user', 'agentstack apply --user --write')") from None
+        if names_skill:
+            raise Deny(f"skill {skill!r} is {where}'s, which does not hold: {exc}") from None
+        return
+    files = snapshot["files"]
+    watched = {p: e for p, e in files.items() if p in context} if not names_skill else files
+    try:
+        guard.check_files({**snapshot, "files": watched}, {})
+    except Deny as exc:
+        raise Deny(f"{where} does not hold: {exc}") from None
+
+
+def _carries(path: str, kind: object) -> bool:
+    """Whether a rendered file (kind "raw"), or the agentstack block of a file ("block"), is on
+    disk; unreadable counts as there."""
+    if kind != "block":
+        return os.path.lexists(path)
+    try:
+        with open(path, "rb") as handle:
+            return BLOCK_BEGIN.encode() in handle.read(4 * 1024 * 1024)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True

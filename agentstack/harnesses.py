@@ -608,6 +608,7 @@ GEMINI_CLI = Harness(
     hook_input=("mcp_context",),
     adapter="gemini_cli:GeminiCliAdapter",
     mcp_list=True,
+    user_level=True,
     at_imports=True,
     config_dirs=(".gemini",),
     # Measured with 0.61.0: the GEMINI.md hierarchy reaches the model; `.gemini/settings.json`
@@ -689,6 +690,7 @@ QWEN_CODE = Harness(
     names_event=True,
     adapter="qwen_code:QwenCodeAdapter",
     mcp_list=True,
+    user_level=True,
     at_imports=True,
     config_dirs=(".qwen",),
     # Measured with 0.24.4 started in a subdirectory of a checkout: QWEN.md, AGENTS.md and
@@ -771,6 +773,7 @@ DROID = Harness(
     names_event=True,
     adapter="droid:DroidAdapter",
     mcp_list=True,
+    user_level=True,
     config_dirs=(".factory",),
 )
 DROID = DROID._replace(above=tuple(e.pattern.removeprefix("**/") for e in DROID.surface))
@@ -970,6 +973,7 @@ COPILOT = Harness(
     hook_input=("toolName", "server-tool"),
     adapter="copilot:CopilotAdapter",
     mcp_list=True,
+    user_level=True,
     # `disableAllHooks` there switches off every hook, the user's too; `hooks` adds some. It also
     # runs Claude Code's project hooks: the same file, with the same keys, as for claude-code.
     watched=(

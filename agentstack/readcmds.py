@@ -82,6 +82,11 @@ def user_level_lines(root: Path, doc: dict[str, object]) -> list[str]:
         for row in rows:
             if row["from"] == "user":
                 lines.append(f"  {row['name']}  from the user-level setup")
+            elif row["shadows_user"] and row["name"].startswith("skills."):
+                # Measured with Claude Code 2.1.332: it lists the user-level copy, not the
+                # project's; the guard wants both setups to hold for a Skill call naming it.
+                lines.append(f"  {row['name']}  both (Claude Code loads the user-level one; "
+                             "the guard wants both setups to hold)")
             elif row["shadows_user"]:
                 lines.append(f"  {row['name']}  the project's (shadows the user-level one)")
     return lines if len(lines) > 1 else []

@@ -1,20 +1,16 @@
-"""The user-level setup: `$AGENTSTACK_HOME/agentstack.toml` (+ its lock), the servers a person uses
-in every directory, under the same consent as a project's.
+"""The user-level setup: `$AGENTSTACK_HOME/agentstack.toml` (+ its lock), the servers, skills,
+hooks and instructions a person uses in every directory, under the same consent as a project's.
 
 It is a project whose root is `$AGENTSTACK_HOME` itself: the same manifest, lock, consent document
 and digest, its own trust record (the trust log keys it by that path), and its own guard snapshot.
 Only what it renders differs: not project files, but the harnesses' user-level configs, and there
-only the keys agentstack owns (every other key the user has stays):
-
-| harness | file | owned keys |
-|---|---|---|
-| claude-code | `~/.claude.json` | `mcpServers.NAME` (the container is watched: an entry added by hand is foreign) |
-| claude-code | `~/.claude/settings.json` | `hooks.PreToolUse`, `hooks.UserPromptSubmit`: the user-level guard |
-| codex | `$CODEX_HOME/config.toml` | `mcp_servers.NAME` (watched), the user-level guard and its trusted hashes |
+only what agentstack owns (`agentstack.apply.user`, below the engine, renders it; this module is
+the command side: its root, `show`'s composition, the foreign entries of the review, `doctor`).
 
 The guard (`agentstack._guard`) decides a tool of a user-level server by the user setup's own
 trust and drift, in any directory; inside a project, a project server shadows a user-level
-server of the same name (docs/user-level.md).
+server of the same name; while its skills, hooks or instructions drifted, every call is denied
+(docs/user-level.md).
 """
 
 from __future__ import annotations
@@ -22,16 +18,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentstack import harnesses as _harnesses
+from agentstack.apply import user as _user
 from agentstack.errors import InvalidInput
 
-# The harnesses whose descriptions say the user-level setup renders for them (each has its
-# rendering below).
-HARNESSES = tuple(h.name for h in _harnesses.ALL if h.user_level)
-# What a user-level setup may declare, for now: servers (rendered), and the settings/sandbox
-# tables every manifest has. Anything else is refused by `apply --user`, never half-rendered.
-_RENDERED_KINDS = ("servers",)
-_UNRENDERED_KINDS = ("skills", "hooks", "instructions", "plugins", "agents", "commands")
+# The rendering (below apply's engine, which calls it) is agentstack.apply.user.
+HARNESSES = _user.HARNESSES
+check_renderable = _user.check_renderable
+unrendered = _user.unrendered
 
 
 def user_root() -> Path:
@@ -52,106 +45,15 @@ def require_manifest() -> Path:
     return root
 
 
-def unrendered(document: dict[str, Any]) -> list[str]:
-    """Items of a user-level setup that `apply --user` does not render (it refuses them)."""
-    out: list[str] = []
-    for kind in _UNRENDERED_KINDS:
-        section = document.get(kind)
-        if isinstance(section, dict) and section:
-            out.extend(f"{kind}.{name}" for name in sorted(section))
-        elif isinstance(section, list) and section:
-            out.append(kind)
-    settings = document.get("settings") or {}
-    if any((settings.get("permissions") or {}).values()):
-        out.append("settings.permissions")
-    for harness, keys in sorted((settings.get("passthrough") or {}).items()):
-        if keys:
-            out.append(f"settings.passthrough.{harness}")
-    return out
-
-
-def check_renderable(document: dict[str, Any]) -> None:
-    harnesses = list(document["project"]["harnesses"])
-    other = [h for h in harnesses if h not in HARNESSES]
-    if other:
-        raise InvalidInput(
-            f"the user-level setup names {', '.join(other)}: user-level configs are rendered for "
-            + " and ".join(HARNESSES) + " only",
-            hint="set [project] harnesses in $AGENTSTACK_HOME/agentstack.toml to those",
-        )
-    left = unrendered(document)
-    if left:
-        raise InvalidInput(
-            "the user-level setup declares what 'apply --user' does not render yet: "
-            + ", ".join(left),
-            hint="user-level setups render servers; declare the rest per project",
-        )
-
-
-def render_user(root: Path, consent: dict[str, Any], digest: str,
-                harnesses: list[str] | None = None) -> list[Any]:
-    """The owned keys of the user-level configs (see the module docstring)."""
-    from agentstack_adapters import OwnedKeys
-    from agentstack_adapters.claude_code import _server as claude_server
-    from agentstack_adapters.codex import _server as codex_server
-    from agentstack_adapters.codex import codex_home, hook_state_key, hook_trusted_hash
-    from agentstack_adapters.common import guard_groups
-
-    from agentstack.apply.engine import _context
-
-    check_renderable(consent)
-    context = _context(root, consent, digest)
-    servers = consent["servers"]
-    targets = harnesses or list(consent["project"]["harnesses"])
-    ops: list[Any] = []
-    if "claude-code" in targets:
-        ops.append(OwnedKeys(
-            path=str(context.user_home / ".claude.json"), format="json",
-            keys={("mcpServers", n): claude_server(context, s) for n, s in sorted(servers.items())},
-            user_level=True, guarded=(("mcpServers",),),
-        ))
-        groups = guard_groups(context, "claude-code", user_level=True,
-                              extra={"onFailure": "block"})
-        ops.append(OwnedKeys(
-            path=str(context.user_home / ".claude" / "settings.json"), format="json",
-            keys={("hooks", event): value for event, value in groups.items()},
-            user_level=True, keep_on_revoke=True, guarded=(("disableAllHooks",),),
-        ))
-    if "codex" in targets:
-        config = codex_home(context) / "config.toml"
-        ops.append(OwnedKeys(
-            path=str(config), format="toml",
-            keys={("mcp_servers", n): _codex_user_server(codex_server(context, s), s)
-                  for n, s in sorted(servers.items())},
-            user_level=True, guarded=(("mcp_servers",),),
-        ))
-        guard: dict[tuple[str, ...], Any] = {}
-        for event, event_groups in guard_groups(context, "codex", user_level=True).items():
-            guard[("hooks", event)] = event_groups
-            guard[("hooks", "state", hook_state_key(config, event, 0, 0), "trusted_hash")] = (
-                hook_trusted_hash(event, event_groups[0])
-            )
-        ops.append(OwnedKeys(path=str(config), format="toml", keys=guard, user_level=True,
-                             keep_on_revoke=True))
-    return ops
-
-
-def _codex_user_server(rendered: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
-    """A user-level server without a `cwd` of its own starts where Codex runs, as in Claude
-    Code: its root, `$AGENTSTACK_HOME`, is closed to every server's sandbox."""
-    if server.get("cwd", ".") == ".":
-        rendered = {k: v for k, v in rendered.items() if k != "cwd"}
-    return rendered
-
-
 # ------------------------------------------------------------------ composition (`show`)
 
 
 def composed(project: dict[str, Any] | None, user: dict[str, Any] | None) -> dict[str, Any]:
-    """How a project and the user-level setup compose, item by item: every server of either, with
-    where it comes from; a project item shadows a user-level item of the same name."""
+    """How a project and the user-level setup compose, item by item: every server, skill and hook
+    of either (and the user-level instructions), with where it comes from; a project item shadows
+    a user-level item of the same name (`shadows_user`)."""
     out: dict[str, Any] = {}
-    for kind in ("servers",):
+    for kind in ("servers", "skills", "hooks"):
         rows = []
         names = sorted(set((project or {}).get(kind, {})) | set((user or {}).get(kind, {})))
         for name in names:
@@ -163,6 +65,8 @@ def composed(project: dict[str, Any] | None, user: dict[str, Any] | None) -> dic
                 "shadows_user": in_project and in_user,
             })
         out[kind] = rows
+    out["instructions"] = [{"name": "instructions", "from": "user", "shadows_user": False}] if (
+        (user or {}).get("instructions")) else []
     return out
 
 
@@ -186,8 +90,14 @@ def foreign(root: Path, document: dict[str, Any], digest: str) -> list[str]:
     import json
     import tomllib
 
+    from agentstack_adapters import OwnedKeys
+
+    from agentstack.apply.engine import render_operations
+
     out: list[str] = []
-    for op in render_user(root, document, digest):
+    for op in render_operations(root, document, digest):
+        if not isinstance(op, OwnedKeys):
+            continue
         for container in op.guarded:
             try:
                 data = Path(op.path).read_bytes()
@@ -209,6 +119,30 @@ def foreign(root: Path, document: dict[str, Any], digest: str) -> list[str]:
                            if name not in rendered)
             elif not rendered:
                 out.append(f"{op.path}: {'.'.join(container)}")
+    return out
+
+
+def foreign_skills(document: dict[str, Any]) -> list[str]:
+    """The skills in the harnesses' user-level skill directories that the user-level setup does
+    not render: the person's own (they stay, and load as before); listed in the review, and
+    'agentstack adopt --user' moves them in."""
+    from agentstack.apply.user import CONTEXT_HARNESSES, skill_dirs
+
+    out: list[str] = []
+    home = Path.home()
+    seen: set[Path] = set()
+    for harness in document["project"]["harnesses"]:
+        if harness not in CONTEXT_HARNESSES:
+            continue  # servers only there
+        base = skill_dirs(home, harness)
+        if base in seen:
+            continue
+        seen.add(base)
+        try:
+            names = sorted(p.name for p in base.iterdir() if p.is_dir())
+        except OSError:
+            continue
+        out.extend(f"{base / name}" for name in names if name not in document["skills"])
     return out
 
 

@@ -523,9 +523,9 @@ def render_operations(
     from agentstack.paths import is_user_root
 
     if is_user_root(root):  # the user-level setup renders into the user-level configs only
-        from agentstack.userlevel import render_user
+        from agentstack.apply.user import render_user
 
-        return render_user(root, consent, digest, harnesses)
+        return render_user(_context(root, consent, digest), harnesses)
     targets = harnesses or list(consent["project"]["harnesses"])
     adapters = load_adapters(targets)
     unknown = [h for h in targets if h not in adapters]
@@ -857,7 +857,9 @@ def update_git_exclude(root: Path, rendered: list[Path]) -> None:
         raise link_refusal(exc) from None
 
 
-def _kept_keys(path: Path, recorded: dict[str, Any]) -> dict[KeyPath, Any]:
+def _kept_keys(
+    path: Path, recorded: dict[str, Any], user_setup: bool = False
+) -> dict[KeyPath, Any]:
     """The keys of a user-level file that survive `revoke`, with their current values."""
     keep = recorded.get("keep_on_revoke", [])
     if not keep:
@@ -872,13 +874,28 @@ def _kept_keys(path: Path, recorded: dict[str, Any]) -> dict[KeyPath, Any]:
         key = tuple(json.loads(key_id))
         value = _get(doc, key)
         if value is not None:
-            kept[key] = _plain(value)
+            kept[key] = _guard_only(_plain(value)) if user_setup else _plain(value)
     return kept
+
+
+def _guard_only(value: Any) -> Any:
+    """A kept hook list of the user-level setup keeps the user-level guard's groups only: the
+    setup's own hooks, rendered after the guard in the same list, go with the revocation."""
+    if isinstance(value, list) and value and all(
+        isinstance(g, dict) and isinstance(g.get("hooks"), list) for g in value
+    ):
+        return [g for g in value if g["hooks"] and all(
+            isinstance(h, dict) and "--user-level" in str(h.get("command", "")).split()
+            for h in g["hooks"])]
+    return value
 
 
 def remove_user_level(root: Path) -> list[Path]:
     """`revoke`: remove the user-level harness trust entries agentstack wrote for this project."""
+    from agentstack.paths import is_user_root
+
     root = root.resolve()
+    user_setup = is_user_root(root)
     ledger = load_ledger(root)
     home = Path.home()
     planner = Planner(root, ledger.get("digest", ""), ledger, home)
@@ -891,8 +908,12 @@ def remove_user_level(root: Path) -> list[Path]:
             # harness has nothing left to load.
             changes.append(planner.removal(path, recorded))
             continue
+        if recorded.get("kind") == "block" and root not in path.parents:
+            # The user-level setup's instructions (~/.claude/CLAUDE.md): its block goes.
+            changes.append(planner.block(path, None))
+            continue
         if recorded.get("kind") == "keys" and root not in path.parents:
-            kept = _kept_keys(path, recorded)
+            kept = _kept_keys(path, recorded, user_setup)
             op = OwnedKeys(
                 path=str(path),
                 format=recorded.get("format", "json"),

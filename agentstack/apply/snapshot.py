@@ -24,6 +24,7 @@ from agentstack.paths import (
     agentstack_home,
     ensure_private_dir,
     guard_snapshot_path,
+    is_user_root,
     project_state_dir,
 )
 from agentstack.protect import compile_rules
@@ -203,9 +204,13 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
                 for here, dirs, _ in os.walk(top):
                     dirs.sort()
                     files.setdefault(here, {"kind": "listing", "role": "rendered"})
+            elif user_setup:
+                # A user-level skill's file: its directory is watched by its listing too (a file
+                # added next to it is loaded with the skill).
+                files.setdefault(os.path.dirname(path), {"kind": "listing", "role": "rendered"})
             continue
         if not path.startswith(str(root) + os.sep) and not (
-            user_setup and recorded.get("kind") == "keys"
+            user_setup and recorded.get("kind") in ("keys", "block")
         ):
             continue  # user-level harness files: the harness itself rewrites them constantly
         kind = recorded.get("kind")
@@ -222,6 +227,29 @@ def _rendered_files(root: Path) -> dict[str, dict[str, Any]]:
         else:
             files[path] = {"kind": "raw", "role": "rendered"}
     return files
+
+
+def user_context(root: Path, document: dict[str, Any], entries: dict[str, Any]) -> dict[str, Any]:
+    """What the user-level setup puts in every session's context besides its servers, for the
+    guard: its skills by name; `carriers`, the rendered files and blocks that carry its skills
+    and instructions (one found there again once the setup is revoked is refused); `context`,
+    every watched entry whose change changes a session's context or hooks (those carriers, their
+    directories' listings, and with hooks the files that hold them)."""
+    inside = str(root) + os.sep
+    carriers = {
+        path: entry["kind"] for path, entry in sorted(entries.items())
+        if entry.get("role") == "rendered" and entry["kind"] in ("raw", "block")
+        and not path.startswith(inside)
+    }
+    dirs = {os.path.dirname(path) for path in carriers}
+    context = set(carriers) | {p for p, e in entries.items() if e["kind"] == "listing" and p in dirs}
+    if document["hooks"]:
+        context |= {
+            path for path, entry in entries.items()
+            if entry["kind"] == "keys" and not path.startswith(inside)
+            and any(json.loads(key)[:1] == ["hooks"] for key in entry["keys"])
+        }
+    return {"skills": sorted(document["skills"]), "carriers": carriers, "context": sorted(context)}
 
 
 def _load_doc(path: str, fmt: str) -> Any:
@@ -401,7 +429,8 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
     }
     from agentstack.surface.watch import snapshot_entries
 
-    entries.update(snapshot_entries(root, document, entries))  # the harness surface, watched
+    if not is_user_root(root):  # $AGENTSTACK_HOME is no directory a harness works in
+        entries.update(snapshot_entries(root, document, entries))  # the harness surface, watched
     _watch_code_roots(root, document, entries)
     mark = probe.take()  # before the first stat key below is taken
     snapshot = {
@@ -422,6 +451,8 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
     }
     if mark is not None:
         snapshot["mark"] = mark
+    if is_user_root(root):
+        snapshot["user"] = user_context(root, document, entries)
     foreign = [
         f"{path}: {item}"
         for path, entry in sorted(entries.items())

@@ -199,12 +199,48 @@ def plan_user_adoption(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
                 continue
             items.append({"kind": "servers", "name": _name(name, taken), "values": server,
                           "source": str(path), "key": [key, name], "notes": notes})
+    items.extend(_user_skills(root, manifest, left))
     return items, left
+
+
+def _user_skills(root: Path, manifest: Any, left: list[str]) -> list[dict[str, Any]]:
+    """The skills in the harnesses' user-level skill directories that the user-level setup does
+    not declare: each moved to $AGENTSTACK_HOME/skills/NAME (and declared with that path), from
+    where `apply --user --write` renders it back."""
+    from agentstack.apply.user import CONTEXT_HARNESSES, skill_dirs
+
+    items: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for harness in manifest.project.harnesses:
+        if harness not in CONTEXT_HARNESSES:
+            continue
+        base = skill_dirs(Path.home(), harness)
+        try:
+            found = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            continue
+        for source in found:
+            name = source.name
+            if name in manifest.skills:
+                continue  # rendered from the user-level setup
+            if name in seen or (root / "skills" / name).exists():
+                left.append(f"{source}: a skill named {name!r} is adopted already, or "
+                            f"{root / 'skills' / name} exists; move it by hand")
+                continue
+            if not (source / "SKILL.md").is_file():
+                left.append(f"{source}: no SKILL.md, not a skill")
+                continue
+            seen.add(name)
+            items.append({"kind": "skills", "name": name, "values": {"path": f"skills/{name}"},
+                          "source": str(source), "key": [str(source.parent.name), name],
+                          "notes": []})
+    return items
 
 
 def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
     """Take adopted entries out of the native files (apply renders them back from the manifest)."""
     import json
+    import shutil
 
     import tomlkit
 
@@ -212,6 +248,10 @@ def _remove_from_source(root: Path, items: list[dict[str, Any]]) -> None:
 
     by_file: dict[str, list[dict[str, Any]]] = {}
     for item in items:
+        if item["kind"] == "skills":  # a user-level skill directory: moved into the setup
+            (root / "skills").mkdir(mode=0o700, exist_ok=True)
+            shutil.move(item["source"], root / item["values"]["path"])
+            continue
         by_file.setdefault(item["source"], []).append(item)
     for rel, adopted in by_file.items():
         path = root / rel

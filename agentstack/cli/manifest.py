@@ -144,8 +144,10 @@ def add_skill(
     subdir: Annotated[str | None, typer.Option(
         "--subdir", help="Directory inside the repository.")] = None,
     replace: ReplaceSkill = False,
+    user: User = False,
 ) -> None:
     """Add a skill: `add skill NAME PATH` or `add skill NAME --git URL --rev REV [--subdir D]`."""
+    use_user(user)  # --user: PATH is relative to $AGENTSTACK_HOME
     if (path is None) == (git is None):
         raise InvalidInput("give either a PATH or --git URL --rev REV")
     if git is not None and rev is None:
@@ -169,8 +171,10 @@ def add_skill(
 @add_app.command("instructions", cls=Command)
 def add_instructions(
     path: Annotated[str, typer.Argument(metavar="PATH", help="A file in the project.")],
+    user: User = False,
 ) -> None:
     """Append an instruction file (read by the model, in order)."""
+    use_user(user)  # --user: PATH is relative to $AGENTSTACK_HOME
     _must_exist(path, "file", "instructions")
     editor = _editor()
     from pathlib import PurePosixPath
@@ -203,8 +207,10 @@ def add_hook(
     matcher: Annotated[str | None, typer.Option(
         "--matcher", help="Tool-name regular expression.")] = None,
     replace: ReplaceHook = False,
+    user: User = False,
 ) -> None:
     """Add a hook: `add hook NAME --event E [--matcher M] -- CMD…`."""
+    use_user(user)
     values: dict[str, Any] = {"event": event}
     if matcher is not None:
         values["matcher"] = matcher
@@ -224,8 +230,10 @@ def remove(
                                         help="server, skill, hook or instructions")],
     name: Annotated[str, typer.Argument(
         metavar="NAME", help="The item's name (for instructions: its path).")],
+    user: User = False,
 ) -> None:
     """Remove an item from agentstack.toml."""
+    use_user(user)
     section = _KINDS.get(kind)
     if section is None:
         raise InvalidInput(f"unknown kind {kind!r}", hint="one of: " + ", ".join(_KINDS))

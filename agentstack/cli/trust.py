@@ -228,12 +228,16 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
         out.print(note, markup=False)
     outside = user_level_changes(root, document, value)
     from agentstack.paths import is_user_root
-    from agentstack.userlevel import foreign
+    from agentstack.userlevel import foreign, foreign_skills
 
     if is_user_root(root):
         for line in foreign(root, document, value):
             out.print(f"foreign (not in the user-level setup; the guard refuses its servers' "
                       f"tools while it is there; 'agentstack adopt --user' moves it in): {line}",
+                      markup=False, highlight=False)
+        for line in foreign_skills(document):
+            out.print(f"foreign skill (not in the user-level setup; it stays and loads as "
+                      f"before; 'agentstack adopt --user' moves it in): {line}",
                       markup=False, highlight=False)
     if outside:
         from agentstack.consent.render import Wrapped, t
