@@ -747,7 +747,15 @@ def _decode(data: bytes, path: str) -> dict[str, Any]:
             raise _unreadable(path, "an entry is malformed")
         return pair[0], pair[1]
 
-    header[_TABLE] = (index[0], index[1], entry_at, count)
+    def every_entry() -> list[Any]:
+        if not e:
+            return []
+        pairs = loads("[" + bytes(body[h + i :]).decode("utf-8").replace("\n", ",") + "]")
+        if len(pairs) != count or not all(type(p) is list and len(p) == 2 for p in pairs):
+            raise _unreadable(path, f"its entries do not match its index of {count}")
+        return pairs  # type: ignore[no-any-return]
+
+    header[_TABLE] = (index[0], index[1], entry_at, count, every_entry)
     return header
 
 
@@ -773,7 +781,7 @@ def parse_snapshot(data: bytes, path: str) -> dict[str, Any]:
     snapshot = _decode(data, path)
     table = snapshot.pop(_TABLE, None)
     if table is not None:
-        snapshot["files"] = dict(table[2](n) for n in range(table[3]))
+        snapshot["files"] = dict(table[4]())
     return snapshot
 
 
@@ -799,7 +807,7 @@ def all_files(snapshot: dict[str, Any]) -> dict[str, Any]:
     table = snapshot.get(_TABLE)
     if table is None:
         return dict(snapshot["files"])
-    return dict(table[2](n) for n in range(table[3]))
+    return dict(table[4]())
 
 
 NOT_TRUSTED = (
@@ -951,7 +959,7 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
     table = snapshot.get(_TABLE)
     if table is None:  # a snapshot in memory (format 1, or built by a caller): indexed here
         table = _more().index_of(snapshot["files"], _mark_of(snapshot))
-    groups, anchors, entry_at, _ = table
+    groups, anchors, entry_at = table[0], table[1], table[2]
     started = time.time_ns()
     mark = _mark_of(snapshot)
     # The steady case, inline: each name stat'ed relative to its directory (what lstat of the

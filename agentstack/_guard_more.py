@@ -494,7 +494,7 @@ def check_host(policy: dict[str, Any], url: str) -> None:  # the earlier name, k
 
 def index_of(
     files: dict[str, Any], mark: list[int] | None
-) -> tuple[list[Any], list[Any], Any, int]:
+) -> tuple[list[Any], list[Any], Any, int, Any]:
     """The guard's index of `files` (see agentstack._guard.SNAPSHOT_MAGIC): the entries grouped by
     directory, each with the stat key that proves it unchanged by itself or -1s (racy, or no key:
     its content decides), the missing files whose anchor directory proves them still missing,
@@ -522,14 +522,14 @@ def index_of(
                 anchors.append([len(pairs), anchor[0], anchor[1]])
         names.append(name)
         pairs.append((path, entry))
-    return groups, anchors, pairs.__getitem__, len(pairs)
+    return groups, anchors, pairs.__getitem__, len(pairs), lambda: pairs
 
 
 def encode_snapshot(snapshot: dict[str, Any]) -> bytes:
     """The bytes of `snapshot` (its header fields and "files") in the guard's format 2."""
     files = snapshot["files"]
     header = {k: v for k, v in snapshot.items() if k not in ("files", _TABLE)}
-    groups, anchors, pair, count = index_of(files, _mark_of(snapshot))
+    groups, anchors, pair, count, _ = index_of(files, _mark_of(snapshot))
     compact = (",", ":")
     head = dumps(header, sort_keys=True, separators=compact).encode("utf-8")
     index = dumps([groups, anchors], separators=compact).encode("utf-8")
