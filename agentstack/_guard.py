@@ -649,12 +649,14 @@ def enclosing_project(directory: str, state_home: str) -> str | None:
 def _read_snapshot_bytes(path: str, stat_out: list[list[int]] | None = None) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        st = os.fstat(fd)
         if stat_out is not None:
-            stat_out.append(stat_key(os.fstat(fd)))
+            stat_out.append(stat_key(st))
         chunks = []
         size = 0
-        while size <= 16 * 1024 * 1024:
-            chunk = os.read(fd, 1 << 20)
+        want = st.st_size + 1  # one read when the file does not grow meanwhile
+        while size <= MAX_SNAPSHOT:
+            chunk = os.read(fd, max(want - size, 1 << 16))
             if not chunk:
                 break
             chunks.append(chunk)
@@ -664,19 +666,122 @@ def _read_snapshot_bytes(path: str, stat_out: list[list[int]] | None = None) -> 
         os.close(fd)
 
 
-def parse_snapshot(data: bytes, path: str) -> dict[str, Any]:
+# The snapshot file (format 2): one line `agentstack-guard-snapshot 2 H I E CHECK`, then three
+# sections of H, I and E bytes: the header (a JSON object: everything but the files), the index
+# (JSON `[groups, anchors]`: per directory `[directory, [names], [stat keys, 5 ints each]]`, the
+# key of an entry whose stat alone does not prove it unchanged (racy, or none) being -1s; and
+# `[position, directory, key]` for each missing file whose anchor directory proves it still
+# missing), and the entries (one JSON `[path, entry]` per line, in the index's order). CHECK
+# (`_body_check`) covers the three sections: a byte changed or missing denies. A steady call
+# parses the header and the index only, and stats each name relative to its directory; an entry
+# is decoded only when its stat does not prove it. (Format 1, one JSON object, is still read.)
+SNAPSHOT_MAGIC = b"agentstack-guard-snapshot 2 "
+MAX_SNAPSHOT = 1 << 30
+CRC_FROM = 256 * 1024  # bodies past this are checked by CRC-32 (zlib), smaller ones by SHA-256
+_TABLE = "\0table"  # the decoded index in a snapshot in memory (never a key in a file)
+_UNSET = -1
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", 0)
+
+
+def _body_check(body: Any) -> str:
+    """The integrity check of a snapshot's sections (not a signature: whoever can write the state
+    directory can write any snapshot). CRC-32 past CRC_FROM bytes, where SHA-256 in CPython would
+    cost more than the stats it protects; it catches every burst of up to 32 bits and, with the
+    section lengths, any truncation."""
+    if len(body) > CRC_FROM:
+        from zlib import crc32
+
+        return f"crc32-{crc32(body):08x}"
+    return "sha256-" + str(_sha256(body).hexdigest())
+
+
+def _unreadable(path: str, why: str) -> Deny:
+    return Deny(
+        f"the guard snapshot {path} is unreadable ({why}); run 'agentstack apply --write' "
+        "to write it again"
+    )
+
+
+def _decode(data: bytes, path: str) -> dict[str, Any]:
+    """The snapshot's header, with the decoded index under _TABLE (format 2), or the whole
+    snapshot (format 1). Deny when it is truncated, corrupt or of another format."""
+    if data[:1] == b"{":
+        return parse_v1(data, path)
+    if not data.startswith(SNAPSHOT_MAGIC):
+        raise Deny(
+            f"the guard snapshot {path} has an unknown format; run 'agentstack apply "
+            "--write' to write it again"
+        )
+    end = data.find(b"\n", 0, 256)
+    fields = data[len(SNAPSHOT_MAGIC) : end].split(b" ") if end > 0 else []
+    if len(fields) != 4 or not all(f.isdigit() for f in fields[:3]):
+        raise _unreadable(path, "its first line is malformed")
+    h, i, e = int(fields[0]), int(fields[1]), int(fields[2])
+    body = memoryview(data)[end + 1 :]
+    if len(body) != h + i + e:
+        raise _unreadable(path, f"{len(body)} bytes where its first line says {h + i + e}")
+    if _body_check(body) != fields[3].decode("ascii", "replace"):
+        raise _unreadable(path, "its check does not match: corrupt")
+    try:
+        header = loads(bytes(body[:h]).decode("utf-8"))
+        index = loads(bytes(body[h : h + i]).decode("utf-8"))
+    except ValueError as exc:
+        raise _unreadable(path, str(exc)) from None
+    if not isinstance(header, dict) or header.get("v") != SNAPSHOT_VERSION or "files" in header:
+        raise Deny(
+            f"the guard snapshot {path} has an unknown format; run 'agentstack apply "
+            "--write' to write it again"
+        )
+    if type(index) is not list or len(index) != 2:
+        raise _unreadable(path, "its index is malformed")
+    lines: list[bytes] = []
+    count = sum(len(group[1]) for group in index[0])
+
+    def entry_at(position: int) -> tuple[str, dict[str, Any]]:
+        if not lines:
+            lines.extend(bytes(body[h + i :]).split(b"\n") if e else [])
+            if len(lines) != count:
+                raise _unreadable(path, f"{len(lines)} entries where its index has {count}")
+        pair = loads(lines[position].decode("utf-8"))
+        if type(pair) is not list or len(pair) != 2 or not isinstance(pair[1], dict):
+            raise _unreadable(path, "an entry is malformed")
+        return pair[0], pair[1]
+
+    def every_entry() -> list[Any]:
+        if not e:
+            return []
+        pairs = loads("[" + bytes(body[h + i :]).decode("utf-8").replace("\n", ",") + "]")
+        if len(pairs) != count or not all(type(p) is list and len(p) == 2 for p in pairs):
+            raise _unreadable(path, f"its entries do not match its index of {count}")
+        return pairs  # type: ignore[no-any-return]
+
+    header[_TABLE] = (index[0], index[1], entry_at, count, every_entry)
+    return header
+
+
+def parse_v1(data: bytes, path: str) -> dict[str, Any]:
+    """A snapshot of format 1: one JSON object, parsed whole."""
     try:
         snapshot = loads(data.decode("utf-8"))
     except ValueError as exc:  # UnicodeDecodeError included
-        raise Deny(
-            f"the guard snapshot {path} is unreadable ({exc}); run 'agentstack apply --write' "
-            "to write it again"
-        ) from None
+        raise _unreadable(path, str(exc)) from None
     if not isinstance(snapshot, dict) or snapshot.get("v") != SNAPSHOT_VERSION:
         raise Deny(
             f"the guard snapshot {path} has an unknown format; run 'agentstack apply "
             "--write' to write it again"
         )
+    if not isinstance(snapshot.get("files"), dict):
+        raise _unreadable(path, "it lists no files")
+    return snapshot
+
+
+def parse_snapshot(data: bytes, path: str) -> dict[str, Any]:
+    """The whole snapshot, every entry decoded (for tools and tests; the guard reads the index
+    and decodes only the entries it must)."""
+    snapshot = _decode(data, path)
+    table = snapshot.pop(_TABLE, None)
+    if table is not None:
+        snapshot["files"] = dict(table[4]())
     return snapshot
 
 
@@ -686,6 +791,23 @@ def load_snapshot(path: str) -> dict[str, Any]:
         return parse_snapshot(_read_snapshot_bytes(path), path)
     except FileNotFoundError:
         raise Deny(NOT_TRUSTED) from None
+
+
+def snapshot_header(data: bytes, path: str) -> dict[str, Any]:
+    """The snapshot's fields but its files (verified as the guard verifies it), e.g. for the relay."""
+    snapshot = _decode(data, path)
+    snapshot.pop(_TABLE, None)
+    snapshot.pop("files", None)
+    return snapshot
+
+
+def all_files(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """Every entry of a snapshot as the guard loaded it (decoding them all when it read only the
+    index)."""
+    table = snapshot.get(_TABLE)
+    if table is None:
+        return dict(snapshot["files"])
+    return dict(table[4]())
 
 
 NOT_TRUSTED = (
@@ -708,7 +830,7 @@ def _load_state(
     path = snapshot_path(state_home, root)
     try:
         read: list[list[int]] = []
-        snapshot = parse_snapshot(_read_snapshot_bytes(path, read), path)
+        snapshot = _decode(_read_snapshot_bytes(path, read), path)
         return snapshot, state_home, (path, read[0])
     except FileNotFoundError:
         raise Deny(NOT_TRUSTED) from None
@@ -717,7 +839,7 @@ def _load_state(
         copies = _run_copies()
         path = os.path.join(copies, "guard.json")
         try:
-            return parse_snapshot(_read_snapshot_bytes(path), path), copies, None
+            return _decode(_read_snapshot_bytes(path), path), copies, None
         except OSError as exc:
             raise Deny(f"the read-only copy of the guard snapshot is unreadable ({exc})") from None
     except OSError as exc:
@@ -834,46 +956,65 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
     """Deny when a fingerprinted file, or a directory's surface, is not what was trusted.
     `refreshed` receives the entries whose stat had to be re-proved by their content (and the
     directories created since), for the guard to record once they are no longer racy."""
-    files = snapshot["files"]
+    table = snapshot.get(_TABLE)
+    if table is None:  # a snapshot in memory (format 1, or built by a caller): indexed here
+        table = _more().index_of(snapshot["files"], _mark_of(snapshot))
+    groups, anchors, entry_at = table[0], table[1], table[2]
     started = time.time_ns()
-    anchors: dict[str, os.stat_result | None] = {}
-    changed = []
-    lstat = os.lstat
     mark = _mark_of(snapshot)
-    mark_dev, mark_ns = mark if mark is not None else (-1, -1)
-    for path, entry in files.items():
-        key = entry.get("stat")
-        if key is not None:  # the steady case, inline: the same stat, not racy (_racy)
-            try:
-                now = lstat(path)
-            except OSError:
-                pass  # judged below
-            else:
-                if (
-                    now.st_mtime_ns == key[3]
-                    and now.st_ctime_ns == key[4]
-                    and now.st_ino == key[1]
-                    and now.st_size == key[2]
-                    and now.st_dev == key[0]
-                ):
-                    newest = key[3] if key[3] > key[4] else key[4]
-                    if newest < int(entry["hashed_ns"]) - RACY_SLACK_NS or (
-                        newest < mark_ns and key[0] == mark_dev
-                    ):
-                        continue
-        anchor = entry.get("anchor")
-        if anchor is not None and key is None:
-            # Absent at the snapshot: still absent while the directory above it is unchanged.
-            if anchor[0] not in anchors:
+    # The steady case, inline: each name stat'ed relative to its directory (what lstat of the
+    # whole path resolves, without resolving the directory again) against a key that proves its
+    # file unchanged by itself (the index holds -1s for any other).
+    lstat = os.lstat
+    position = 0
+    suspects: list[int] = []
+    for directory, names, keys in groups:
+        try:
+            fd = os.open(directory, _DIR_FLAGS)
+        except OSError:
+            suspects.extend(range(position, position + len(names)))
+            position += len(names)
+            continue
+        try:
+            at = 0
+            for name in names:
                 try:
-                    anchors[anchor[0]] = os.lstat(anchor[0])
+                    now = lstat(name, dir_fd=fd)
                 except OSError:
-                    anchors[anchor[0]] = None
-            st = anchors[anchor[0]]
-            if st is not None:
-                key = stat_key(st)
-                if key == anchor[1] and not _racy(key, int(entry["hashed_ns"]), mark):
-                    continue
+                    suspects.append(position)
+                else:
+                    if (
+                        now.st_mtime_ns != keys[at + 3]
+                        or now.st_ctime_ns != keys[at + 4]
+                        or now.st_ino != keys[at + 1]
+                        or now.st_size != keys[at + 2]
+                        or now.st_dev != keys[at]
+                    ):
+                        suspects.append(position)
+                position += 1
+                at += 5
+        finally:
+            os.close(fd)
+    if not suspects:
+        return
+    absent = {item[0]: item for item in anchors} if anchors else {}
+    anchor_keys: dict[str, list[int] | None] = {}
+    changed = []
+    files: Any = None
+    for position in suspects:
+        anchored = absent.get(position)
+        if anchored is not None:
+            # Absent at the snapshot: still absent while the directory above it is unchanged.
+            if anchored[1] not in anchor_keys:
+                try:
+                    anchor_keys[anchored[1]] = stat_key(os.lstat(anchored[1]))
+                except OSError:
+                    anchor_keys[anchored[1]] = None
+            if anchor_keys[anchored[1]] == anchored[2]:
+                continue
+        path, entry = entry_at(position)
+        if files is None:
+            files = {os.path.join(d, n) for d, names, _ in groups for n in names}
         found = recheck(path, entry, started, files, mark)
         if found is None:
             changed.append((path, entry))
@@ -1202,7 +1343,8 @@ def decide(
         # What had to be re-proved (by content, or the trust log by verification) is settled now:
         # record it, so the next call proves it by stats alone (the steady state, from the first
         # call after `apply`, or after another project's `trust`).
-        fresh = {**snapshot, "files": {**snapshot["files"], **refreshed}}
+        fresh = {k: v for k, v in snapshot.items() if k != _TABLE}
+        fresh["files"] = {**all_files(snapshot), **refreshed}
         if trust_head is not None:
             fresh["trust_head"] = trust_head
         try:  # noqa: SIM105 - contextlib is one import more on every call

@@ -10,9 +10,15 @@ import stat as _stat
 import time
 
 from agentstack._guard import (
+    _TABLE,
+    _UNSET,
     BLOCK_BEGIN,
     BLOCK_END,
+    SNAPSHOT_MAGIC,
     Deny,
+    _body_check,
+    _mark_of,
+    _racy,
     _sha,
     dumps,
     loads,
@@ -531,13 +537,62 @@ def check_host(policy: dict[str, Any], url: str) -> None:  # the earlier name, k
     check_url(policy, url)
 
 
+def index_of(
+    files: dict[str, Any], mark: list[int] | None
+) -> tuple[list[Any], list[Any], Any, int, Any]:
+    """The guard's index of `files` (see agentstack._guard.SNAPSHOT_MAGIC): the entries grouped by
+    directory, each with the stat key that proves it unchanged by itself or -1s (racy, or no key:
+    its content decides), the missing files whose anchor directory proves them still missing,
+    and a function giving the (path, entry) at a position."""
+    groups: list[Any] = []
+    anchors: list[Any] = []
+    pairs: list[tuple[str, dict[str, Any]]] = []
+    unset = [_UNSET] * 5
+    last = None
+    for path in sorted(files, key=os.path.split):
+        entry = files[path]
+        directory, name = os.path.split(path)
+        if directory != last:
+            groups.append([directory, [], []])
+            last = directory
+        names, keys = groups[-1][1], groups[-1][2]
+        key = entry.get("stat")
+        anchor = entry.get("anchor")
+        hashed = int(entry.get("hashed_ns") or 0)
+        if key is not None and not _racy(key, hashed, mark):
+            keys.extend(key)
+        else:
+            keys.extend(unset)
+            if key is None and anchor is not None and not _racy(anchor[1], hashed, mark):
+                anchors.append([len(pairs), anchor[0], anchor[1]])
+        names.append(name)
+        pairs.append((path, entry))
+    return groups, anchors, pairs.__getitem__, len(pairs), lambda: pairs
+
+
+def encode_snapshot(snapshot: dict[str, Any]) -> bytes:
+    """The bytes of `snapshot` (its header fields and "files") in the guard's format 2."""
+    files = snapshot["files"]
+    header = {k: v for k, v in snapshot.items() if k not in ("files", _TABLE)}
+    groups, anchors, pair, count, _ = index_of(files, _mark_of(snapshot))
+    compact = (",", ":")
+    head = dumps(header, sort_keys=True, separators=compact).encode("utf-8")
+    index = dumps([groups, anchors], separators=compact).encode("utf-8")
+    entries = "\n".join(
+        dumps([*pair(n)], sort_keys=True, separators=compact) for n in range(count)
+    ).encode("utf-8")
+    body = head + index + entries
+    first = SNAPSHOT_MAGIC + f"{len(head)} {len(index)} {len(entries)} {_body_check(body)}\n".encode()
+    return first + body
+
+
 def refresh_snapshot(path: str, read_key: list[int], snapshot: dict[str, Any]) -> bool:
     """Replace the snapshot at `path` with `snapshot` the way agentstack.fsutil.write_atomic does
     (a temp file created O_CREAT|O_EXCL|O_NOFOLLOW beside it, fsync'd, renamed over it, the
     directory fsync'd), unless the file is no longer the one read (stat key `read_key`): `trust` or
     `apply` wrote a newer one, which wins. True when written."""
     directory, name = os.path.split(path)
-    data = dumps(snapshot, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    data = encode_snapshot(snapshot)
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         tmp = f".{name}.agentstack-{os.getpid()}-{time.time_ns()}"
@@ -704,13 +759,14 @@ def user_level_call(state: str, event: dict[str, Any], harness: str) -> None:
 def _declared_user_servers(path: str) -> list[str]:
     """The server names the user-level snapshot lists, read without verifying anything (only to
     tell whether a tool is the user-level setup's at all); unreadable: Deny."""
+    from agentstack import _guard as guard
+
     try:
-        with open(path, "rb") as handle:
-            snapshot = loads(handle.read(16 * 1024 * 1024).decode("utf-8"))
+        snapshot = guard.snapshot_header(guard._read_snapshot_bytes(path), path)
         servers = snapshot["servers"]
         if not isinstance(servers, list):
             raise ValueError("no server list")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, Deny) as exc:
         raise Deny(f"the user-level setup's guard snapshot {path} is unreadable ({exc}); "
                    "run 'agentstack apply --user --write'") from None
     return [s for s in servers if isinstance(s, str)]

@@ -13,12 +13,19 @@ re-exported here, and library code imports them from this module, never `_guard`
 
 from __future__ import annotations
 
-from agentstack._guard import BLOCK_BEGIN, BLOCK_END, SNAPSHOT_VERSION, drifted, stat_key
+from agentstack._guard import (
+    BLOCK_BEGIN,
+    BLOCK_END,
+    SNAPSHOT_VERSION,
+    drifted,
+    load_snapshot,
+    stat_key,
+)
 from agentstack._guard import _mark_of as mark_of
 from agentstack._guard import _sha as sha256_hex
 from agentstack._guard_more import _canonical as canonical
 from agentstack._guard_more import _key_value as key_value
-from agentstack._guard_more import content_hash, fingerprint, keys_view, shape
+from agentstack._guard_more import content_hash, encode_snapshot, fingerprint, keys_view, shape
 
 __all__ = [
     "BLOCK_BEGIN",
@@ -27,9 +34,11 @@ __all__ = [
     "canonical",
     "content_hash",
     "drifted",
+    "encode_snapshot",
     "fingerprint",
     "key_value",
     "keys_view",
+    "load_snapshot",
     "mark_of",
     "sha256_hex",
     "shape",

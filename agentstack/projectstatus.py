@@ -136,15 +136,14 @@ def rendered_state(
     """Drift of every fingerprinted file (the guard's own check), per harness file, and rendered
     files that git tracks (they are per machine and must not be committed). `ledger`: the
     project's apply ledger, read once by the caller."""
-    import json as _json
-
-    from agentstack.fingerprints import drifted
+    from agentstack._guard import Deny
+    from agentstack.fingerprints import drifted, load_snapshot
     from agentstack.paths import guard_snapshot_path
 
     snapshot_path = guard_snapshot_path(root)
     try:
-        snapshot = _json.loads(snapshot_path.read_bytes())
-    except (OSError, ValueError):
+        snapshot = load_snapshot(str(snapshot_path))
+    except (OSError, ValueError, Deny):
         return {"drift": [], "drift_roles": {}, "rendered": [], "tracked": [], "snapshot": False}
     real = str(root.resolve())
     drift, rendered = [], []

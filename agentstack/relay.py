@@ -238,7 +238,12 @@ def _load_setup(state_home: str, root: str, server: str) -> Setup:
 
 
 def _setup_from_home(state_home: str, root: str, server: str, data: bytes) -> Setup:
-    snapshot = json.loads(data.decode("utf-8"))
+    from agentstack._guard import Deny, snapshot_header
+
+    try:
+        snapshot: Any = snapshot_header(data, layout.guard_snapshot(state_home, root))
+    except Deny as exc:
+        raise ValueError(str(exc)) from None
     digest = snapshot.get("digest") if isinstance(snapshot, dict) else None
     if not isinstance(digest, str) or not digest.startswith("b3:") or "/" in digest:
         raise ValueError("the guard snapshot names no trusted digest; run 'agentstack trust'")

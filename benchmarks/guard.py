@@ -155,7 +155,8 @@ def census(snapshot: Path) -> tuple[int, int, int]:
     probe, all entries)."""
     from agentstack import _guard
 
-    data = json.loads(snapshot.read_bytes())
+    load = getattr(_guard, "load_snapshot", None)  # (format 2 is not one JSON document)
+    data = load(str(snapshot)) if load is not None else json.loads(snapshot.read_bytes())
     files = data["files"]
     mark_of = getattr(_guard, "_mark_of", None)  # (absent before the settling mark)
     mark = mark_of(data) if mark_of is not None else None

@@ -422,7 +422,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
             [
                 py,
                 "-c",
-                "from pathlib import Path; from agentstack.consent import "
+                "from pathlib import Path; from agentstack.consent.document import "
                 "project_consent; print(project_consent(Path('.'))[3])",
             ],
             project,

@@ -150,11 +150,13 @@ def guard_argv(s: Setup) -> list[str]:
 
 
 def snapshot_paths(s: Setup) -> list[str]:
+    from agentstack._guard import Deny, load_snapshot
+
     found = list((s.home / ".config/agentstack").rglob("guard.json"))
     for path in found:
         try:
-            return sorted(json.loads(path.read_bytes()).get("files", {}))
-        except ValueError:
+            return sorted(load_snapshot(str(path)).get("files", {}))
+        except (ValueError, Deny):
             continue
     return []
 

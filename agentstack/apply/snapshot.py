@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentstack import harnesses as _harnesses
-from agentstack.fingerprints import SNAPSHOT_VERSION, fingerprint, keys_view
+from agentstack.fingerprints import SNAPSHOT_VERSION, encode_snapshot, fingerprint, keys_view
 from agentstack.fingerprints import canonical as _canonical
 from agentstack.fingerprints import sha256_hex as _sha
 from agentstack.fsutil import write_atomic
@@ -460,7 +460,7 @@ def write_snapshot(root: Path, document: dict[str, Any], digest: str) -> list[st
         for item in foreign_entries(path, entry)
     ]
     ensure_private_dir(project_state_dir(root))
-    # Compact: the guard parses it on every tool call (indented, it took ~1.8x as long).
-    data = json.dumps(snapshot, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    write_atomic(guard_snapshot_path(root), data, 0o600)
+    # The guard's format (agentstack._guard.SNAPSHOT_MAGIC): a steady call parses the header and
+    # an index of stat keys by directory, and decodes an entry only when its stat does not prove it.
+    write_atomic(guard_snapshot_path(root), encode_snapshot(snapshot), 0o600)
     return foreign

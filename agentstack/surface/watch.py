@@ -7,7 +7,6 @@ Standard library only (with `scan`'s matching rules).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -167,14 +166,15 @@ def snapshot_entries(
 def drift(root: Path) -> list[str] | None:
     """Files of the guard snapshot that changed since trust/apply (the guard's own check), or
     None when there is no snapshot."""
-    from agentstack.fingerprints import drifted
+    from agentstack._guard import Deny
+    from agentstack.fingerprints import drifted, load_snapshot
     from agentstack.paths import guard_snapshot_path
 
     root = root.resolve()
     try:
-        snapshot = json.loads(guard_snapshot_path(root).read_bytes())
+        snapshot = load_snapshot(str(guard_snapshot_path(root)))
         files = snapshot["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, Deny):
         return None
     prefix = str(root) + os.sep
     return [

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentstack import _guard
 from agentstack.apply.engine import guard_command
 from tests.conftest import REPO, make_project
 from tests.harness.deadline import scaled
@@ -229,14 +230,14 @@ def test_fault_injection_always_denies(project: Path, isolated_home: Path, fault
         snapshot.unlink()
         snapshot.mkdir()
     elif fault in ("wrong-version", "wrong-project", "missing-key"):
-        data = json.loads(snapshot.read_text())
+        data = _guard.load_snapshot(str(snapshot))
         if fault == "wrong-version":
             data["v"] = 99
         elif fault == "wrong-project":
             data["project"] = "/somewhere/else"
         else:
             del data["policy"]
-        snapshot.write_text(json.dumps(data))
+        snapshot.write_bytes(_guard.encode_snapshot(data))
     elif fault == "trust-tampered":
         log = state / "trust.jsonl"
         log.write_bytes(log.read_bytes().replace(b'"trust"', b'"trusT"'))

@@ -265,10 +265,9 @@ def test_no_environment_variable_changes_a_decision(scene: Scene, tmp_path: Path
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     forged = tmp_path / "agentstack-run-x" / "ro"
     forged.mkdir(parents=True)
-    snapshot = json.loads((Path(_guard.snapshot_path(str(scene.state), str(scene.root))))
-                          .read_text())
+    snapshot = _guard.load_snapshot(_guard.snapshot_path(str(scene.state), str(scene.root)))
     snapshot["servers"].append("evil")
-    (forged / "guard.json").write_text(json.dumps(snapshot))
+    (forged / "guard.json").write_bytes(_guard.encode_snapshot(snapshot))
     for key, value in {"AGENTSTACK_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path),
                        "CLAUDE_PROJECT_DIR": str(tmp_path), "GEMINI_PROJECT_DIR": str(tmp_path),
                        "AGENTSTACK_RUN_RO": str(forged),

@@ -357,9 +357,11 @@ def test_refresh_never_replaces_a_newer_snapshot(project: Project, tmp_path: Pat
     copy = tmp_path / "guard.json"
     shutil.copy(project.snapshot_path, copy)
     read_key = _guard.stat_key(os.stat(copy))
-    copy.write_text(copy.read_text() + " ")  # `apply` wrote a newer one meanwhile
-    assert not _guard.refresh_snapshot(str(copy), read_key, {"v": 0})
-    assert json.loads(copy.read_text())["v"] == _guard.SNAPSHOT_VERSION
+    newer = _guard.load_snapshot(str(copy))
+    copy.write_bytes(_guard.encode_snapshot({**newer, "digest": "newer"}))  # `apply` wrote it
+    stale = {**newer, "digest": "stale"}
+    assert not _guard.refresh_snapshot(str(copy), read_key, stale)
+    assert _guard.load_snapshot(str(copy))["digest"] == "newer"
     assert [p.name for p in tmp_path.iterdir()] == ["guard.json"]  # no temp file left
 
 
