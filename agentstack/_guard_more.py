@@ -784,11 +784,10 @@ def user_context_call(state: str, event: "dict[str, Any]", harness: str) -> None
     root = os.path.realpath(state)
     path = guard.snapshot_path(state, root)
     try:
-        with open(path, "rb") as handle:
-            unverified = loads(handle.read(16 * 1024 * 1024).decode("utf-8"))
+        unverified = guard.snapshot_header(guard._read_snapshot_bytes(path), path)
     except FileNotFoundError:
         return
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, Deny) as exc:
         raise Deny(f"the user-level setup's guard snapshot {path} is unreadable ({exc}); "
                    "run 'agentstack apply --user --write'") from None
     user = unverified.get("user") if isinstance(unverified, dict) else None
@@ -818,10 +817,11 @@ def user_context_call(state: str, event: "dict[str, Any]", harness: str) -> None
         if names_skill:
             raise Deny(f"skill {skill!r} is {where}'s, which does not hold: {exc}") from None
         return
-    files = snapshot["files"]
+    files = guard.all_files(snapshot)
     watched = {p: e for p, e in files.items() if p in context} if not names_skill else files
+    header = {k: v for k, v in snapshot.items() if k != guard._TABLE}
     try:
-        guard.check_files({**snapshot, "files": watched}, {})
+        guard.check_files({**header, "files": watched}, {})
     except Deny as exc:
         raise Deny(f"{where} does not hold: {exc}") from None
 
