@@ -49,6 +49,7 @@ LISTINGS = {
     "resources/list": ("resources", "uri"),
     "resources/templates/list": ("resourceTemplates", "uriTemplate"),
 }
+KEY_FIELDS = dict(LISTINGS.values())  # kind -> the field that names an entry
 REFUSED = -32001  # JSON-RPC server error: agentstack refused
 INVALID_PARAMS = -32602
 REDACTED = "[secret withheld by agentstack]"

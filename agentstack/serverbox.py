@@ -32,7 +32,12 @@ SANDBOX_OFF = "sandbox"  # servers.NAME.sandbox = false: started unconfined
 
 
 class ServerConfinementError(Exception):
-    """The server's sandbox cannot be enforced here: nothing was started."""
+    """The server's sandbox cannot be enforced here: nothing was started. (`stage` "exec": the
+    sandbox was in force and the server's command itself could not be executed.)"""
+
+    def __init__(self, message: str, stage: str = "") -> None:
+        super().__init__(message)
+        self.stage = stage
 
 
 def wanted(consent: Mapping[str, Any], server: str) -> bool:
@@ -96,6 +101,23 @@ def policy_for(root: str, consent: Mapping[str, Any], server: str, argv: Sequenc
     return policy._replace(grants=(*policy.grants, *extra))
 
 
+def review_policy(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str],
+                  scratch: str, *, cwd: str | None = None) -> Any:
+    """The stricter policy a server is started under at `agentstack trust`, to read its listing
+    before its consent is recorded: as `policy_for`, but every grant read-only (the project too:
+    listing tools must not change a file) but `scratch`, a private empty directory that is its
+    HOME and TMPDIR and is removed afterwards; no network at all."""
+    policy = policy_for(root, consent, server, argv, cwd=cwd)
+    from agentstack.sandbox.policy import Grant
+
+    grants = tuple(g._replace(access="ro") if g.access == "rw" and not g.file else g
+                   for g in policy.grants)
+    scratch_grant = Grant(path=os.path.realpath(scratch), access="rw",
+                          source=f"servers.{server}: review scratch")
+    return policy._replace(grants=(*grants, scratch_grant), network_block=True,
+                           localhost_ports=())
+
+
 def _workdir(root: str, cwd: str | None) -> str:
     from agentstack import layout
 
@@ -112,14 +134,18 @@ def start(
     env: Mapping[str, str],
     *,
     cwd: str | None = None,
+    policy: Any = None,
+    stderr: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """The server, started confined, its stdin and stdout piped (stderr inherited); raises
-    ServerConfinementError when any layer cannot be enforced (then nothing runs)."""
+    """The server, started confined, its stdin and stdout piped (stderr inherited, or `stderr`);
+    raises ServerConfinementError when any layer cannot be enforced (then nothing runs).
+    `policy`: one built here already (`review_policy`), else `policy_for`'s."""
     from agentstack.sandbox.confine import ARMED, nono_module_path
     from agentstack.sandbox.resolve import ConfinementError
     from agentstack.sandbox.runner import LAUNCHER, check_enforceable
 
-    policy = policy_for(root, consent, server, argv, cwd=cwd)
+    if policy is None:
+        policy = policy_for(root, consent, server, argv, cwd=cwd)
     try:
         enforcement = check_enforceable(policy)
     except ConfinementError as exc:
@@ -142,7 +168,7 @@ def start(
         process = subprocess.Popen(
             [sys.executable, "-I", "-S", str(LAUNCHER), str(spec_r), str(status_w)],
             pass_fds=(spec_r, status_w), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            bufsize=0, cwd=policy.workdir,
+            stderr=stderr, bufsize=0, cwd=policy.workdir,
         )
     except OSError as exc:
         for fd in (spec_r, spec_w, status_r, status_w):
@@ -162,10 +188,13 @@ def start(
     _stop(process)
     text = status[len(ARMED):] if status.startswith(ARMED) else status
     line = text.decode("utf-8", "replace").splitlines()[0] if text else "the launcher died"
+    stage = ""
     if line.startswith("E "):
         stage, _, message = line[2:].partition("\t")
+        if stage == "exec":
+            raise ServerConfinementError(message, stage)
         line = f"{message} ({stage})"
-    raise ServerConfinementError(f"the sandbox could not be applied: {line}")
+    raise ServerConfinementError(f"the sandbox could not be applied: {line}", stage)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
