@@ -252,6 +252,11 @@ def _setup_from_home(state_home: str, root: str, server: str, data: bytes) -> Se
         raise ValueError(f"server {server!r} is not in the trusted consent; run 'agentstack trust'")
     policy = ToolPolicy.of(servers[server])
     trusted = _trust_holds(snapshot, state_home)
+    if not trusted:
+        # Revoked, or the trust log no longer proves this digest: the server is not started
+        # (its pins, taken at trust, would otherwise still list it).
+        raise ValueError(f"{digest} is not trusted for this project now (revoked, or the trust "
+                         "log does not prove it); run 'agentstack trust'")
     pins = load_pins(state_home, root, server)
 
     def save(pins: Pins, pending: bool) -> None:
