@@ -31,12 +31,14 @@ import contextlib
 import json
 import os
 import stat
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import subprocess  # imported where a process is started: start-up cost
 
 from agentstack import layout
 
@@ -651,6 +653,8 @@ Starter = Callable[[list[str], dict[str, str]], "subprocess.Popen[bytes]"]
 
 
 def start_plain(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    import subprocess
+
     return subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
     )

@@ -23,11 +23,13 @@ from __future__ import annotations
 import json
 import marshal
 import os
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import subprocess  # imported where a process is started: start-up cost
 
 SANDBOX_OFF = "sandbox"  # servers.NAME.sandbox = false: started unconfined
 
@@ -194,6 +196,8 @@ def _launcher(root: str, consent: Mapping[str, Any], server: str, argv: Sequence
               key: Sequence[Any], stderr: int | None) -> tuple[subprocess.Popen[bytes], int]:
     """The launcher as its own interpreter, started first: it boots while the confinement is
     resolved here. (Returns it and the status fd to read.)"""
+    import subprocess
+
     spec_r, spec_w = os.pipe()
     status_r, status_w = os.pipe()
     try:
