@@ -147,6 +147,18 @@ def unpinned_servers(root: Path, document: dict[str, Any]) -> list[str]:
     return out
 
 
+def unchanged_servers(names: list[str], document: dict[str, Any],
+                      before: dict[str, Any] | None) -> list[str]:
+    """Those of `names` whose consent entry is the same in the last trusted document."""
+    if not isinstance(before, dict):
+        return []
+    previous = before.get("servers")
+    if not isinstance(previous, dict):
+        return []
+    return [name for name in names if name in previous
+            and relay.canonical(previous[name]) == relay.canonical(document["servers"][name])]
+
+
 def probe_servers(root: Path, document: dict[str, Any], digest: str,
                   servers: list[str], *, seconds: float | None = None) -> list[Listing]:
     """Each server started confined for review and asked for its listings (never raises: a

@@ -132,6 +132,8 @@ def load_pins(state_home: str, root: str, server: str, *, pending: bool = False)
 
 def save_pins(state_home: str, root: str, server: str, pins: Pins, *, pending: bool = False) -> None:
     data = json.dumps(pins.to_json(server), sort_keys=True, indent=1).encode("utf-8")
+    # At `trust --apply` the project's state directory may not be there yet.
+    os.makedirs(layout.project_dir(state_home, root), 0o700, exist_ok=True)
     _write_private(layout.pin_file(state_home, root, server, pending=pending), data)
 
 

@@ -124,7 +124,7 @@ def trust(
             prompt_plain=f"Trust {value} for {root.resolve()}? [y/N] ",
         )
         # Accepted: only now does anything of the project run (its servers, confined, to list).
-        listings = _listings_at_review(root.resolve(), document, value, yes=yes,
+        listings = _listings_at_review(root.resolve(), document, reviewed.before, value, yes=yes,
                                        accept_risk=accept_risk, as_json=as_json,
                                        first_run=pins_at_first_run)
         # With --apply, apply writes the guard's snapshot (and warns) right after: once is enough.
@@ -168,8 +168,9 @@ def trust(
     return code
 
 
-def _listings_at_review(root: Path, document: dict[str, Any], digest: str, *, yes: bool,
-                        accept_risk: bool, as_json: bool, first_run: bool) -> list[Any]:
+def _listings_at_review(root: Path, document: dict[str, Any], before: dict[str, Any] | None,
+                        digest: str, *, yes: bool, accept_risk: bool, as_json: bool,
+                        first_run: bool) -> list[Any]:
     """Once the review is accepted: each stdio server without a pin started confined (no network,
     the project read-only) and asked for its listings, shown as the text the model will read and
     accepted a second time. A server that cannot be listed is a high-risk finding (trusted, it
@@ -177,15 +178,21 @@ def _listings_at_review(root: Path, document: dict[str, Any], digest: str, *, ye
     import agentstack.trust.review as rules
     from agentstack import pinreview
 
-    servers = pinreview.unpinned_servers(root, document)
+    say = (lambda line: print(line, file=sys.stderr)) if as_json else echo
+    unpinned = pinreview.unpinned_servers(root, document)
+    # One trusted before without a listing, and unchanged since: its pins stay for its first run
+    # (accepted then; it is not started, or flagged, again at every review).
+    kept = pinreview.unchanged_servers(unpinned, document, before)
+    if kept:
+        say(f"not started at review: {', '.join(kept)} (unchanged since trusted without a "
+            "listing; the relay pins what each first lists when it runs)")
+    servers = [name for name in unpinned if name not in kept]
     if not servers:
         return []
     if first_run:
-        say = (lambda line: print(line, file=sys.stderr)) if as_json else echo
         say(f"not started at review (--pins-at-first-run): {', '.join(servers)}; the relay pins "
             "what each first lists when it runs")
         return []
-    say = (lambda line: print(line, file=sys.stderr)) if as_json else echo
     say(f"Starting {len(servers)} server(s) confined (no network, no $HOME, the project "
         "read-only) to read what each lists, the text the model will read:")
     listings = pinreview.probe_servers(root, document, digest, servers)

@@ -214,6 +214,18 @@ command = "/nonexistent/agentstack-test-server"
     assert "could not be listed at review (gone): trusted, their pins are taken" in said
     assert _trust_records() == 1 and _pin(root, "gone") is None
 
+    # Reviewed again for another change: accepted unlisted before and unchanged, it is neither
+    # started nor flagged again; the new server is.
+    with (root / "agentstack.toml").open("a") as manifest_file:
+        manifest_file.write('\n[servers.other]\ncommand = "/nonexistent/agentstack-other"\n')
+    assert run_cli_in_process("lock", cwd=root).returncode == 0
+    again = run_cli_in_process("trust", "--yes", "--accept-risk", cwd=root)
+    said = again.stdout + again.stderr
+    assert again.returncode == 0, said
+    assert "not started at review: gone (unchanged since trusted without a listing" in said
+    assert "Starting 1 server(s)" in said and "server other: NOT LISTED" in said
+    assert "server gone: NOT LISTED" not in said
+
 
 def test_pins_at_first_run_starts_no_server_at_review(tmp_path: Path) -> None:
     root = _locked(tmp_path, manifest((tmp_path / "proj").resolve()))
