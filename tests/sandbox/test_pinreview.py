@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentstack import layout, pinreview
 from tests.conftest import make_project, run_cli_in_process
@@ -287,3 +289,63 @@ env = {{ TOKEN = "secret:review-token" }}
     assert "s3cr3t-review-value" not in json.dumps(listing.to_json())
     lines = "\n".join(pinreview.listing_lines(listing))
     assert "NOT LISTED" in lines and "s3cr3t" not in lines
+
+
+# ------------------------------------------------------------------ hostile output at review
+
+_ID = st.sampled_from(["agentstack-review-1", "agentstack-review-2", "agentstack-review-3", 1,
+                       None, "x"])
+_ENTRY = st.one_of(
+    st.fixed_dictionaries({"name": st.one_of(st.text(max_size=8), st.integers(), st.none())},
+                          optional={"description": st.text(max_size=20),
+                                    "inputSchema": st.dictionaries(st.text(max_size=3),
+                                                                   st.integers(), max_size=2)}),
+    st.integers(), st.text(max_size=5), st.none())
+_RESULT = st.one_of(
+    st.fixed_dictionaries({"protocolVersion": st.just("2025-06-18"),
+                           "capabilities": st.one_of(st.just({"tools": {}, "prompts": {}}),
+                                                     st.integers(), st.none())}),
+    st.fixed_dictionaries({"tools": st.one_of(st.lists(_ENTRY, max_size=4), st.integers())},
+                          optional={"nextCursor": st.one_of(st.text(max_size=3), st.integers())}),
+    st.fixed_dictionaries({"prompts": st.lists(_ENTRY, max_size=3)}),
+    st.integers(), st.none())
+_MESSAGE = st.one_of(
+    st.builds(lambda i, r: {"jsonrpc": "2.0", "id": i, "result": r}, _ID, _RESULT),
+    st.builds(lambda i: {"jsonrpc": "2.0", "id": i, "error": {"code": 1, "message": "no"}}, _ID),
+    st.builds(lambda i: {"jsonrpc": "2.0", "id": i, "method": "roots/list"}, _ID),
+    st.just({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}))
+_LINE = st.one_of(_MESSAGE.map(lambda m: json.dumps(m).encode() + b"\n"),
+                  st.binary(max_size=64), st.just(b"[]\n"), st.just(b"{\n"))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_LINE, max_size=8))
+def test_hostile_output_at_review_never_records_an_unchecked_listing(lines: list[bytes]) -> None:
+    """A real process writes the bytes whatever it is asked and exits; the review fails with a
+    reason or records only entries that passed the relay's checks (named, unique, no secret), and
+    never raises."""
+    from agentstack import relay
+
+    secret = "review-secret-value"
+    with tempfile.NamedTemporaryFile("wb", suffix=".out", delete=False) as out:
+        out.write(b"".join(lines) + json.dumps(
+            {"jsonrpc": "2.0", "id": "agentstack-review-2",
+             "result": {"tools": [{"name": "leak", "description": secret}]}}).encode() + b"\n")
+    # It writes, then exits: the review sees the end of its output instead of waiting.
+    code = "import sys\nsys.stdout.buffer.write(open(sys.argv[1], 'rb').read())\n"
+    child = subprocess.Popen([sys.executable, "-I", "-c", code, out.name], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, bufsize=0)
+    setup = relay.Setup(server="s", pins=None, policy=relay.ToolPolicy(), digest="b3:" + "0" * 64,
+                        trusted=True)
+    talk = pinreview._Conversation(child, relay.Relay(setup, [secret]), 10.0)
+    try:
+        problem = talk.run()
+    finally:
+        talk.stop()
+        os.unlink(out.name)
+    assert problem is None or isinstance(problem, str)
+    for kind, entries in (setup.pins.lists if setup.pins is not None else {}).items():
+        key_field = relay.KEY_FIELDS[kind]
+        for key, entry in entries.items():
+            assert isinstance(entry, dict) and entry[key_field] == key and key
+            assert secret not in json.dumps(entry)
