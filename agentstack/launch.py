@@ -218,8 +218,14 @@ def run_relay(options: dict[str, str], command: list[str], env: dict[str, str],
 
             def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
                 try:
-                    return serverbox.start(setup.root, consent, name, argv, env, cwd=cwd)
+                    return serverbox.start(setup.root, consent, name, argv, env, cwd=cwd,
+                                           cache=layout.box_file(options["--state"], setup.root,
+                                                                 name),
+                                           key=[setup.digest, setup.root, name], fork=True)
                 except serverbox.ServerConfinementError as exc:
+                    if exc.stage == "exec":
+                        sys.stderr.write(f"agentstack launch: {name}: cannot start it: {exc}\n")
+                        raise SystemExit(1) from None
                     sys.stderr.write(
                         f"agentstack launch: {name}: not started: its sandbox cannot be "
                         f"enforced here: {exc}; to run it unconfined, set "

@@ -215,6 +215,11 @@ def pin_file(state_home: str, root: str, server: str, *, pending: bool = False) 
     return os.path.join(pins_dir(state_home, root), server + (PENDING_SUFFIX if pending else PIN_SUFFIX))
 
 
+def box_file(state_home: str, root: str, server: str) -> str:
+    """The relay's cached confinement of one server (agentstack.serverbox)."""
+    return os.path.join(pins_dir(state_home, root), server + ".box")
+
+
 def receipts_file(state_home: str, root: str) -> str:
     return os.path.join(project_dir(state_home, root), RECEIPTS)
 

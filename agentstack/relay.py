@@ -31,12 +31,14 @@ import contextlib
 import json
 import os
 import stat
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import subprocess  # imported where a process is started: start-up cost
 
 from agentstack import layout
 
@@ -49,6 +51,7 @@ LISTINGS = {
     "resources/list": ("resources", "uri"),
     "resources/templates/list": ("resourceTemplates", "uriTemplate"),
 }
+KEY_FIELDS = dict(LISTINGS.values())  # kind -> the field that names an entry
 REFUSED = -32001  # JSON-RPC server error: agentstack refused
 INVALID_PARAMS = -32602
 REDACTED = "[secret withheld by agentstack]"
@@ -129,6 +132,8 @@ def load_pins(state_home: str, root: str, server: str, *, pending: bool = False)
 
 def save_pins(state_home: str, root: str, server: str, pins: Pins, *, pending: bool = False) -> None:
     data = json.dumps(pins.to_json(server), sort_keys=True, indent=1).encode("utf-8")
+    # At `trust --apply` the project's state directory may not be there yet.
+    os.makedirs(layout.project_dir(state_home, root), 0o700, exist_ok=True)
     _write_private(layout.pin_file(state_home, root, server, pending=pending), data)
 
 
@@ -256,6 +261,11 @@ def _setup_from_home(state_home: str, root: str, server: str, data: bytes) -> Se
         raise ValueError(f"server {server!r} is not in the trusted consent; run 'agentstack trust'")
     policy = ToolPolicy.of(servers[server])
     trusted = _trust_holds(snapshot, state_home)
+    if not trusted:
+        # Revoked, or the trust log no longer proves this digest: the server is not started
+        # (its pins, taken at trust, would otherwise still list it).
+        raise ValueError(f"{digest} is not trusted for this project now (revoked, or the trust "
+                         "log does not prove it); run 'agentstack trust'")
     pins = load_pins(state_home, root, server)
 
     def save(pins: Pins, pending: bool) -> None:
@@ -650,6 +660,8 @@ Starter = Callable[[list[str], dict[str, str]], "subprocess.Popen[bytes]"]
 
 
 def start_plain(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    import subprocess
+
     return subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
     )

@@ -20,19 +20,27 @@ high). Inside `agentstack run` the server already runs in the run's sandbox, wit
 
 from __future__ import annotations
 
+import json
 import marshal
 import os
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import subprocess  # imported where a process is started: start-up cost
 
 SANDBOX_OFF = "sandbox"  # servers.NAME.sandbox = false: started unconfined
 
 
 class ServerConfinementError(Exception):
-    """The server's sandbox cannot be enforced here: nothing was started."""
+    """The server's sandbox cannot be enforced here: nothing was started. (`stage` "exec": the
+    sandbox was in force and the server's command itself could not be executed.)"""
+
+    def __init__(self, message: str, stage: str = "") -> None:
+        super().__init__(message)
+        self.stage = stage
 
 
 def wanted(consent: Mapping[str, Any], server: str) -> bool:
@@ -96,12 +104,35 @@ def policy_for(root: str, consent: Mapping[str, Any], server: str, argv: Sequenc
     return policy._replace(grants=(*policy.grants, *extra))
 
 
+def review_policy(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str],
+                  scratch: str, *, cwd: str | None = None) -> Any:
+    """The stricter policy a server is started under at `agentstack trust`, to read its listing
+    before its consent is recorded: as `policy_for`, but every grant read-only (the project too:
+    listing tools must not change a file) but `scratch`, a private empty directory that is its
+    HOME and TMPDIR and is removed afterwards; no network at all."""
+    policy = policy_for(root, consent, server, argv, cwd=cwd)
+    from agentstack.sandbox.policy import Grant
+
+    grants = tuple(g._replace(access="ro") if g.access == "rw" and not g.file else g
+                   for g in policy.grants)
+    scratch_grant = Grant(path=os.path.realpath(scratch), access="rw",
+                          source=f"servers.{server}: review scratch")
+    return policy._replace(grants=(*grants, scratch_grant), network_block=True,
+                           localhost_ports=())
+
+
 def _workdir(root: str, cwd: str | None) -> str:
     from agentstack import layout
 
     if cwd is not None and os.path.realpath(root) == os.path.realpath(layout.home()):
         return cwd
     return root
+
+
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox", "confine.py")
+# What decides a cached confinement besides the key the relay gives: these modules' code.
+_POLICY_CODE = ("serverbox.py", "sandbox/resolve.py", "sandbox/profiles.py", "sandbox/policy.py",
+                "sandbox/seccomp.py", "sandbox/runner.py", "sandbox/confine.py", "sandbox/abi.py")
 
 
 def start(
@@ -112,37 +143,68 @@ def start(
     env: Mapping[str, str],
     *,
     cwd: str | None = None,
+    policy: Any = None,
+    stderr: int | None = None,
+    cache: str | None = None,
+    key: Sequence[Any] = (),
+    fork: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """The server, started confined, its stdin and stdout piped (stderr inherited); raises
-    ServerConfinementError when any layer cannot be enforced (then nothing runs)."""
-    from agentstack.sandbox.confine import ARMED, nono_module_path
-    from agentstack.sandbox.resolve import ConfinementError
-    from agentstack.sandbox.runner import LAUNCHER, check_enforceable
+    """The server, started confined, its stdin and stdout piped (stderr inherited, or `stderr`);
+    raises ServerConfinementError when any layer cannot be enforced (then nothing runs).
+    `policy`: one built here already (`review_policy`), else `policy_for`'s. `cache`: a file of
+    agentstack's own state where the resolved confinement is kept, valid while `key` (the trusted
+    digest, the project, what the relay was started with), the interpreter, the kernel and this
+    code stay the same: the next start skips resolving it.
 
-    policy = policy_for(root, consent, server, argv, cwd=cwd)
-    try:
-        enforcement = check_enforceable(policy)
-    except ConfinementError as exc:
-        raise ServerConfinementError(f"{exc}{' (' + exc.hint + ')' if exc.hint else ''}") from None
-    spec = {
-        "argv": list(argv),
-        "env": dict(env),
-        "cwd": cwd or policy.workdir,
-        "grants": [{"path": g.path, "access": g.access, "file": g.file} for g in policy.grants],
-        "network_block": True,
-        "tcp_ports": [],
-        "seccomp": enforcement.seccomp_program,
-        "drop_capabilities": True,
-        "nono": nono_module_path(),
-        "parent_pid": os.getpid(),
-    }
+    The launcher (agentstack's own code, `sandbox/confine.py`) is started first, so its
+    interpreter starts while the confinement is resolved; it runs nothing until the spec arrives,
+    and only once every layer is in force does it exec the server. `fork` (only from a
+    single-threaded process): no launcher interpreter, this process forks and the child confines
+    itself with the same code (`Forked`)."""
+    if fork:
+        confinement = _confinement(root, consent, server, argv, cwd, policy, cache, key)
+        spec = {**confinement, "argv": list(argv), "env": dict(env),
+                "cwd": cwd or confinement["workdir"], "parent_pid": os.getpid()}
+        process: Any = Forked(spec)
+        status_r = process.status_fd
+    else:
+        process, status_r = _launcher(root, consent, server, argv, env, cwd, policy, cache, key,
+                                      stderr)
+    with os.fdopen(status_r, "rb") as status_handle:
+        status = status_handle.read()
+    if status == ARMED:
+        return cast("subprocess.Popen[bytes]", process)
+    _stop(process)
+    if cache is not None:
+        _forget(cache)  # resolved again next time (a path it granted may have gone)
+    text = status[len(ARMED):] if status.startswith(ARMED) else status
+    line = text.decode("utf-8", "replace").splitlines()[0] if text else "the launcher died"
+    stage = ""
+    if line.startswith("E "):
+        stage, _, message = line[2:].partition("\t")
+        if stage == "exec":
+            raise ServerConfinementError(message, stage)
+        line = f"{message} ({stage})"
+    raise ServerConfinementError(f"the sandbox could not be applied: {line}", stage)
+
+
+ARMED = b"A\n"  # agentstack.sandbox.confine.ARMED (not imported: that loads ctypes here)
+
+
+def _launcher(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str],
+              env: Mapping[str, str], cwd: str | None, policy: Any, cache: str | None,
+              key: Sequence[Any], stderr: int | None) -> tuple[subprocess.Popen[bytes], int]:
+    """The launcher as its own interpreter, started first: it boots while the confinement is
+    resolved here. (Returns it and the status fd to read.)"""
+    import subprocess
+
     spec_r, spec_w = os.pipe()
     status_r, status_w = os.pipe()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(LAUNCHER), str(spec_r), str(status_w)],
+            [sys.executable, "-I", "-S", LAUNCHER, str(spec_r), str(status_w)],
             pass_fds=(spec_r, status_w), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            bufsize=0, cwd=policy.workdir,
+            stderr=stderr, bufsize=0, cwd=cwd or root,
         )
     except OSError as exc:
         for fd in (spec_r, spec_w, status_r, status_w):
@@ -151,24 +213,163 @@ def start(
     os.close(spec_r)
     os.close(status_w)
     try:
+        confinement = _confinement(root, consent, server, argv, cwd, policy, cache, key)
+    except BaseException:
+        os.close(spec_w)  # the launcher reads no spec: it runs nothing
+        os.close(status_r)
+        _stop(process)
+        raise
+    spec = {**confinement, "argv": list(argv), "env": dict(env),
+            "cwd": cwd or confinement["workdir"], "parent_pid": os.getpid()}
+    try:
         with os.fdopen(spec_w, "wb") as handle:
             handle.write(marshal.dumps(spec))
     except BrokenPipeError:
         pass
-    with os.fdopen(status_r, "rb") as status_handle:
-        status = status_handle.read()
-    if status == ARMED:
-        return process
-    _stop(process)
-    text = status[len(ARMED):] if status.startswith(ARMED) else status
-    line = text.decode("utf-8", "replace").splitlines()[0] if text else "the launcher died"
-    if line.startswith("E "):
-        stage, _, message = line[2:].partition("\t")
-        line = f"{message} ({stage})"
-    raise ServerConfinementError(f"the sandbox could not be applied: {line}")
+    return process, status_r
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+class Forked:
+    """The server started without a second interpreter: this process forks, and the child
+    confines itself with the launcher's own code (`confine_and_exec`, imported before the fork)
+    and execs the server. Only from a single-threaded process (the relay before it relays)."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        from agentstack.sandbox import confine  # ctypes and nono's loader: before the fork
+
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        status_r, status_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: confined, then the server; never back into the relay
+            try:
+                os.dup2(in_r, 0)
+                os.dup2(out_w, 1)
+                for fd in (in_r, in_w, out_r, out_w, status_r):
+                    os.close(fd)
+                confine.confine_and_exec(spec, status_w)
+            except confine.LaunchError as exc:
+                confine.report(status_w, exc.stage, exc.message)
+            except BaseException as exc:  # noqa: BLE001 - nothing may run unconfined
+                confine.report(status_w, "launch", f"{type(exc).__name__}: {exc}")
+            os._exit(confine.EXIT_SETUP_FAILED)
+        for fd in (in_r, out_w, status_w):
+            os.close(fd)
+        self.pid = pid
+        self.args = spec["argv"]
+        self.returncode: int | None = None
+        self.stdin: IO[bytes] | None = os.fdopen(in_w, "wb", buffering=0)
+        self.stdout: IO[bytes] | None = os.fdopen(out_r, "rb", buffering=0)
+        self.status_fd = status_r
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        import contextlib
+        import signal
+
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+def _confinement(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str],
+                 cwd: str | None, policy: Any, cache: str | None,
+                 key: Sequence[Any]) -> dict[str, Any]:
+    """The launcher's spec but for the server's argv, env, cwd: from the cache when it holds this
+    very key, else resolved (and kept)."""
+    full_key = None
+    if cache is not None and policy is None:
+        full_key = [*key, list(argv), cwd, os.environ.get("PATH"), sys.executable,
+                    os.uname().release, _code_stamp()]
+        cached = _cached(cache, full_key)
+        if cached is not None:
+            return cached
+    from agentstack.sandbox.confine import nono_module_path
+    from agentstack.sandbox.resolve import ConfinementError
+    from agentstack.sandbox.runner import check_enforceable
+
+    if policy is None:
+        policy = policy_for(root, consent, server, argv, cwd=cwd)
+    try:
+        enforcement = check_enforceable(policy)
+    except ConfinementError as exc:
+        raise ServerConfinementError(f"{exc}{' (' + exc.hint + ')' if exc.hint else ''}") from None
+    confinement = {
+        "workdir": policy.workdir,
+        "grants": [{"path": g.path, "access": g.access, "file": g.file} for g in policy.grants],
+        "network_block": True,
+        "tcp_ports": [],
+        "seccomp": enforcement.seccomp_program,
+        "drop_capabilities": True,
+        "nono": nono_module_path(),
+    }
+    if cache is not None and full_key is not None:
+        _keep(cache, full_key, confinement)
+    return confinement
+
+
+def _code_stamp() -> list[Any]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    out: list[Any] = []
+    for name in _POLICY_CODE:
+        try:
+            info = os.stat(os.path.join(here, name))
+        except OSError:
+            out.append(None)
+            continue
+        out.append([info.st_mtime_ns, info.st_size])
+    return out
+
+
+def _cached(path: str, key: list[Any]) -> dict[str, Any] | None:
+    from agentstack.relay import _read_private
+
+    try:
+        data = _read_private(path, 4 * 1024 * 1024)
+        if data is None:
+            return None
+        value = json.loads(data)
+        if not isinstance(value, dict) or value.get("key") != json.loads(json.dumps(key)):
+            return None
+        confinement = dict(value["confinement"])
+        if confinement["seccomp"] is not None:
+            confinement["seccomp"] = bytes.fromhex(confinement["seccomp"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return confinement
+
+
+def _keep(path: str, key: list[Any], confinement: dict[str, Any]) -> None:
+    import contextlib
+
+    from agentstack.relay import _write_private
+
+    seccomp = confinement["seccomp"]
+    kept = {**confinement, "seccomp": seccomp.hex() if seccomp is not None else None}
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        _write_private(path, json.dumps({"key": key, "confinement": kept}).encode())
+
+
+def _forget(path: str) -> None:
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _stop(process: Any) -> None:
     streams: list[IO[bytes] | None] = [process.stdin, process.stdout]
     if process.poll() is None:
         process.kill()

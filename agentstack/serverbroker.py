@@ -149,7 +149,7 @@ class Broker:
 
     def _relay(self, name: str, argv: list[str], env: dict[str, str], cwd: str,
                secret_values: list[str], rfile: IO[bytes], wfile: IO[bytes]) -> None:
-        from agentstack import relay, serverbox
+        from agentstack import layout, relay, serverbox
 
         setup = relay.load_setup(self.state_home, str(self.root), name)
         if setup.closed is not None or setup.consent is None:
@@ -161,7 +161,10 @@ class Broker:
             import subprocess
 
             if serverbox.wanted(consent, name):
-                child = serverbox.start(str(self.root), consent, name, argv, env, cwd=cwd)
+                child = serverbox.start(
+                    str(self.root), consent, name, argv, env, cwd=cwd,
+                    cache=layout.box_file(self.state_home, str(self.root), name),
+                    key=[setup.digest, str(self.root), name])
             else:
                 child = subprocess.Popen(
                     argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=cwd,

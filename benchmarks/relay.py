@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -97,6 +98,7 @@ args = ["-I", {json.dumps(str(NOTES))}]
 env = {{ NOTES_FILE = {json.dumps(str(root / "notes.txt"))} }}
 {extra}
 """)
+    # trust starts the server confined to pin its first listing (docs/mcp-relay.md).
     for args in (("lock",), ("trust", "--yes", "--accept-risk"), ("apply", "--write")):
         cli(*args, cwd=root, env=env)
     entry = json.loads((root / ".mcp.json").read_text())["mcpServers"]["notes"]
@@ -120,7 +122,7 @@ def main() -> int:
         kinds = {"direct": (direct, confined_env, root), "relay": (confined, confined_env, root),
                  "relay, unconfined": (unconfined, unconfined_env, other)}
         results: dict[str, dict[str, list[float]]] = {
-            k: {"startup": [], "call": [], "list": []} for k in kinds}
+            k: {"startup": [], "call": [], "list": [], "cpu": []} for k in kinds}
         args = {"name": "add_note", "arguments": {"text": "x"}}
         for _ in range(options.rounds):
             for kind, (argv, kind_env, cwd) in kinds.items():
@@ -130,18 +132,29 @@ def main() -> int:
                 results[kind]["call"] += server.timed("tools/call", args, options.calls)
                 results[kind]["list"] += server.timed("tools/list", {}, options.calls)
                 server.close()
+                # Start-up CPU (the process tree's user + system time, from spawn to the answer
+                # to `initialize` and exit): what the machine's load does not stretch.
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                Server(argv, kind_env, cwd).close()
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                results[kind]["cpu"].append(after.ru_utime - before.ru_utime
+                                            + after.ru_stime - before.ru_stime)
         med = {k: {m: statistics.median(v) * 1000 for m, v in r.items()} for k, r in results.items()}
-        print(f"{options.rounds} rounds, {options.calls} calls and listings each (medians, ms)")
-        print(f"{'':20} {'start-up':>10} {'tools/call':>11} {'tools/list':>11}")
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"{options.rounds} rounds, {options.calls} calls and listings each (medians, ms); "
+              f"load average {load} on {os.cpu_count()} CPUs")
+        print(f"{'':20} {'start-up':>10} {'start CPU':>10} {'tools/call':>11} {'tools/list':>11}")
         for kind in kinds:
             m = med[kind]
-            print(f"{kind:20} {m['startup']:10.1f} {m['call']:11.3f} {m['list']:11.3f}")
+            print(f"{kind:20} {m['startup']:10.1f} {m['cpu']:10.1f} {m['call']:11.3f} "
+                  f"{m['list']:11.3f}")
         for kind in ("relay", "relay, unconfined"):
             m, d = med[kind], med["direct"]
             print(f"{kind}: +{m['call'] - d['call']:.3f} ms per tools/call "
                   f"(x{m['call'] / d['call']:.2f}), +{m['list'] - d['list']:.3f} ms per "
                   f"tools/list (x{m['list'] / d['list']:.2f}), start-up "
-                  f"x{m['startup'] / d['startup']:.2f} (goals: <= 2 ms, <= 2 ms, <= 1.5x)")
+                  f"x{m['startup'] / d['startup']:.2f}, +{m['startup'] - d['startup']:.1f} ms "
+                  f"(CPU x{m['cpu'] / d['cpu']:.2f}) (goals: <= 2 ms, <= 2 ms, <= 1.5x)")
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

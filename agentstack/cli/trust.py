@@ -47,6 +47,10 @@ def trust(
         "--harness", help="With --apply: only this harness; repeatable.")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="With --apply: overwrite hand edits (backed up first).")] = False,
+    pins_at_first_run: Annotated[bool, typer.Option(
+        "--pins-at-first-run", help="Start no server at review: the relay pins what each stdio "
+        "server first lists when it runs, unreviewed (default: each server without a pin is "
+        "started confined after you accept the review, and its listing shown).")] = False,
     as_json: Json = False,
     user: User = False,
 ) -> int | None:
@@ -119,6 +123,10 @@ def trust(
             f"{root.resolve()}, type accept-risk (anything else declines): ",
             prompt_plain=f"Trust {value} for {root.resolve()}? [y/N] ",
         )
+        # Accepted: only now does anything of the project run (its servers, confined, to list).
+        listings = _listings_at_review(root.resolve(), document, reviewed.before, value, yes=yes,
+                                       accept_risk=accept_risk, as_json=as_json,
+                                       first_run=pins_at_first_run)
         done = rules.record(the_store, reviewed, contents)
         undeclared: list[str] = []
         # With --apply, apply writes the guard's snapshot (and warns) right after: once is enough.
@@ -126,6 +134,10 @@ def trust(
             from agentstack.apply.snapshot import write_snapshot
 
             undeclared = list(write_snapshot(reviewed.root, reviewed.document, reviewed.digest))
+        if listings:
+            from agentstack import pinreview
+
+            pinreview.record_listings(root.resolve(), listings, value)
         for item in undeclared:
             echo(
                 f"warning: {item} is not in agentstack.toml: the guard blocks every tool call "
@@ -139,6 +151,8 @@ def trust(
             "seq": done.seq,
             "findings": [f.to_json() for f in reviewed.result.findings],
         }
+        if listings:
+            result["listings"] = [listing.to_json() for listing in listings]
         if not as_json:
             echo(f"trusted {value} for {done.project} (trust log record {done.seq})")
     pins = _review_pins(root.resolve(), document, value, yes=yes, accept_risk=accept_risk,
@@ -157,6 +171,53 @@ def trust(
     if as_json:
         print_json(result)
     return code
+
+
+def _listings_at_review(root: Path, document: dict[str, Any], before: dict[str, Any] | None,
+                        digest: str, *, yes: bool, accept_risk: bool, as_json: bool,
+                        first_run: bool) -> list[Any]:
+    """Once the review is accepted: each stdio server without a pin started confined (no network,
+    the project read-only) and asked for its listings, shown as the text the model will read and
+    accepted a second time. A server that cannot be listed is a high-risk finding (trusted, it
+    is pinned at its first run). `first_run`: no server is started here."""
+    import agentstack.trust.review as rules
+    from agentstack import pinreview
+
+    say = (lambda line: print(line, file=sys.stderr)) if as_json else echo
+    unpinned = pinreview.unpinned_servers(root, document)
+    # One trusted before without a listing, and unchanged since: its pins stay for its first run
+    # (accepted then; it is not started, or flagged, again at every review).
+    kept = pinreview.unchanged_servers(unpinned, document, before)
+    if kept:
+        say(f"not started at review: {', '.join(kept)} (unchanged since trusted without a "
+            "listing; the relay pins what each first lists when it runs)")
+    servers = [name for name in unpinned if name not in kept]
+    if not servers:
+        return []
+    if first_run:
+        say(f"not started at review (--pins-at-first-run): {', '.join(servers)}; the relay pins "
+            "what each first lists when it runs")
+        return []
+    say(f"Starting {len(servers)} server(s) confined (no network, no $HOME, the project "
+        "read-only) to read what each lists, the text the model will read:")
+    listings = pinreview.probe_servers(root, document, digest, servers)
+    for listing in listings:
+        for line in pinreview.listing_lines(listing):
+            say(line)
+    failed = [listing.server for listing in listings if listing.error is not None]
+    if failed:
+        say(f"{len(failed)} server(s) could not be listed at review ({', '.join(failed)}): "
+            "trusted, their pins are taken when each first runs behind the relay (high risk: "
+            "what they list is not reviewed here)")
+    rules.require_acceptance(
+        len(failed), yes=yes, accept_risk=accept_risk, interactive=sys.stdin.isatty(), ask=ask,
+        prompt_high=f"To trust {', '.join(failed)} without reviewing what they list, type "
+        "accept-risk (anything else declines): ",
+        prompt_plain="Trust them with these listings as their pins? [y/N] ",
+        high_declined=" (a server not listed at review needs the word accept-risk; fix it, or "
+        "re-run with --pins-at-first-run)",
+    )
+    return listings
 
 
 def _review_pins(root: Path, document: dict[str, Any], digest: str, *, yes: bool,

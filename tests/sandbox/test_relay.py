@@ -177,10 +177,13 @@ def test_an_untrusted_project_lists_nothing(tmp_path: Path) -> None:
     root = trusted_project(tmp_path)
     argv = rendered_command(root)
     assert run_cli_in_process("revoke", cwd=root).returncode == 0
-    session = Session(argv).start()
-    answer = session.request("tools/list")
-    assert "error" in answer and "result" not in answer, answer
-    session.close()
+    # Its pins (taken at trust) stay, but the server is not even started: nothing to list.
+    session = Session(argv)
+    session.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    assert session.proc.stdout is not None and session.proc.stdout.read() == b""
+    stderr = session.close()
+    assert session.proc.returncode == 1
+    assert "notes: not started:" in stderr and "is not trusted for this project now" in stderr
 
 
 # ------------------------------------------------------------------ the checks, in process

@@ -70,7 +70,9 @@ def test_interactive_prompt_on_a_terminal(project: Path) -> None:
     def run_on_tty(answer: bytes) -> tuple[int, str]:
         master, slave = pty.openpty()
         env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120")
-        proc = subprocess.Popen([sys.executable, "-m", "agentstack", "trust"], cwd=project,
+        # (Its server is a stand-in that answers no MCP: not started at review.)
+        proc = subprocess.Popen([sys.executable, "-m", "agentstack", "trust",
+                                 "--pins-at-first-run"], cwd=project,
                                 stdin=slave, stdout=slave, stderr=slave, env=env)
         os.close(slave)
         output = b""
