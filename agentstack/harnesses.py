@@ -1188,8 +1188,9 @@ NO_GUARD: dict[str, str] = {
 }
 # Harnesses agentstack knows of whose binary was not run here (doctor says so): why.
 NOT_VERIFIED: dict[str, str] = {
-    "auggie": "Auggie 0.36.0 needs an Augment login before any model command (not rendered; "
-    "start it through 'agentstack run')",
+    "auggie": "Auggie 0.36.0 needs an Augment login before any model command (its 'mcp list' "
+    "starts offline and reads the project's .augment/settings.json; not rendered: start it "
+    "through 'agentstack run')",
     "crush": "Crush (npm @charmland/crush) downloads its binary at install time and cannot be "
     "installed here (not rendered; start it through 'agentstack run')",
 }
