@@ -441,6 +441,17 @@ def codex_plugins(
 
 # ------------------------------------------------ Gemini CLI and its fork Qwen Code: one shape
 
+# Keys of the Gemini family's settings that would load other servers, run commands (custom tool
+# discovery and calls) or switch the (user-level) guard off.
+GEMINI_GUARDED: tuple[tuple[str, ...], ...] = (
+    ("mcpServers",),
+    ("hooks",),
+    ("hooksConfig",),
+    ("mcp",),
+    ("tools", "discoveryCommand"),
+    ("tools", "callCommand"),
+)
+
 
 def gemini_server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     """A server entry of Gemini CLI's `mcpServers` (Qwen Code's too): `httpUrl` for HTTP; stdio

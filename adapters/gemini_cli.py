@@ -22,6 +22,7 @@ from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
+    GEMINI_GUARDED,
     GUARD_TIMEOUT_S,
     gemini_extensions,
     gemini_settings,
@@ -36,15 +37,6 @@ from .common import (
 NAME = "gemini-cli"
 SETTINGS = ".gemini/settings.json"
 GUARD_NAME = "agentstack-guard"
-# Keys that would load other servers, run commands or switch the (user-level) guard off.
-GEMINI_GUARDED: tuple[tuple[str, ...], ...] = (
-    ("mcpServers",),
-    ("hooks",),
-    ("hooksConfig",),
-    ("mcp",),
-    ("tools", "discoveryCommand"),
-    ("tools", "callCommand"),
-)
 # Manifest events (Claude Code's names) as Gemini CLI names them.
 EVENTS = {
     "PreToolUse": "BeforeTool",

@@ -26,6 +26,7 @@ from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
+    GEMINI_GUARDED,
     GUARD_TIMEOUT_S,
     gemini_settings,
     instructions_text,
@@ -41,13 +42,7 @@ SETTINGS = ".qwen/settings.json"
 GUARD_NAME = "agentstack-guard"
 # Gemini CLI's guarded keys, and `disableAllHooks` (it switches every hook off).
 GUARDED: tuple[tuple[str, ...], ...] = (
-    ("mcpServers",),
-    ("hooks",),
-    ("disableAllHooks",),
-    ("hooksConfig",),
-    ("mcp",),
-    ("tools", "discoveryCommand"),
-    ("tools", "callCommand"),
+    *GEMINI_GUARDED[:2], ("disableAllHooks",), *GEMINI_GUARDED[2:]
 )
 # Qwen Code writes its settings format's version into a settings file that lacks it (at every
 # start): rendered, so its own write is no change.
