@@ -437,3 +437,124 @@ def codex_plugins(
         keys[("marketplaces", market)] = {"source_type": "local", "source": str(top)}
         keys[("plugins", f"{components['name']}@{market}")] = {"enabled": True}
     return files, keys
+
+
+# ------------------------------------------------ Gemini CLI and its fork Qwen Code: one shape
+
+# Keys of the Gemini family's settings that would load other servers, run commands (custom tool
+# discovery and calls) or switch the (user-level) guard off.
+GEMINI_GUARDED: tuple[tuple[str, ...], ...] = (
+    ("mcpServers",),
+    ("hooks",),
+    ("hooksConfig",),
+    ("mcp",),
+    ("tools", "discoveryCommand"),
+    ("tools", "callCommand"),
+)
+
+
+def gemini_server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    """A server entry of Gemini CLI's `mcpServers` (Qwen Code's too): `httpUrl` for HTTP; stdio
+    with its `cwd`, secrets through the launcher (Gemini strips secret-looking variables from
+    what a server inherits, and the config holds no `${KEY}`), and its tool lists."""
+    if server["transport"] == "http":
+        out: dict[str, Any] = {"httpUrl": server["url"]}
+        if server["headers"]:
+            out["headers"] = header_values(server, "${{{var}}}")
+        return out
+    command, args, literal = stdio_server(context, server, cwd_key=True)
+    out = {"command": command, "args": args, "cwd": str(context.root / server.get("cwd", "."))}
+    if literal:
+        out["env"] = literal
+    out.update(native_tool_keys(server, "includeTools", "excludeTools"))
+    return out
+
+
+def gemini_settings(
+    context: RenderContext,
+    harness: str,
+    *,
+    path: str,
+    hooks: dict[str, list[dict[str, Any]]],
+    guarded: tuple[tuple[str, ...], ...],
+    extra: dict[tuple[str, ...], Any] | None = None,
+) -> OwnedKeys:
+    """The project settings file of the Gemini family: `mcpServers.<name>` for every server,
+    `hooks` whole, `extra` keys, then the harness's passthrough keys."""
+    servers = context.consent["servers"]
+    keys: dict[tuple[str, ...], Any] = {
+        ("mcpServers", n): gemini_server(context, s) for n, s in sorted(servers.items())
+    }
+    keys[("hooks",)] = hooks
+    keys.update(extra or {})
+    for key, value in sorted(context.consent["settings"]["passthrough"].get(harness, {}).items()):
+        keys[(key,)] = value
+    return OwnedKeys(path=path, format="json", keys=keys, guarded=guarded)
+
+
+def trusted_folder(context: RenderContext, home: Any) -> OwnedKeys:
+    """`<home>/trustedFolders.json` trusting the project (Gemini CLI's and Qwen Code's)."""
+    return OwnedKeys(
+        path=str(home / "trustedFolders.json"),
+        format="json",
+        keys={(str(context.root),): "TRUST_FOLDER"},
+        user_level=True,
+    )
+
+
+def user_guard(home: Any, event: str, group: dict[str, Any]) -> OwnedKeys:
+    """The guard at user level too (`<home>/settings.json`, kept on revoke): after `revoke` the
+    harness no longer trusts the folder and skips the project's hooks; this one still runs (and
+    allows outside agentstack projects)."""
+    return OwnedKeys(
+        path=str(home / "settings.json"),
+        format="json",
+        keys={("hooks", event): [group]},
+        user_level=True,
+        keep_on_revoke=True,
+    )
+
+
+def named_hook_groups(
+    context: RenderContext,
+    guard: tuple[str, dict[str, Any]],
+    *,
+    any_matcher: str,
+    events: dict[str, str] | None = None,
+    timeout_unit: int = 1,
+) -> dict[str, list[dict[str, Any]]]:
+    """Hook groups of the Gemini family: the guard's group first (`guard`: its event, its
+    group), then each manifest hook under its name (its event renamed by `events`, matcher `*` as
+    `any_matcher`, its timeout in seconds times `timeout_unit`)."""
+    event, group = guard
+    groups: dict[str, list[dict[str, Any]]] = {event: [group]}
+    for name, hook in sorted(context.consent["hooks"].items()):
+        matcher = hook["matcher"]
+        entry = {
+            "type": "command",
+            "name": name,
+            "command": hook_command(context, hook),
+            "timeout": hook["timeout"] * timeout_unit,
+        }
+        groups.setdefault((events or {}).get(hook["event"], hook["event"]), []).append(
+            {"matcher": any_matcher if matcher == "*" else matcher, "hooks": [entry]}
+        )
+    return groups
+
+
+def named_guard_group(
+    context: RenderContext, harness: str, *, matcher: str, timeout: int, user_level: bool = False
+) -> dict[str, Any]:
+    """The guard as one named hook group of the Gemini family (`agentstack-guard`): the
+    project's, or the user-level one (`--user-level`)."""
+    return {
+        "matcher": matcher,
+        "hooks": [
+            {
+                "type": "command",
+                "name": "agentstack-guard",
+                "command": guard_command(context, harness, user_level=user_level),
+                "timeout": timeout,
+            }
+        ],
+    }

@@ -22,15 +22,16 @@ from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
+    GEMINI_GUARDED,
     GUARD_TIMEOUT_S,
     gemini_extensions,
-    guard_command,
-    header_values,
-    hook_command,
+    gemini_settings,
     instructions_text,
-    native_tool_keys,
+    named_guard_group,
+    named_hook_groups,
     skill_files,
-    stdio_server,
+    trusted_folder,
+    user_guard,
 )
 
 NAME = "gemini-cli"
@@ -46,51 +47,15 @@ EVENTS = {
 }
 
 
-def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
-    if server["transport"] == "http":
-        out: dict[str, Any] = {"httpUrl": server["url"]}
-        if server["headers"]:
-            out["headers"] = header_values(server, "${{{var}}}")
-        return out
-    # Secrets: through the launcher, which reads them from the secret store (Gemini strips
-    # secret-looking variables from what a server inherits, and the config holds no `${KEY}`).
-    command, args, literal = stdio_server(context, server, cwd_key=True)
-    out = {"command": command, "args": args, "cwd": str(context.root / server.get("cwd", "."))}
-    if literal:
-        out["env"] = literal
-    out.update(native_tool_keys(server, "includeTools", "excludeTools"))
-    return out
-
-
 def guard_group(context: RenderContext, *, user_level: bool = False) -> dict[str, Any]:
     """The guard as a BeforeTool group: the project's, or the user-level one (`--user-level`)."""
-    return {
-        "matcher": ".*",
-        "hooks": [
-            {
-                "type": "command",
-                "name": GUARD_NAME,
-                "command": guard_command(context, NAME, user_level=user_level),
-                "timeout": GUARD_TIMEOUT_S * 1000,
-            }
-        ],
-    }
+    return named_guard_group(context, NAME, matcher=".*", timeout=GUARD_TIMEOUT_S * 1000,
+                             user_level=user_level)
 
 
 def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = {"BeforeTool": [guard_group(context)]}
-    for name, hook in sorted(context.consent["hooks"].items()):
-        matcher = hook["matcher"]
-        entry = {
-            "type": "command",
-            "name": name,
-            "command": hook_command(context, hook),
-            "timeout": hook["timeout"] * 1000,
-        }
-        groups.setdefault(EVENTS[hook["event"]], []).append(
-            {"matcher": ".*" if matcher == "*" else matcher, "hooks": [entry]}
-        )
-    return groups
+    return named_hook_groups(context, ("BeforeTool", guard_group(context)), any_matcher=".*",
+                             events=EVENTS, timeout_unit=1000)
 
 
 class GeminiCliAdapter:
@@ -99,28 +64,13 @@ class GeminiCliAdapter:
         return NAME
 
     def render(self, context: RenderContext) -> list[FileOperation]:
-        servers = context.consent["servers"]
-        settings: dict[tuple[str, ...], Any] = {
-            ("mcpServers", n): _server(context, s) for n, s in sorted(servers.items())
-        }
-        settings[("hooks",)] = _hooks(context)
-        for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
-            settings[(key,)] = value
         ops: list[FileOperation] = [
-            OwnedKeys(
+            gemini_settings(
+                context,
+                NAME,
                 path=SETTINGS,
-                format="json",
-                keys=settings,
-                # Keys that would load other servers, run commands (custom tool discovery and
-                # calls) or switch the (user-level) guard off.
-                guarded=(
-                    ("mcpServers",),
-                    ("hooks",),
-                    ("hooksConfig",),
-                    ("mcp",),
-                    ("tools", "discoveryCommand"),
-                    ("tools", "callCommand"),
-                ),
+                hooks=_hooks(context),
+                guarded=GEMINI_GUARDED,
             )
         ]
         ops.extend(skill_files(context, ".agents/skills"))
@@ -138,24 +88,7 @@ class GeminiCliAdapter:
                     user_level=True,
                 )
             )
-        ops.append(
-            OwnedKeys(
-                path=str(gemini_home / "trustedFolders.json"),
-                format="json",
-                keys={(str(context.root),): "TRUST_FOLDER"},
-                user_level=True,
-            )
-        )
-        # The guard at user level too: `--skip-trust` drops the project's hooks, and after
-        # `revoke` Gemini no longer trusts the folder; this one still runs (and allows outside
-        # agentstack projects).
-        ops.append(
-            OwnedKeys(
-                path=str(gemini_home / "settings.json"),
-                format="json",
-                keys={("hooks", "BeforeTool"): [guard_group(context, user_level=True)]},
-                user_level=True,
-                keep_on_revoke=True,
-            )
-        )
+        ops.append(trusted_folder(context, gemini_home))
+        # `--skip-trust` drops the project's hooks too: the user-level guard still runs.
+        ops.append(user_guard(gemini_home, "BeforeTool", guard_group(context, user_level=True)))
         return ops

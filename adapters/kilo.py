@@ -14,14 +14,9 @@ Facts (measured with Kilo 7.7.7):
 
 from __future__ import annotations
 
-import json
-import shlex
-from typing import Any
-
-from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext, WholeFile
-from .common import GENERATED_NOTE, GUARD_TIMEOUT_S, guard_command, instructions_text, skill_files
-from .opencode import _PLUGIN_TEMPLATE
-from .opencode import _server as opencode_server
+from .base import FileOperation, RenderContext
+from .opencode import plugin_source as opencode_plugin
+from .opencode import render_family
 
 NAME = "kilo"
 CONFIG = "kilo.json"
@@ -36,11 +31,7 @@ REVIEW_NOTE = (
 
 
 def plugin_source(context: RenderContext) -> str:
-    return _PLUGIN_TEMPLATE.format(
-        note=GENERATED_NOTE,
-        guard=json.dumps(shlex.split(guard_command(context, NAME)), ensure_ascii=False),
-        timeout_ms=GUARD_TIMEOUT_S * 1000,
-    ).replace("for OpenCode", "for Kilo").replace("OpenCode names", "Kilo names")
+    return opencode_plugin(context, NAME, "Kilo")
 
 
 class KiloAdapter:
@@ -54,21 +45,4 @@ class KiloAdapter:
         return REVIEW_NOTE
 
     def render(self, context: RenderContext) -> list[FileOperation]:
-        servers = context.consent["servers"]
-        config: dict[tuple[str, ...], Any] = {("$schema",): SCHEMA}
-        config.update({("mcp", n): opencode_server(context, s) for n, s in sorted(servers.items())})
-        for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
-            config[(key,)] = value
-        ops: list[FileOperation] = [
-            OwnedKeys(
-                path=CONFIG,
-                format="json",
-                keys=config,
-                guarded=(("mcp",), ("plugin",), ("plugins",), ("provider",)),
-            ),
-            WholeFile(path=PLUGIN, content=plugin_source(context).encode("utf-8")),
-        ]
-        ops.extend(skill_files(context, ".agents/skills"))
-        if context.consent["instructions"]:
-            ops.append(OwnedBlock(path="AGENTS.md", text=instructions_text(context)))
-        return ops
+        return render_family(context, NAME, "Kilo", config=CONFIG, schema=SCHEMA, plugin=PLUGIN)

@@ -44,14 +44,14 @@ PLUGIN = ".opencode/plugins/agentstack-guard.js"
 # failure (no guard, a timeout, a signal, a bad answer) throws too: it never fails open.
 _PLUGIN_TEMPLATE = """\
 // {note}
-// The agentstack guard for OpenCode: every tool call is checked by the guard first; a call is
+// The agentstack guard for {display}: every tool call is checked by the guard first; a call is
 // blocked (thrown) unless the guard allows it, and on any error.
 import {{ spawnSync }} from "node:child_process";
 
 const GUARD = {guard};
 const TIMEOUT_MS = {timeout_ms};
 
-// OpenCode names an MCP tool `<server>_<tool>`: the server is the longest connected one whose
+// {display} names an MCP tool `<server>_<tool>`: the server is the longest connected one whose
 // name prefixes the tool's. The guard gets the call as `mcp__<server>__<tool>` (Claude Code's
 // form), which it ties to exactly one locked server or denies.
 async function mcpServer(client, tool) {{
@@ -101,11 +101,13 @@ export const AgentstackGuard = async ({{ client, directory }}) => ({{
 """
 
 
-def plugin_source(context: RenderContext) -> str:
-    # The guard's argv, with its state directory and project fixed as arguments.
-    guard = shlex.split(guard_command(context, NAME))
+def plugin_source(context: RenderContext, harness: str = NAME, display: str = "OpenCode") -> str:
+    """The guard plugin for `harness` (OpenCode or a fork of it, named `display` in its text):
+    the guard's argv, with its state directory and project fixed as arguments."""
+    guard = shlex.split(guard_command(context, harness))
     return _PLUGIN_TEMPLATE.format(
         note=GENERATED_NOTE,
+        display=display,
         guard=json.dumps(guard, ensure_ascii=False),
         timeout_ms=GUARD_TIMEOUT_S * 1000,
     )
@@ -142,22 +144,33 @@ class OpenCodeAdapter:
         return REVIEW_NOTE
 
     def render(self, context: RenderContext) -> list[FileOperation]:
-        servers = context.consent["servers"]
-        config: dict[tuple[str, ...], Any] = {("$schema",): SCHEMA}
-        config.update({("mcp", n): _server(context, s) for n, s in sorted(servers.items())})
-        for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
-            config[(key,)] = value
-        ops: list[FileOperation] = [
-            OwnedKeys(
-                path=CONFIG,
-                format="json",
-                keys=config,
-                # Keys that load code: servers, npm plugins, npm model providers.
-                guarded=(("mcp",), ("plugin",), ("plugins",), ("provider",)),
-            ),
-            WholeFile(path=PLUGIN, content=plugin_source(context).encode("utf-8")),
-        ]
-        ops.extend(skill_files(context, ".agents/skills"))
-        if context.consent["instructions"]:
-            ops.append(OwnedBlock(path="AGENTS.md", text=instructions_text(context)))
-        return ops
+        return render_family(context, NAME, "OpenCode", config=CONFIG, schema=SCHEMA,
+                             plugin=PLUGIN)
+
+
+def render_family(
+    context: RenderContext, harness: str, display: str, *, config: str, schema: str, plugin: str
+) -> list[FileOperation]:
+    """What OpenCode and its forks load: `config` (`$schema`, the harness writes it otherwise;
+    `mcp.<name>` for every server; the passthrough keys), the guard plugin at `plugin`, skills in
+    `.agents/skills/` and `AGENTS.md`."""
+    servers = context.consent["servers"]
+    keys: dict[tuple[str, ...], Any] = {("$schema",): schema}
+    keys.update({("mcp", n): _server(context, s) for n, s in sorted(servers.items())})
+    for key, value in sorted(context.consent["settings"]["passthrough"].get(harness, {}).items()):
+        keys[(key,)] = value
+    ops: list[FileOperation] = [
+        OwnedKeys(
+            path=config,
+            format="json",
+            keys=keys,
+            # Keys that load code: servers, npm plugins, npm model providers.
+            guarded=(("mcp",), ("plugin",), ("plugins",), ("provider",)),
+        ),
+        WholeFile(path=plugin,
+                  content=plugin_source(context, harness, display).encode("utf-8")),
+    ]
+    ops.extend(skill_files(context, ".agents/skills"))
+    if context.consent["instructions"]:
+        ops.append(OwnedBlock(path="AGENTS.md", text=instructions_text(context)))
+    return ops

@@ -26,39 +26,29 @@ from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
+    GEMINI_GUARDED,
     GUARD_TIMEOUT_S,
-    guard_command,
-    header_values,
-    hook_command,
+    gemini_settings,
     instructions_text,
-    native_tool_keys,
+    named_guard_group,
+    named_hook_groups,
     skill_files,
-    stdio_server,
+    trusted_folder,
+    user_guard,
 )
 
 NAME = "qwen-code"
 SETTINGS = ".qwen/settings.json"
 GUARD_NAME = "agentstack-guard"
+# Gemini CLI's guarded keys, and `disableAllHooks` (it switches every hook off).
+GUARDED: tuple[tuple[str, ...], ...] = (
+    *GEMINI_GUARDED[:2], ("disableAllHooks",), *GEMINI_GUARDED[2:]
+)
 # Qwen Code writes its settings format's version into a settings file that lacks it (at every
 # start): rendered, so its own write is no change.
 SETTINGS_VERSION = 4
 # Fields Qwen Code leaves out of a server's approval hash (provenance and labels only).
 _NON_BEHAVIORAL = frozenset({"scope", "extensionName", "description"})
-
-
-def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
-    if server["transport"] == "http":
-        out: dict[str, Any] = {"httpUrl": server["url"]}
-        if server["headers"]:
-            out["headers"] = header_values(server, "${{{var}}}")
-        return out
-    # Secrets: through the launcher, which reads them from the secret store.
-    command, args, literal = stdio_server(context, server, cwd_key=True)
-    out = {"command": command, "args": args, "cwd": str(context.root / server.get("cwd", "."))}
-    if literal:
-        out["env"] = literal
-    out.update(native_tool_keys(server, "includeTools", "excludeTools"))
-    return out
 
 
 def approval_hash(config: dict[str, Any]) -> str:
@@ -70,34 +60,10 @@ def approval_hash(config: dict[str, Any]) -> str:
 
 
 def guard_group(context: RenderContext, *, user_level: bool = False) -> dict[str, Any]:
-    """The guard as a PreToolUse group: the project's, or the user-level one."""
-    return {
-        "matcher": "",
-        "hooks": [
-            {
-                "type": "command",
-                "name": GUARD_NAME,
-                "command": guard_command(context, NAME, user_level=user_level),
-                "timeout": GUARD_TIMEOUT_S,  # seconds (Qwen Code reads large values as ms)
-            }
-        ],
-    }
-
-
-def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = {"PreToolUse": [guard_group(context)]}
-    for name, hook in sorted(context.consent["hooks"].items()):
-        matcher = hook["matcher"]
-        entry = {
-            "type": "command",
-            "name": name,
-            "command": hook_command(context, hook),
-            "timeout": hook["timeout"],
-        }
-        groups.setdefault(hook["event"], []).append(
-            {"matcher": "" if matcher == "*" else matcher, "hooks": [entry]}
-        )
-    return groups
+    """The guard as a PreToolUse group: the project's, or the user-level one. Its timeout in
+    seconds (Qwen Code reads large values as ms)."""
+    return named_guard_group(context, NAME, matcher="", timeout=GUARD_TIMEOUT_S,
+                             user_level=user_level)
 
 
 class QwenCodeAdapter:
@@ -106,41 +72,22 @@ class QwenCodeAdapter:
         return NAME
 
     def render(self, context: RenderContext) -> list[FileOperation]:
-        servers = {n: _server(context, s) for n, s in sorted(context.consent["servers"].items())}
-        settings: dict[tuple[str, ...], Any] = {("mcpServers", n): s for n, s in servers.items()}
-        settings[("hooks",)] = _hooks(context)
-        settings[("$version",)] = SETTINGS_VERSION
-        for key, value in sorted(context.consent["settings"]["passthrough"].get(NAME, {}).items()):
-            settings[(key,)] = value
-        ops: list[FileOperation] = [
-            OwnedKeys(
-                path=SETTINGS,
-                format="json",
-                keys=settings,
-                # Keys that would load other servers, run commands or switch the guard off.
-                guarded=(
-                    ("mcpServers",),
-                    ("hooks",),
-                    ("disableAllHooks",),
-                    ("hooksConfig",),
-                    ("mcp",),
-                    ("tools", "discoveryCommand"),
-                    ("tools", "callCommand"),
-                ),
-            )
-        ]
+        settings = gemini_settings(
+            context,
+            NAME,
+            path=SETTINGS,
+            hooks=named_hook_groups(context, ("PreToolUse", guard_group(context)),
+                                    any_matcher=""),
+            guarded=GUARDED,
+            extra={("$version",): SETTINGS_VERSION},
+        )
+        ops: list[FileOperation] = [settings]
         ops.extend(skill_files(context, ".qwen/skills"))
         if context.consent["instructions"]:
             ops.append(OwnedBlock(path="QWEN.md", text=instructions_text(context)))
         qwen_home = context.user_home / ".qwen"
-        ops.append(
-            OwnedKeys(
-                path=str(qwen_home / "trustedFolders.json"),
-                format="json",
-                keys={(str(context.root),): "TRUST_FOLDER"},
-                user_level=True,
-            )
-        )
+        ops.append(trusted_folder(context, qwen_home))
+        servers = {k[1]: v for k, v in settings.keys.items() if k[:1] == ("mcpServers",) and len(k) == 2}
         if servers:
             ops.append(
                 OwnedKeys(
@@ -153,16 +100,5 @@ class QwenCodeAdapter:
                     user_level=True,
                 )
             )
-        # The guard at user level too: after `revoke` Qwen Code no longer trusts the folder and
-        # skips the project's settings (hooks and servers); this one still runs (and allows
-        # outside agentstack projects).
-        ops.append(
-            OwnedKeys(
-                path=str(qwen_home / "settings.json"),
-                format="json",
-                keys={("hooks", "PreToolUse"): [guard_group(context, user_level=True)]},
-                user_level=True,
-                keep_on_revoke=True,
-            )
-        )
+        ops.append(user_guard(qwen_home, "PreToolUse", guard_group(context, user_level=True)))
         return ops

@@ -94,6 +94,9 @@ HARNESSES = (
     "qwen-code",
     "droid",
     "kilo",
+    "cline",
+    "aider",
+    "continue",
 )
 DENY_SHAPE = {
     "claude-code": "hookSpecificOutput",
@@ -106,12 +109,14 @@ DENY_SHAPE = {
     "qwen-code": "hookSpecificOutput",
     "droid": "hookSpecificOutput",
     "kilo": "decision",
+    "cline": "cancel",
 }
 HOOK_INPUT = {
     "gemini-cli": ("mcp_context",),
     "copilot": ("toolName", "server-tool"),
     "cursor": ("MCP:",),
     "droid": ("server___tool",),
+    "cline": ("tool_call", "server__tool"),
 }
 NAMES_EVENT = ("claude-code", "codex", "qwen-code", "droid")
 TOOL_TABLE = {
@@ -125,8 +130,9 @@ TOOL_TABLE = {
     "qwen-code": "qwen-code",
     "droid": "droid",
     "kilo": "kilo",
+    "cline": "cline",
 }
-TABLE_TOOLS = {
+TABLE_TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
     "claude-code": {
         "Read": ("file_path:read",),
         "NotebookRead": ("notebook_path:read",),
@@ -215,6 +221,12 @@ TABLE_TOOLS = {
         "patch": ("*:patch",),
         "webfetch": ("url:url",),
     },
+    "cline": {
+        "read_files": ("files:read",),
+        "search_codebase": ("queries:regex",),
+        "fetch_web_content": ("requests:url",),
+        "apply_patch": ("*:patch",),
+    },
 }
 TABLE_INERT = {
     "claude-code": (
@@ -301,6 +313,29 @@ TABLE_INERT = {
         "skill",
         "task",
         "todowrite",
+    ),
+    "cline": (
+        "ask_question",
+        "run_commands",
+        "spawn_agent",
+        "team_attach_outcome_fragment",
+        "team_await_runs",
+        "team_broadcast",
+        "team_cancel_run",
+        "team_cleanup",
+        "team_create_outcome",
+        "team_finalize_outcome",
+        "team_list_outcomes",
+        "team_list_runs",
+        "team_mission_log",
+        "team_read_mailbox",
+        "team_review_outcome_fragment",
+        "team_run_task",
+        "team_send_message",
+        "team_shutdown_teammate",
+        "team_spawn_teammate",
+        "team_status",
+        "team_task",
     ),
 }
 TABLE_REFUSED = {
@@ -473,6 +508,8 @@ def deny_body(harness: str, reason: str, event: str = PRE_TOOL) -> dict[str, Any
         return {"permissionDecision": "deny", "permissionDecisionReason": reason}
     if shape == "permission":
         return {"permission": "deny", "user_message": reason, "agent_message": reason}
+    if shape == "cancel":
+        return {"cancel": True, "errorMessage": reason}
     # unknown harness: every known deny shape at once, and the blocking exit code
     return {
         "hookSpecificOutput": {
@@ -1093,7 +1130,13 @@ NAMING_KEYS = frozenset(
 
 
 def _tool_of(harness: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    if "toolName" in event and "toolName" in HOOK_INPUT.get(harness, ()):
+    if "tool_call" in HOOK_INPUT.get(harness, ()):
+        # Cline: `tool_call` {name, input} (its `preToolUse.parameters` are JSON texts).
+        call = event.get("tool_call")
+        if not isinstance(call, dict):
+            raise Deny("the hook input has no 'tool_call' object")
+        tool, arguments = call.get("name"), call.get("input")
+    elif "toolName" in event and "toolName" in HOOK_INPUT.get(harness, ()):
         tool, arguments = event.get("toolName"), event.get("toolArgs")
         if isinstance(arguments, str):
             try:
@@ -1212,6 +1255,17 @@ def check_call(
             return
         check_server_tool(snapshot, owners[0], tool[len(owners[0]) + 3 :])
         return
+    if "__" in tool and "server__tool" in HOOK_INPUT.get(harness, ()):
+        # Cline names an MCP tool `<server>__<tool>` (its own tools have no `__`): allowed when
+        # exactly one locked server's name is what precedes a `__`.
+        owners = [s for s in servers if tool.startswith(s + "__") and len(tool) > len(s) + 2]
+        if len(owners) != 1:
+            raise Deny(
+                f"tool {tool!r} cannot be tied to exactly one MCP server in agentstack.lock; "
+                "add it to agentstack.toml, lock and trust it"
+            )
+        check_server_tool(snapshot, owners[0], tool[len(owners[0]) + 2 :])
+        return
     spec = TOOLS.get(harness, {}).get(tool)
     if spec is None:
         if tool in INERT.get(harness, ()):
@@ -1253,7 +1307,9 @@ def check_call(
                     "agentstack.lock; add it to agentstack.toml, lock and trust it"
                 )
         elif kind == "url":
-            _more().check_url(policy, value)
+            # one URL, or (Cline's fetch) a list of requests each naming its `url`
+            for one in value if isinstance(value, list) else [value]:
+                _more().check_url(policy, one.get("url") if isinstance(one, dict) else one)
         elif kind == "urls":
             if not isinstance(value, str):
                 raise Deny(f"tool {tool!r}: {key!r} is not a string; denied")
@@ -1266,8 +1322,11 @@ def check_call(
                     policy, _more()._path_text(base, "path"), _more()._path_text(value, key), cwd
                 )
         else:
-            values = value if key == "paths" and isinstance(value, list) else [value]
+            # a list of paths, or (Cline's read_files) of objects each naming its `path`
+            values = value if key in ("paths", "files") and isinstance(value, list) else [value]
             for one in values:
+                if key == "files" and isinstance(one, dict):
+                    one = one.get("path")  # the path the object names
                 _more().check_path(
                     policy, _more()._absolute(_more()._path_text(one, key), cwd), kind
                 )

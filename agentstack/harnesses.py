@@ -130,6 +130,7 @@ DENY_SHAPES = (
     "decision",  # {"decision": "deny", "reason": ...}
     "permissionDecision",  # {"permissionDecision": "deny", "permissionDecisionReason": ...}
     "permission",  # {"permission": "deny", "user_message": ..., "agent_message": ...}
+    "cancel",  # {"cancel": true, "errorMessage": ...} (Cline: it aborts the run)
 )
 # Hook input shapes beyond Claude Code's (agentstack._guard reads each one).
 HOOK_INPUTS = (
@@ -138,6 +139,8 @@ HOOK_INPUTS = (
     "MCP:",  # MCP tools named `MCP:<server>:<tool>`
     "server-tool",  # MCP tools named `<server>-<tool>` (its own tools have no '-')
     "server___tool",  # MCP tools named `<server>___<tool>` (Droid)
+    "tool_call",  # the call as `tool_call: {name, input}` (Cline)
+    "server__tool",  # MCP tools named `<server>__<tool>` (Cline; its own tools have no `__`)
 )
 
 
@@ -929,6 +932,63 @@ KILO = Harness(
 )
 KILO = KILO._replace(above=tuple(e.pattern.removeprefix("**/") for e in KILO.surface))
 
+# Cline CLI 3.0.65: the tools its requests offer (tests/harness/tools/), with the arguments that
+# name what they touch (`files` a list of {path, ...}, `requests` a list of {url, prompt}).
+_CLINE_TOOLS: dict[str, tuple[str, ...]] = {
+    "read_files": ("files:read",),
+    "search_codebase": ("queries:regex",),
+    "fetch_web_content": ("requests:url",),
+    "apply_patch": ("*:patch",),
+}
+_CLINE_INERT = frozenset({
+    "run_commands", "ask_question", "spawn_agent", "team_spawn_teammate",
+    "team_shutdown_teammate", "team_status", "team_task", "team_run_task", "team_cancel_run",
+    "team_list_runs", "team_await_runs", "team_send_message", "team_broadcast",
+    "team_read_mailbox", "team_mission_log", "team_cleanup", "team_create_outcome",
+    "team_attach_outcome_fragment", "team_review_outcome_fragment", "team_finalize_outcome",
+    "team_list_outcomes",
+})
+
+CLINE = Harness(
+    name="cline",
+    display="Cline CLI",
+    binary="cline",
+    project_dir_var="",
+    state_dirs=(".cline",),
+    version="3.0.65",
+    has_adapter=True,
+    surface=(
+        # No trust gate: all of it loads as soon as Cline starts, from its workspace root (the
+        # checkout's top, `git rev-parse --show-toplevel`): the surface probe saw 3.0.65 read
+        # the hooks and AGENTS.md there; rules, workflows and skills are looked up there too
+        # (named in its bundle, their directories opened under strace).
+        # Hooks: one executable per event, run with the call on stdin.
+        _e("**/.clinerules/hooks/**", "hooks", "tree", "run", "hooks (executables it runs)"),
+        _e("**/.cline/hooks/**", "hooks", "tree", "run", "hooks (executables it runs)"),
+        # `.clinerules` is a rules file or a directory of rules (workflows, skills, hooks in it).
+        _e("**/.clinerules", "rules", "text", "src", "rules (a file)"),
+        _e("**/.clinerules/**", "rules", "tree", "src", "rules, workflows, skills"),
+        _e("**/.cline/rules/**", "rules", "tree", "src", "rules"),
+        _e("**/.cline/workflows/**", "commands", "tree", "src", "workflows"),
+        _e("**/.cline/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.agents/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.cline/agents/**", "agents", "tree", "src", "agents"),
+        # Plugins are JavaScript it loads and runs (tools, providers, MCP servers).
+        _e("**/.cline/plugins/**", "plugins", "tree", "src", "plugins (code it runs)"),
+        _e("**/AGENTS.md", "instructions", "text", "run", "instructions"),
+    ),
+    keys={},
+    trust_entries=(),
+    deny_shape="cancel",
+    tool_table="cline",
+    tools=_CLINE_TOOLS,
+    inert_tools=_CLINE_INERT,
+    hook_input=("tool_call", "server__tool"),
+    adapter="cline:ClineAdapter",
+    config_dirs=(".cline", ".clinerules"),
+)
+CLINE = CLINE._replace(above=tuple(e.pattern.removeprefix("**/") for e in CLINE.surface))
+
 COPILOT = Harness(
     name="copilot",
     display="GitHub Copilot CLI",
@@ -1060,11 +1120,90 @@ VSCODE = Harness(
     config_dirs=(".vscode",),
 )
 
+# Harnesses described (their surface pinned and reviewed) that agentstack renders nothing for,
+# because no guard can protect them: neither has a pre-tool hook that runs (the review and
+# `doctor` say so; start them through `agentstack run`). NO_GUARD says why, per harness.
+# Aider 0.86.2 (PyPI `aider-chat`): no MCP, no hooks, no tool calls (it edits files from the
+# model's text); its options files can name commands it runs.
+AIDER = Harness(
+    name="aider",
+    display="Aider",
+    binary="aider",
+    project_dir_var="",
+    state_dirs=(".aider",),
+    version="0.86.2",
+    has_adapter=False,
+    surface=(
+        # Read in the working directory and at the checkout's top (the surface probe, 0.86.2).
+        # `lint-cmd`, `test-cmd` (with `auto-lint`/`auto-test` on by default after an edit),
+        # `notifications-command`, `editor` and `git-commit-verify` run commands; `env-file`,
+        # `set-env`, `openai-api-base` and the like send the key elsewhere.
+        _e("**/.aider.conf.yml", "runs", "tree", "run",
+           "its options: lint-cmd, test-cmd, notifications-command, editor run commands"),
+        _e("**/.aider.model.settings.yml", "env", "tree", "run",
+           "model settings (extra_params: api_base, headers)"),
+        _e("**/.aider.model.metadata.json", "settings", "tree", "run", "model metadata"),
+        _e("**/.env", "env", "tree", "run", "environment loaded at start (its --env-file)"),
+    ),
+    keys={},
+    trust_entries=(),
+)
+AIDER = AIDER._replace(above=tuple(e.pattern.removeprefix("**/") for e in AIDER.surface))
+
+# Continue CLI 1.5.47 (npm `@continuedev/cli`, binary `cn`): it reads `hooks` from its settings
+# files but never fires them (a PreToolUse hook that exits 2 did not run): no guard can protect it.
+CONTINUE = Harness(
+    name="continue",
+    display="Continue CLI",
+    binary="cn",
+    project_dir_var="",
+    state_dirs=(".continue",),
+    version="1.5.47",
+    has_adapter=False,
+    surface=(
+        _e(".continue/rules/**", "rules", "tree", "run", "rules (reach the model)"),
+        _e(".continue/skills/**", "skills", "tree", "run", "skills (reach the model)"),
+        _e(".continue/settings.json", "settings", "json", "run", "settings (hooks, not fired)",
+           "hooks"),
+        _e(".continue/settings.local.json", "settings", "json", "run",
+           "local settings (hooks, not fired)", "hooks"),
+        _e(".claude/settings.json", "settings", "json", "run", "Claude hooks (not fired)",
+           "hooks"),
+        _e(".claude/settings.local.json", "settings", "json", "run", "Claude hooks (not fired)",
+           "hooks"),
+        _e("AGENTS.md", "instructions", "text", "run", "instructions"),
+        _e("AGENT.md", "instructions", "text", "run", "instructions without AGENTS.md"),
+        _e("CLAUDE.md", "instructions", "text", "run", "instructions without AGENTS.md"),
+        _e("CODEX.md", "instructions", "text", "run", "instructions without AGENTS.md"),
+    ),
+    keys={"hooks": _HOOKS_FILE},
+    trust_entries=(),
+    config_dirs=(".continue",),
+)
+
+# Why the guard cannot protect a described harness (the review and `doctor` say it).
+NO_GUARD: dict[str, str] = {
+    "aider": "Aider has no hook that can block (and makes no tool calls): no agentstack guard "
+    "can protect it; its .aider.conf.yml can name commands it runs (lint-cmd, test-cmd). "
+    "Start it through 'agentstack run', whose kernel sandbox does not depend on it.",
+    "continue": "Continue CLI never fires the hooks it reads (measured with 1.5.47): no "
+    "agentstack guard can protect it. Start it through 'agentstack run', whose kernel sandbox "
+    "does not depend on it.",
+}
+# Harnesses agentstack knows of whose binary was not run here (doctor says so): why.
+NOT_VERIFIED: dict[str, str] = {
+    "auggie": "Auggie 0.36.0 needs an Augment login before any model command (its 'mcp list' "
+    "starts offline and reads the project's .augment/settings.json; not rendered: start it "
+    "through 'agentstack run')",
+    "crush": "Crush (npm @charmland/crush) downloads its binary at install time and cannot be "
+    "installed here (not rendered; start it through 'agentstack run')",
+}
+
 # Every harness, in the order the manifest's schema, `doctor` and the review list them. Every table
 # below, and every module's per-harness table, is built from these descriptions.
 ALL: tuple[Harness, ...] = (
     CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE, QWEN_CODE, DROID,
-    KILO,
+    KILO, CLINE, AIDER, CONTINUE,
 )
 BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}
 NAMES: tuple[str, ...] = tuple(h.name for h in ALL)
@@ -1120,6 +1259,9 @@ AGENT_EDITS: frozenset[str] = frozenset(
         "**/Claude.md",
         "**/CONTEXT.md",
         "AGENTS.md",
+        "AGENT.md",
+        "CLAUDE.md",
+        "CODEX.md",
         ".github/copilot-instructions.md",
         "**/.github/copilot-instructions.md",
         ".github/instructions/**",

@@ -526,7 +526,10 @@ def render_operations(
         from agentstack.apply.user import render_user
 
         return render_user(_context(root, consent, digest), harnesses)
-    targets = harnesses or list(consent["project"]["harnesses"])
+    from agentstack.harnesses import NO_GUARD
+
+    # A harness no guard can protect is described (its surface pinned) but rendered nothing.
+    targets = [h for h in harnesses or list(consent["project"]["harnesses"]) if h not in NO_GUARD]
     adapters = load_adapters(targets)
     unknown = [h for h in targets if h not in adapters]
     if unknown:

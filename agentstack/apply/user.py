@@ -242,7 +242,8 @@ def _qwen(context: Any, servers: dict[str, Any]) -> list[Any]:
     guard as its `PreToolUse` hook (the entry every project's apply writes there, kept on
     revoke). Measured with 0.24.4 (tests/harness/test_harness_user_level.py)."""
     from agentstack_adapters import OwnedKeys
-    from agentstack_adapters.qwen_code import _server, guard_group
+    from agentstack_adapters.common import gemini_server as _server
+    from agentstack_adapters.qwen_code import guard_group
 
     settings = str(context.user_home / ".qwen" / "settings.json")
     return [
@@ -260,7 +261,8 @@ def _gemini(context: Any, servers: dict[str, Any]) -> list[Any]:
     there, kept on revoke). Measured with 0.61.0: Gemini starts user-level servers only in a
     folder it trusts (tests/harness/test_harness_user_level.py)."""
     from agentstack_adapters import OwnedKeys
-    from agentstack_adapters.gemini_cli import _server, guard_group
+    from agentstack_adapters.common import gemini_server as _server
+    from agentstack_adapters.gemini_cli import guard_group
 
     settings = str(context.user_home / ".gemini" / "settings.json")
     return [

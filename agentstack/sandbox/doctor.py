@@ -196,10 +196,25 @@ def git_state_check() -> Check:
     )
 
 
+def coverage_checks() -> list[Check]:
+    """What agentstack could not verify with a harness's own binary, and the harnesses no guard
+    can protect (agentstack.harnesses): said, not failed."""
+    from agentstack import harnesses as H
+
+    out = [Check(f"harness {h.name}", "ok", "not verified by a binary: rendered from its "
+                 "documentation", {"harness": h.name, "verified": False})
+           for h in H.ALL if h.version == "docs"]
+    out += [Check(f"harness {name}", "ok", f"not verified by a binary: {why}",
+                  {"harness": name, "verified": False}) for name, why in H.NOT_VERIFIED.items()]
+    out += [Check(f"guard {name}", "ok", why, {"harness": name, "guard": False})
+            for name, why in H.NO_GUARD.items()]
+    return out
+
+
 def system_checks() -> list[Check]:
     checks = [kernel_check(), landlock_check(), nono_check(), seccomp_check(),
               containment_check(), git_state_check()]
-    return checks + harness_checks()
+    return checks + harness_checks() + coverage_checks()
 
 
 def overall(checks: list[Check]) -> Status:

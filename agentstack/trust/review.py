@@ -324,5 +324,7 @@ def harness_notes(document: dict[str, Any]) -> list[str]:
 
     harnesses = list(document["project"]["harnesses"])
     adapters = load_adapters(harnesses)
-    notes = [getattr(adapters.get(h), "review_note", None) for h in harnesses]
+    from agentstack.harnesses import NO_GUARD
+
+    notes = [NO_GUARD.get(h) or getattr(adapters.get(h), "review_note", None) for h in harnesses]
     return [n for n in notes if isinstance(n, str) and n]

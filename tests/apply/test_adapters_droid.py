@@ -22,11 +22,19 @@ from typing import Any
 import pytest
 
 from agentstack.apply.engine import GUARD_CODE
-from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
-from tests.support.adapters import TOUCH, drive, guard_snapshot, mcp_list, notes_project, rendered
+from tests.support.adapters import (
+    TOUCH,
+    added_key_blocks,
+    allowed_then_blocked_on_edit,
+    drive,
+    guard_snapshot,
+    listed_only_after_trust,
+    notes_project,
+    rendered,
+)
 from tests.support.adapters import ok as _ok
 
 # Droid's shell tool wants a risk level with every command.
@@ -100,18 +108,7 @@ def test_an_mcp_tool_is_tied_to_exactly_one_locked_server(project: Path,
 @pytest.mark.parametrize("added", [{"hooksDisabled": True}, {"mcpServers": {"x": {}}}])
 def test_switches_in_the_project_settings_block_the_guard(project: Path, isolated_home: Path,
                                                           added: dict[str, Any]) -> None:
-    from agentstack._guard import Deny, check_files
-
-    _ok("trust", "--yes", "--accept-risk", cwd=project)
-    _ok("apply", "--write", cwd=project)
-    snapshot = guard_snapshot(project)
-    check_files(snapshot)
-    path = project / ".factory" / "settings.json"
-    data = json.loads(path.read_text())
-    data.update(added)
-    path.write_text(json.dumps(data))
-    with pytest.raises(Deny, match=r"\.factory/settings\.json"):
-        check_files(snapshot)
+    added_key_blocks(project, ".factory/settings.json", added)
 
 
 # ------------------------------------------------------------------------------- real droid
@@ -120,16 +117,12 @@ def test_switches_in_the_project_settings_block_the_guard(project: Path, isolate
 @pytest.mark.slow
 def test_droid_mcp_list_only_after_trust(project: Path, isolated_home: Path) -> None:
     harness_bin("droid")
-    env = droid_env(isolated_home, None)
-    assert run_cli("apply", "--write", cwd=project).returncode == 1
-    before = mcp_list("droid", project, env, timeout=120)
-    assert "notes" not in before and "journal" not in before, before
-    _ok("trust", "--yes", "--accept-risk", cwd=project)
-    _ok("apply", "--write", cwd=project)
-    after = mcp_list("droid", project, env, timeout=120)
-    for server in ("notes", "journal"):
-        line = next((ln for ln in after.splitlines() if f" {server} " in f" {ln} "), "")
-        assert "connected" in line and "[project]" in line, after
+
+    def listed(server: str, out: str) -> bool:
+        line = next((ln for ln in out.splitlines() if f" {server} " in f" {ln} "), "")
+        return "connected" in line and "[project]" in line
+
+    listed_only_after_trust("droid", project, droid_env(isolated_home, None), listed)
 
 
 def run_droid(root: Path, home: Path, call: ToolCall) -> tuple[bool, str, int]:
@@ -146,24 +139,9 @@ def run_droid(root: Path, home: Path, call: ToolCall) -> tuple[bool, str, int]:
 @pytest.mark.slow
 def test_droid_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     harness_bin("droid")
-    _ok("trust", "--yes", "--accept-risk", cwd=project)
-    _ok("apply", "--write", cwd=project)
-    ran, text, rc = run_droid(project, isolated_home, SHELL)
-    assert ran and rc == 0, text
-    ran, text, _ = run_droid(project, isolated_home,
-                             ToolCall("notes___add_note", {"text": "ok"}))
-    assert ran, text
-
-    # Edited behind agentstack's back: blocked, and the reason names the file.
-    servers = project / ".factory" / "mcp.json"
-    data = json.loads(servers.read_text())
-    data["mcpServers"]["notes"]["args"].append("--debug")
-    servers.write_text(json.dumps(data, indent=2))
-    ran, text, _ = run_droid(project, isolated_home, SHELL)
-    assert not ran and ".factory/mcp.json" in text and "agentstack guard" in text, text
-    _ok("apply", "--write", "--force", cwd=project)
-    ran, text, _ = run_droid(project, isolated_home, SHELL)
-    assert ran, text
+    allowed_then_blocked_on_edit(project, lambda call: run_droid(project, isolated_home, call),
+                                 SHELL, ToolCall("notes___add_note", {"text": "ok"}),
+                                 ".factory/mcp.json")
 
     # Revoked: Droid still runs the project's hook (it has no trust of its own); the guard
     # refuses a revoked project.

@@ -29,8 +29,11 @@ from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import ToolCall
 from tests.support.adapters import (
     TOUCH,
+    allowed_then_blocked_on_edit,
     drive,
     guard_snapshot,
+    line_of,
+    listed_only_after_trust,
     mcp_list,
     notes_project,
     rendered,
@@ -138,15 +141,8 @@ def gemini_mcp_list(root: Path, home: Path) -> str:
 def test_gemini_mcp_list_only_after_trust(project: Path, isolated_home: Path) -> None:
     harness_bin("gemini")
     _user_settings(isolated_home)
-    assert run_cli("apply", "--write", cwd=project).returncode == 1
-    before = gemini_mcp_list(project, isolated_home)
-    assert "notes" not in before and "journal" not in before, before
-    _ok("trust", "--yes", "--accept-risk", cwd=project)
-    _ok("apply", "--write", cwd=project)
-    after = gemini_mcp_list(project, isolated_home)
-    for server in ("notes", "journal"):
-        line = next((ln for ln in after.splitlines() if f" {server}:" in ln), "")
-        assert "Connected" in line, after
+    listed_only_after_trust("gemini", project, harness_env(isolated_home),
+                            lambda server, out: "Connected" in line_of(server, out))
     # doctor asks the same binary, and says so per locked server.
     done = run_cli("doctor", "--json", cwd=project,
                    env={"PATH": f"{harness_bin('gemini').parent}:/usr/bin:/bin"})
@@ -167,24 +163,9 @@ def run_gemini(root: Path, home: Path, call: ToolCall, *args: str) -> tuple[bool
 def test_gemini_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     harness_bin("gemini")
     _user_settings(isolated_home)
-    _ok("trust", "--yes", "--accept-risk", cwd=project)
-    _ok("apply", "--write", cwd=project)
-    ran, text, rc = run_gemini(project, isolated_home, TOUCH)
-    assert ran and rc == 0, text
-    ran, text, rc = run_gemini(project, isolated_home,
-                               ToolCall("mcp__notes__add_note", {"text": "ok"}))
-    assert ran, text
-
-    # Edited behind agentstack's back: blocked, and the reason names the file.
-    settings = project / ".gemini" / "settings.json"
-    data = json.loads(settings.read_text())
-    data["mcpServers"]["notes"]["args"].append("--debug")
-    settings.write_text(json.dumps(data, indent=2))
-    ran, text, _ = run_gemini(project, isolated_home, TOUCH)
-    assert not ran and ".gemini/settings.json" in text and "agentstack guard" in text, text
-    _ok("apply", "--write", "--force", cwd=project)
-    ran, text, _ = run_gemini(project, isolated_home, TOUCH)
-    assert ran, text
+    allowed_then_blocked_on_edit(project, lambda call: run_gemini(project, isolated_home, call),
+                                 TOUCH, ToolCall("mcp__notes__add_note", {"text": "ok"}),
+                                 ".gemini/settings.json")
 
     # After revoke Gemini no longer trusts the folder; --skip-trust drops the project's hooks,
     # and the user-level guard still blocks.

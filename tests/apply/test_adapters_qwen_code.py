@@ -28,9 +28,11 @@ from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import ToolCall
 from tests.support.adapters import (
     TOUCH,
+    added_key_blocks,
+    allowed_then_blocked_on_edit,
     drive,
-    guard_snapshot,
-    mcp_list,
+    line_of,
+    listed_only_after_trust,
     notes_project,
     rendered,
     without_relay,
@@ -104,18 +106,7 @@ def test_the_approval_hash_is_qwens() -> None:
 ])
 def test_switches_in_the_project_settings_block_the_guard(project: Path, isolated_home: Path,
                                                           added: dict[str, Any]) -> None:
-    from agentstack._guard import Deny, check_files
-
-    _ok("trust", "--yes", "--accept-risk", cwd=project)
-    _ok("apply", "--write", cwd=project)
-    snapshot = guard_snapshot(project)
-    check_files(snapshot)
-    path = project / ".qwen" / "settings.json"
-    data = json.loads(path.read_text())
-    data.update(added)
-    path.write_text(json.dumps(data))
-    with pytest.raises(Deny, match=r"\.qwen/settings\.json"):
-        check_files(snapshot)
+    added_key_blocks(project, ".qwen/settings.json", added)
 
 
 # ------------------------------------------------------------------------------- real qwen
@@ -136,21 +127,9 @@ def test_qwen_mcp_list_only_after_trust(project: Path, isolated_home: Path) -> N
     harness_bin("qwen")
     _user_settings(isolated_home)
     env = harness_env(isolated_home, OPENAI_API_KEY="dummy")
-    assert _ok_or(project, "apply", "--write") == 1
-    before = mcp_list("qwen", project, env, timeout=120)
-    assert "notes" not in before and "journal" not in before, before
-    _ok("trust", "--yes", "--accept-risk", cwd=project)
-    _ok("apply", "--write", cwd=project)
-    after = mcp_list("qwen", project, env, timeout=120)
-    for server in ("notes", "journal"):
-        line = next((ln for ln in after.splitlines() if f" {server}:" in ln), "")
-        assert "Connected" in line, after  # approved (not "Pending approval") and started
-
-
-def _ok_or(root: Path, *args: str) -> int:
-    from tests.conftest import run_cli
-
-    return run_cli(*args, cwd=root).returncode
+    # approved (not "Pending approval") and started
+    listed_only_after_trust("qwen", project, env,
+                            lambda server, out: "Connected" in line_of(server, out))
 
 
 def run_qwen(root: Path, home: Path, call: ToolCall) -> tuple[bool, str, int]:
@@ -167,24 +146,9 @@ def run_qwen(root: Path, home: Path, call: ToolCall) -> tuple[bool, str, int]:
 def test_qwen_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     harness_bin("qwen")
     _user_settings(isolated_home)
-    _ok("trust", "--yes", "--accept-risk", cwd=project)
-    _ok("apply", "--write", cwd=project)
-    ran, text, rc = run_qwen(project, isolated_home, TOUCH)
-    assert ran and rc == 0, text
-    ran, text, _ = run_qwen(project, isolated_home,
-                            ToolCall("mcp__notes__add_note", {"text": "ok"}))
-    assert ran, text
-
-    # Edited behind agentstack's back: blocked, and the reason names the file.
-    settings = project / ".qwen" / "settings.json"
-    data = json.loads(settings.read_text())
-    data["mcpServers"]["notes"]["args"].append("--debug")
-    settings.write_text(json.dumps(data, indent=2))
-    ran, text, _ = run_qwen(project, isolated_home, TOUCH)
-    assert not ran and ".qwen/settings.json" in text and "agentstack guard" in text, text
-    _ok("apply", "--write", "--force", cwd=project)
-    ran, text, _ = run_qwen(project, isolated_home, TOUCH)
-    assert ran, text
+    allowed_then_blocked_on_edit(project, lambda call: run_qwen(project, isolated_home, call),
+                                 TOUCH, ToolCall("mcp__notes__add_note", {"text": "ok"}),
+                                 ".qwen/settings.json")
 
     # After revoke Qwen Code no longer trusts the folder (its settings are skipped); the
     # user-level guard still blocks.

@@ -46,6 +46,8 @@ def _snapshot(root: Path) -> dict[str, Any]:
 def _decision(harness: str, tool: str, arguments: dict[str, Any], root: Path) -> str | None:
     if harness == "copilot":
         event: dict[str, Any] = {"toolName": tool, "toolArgs": json.dumps(arguments)}
+    elif harness == "cline":
+        event = {"tool_call": {"name": tool, "input": arguments}}
     else:
         event = {"tool_name": tool, "tool_input": arguments}
     try:

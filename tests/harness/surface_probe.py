@@ -82,6 +82,9 @@ INERT: dict[str, str] = {
     "qwen-code:**/.qwenignore": "ignore rules for Qwen Code's file tools: no code, not sent",
     "qwen-code:**/.aiignore": "ignore rules for Qwen Code's file tools: no code, not sent",
     "kilo:**/.kilocodeignore": "ignore rules for Kilo's file tools: no code, not sent",
+    "aider:**/.aiderignore": "ignore rules for Aider's repository map: no code, not sent",
+    "aider:**/.aider.chat.history.md": "its own chat log, appended every session; read back into "
+    "the prompt only with --restore-chat-history (off by default)",
     "codex:**/.codexignore": "ignore rules for file search: no code, not sent to the model",
     "copilot:**/.copilotignore": "ignore rules for file search: no code, not sent to the model",
     "claude-code:.npmrc": "read at the checkout's top to detect the package manager: not config",

@@ -30,7 +30,7 @@ TABLES = Path(__file__).resolve().parent / "tools"
 # The harnesses a binary exists for, with the one it is started as.
 BINARIES = {"claude-code": "claude", "codex": "codex", "gemini-cli": "gemini",
             "opencode": "opencode", "copilot": "copilot", "qwen-code": "qwen",
-            "droid": "droid", "kilo": "kilo"}
+            "droid": "droid", "kilo": "kilo", "cline": "cline"}
 
 
 def table_path(harness: str, version: str) -> Path:
@@ -129,6 +129,8 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
 
         argv = [str(harness_bin("kilo")), "run", "say hi"]
         env = kilo_env(home, model)
+    elif harness == "cline":
+        return _drive_cline(project, home, model)
     elif harness == "opencode":
         from tests.apply.test_adapters_opencode import opencode_user_config
 
@@ -143,6 +145,27 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
                           COPILOT_MODEL="gpt-4o")
     done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=240)
     return done.stdout + done.stderr
+
+
+def _drive_cline(project: Path, home: Path, model: MockModel) -> str:
+    """Cline leaves a hub daemon holding inherited pipes: its output goes to a file, and the
+    daemon is reaped."""
+    from tests.harness.binaries import harness_bin, harness_env
+    from tests.harness.drive import reaping
+
+    env = harness_env(home)
+    out = home / "cline-output.txt"
+    with reaping():
+        subprocess.run([str(harness_bin("cline")), "auth", "-p", "openai", "-k", "dummy", "-m",
+                        "gpt-4o", "-b", model.openai_base_url], cwd=project, env=env,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=240, check=True)
+        with out.open("w") as sink, subprocess.Popen(
+                [str(harness_bin("cline")), "--json", "say hi"], cwd=project, env=env,
+                stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                start_new_session=True) as proc:
+            proc.wait(timeout=240)
+    return out.read_text()
 
 
 def capture(harness: str, work: Path, home: Path) -> set[str]:

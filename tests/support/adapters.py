@@ -148,3 +148,74 @@ def without_relay(args: list[str]) -> list[str]:
         assert out[5] == "--project" and out[7] == "--state", out
         del out[3:9]
     return out
+
+
+# ------------------------------------------------- the checks every real-binary test repeats
+
+
+def added_key_blocks(root: Path, rendered_file: str, added: Mapping[str, Any]) -> None:
+    """After trust + apply, a key `added` to the rendered JSON `rendered_file` by hand (one that
+    runs code, loads servers or switches the guard off) makes the guard deny, naming the file."""
+    import re
+
+    import pytest
+
+    from agentstack._guard import Deny, check_files
+
+    trust_and_apply(root)
+    snapshot = guard_snapshot(root)
+    check_files(snapshot)
+    path = root / rendered_file
+    data = json.loads(path.read_text())
+    data.update(added)
+    path.write_text(json.dumps(data))
+    with pytest.raises(Deny, match=re.escape(rendered_file)):
+        check_files(snapshot)
+
+
+def listed_only_after_trust(binary: str, root: Path, env: Mapping[str, str],
+                            listed: Callable[[str, str], bool], timeout: int = 120) -> str:
+    """Before trust, `apply --write` refuses and `<binary> mcp list` names no locked server;
+    after trust + apply, `listed(server, output)` holds for each (`notes`, `journal`). Returns
+    the listing after trust."""
+    assert run_cli("apply", "--write", cwd=root).returncode == 1
+    before = mcp_list(binary, root, env, timeout=timeout)
+    assert "notes" not in before and "journal" not in before, before
+    trust_and_apply(root)
+    after = mcp_list(binary, root, env, timeout=timeout)
+    for server in ("notes", "journal"):
+        assert listed(server, after), after
+    return after
+
+
+def line_of(server: str, listing: str, form: str = " {server}:") -> str:
+    """The line of a `mcp list` output naming `server` (`form` how it is named there)."""
+    return next((ln for ln in listing.splitlines() if form.format(server=server) in ln), "")
+
+
+def allowed_then_blocked_on_edit(
+    root: Path,
+    run: Callable[[ToolCall], tuple[bool, str, int]],
+    shell: ToolCall,
+    mcp_call: ToolCall,
+    rendered_file: str,
+    servers_key: str = "mcpServers",
+) -> None:
+    """The guard end to end, up to `revoke` (what follows differs per harness): after trust +
+    apply, `shell` and `mcp_call` run; after a locked server's args in `rendered_file` are edited
+    behind agentstack's back, `shell` is blocked and the reason names the file; after
+    `apply --write --force`, it runs again."""
+    trust_and_apply(root)
+    ran, text, rc = run(shell)
+    assert ran and rc == 0, text
+    ran, text, _ = run(mcp_call)
+    assert ran, text
+    path = root / rendered_file
+    data = json.loads(path.read_text())
+    data[servers_key]["notes"]["args"].append("--debug")
+    path.write_text(json.dumps(data, indent=2))
+    ran, text, _ = run(shell)
+    assert not ran and rendered_file in text and "agentstack guard" in text, text
+    ok("apply", "--write", "--force", cwd=root)
+    ran, text, _ = run(shell)
+    assert ran, text

@@ -90,15 +90,17 @@ PLANTED = {
     "CLAUDE.md": {"claude-code", "opencode", "copilot", "droid", "kilo"},
     "a/.mcp.json": {"claude-code"},
     "a/AGENTS.md": {"codex", "opencode", "copilot", "claude-code", "qwen-code", "droid",
-                   "kilo"},  # Claude: without CLAUDE.md
+                   "kilo", "cline"},  # Claude: without CLAUDE.md
     "GEMINI.md": {"gemini-cli", "copilot"},
     "QWEN.md": {"qwen-code"},
     ".qwen/rules/r.md": {"qwen-code"},
-    ".env": {"gemini-cli", "qwen-code"},
+    ".env": {"gemini-cli", "qwen-code", "aider"},
     "opencode.json": {"opencode", "kilo"},
     ".opencode/plugins/p.js": {"opencode"},
     ".claude/skills/s/SKILL.md": {"claude-code", "opencode", "copilot"},
-    ".agents/skills/s/SKILL.md": {"codex", "opencode", "copilot", "droid", "kilo"},
+    ".agents/skills/s/SKILL.md": {"codex", "opencode", "copilot", "droid", "kilo", "cline"},
+    ".clinerules/hooks/PreToolUse": {"cline"},
+    ".aider.conf.yml": {"aider"},
     ".factory/settings.json": {"droid"},
     "a/.claude/rules/r.md": {"claude-code", "copilot"},
     ".github/copilot-instructions.md": {"copilot"},
@@ -127,6 +129,8 @@ def test_what_the_harnesses_load_above_the_project_is_pinned(checkout: Path) -> 
         "../" * (2 - rel.startswith("a/")) + rel.removeprefix("a/"): who
         for rel, who in PLANTED.items()
     }
+    # `.clinerules` is Cline's rules file or a directory of them: the directory is pinned as such.
+    expected["../../.clinerules"] = {"cline"}
     assert set(above) == set(expected), sorted(above)
     for key, who in expected.items():
         assert set(above[key]["harnesses"]) == who, (key, above[key]["harnesses"])
