@@ -33,6 +33,8 @@ NOT_A_REPLACEMENT = {
     "sandbox/runner.py": "cgroup control files; the run's read-only copies (O_EXCL, fresh dir); "
     "the spec pipe",
     "sandbox/verify.py": "plants decoys in a throwaway home for the kernel check",
+    "sandbox/confine.py": "maps a new user namespace's ids in /proc/self (kernel control files, "
+    "written once in place)",
     "lock/treehash.py": "the stat cache: a cache, not state (losing it costs a re-hash), written "
     "temp+rename without fsync so that a lock pays no flush for it; write errors ignored",
     "manifest/load.py": "the manifest cache: same as the stat cache (temp+rename, no fsync, "

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -203,8 +203,7 @@ def _fixed_policy(home: str, root: str) -> SandboxPolicy:
 def _snapshot(root: Path) -> dict[str, Any]:
     from agentstack import _guard
 
-    return cast(dict[str, Any], json.loads(Path(_guard.snapshot_path(
-        os.environ["AGENTSTACK_HOME"], str(root))).read_text()))
+    return _guard.load_snapshot(_guard.snapshot_path(os.environ["AGENTSTACK_HOME"], str(root)))
 
 
 def _check(snapshot: dict[str, Any]) -> dict[str, Any]:
