@@ -82,6 +82,8 @@ INERT: dict[str, str] = {
     "qwen-code:**/.qwenignore": "ignore rules for Qwen Code's file tools: no code, not sent",
     "qwen-code:**/.aiignore": "ignore rules for Qwen Code's file tools: no code, not sent",
     "kilo:**/.kilocodeignore": "ignore rules for Kilo's file tools: no code, not sent",
+    "kilo:**/.kilocode/themes/**": "colour themes of its terminal UI (JSON of colours): no code, "
+    "not sent to the model",
     "codex:**/.codexignore": "ignore rules for file search: no code, not sent to the model",
     "copilot:**/.copilotignore": "ignore rules for file search: no code, not sent to the model",
     "claude-code:.npmrc": "read at the checkout's top to detect the package manager: not config",
