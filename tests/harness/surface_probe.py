@@ -84,6 +84,12 @@ INERT: dict[str, str] = {
     "kilo:**/.kilocodeignore": "ignore rules for Kilo's file tools: no code, not sent",
     "kilo:**/.kilocode/themes/**": "colour themes of its terminal UI (JSON of colours): no code, "
     "not sent to the model",
+    "kilo:**/.kilo/themes/**": "colour themes of its terminal UI (JSON of colours): no code, "
+    "not sent to the model",
+    "kilo:**/.opencode/themes/**": "colour themes of its terminal UI (JSON of colours): no code, "
+    "not sent to the model",
+    "opencode:**/.opencode/themes/**": "colour themes of its terminal UI (JSON of colours): no "
+    "code, not sent to the model",
     "codex:**/.codexignore": "ignore rules for file search: no code, not sent to the model",
     "copilot:**/.copilotignore": "ignore rules for file search: no code, not sent to the model",
     "claude-code:.npmrc": "read at the checkout's top to detect the package manager: not config",
