@@ -601,6 +601,10 @@ GEMINI_CLI = Harness(
         # GOOGLE_GEMINI_BASE_URL there sends the API key to another host.
         _e("**/.gemini/.env", "env", "tree", "docs", "environment loaded at start"),
         _e("**/.env", "env", "tree", "docs", "environment loaded at start"),
+        # Found by the surface probe (0.61.0, interactive start): its update check reads the
+        # registry from the nearest `.npmrc` from the working directory up, and installs the
+        # version that registry calls latest (`npm install -g @google/gemini-cli@<version>`).
+        _e(".npmrc", "runs", "tree", "run", "its update check's npm registry (what it installs)"),
     ),
     keys={"gemini": _GEMINI_SETTINGS},
     trust_entries=("~/.gemini/trustedFolders.json",),
@@ -616,8 +620,9 @@ GEMINI_CLI = Harness(
     config_dirs=(".gemini",),
     # Measured with 0.61.0: the GEMINI.md hierarchy reaches the model; `.gemini/settings.json`
     # above the project is not read (its servers and hooks do not start).
-    # Its `.env` is looked for from the working directory up (docs).
-    above=("GEMINI.md", ".gemini/.env", ".env"),
+    # Its `.env` is looked for from the working directory up (docs); so is the `.npmrc` its
+    # interactive start's update check reads (measured: the checkout top's, without the project's).
+    above=("GEMINI.md", ".gemini/.env", ".env", ".npmrc"),
 )
 
 # Qwen Code 0.24.4 (a fork of Gemini CLI; its hooks are Claude Code's): the tools its requests
@@ -679,6 +684,10 @@ QWEN_CODE = Harness(
         # The first `.qwen/.env` or `.env` from the working directory up (in a trusted folder).
         _e("**/.qwen/.env", "env", "tree", "run", "environment loaded at start"),
         _e("**/.env", "env", "tree", "src", "environment loaded at start"),
+        # Found by the surface probe (0.24.4, interactive start): the summary its "welcome back"
+        # screen offers to resume from (sent to the model), from the working directory only.
+        _e(".qwen/PROJECT_SUMMARY.md", "instructions", "text", "run",
+           "project summary its interactive start offers to resume from"),
     ),
     keys={"qwen": _QWEN_SETTINGS, "mcp": _MCP_FILE},
     trust_entries=("~/.qwen/trustedFolders.json", "~/.qwen/mcpApprovals.json"),

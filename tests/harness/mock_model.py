@@ -90,6 +90,7 @@ class SentToolCall:
     namespace: str | None  # Codex MCP namespace, else None
     input: dict[str, Any]
     script_index: int
+    at: float = field(default_factory=time.time)  # when the mock sent it (wall clock)
 
 
 @dataclass
@@ -125,6 +126,11 @@ class MockModel:
         self.script = list(script or [])
         self.final_text = final_text
         self.side_text = side_text
+        # A main request holding `sub_marker` anywhere (a subagent's, whose definition carries
+        # it in its prompt) is answered with `sub_text` and no tool call: the script is the
+        # main agent's, never replayed inside the subagent it starts.
+        self.sub_marker: str | None = None
+        self.sub_text = "Subagent done."
         self.requests: list[RecordedRequest] = []
         self.tool_calls: list[SentToolCall] = []
         self.tool_results: list[ToolResult] = []
@@ -201,6 +207,9 @@ class MockModel:
     def _new_id(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids):04d}mock"
 
+    def _is_sub(self, body: Any) -> bool:
+        return self.sub_marker is not None and self.sub_marker in json.dumps(body)
+
     def _record_results(self, api: str, results: list[ToolResult]) -> None:
         for result in results:
             key = (api, result.call_id)
@@ -232,6 +241,8 @@ class MockModel:
             self._record_results("anthropic", results)
             if not tools:
                 return "side", [{"type": "text", "text": self.side_text}], "end_turn"
+            if self._is_sub(body):
+                return "main", [{"type": "text", "text": self.sub_text}], "end_turn"
             index = ours
             if index >= len(self.script):
                 return "main", [{"type": "text", "text": self.final_text}], "end_turn"
@@ -269,6 +280,8 @@ class MockModel:
             self._record_results("openai", results)
             if not offered:
                 return "side", [_message_item(self._new_id("msg_"), self.side_text)]
+            if self._is_sub(body):
+                return "main", [_message_item(self._new_id("msg_"), self.sub_text)]
             index = ours
             if index >= len(self.script):
                 return "main", [_message_item(self._new_id("msg_"), self.final_text)]
@@ -306,6 +319,8 @@ class MockModel:
             self._record_results("gemini", results)
             if not offered:
                 return "side", [{"text": self.side_text}]
+            if self._is_sub(body):
+                return "main", [{"text": self.sub_text}]
             if ours >= len(self.script):
                 return "main", [{"text": self.final_text}]
             call = self.script[ours]
@@ -334,6 +349,8 @@ class MockModel:
             self._record_results("chat", results)
             if not offered:
                 return "side", {"content": self.side_text}
+            if self._is_sub(body):
+                return "main", {"content": self.sub_text}
             if ours >= len(self.script):
                 return "main", {"content": self.final_text}
             call = self.script[ours]

@@ -85,6 +85,14 @@ INERT: dict[str, str] = {
     "aider:**/.aiderignore": "ignore rules for Aider's repository map: no code, not sent",
     "aider:**/.aider.chat.history.md": "its own chat log, appended every session; read back into "
     "the prompt only with --restore-chat-history (off by default)",
+    "kilo:**/.kilocode/themes/**": "colour themes of its terminal UI (JSON of colours): no code, "
+    "not sent to the model",
+    "kilo:**/.kilo/themes/**": "colour themes of its terminal UI (JSON of colours): no code, "
+    "not sent to the model",
+    "kilo:**/.opencode/themes/**": "colour themes of its terminal UI (JSON of colours): no code, "
+    "not sent to the model",
+    "opencode:**/.opencode/themes/**": "colour themes of its terminal UI (JSON of colours): no "
+    "code, not sent to the model",
     "codex:**/.codexignore": "ignore rules for file search: no code, not sent to the model",
     "copilot:**/.copilotignore": "ignore rules for file search: no code, not sent to the model",
     "claude-code:.npmrc": "read at the checkout's top to detect the package manager: not config",
@@ -439,9 +447,10 @@ def plant(layout: Layout, candidates: Iterable[str], *, code: bool = False) -> N
             if (layout.base(location) / rel).exists():
                 continue
             target = layout.base(location) / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(canary_text(rel, f"c{location}"), encoding="utf-8")
-            layout.controls[str(target)] = (location, rel)
+            with contextlib.suppress(OSError):  # a file planted where its directory would be
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(canary_text(rel, f"c{location}"), encoding="utf-8")
+                layout.controls[str(target)] = (location, rel)
 
 
 # ----------------------------------------------------------------------------- running
@@ -468,13 +477,15 @@ def _setup(harness: str, layout: Layout, home: Path, model: MockModel) -> Sessio
     if harness == "claude-code":
         home.mkdir(parents=True, exist_ok=True)
         (home / ".claude.json").write_text(json.dumps(
-            {"projects": {str(proj): {"hasTrustDialogAccepted": True}}}))
+            {"projects": {str(proj): {"hasTrustDialogAccepted": True,
+                                      "enabledMcpjsonServers": [SERVER]}}}))
         env = harness_env(home, ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-probe")
         script = [ToolCall("Read", {"file_path": readme}),
                   ToolCall("Edit", {"file_path": notes, "old_string": "hello",
                                     "new_string": "hello probe"}), shell]
         argv = [str(TOOLS_BIN / "claude"), "-p", "probe", "--output-format", "json",
-                "--permission-mode", "acceptEdits", "--allowedTools", "Read,Edit,Bash(echo probe)"]
+                "--permission-mode", "acceptEdits", "--allowedTools",
+                f"Read,Edit,Bash(echo probe),Skill,Agent,mcp__{SERVER}__add_note"]
         return Session(argv, env, script)
     if harness == "codex":
         from .drive import CODEX_OFFLINE_TOML
@@ -506,7 +517,10 @@ def _setup(harness: str, layout: Layout, home: Path, model: MockModel) -> Sessio
                                   "options": {"baseURL": model.openai_base_url,
                                               "apiKey": "dummy"},
                                   "models": {"mock-model": {"name": "mock", "tool_call": True}}}},
-            "model": "mock/mock-model", "autoupdate": False, "share": "disabled"}))
+            # No snapshots: after each tool call they `git add` the whole worktree (thousands of
+            # canaries, minutes under strace on a loaded machine); git's reads are no loads.
+            "model": "mock/mock-model", "autoupdate": False, "share": "disabled",
+            "snapshot": False}))
         env = harness_env(home, OPENCODE_DISABLE_AUTOUPDATE="1",
                           OPENCODE_DISABLE_MODELS_FETCH="1", npm_config_cache=str(NPM_CACHE),
                           npm_config_prefer_offline="true")
@@ -533,7 +547,8 @@ def _setup(harness: str, layout: Layout, home: Path, model: MockModel) -> Sessio
                                   "options": {"baseURL": model.openai_base_url,
                                               "apiKey": "dummy"},
                                   "models": {"mock-model": {"name": "mock", "tool_call": True}}}},
-            "model": "mock/mock-model", "autoupdate": False, "share": "disabled"}))
+            "model": "mock/mock-model", "autoupdate": False, "share": "disabled",
+            "snapshot": False}))  # as for OpenCode
         env = harness_env(home, OPENCODE_DISABLE_AUTOUPDATE="1", KILO_DISABLE_AUTOUPDATE="1",
                           OPENCODE_DISABLE_MODELS_FETCH="1", KILO_DISABLE_MODELS_FETCH="1",
                           npm_config_cache=str(NPM_CACHE), npm_config_prefer_offline="true")
@@ -588,6 +603,194 @@ def _setup(harness: str, layout: Layout, home: Path, model: MockModel) -> Sessio
     script = [ToolCall("view", {"path": readme}), shell]
     argv = [str(TOOLS_BIN / "copilot"), "-p", "probe", "--allow-all-tools"]
     return Session(argv, _copilot_env(home, model), script)
+
+
+# ----------------------------------------------------------------------------- skills, agents, MCP
+
+# The scripted session also invokes a skill, a subagent and an MCP server's tool, each planted
+# (before the canaries, so none is overwritten) where the harness loads it in the project, and
+# the probe's MCP server (tests/harness/notes_mcp.py, copied outside the checkout) named in the
+# harness's own MCP file. A capability counts as exercised when its proof reached the model
+# after its call: the skill's body, the subagent definition's prompt (in the subagent's own
+# request, answered by the mock with text), the server tool's answer.
+SKILL = "probe-skill"
+AGENT = "probe-agent"
+SERVER = "probe"
+SKILL_TOKEN = TOKEN + "skill"
+AGENT_TOKEN = TOKEN + "agent"
+MCP_ANSWER = "added note"
+KINDS = ("skill", "agent", "mcp")
+# A capability a harness has that the offline session cannot exercise, with the reason (its
+# files are still planted and checked: what the harness opened of them at start is recorded).
+NOT_EXERCISED: dict[str, str] = {
+    "droid:agent": "droid exec 0.225.2 runs a subagent through its daemon, which the offline "
+    "session does not reach (the Task tool answers 'Could not reach the daemon')",
+}
+
+
+@dataclass(frozen=True)
+class Capability:
+    kind: str  # "skill" | "agent" | "mcp"
+    files: tuple[tuple[str, str], ...]  # (path relative to the project, content)
+    call: ToolCall
+    proof: str  # what a request after the call holds when the capability ran
+
+
+def _skill_md(extra: str = "") -> str:
+    return (f"---\nname: {SKILL}\ndescription: The probe's skill, for a probe.\n{extra}---\n"
+            f"{SKILL_TOKEN}: say hello.\n")
+
+
+def _agent_md(extra: str = "") -> str:
+    return (f"---\nname: {AGENT}\ndescription: The probe's subagent, for a probe.\n{extra}---\n"
+            f"{AGENT_TOKEN}: answer hello.\n")
+
+
+def _servers(argv: list[str], **extra: Any) -> dict[str, Any]:
+    return {SERVER: {"command": argv[0], "args": argv[1:], **extra}}
+
+
+def capabilities(harness: str, server: list[str]) -> list[Capability]:
+    """What the session plants and calls for `harness`; `server` is the MCP server's argv."""
+    mcp_call = ToolCall(f"mcp__{SERVER}__add_note", {"text": "probe"})
+    agent_prompt = "Say hello."
+    json_mcp = json.dumps({"mcpServers": _servers(server)}, indent=1)
+    if harness == "claude-code":
+        return [
+            Capability("skill", ((f".claude/skills/{SKILL}/SKILL.md", _skill_md()),),
+                       ToolCall("Skill", {"skill": SKILL}), SKILL_TOKEN),
+            Capability("agent", ((f".claude/agents/{AGENT}.md", _agent_md()),),
+                       ToolCall("Agent", {"subagent_type": AGENT, "description": "probe agent",
+                                          "prompt": agent_prompt, "run_in_background": False}),
+                       AGENT_TOKEN),
+            Capability("mcp", ((".mcp.json", json_mcp),), mcp_call, MCP_ANSWER),
+        ]
+    if harness == "codex":
+        toml_server = (f"[mcp_servers.{SERVER}]\ncommand = {json.dumps(server[0])}\n"
+                       f"args = {json.dumps(server[1:])}\n")
+        agent_toml = (f'name = "{AGENT}"\ndescription = "The probe\'s subagent, for a probe."\n'
+                      f'developer_instructions = "{AGENT_TOKEN}: answer hello."\n')
+        return [
+            # Codex has no skill tool: the model reads the SKILL.md its instructions list.
+            Capability("skill", ((f".agents/skills/{SKILL}/SKILL.md", _skill_md()),),
+                       ToolCall("Bash", {"command": f"cat .agents/skills/{SKILL}/SKILL.md"}),
+                       SKILL_TOKEN),
+            Capability("agent", ((f".codex/agents/{AGENT}.toml", agent_toml),),
+                       ToolCall("multi_agent_v1__spawn_agent",
+                                {"message": agent_prompt, "agent_type": AGENT}), AGENT_TOKEN),
+            Capability("mcp", ((".codex/config.toml", toml_server),), mcp_call, MCP_ANSWER),
+        ]
+    if harness == "gemini-cli":
+        return [
+            Capability("skill", ((f".gemini/skills/{SKILL}/SKILL.md", _skill_md()),),
+                       ToolCall("activate_skill", {"name": SKILL}), SKILL_TOKEN),
+            Capability("agent", ((f".gemini/agents/{AGENT}.md", _agent_md("kind: local\n")),),
+                       ToolCall("invoke_agent", {"agent_name": AGENT, "prompt": agent_prompt}),
+                       AGENT_TOKEN),
+            Capability("mcp", ((".gemini/settings.json",
+                                json.dumps({"mcpServers": _servers(server, trust=True)})),),
+                       mcp_call, MCP_ANSWER),
+        ]
+    if harness in ("opencode", "kilo"):
+        own = ".opencode" if harness == "opencode" else ".kilo"
+        config = "opencode.json" if harness == "opencode" else "kilo.json"
+        return [
+            Capability("skill", ((f"{own}/skills/{SKILL}/SKILL.md", _skill_md()),),
+                       ToolCall("skill", {"name": SKILL}), SKILL_TOKEN),
+            Capability("agent", ((f"{own}/agents/{AGENT}.md", _agent_md("mode: subagent\n")),),
+                       ToolCall("task", {"description": "probe agent", "prompt": agent_prompt,
+                                         "subagent_type": AGENT}), AGENT_TOKEN),
+            Capability("mcp", ((config, json.dumps({"mcp": {SERVER: {
+                "type": "local", "command": server}}})),), mcp_call, MCP_ANSWER),
+        ]
+    if harness == "copilot":
+        return [
+            Capability("skill", ((f".github/skills/{SKILL}/SKILL.md", _skill_md()),),
+                       ToolCall("skill", {"skill": SKILL}), SKILL_TOKEN),
+            Capability("agent", ((f".github/agents/{AGENT}.agent.md", _agent_md()),),
+                       ToolCall("task", {"name": "probe", "description": "probe agent",
+                                         "prompt": agent_prompt, "agent_type": AGENT,
+                                         "mode": "sync"}), AGENT_TOKEN),
+            Capability("mcp", ((".mcp.json", json.dumps({"mcpServers": _servers(
+                server, type="local", tools=["*"])})),), mcp_call, MCP_ANSWER),
+        ]
+    if harness == "qwen-code":
+        return [
+            Capability("skill", ((f".qwen/skills/{SKILL}/SKILL.md", _skill_md()),),
+                       ToolCall("skill", {"skill": SKILL}), SKILL_TOKEN),
+            Capability("agent", ((f".qwen/agents/{AGENT}.md", _agent_md()),),
+                       ToolCall("agent", {"subagent_type": AGENT, "description": "probe agent",
+                                          "prompt": agent_prompt}), AGENT_TOKEN),
+            Capability("mcp", ((".qwen/settings.json", json.dumps({
+                "mcpServers": _servers(server, trust=True)})),), mcp_call, MCP_ANSWER),
+        ]
+    if harness == "droid":
+        return [
+            Capability("skill", ((f".factory/skills/{SKILL}/SKILL.md", _skill_md()),),
+                       ToolCall("Skill", {"skill": SKILL}), SKILL_TOKEN),
+            Capability("agent", ((f".factory/droids/{AGENT}.md", _agent_md()),),
+                       ToolCall("Task", {"subagent_type": AGENT, "description": "probe agent",
+                                         "prompt": agent_prompt}), AGENT_TOKEN),
+            # Droid offers a server's tools deferred, as `<server>___<tool>`.
+            Capability("mcp", ((".factory/mcp.json", json_mcp),),
+                       ToolCall(f"{SERVER}___add_note", {"text": "probe"}), MCP_ANSWER),
+        ]
+    return []
+
+
+def mcp_server(top: Path) -> list[str]:
+    """The probe's MCP server, copied outside the checkout: its argv."""
+    script = top / "probe-mcp" / "notes_mcp.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(__file__).with_name("notes_mcp.py"), script)
+    return [shutil.which("python3") or "/usr/bin/python3", "-I", str(script)]
+
+
+def plant_capabilities(layout: Layout, caps: list[Capability]) -> None:
+    for cap in caps:
+        for rel, content in cap.files:
+            target = layout.project / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+            layout.planted[str(target)] = ("project", rel)
+
+
+def acknowledge(harness: str, layout: Layout, home: Path, caps: list[Capability]) -> None:
+    """The harness's own consent for the planted definitions, given as its user would.
+    Gemini CLI 0.61.0 registers a project's subagent only once the user acknowledged that
+    agent's file by its SHA-256 (`~/.gemini/acknowledgments/agents.json`)."""
+    if harness != "gemini-cli":
+        return
+    import hashlib
+
+    agents = {}
+    for cap in caps:
+        if cap.kind == "agent":
+            agents[AGENT] = hashlib.sha256(cap.files[0][1].encode()).hexdigest()
+    path = home / ".gemini" / "acknowledgments" / "agents.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({str(layout.project): agents}))
+
+
+def exercised(harness: str, caps: list[Capability], model: MockModel
+              ) -> dict[str, dict[str, Any]]:
+    """Per capability: the tool name the harness was sent, and whether its proof reached the
+    model after the call."""
+    out: dict[str, dict[str, Any]] = {}
+    mains = model.main_requests()
+    for cap in caps:
+        sent = next((c for c in model.tool_calls if model.script[c.script_index] == cap.call),
+                    None)
+        after = [r for r in mains if sent is not None and r.at >= sent.at]
+        proof = any(cap.proof in r.raw_body.decode("utf-8", "replace") for r in after)
+        if cap.kind == "mcp":
+            proof = any(cap.proof in t for t in model.result_texts())
+        out[cap.kind] = {"call": sent.name if sent else None, "exercised": proof,
+                         "files": [rel for rel, _ in cap.files]}
+        if not proof and f"{harness}:{cap.kind}" in NOT_EXERCISED:
+            out[cap.kind]["why_not"] = NOT_EXERCISED[f"{harness}:{cap.kind}"]
+    return out
+
 
 
 _LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<t>\d+\.\d+)\s+(?P<rest>.*)$")
@@ -678,8 +881,12 @@ def stop_daemons(under: Path) -> None:
                 os.kill(int(proc.name), signal.SIGKILL)
 
 
-def run_traced(session: Session, cwd: Path, log: Path, timeout: float = RUN_TIMEOUT
+def run_traced(session: Session, cwd: Path, log: Path, timeout: float | None = None
                ) -> subprocess.CompletedProcess[str]:
+    """`session` run under strace in `cwd`, killed after `timeout` (RUN_TIMEOUT on an idle
+    machine, stretched by its load: OpenCode's session over a thousand canaries takes minutes
+    on a loaded one)."""
+    timeout = scaled(RUN_TIMEOUT) if timeout is None else timeout
     argv = _strace(log, session.argv)
     with subprocess.Popen(argv, cwd=cwd, env=session.env, stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -722,37 +929,55 @@ def _end_daemons_after_harness(tracer: int, under: Path, done: threading.Event) 
             stop_daemons(under)
 
 
-INTERACTIVE = ("claude-code", "copilot")  # started on a pseudo-terminal too (what loads at start)
+# Started on a pseudo-terminal too, with no prompt: what its interactive start loads.
+INTERACTIVE = ("claude-code", "codex", "copilot", "gemini-cli", "opencode", "qwen-code", "kilo")
+# Why a harness is not started on a pseudo-terminal (each probed harness is either here or in
+# INTERACTIVE).
+NOT_INTERACTIVE: dict[str, str] = {
+    "droid": "its interactive start (0.225.2) checks FACTORY_API_KEY with Factory's servers and "
+    "exits offline ('Authentication failed. FACTORY_API_KEY is set but appears to be invalid'); "
+    "`droid exec` does not, so Droid is probed headless only",
+}
 FALLBACKS = 3  # runs with what was loaded taken away
 QUIET = 4.0  # seconds without a traced call: the interactive start is done
+_ANSI = re.compile(
+    rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Z0-9]|\x1b[=>]")
 
 
-def run_traced_pty(session: Session, cwd: Path, log: Path, timeout: float = 40.0) -> None:
+def run_traced_pty(session: Session, cwd: Path, log: Path, home: Path,
+                   timeout: float = 60.0) -> str:
     """Start the harness interactively on a pseudo-terminal under strace, let it settle (the
-    trace quiet for QUIET seconds, or `timeout`), answer its terminal queries, then stop it."""
+    trace quiet for QUIET seconds, or `timeout`), answer its terminal queries, then stop it.
+    "ran" when it was still running when stopped, else how it ended and its last words."""
     import fcntl
-    import pty
     import select
     import signal
     import struct
     import termios
 
+    from tests.support.ptyspawn import pty_spawn
+
     argv = _strace(log, [session.argv[0]])  # the binary alone: its interactive start
     env = {**session.env, "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
-                            start_new_session=True)
-    os.close(slave)
+    pid, master = pty_spawn(argv, env=env, cwd=cwd, inherit=False)
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    screen = b""
+    status: int | None = None
     try:
         start = last = time.monotonic()
         size = -1
-        while time.monotonic() - start < timeout and proc.poll() is None:
+        while time.monotonic() - start < timeout:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            status = None
             ready, _, _ = select.select([master], [], [], 0.5)
             if ready:
                 with contextlib.suppress(OSError):
-                    if b"\x1b[6n" in os.read(master, 65536):
+                    chunk = os.read(master, 65536)
+                    screen = (screen + chunk)[-65536:]
+                    if b"\x1b[6n" in chunk:  # where is the cursor (Codex, OpenCode ask)
                         os.write(master, b"\x1b[1;1R")
             now_size = log.stat().st_size if log.exists() else 0
             if now_size != size:
@@ -761,9 +986,31 @@ def run_traced_pty(session: Session, cwd: Path, log: Path, timeout: float = 40.0
                 break
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+            os.killpg(pid, signal.SIGKILL)
+        if status is None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
         os.close(master)
+        stop_detached(home)
+    if status is None:
+        return "ran"
+    words = " ".join(_ANSI.sub(b"", screen).decode("utf-8", "replace").split())
+    return f"exited {os.waitstatus_to_exitcode(status)}: {words[-300:]}"
+
+
+def stop_detached(home: Path) -> None:
+    """End what a harness started from its (the probe's) home and left running (interactive
+    Codex 0.171.0 starts an app-server from `~/.codex/packages/` in a session of its own)."""
+    import signal
+
+    prefix = str(home) + os.sep
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv0 = (proc / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            if argv0.startswith(prefix):
+                os.kill(int(proc.name), signal.SIGKILL)
 
 
 def _interactive_home(name: str, home: Path) -> None:
@@ -815,11 +1062,8 @@ def observe(harness: str, layout: Layout, log: str, model: MockModel) -> dict[st
     """What the run opened and executed of the planted files, with the phase of each."""
     # What the harness opens after request i and before request i+1 it opens for the tool call
     # it was sent in answer to request i; before the first request, at start.
-    marks: list[tuple[float, str]] = []
+    marks = [(call.at, f"tool:{call.name}") for call in model.tool_calls]
     mains = [r for r in model.requests if r.kind == "main"]
-    for i, request in enumerate(mains):
-        name = f"tool:{model.tool_calls[i].name}" if i < len(model.tool_calls) else "final"
-        marks.append((request.at, name))
     accesses = parse_strace(log, binary_path(harness).name)
     walks: dict[str, list[float]] = {}
     for access in accesses:
@@ -847,8 +1091,11 @@ def observe(harness: str, layout: Layout, log: str, model: MockModel) -> dict[st
     reached = sorted(
         f"{loc}:{rel}" for path, (loc, rel) in layout.planted.items()
         if f"{loc}:{rel}" in opened and _canary_id(layout, path) in text)
+    servers = sorted({_phase(float(m.group(1)), marks) for m in re.finditer(
+        r"^\d+\s+(\d+\.\d+)\s+execve\(\"[^\"]*\", \[[^\]]*\"[^\"]*/probe-mcp/notes_mcp\.py\"",
+        log, re.M)})
     return {"opened": dict(sorted(opened.items())), "executed": dict(sorted(executed.items())),
-            "model": reached, "requests": len(mains), "walked": walked > 0}
+            "model": reached, "requests": len(mains), "walked": walked > 0, "server": servers}
 
 
 def _canary_id(layout: Layout, path: str) -> str:
@@ -872,7 +1119,8 @@ def findings(name: str, observed: dict[str, Any],
     return out
 
 
-def report(name: str, version: str, candidates: list[str], observed: dict[str, Any]
+def report(name: str, version: str, candidates: list[str], observed: dict[str, Any],
+           session: dict[str, Any] | None = None, interactive: str | None = None
            ) -> dict[str, Any]:
     harness = _harness(name)
     loads = {}
@@ -894,15 +1142,19 @@ def report(name: str, version: str, candidates: list[str], observed: dict[str, A
         "walks_tree": observed["walked"],
         "loads": dict(sorted(loads.items())),
         "findings": findings(name, observed),
+        "session": session or {},
+        "interactive": interactive or "not run",
     }
 
 
 # ----------------------------------------------------------------------------- driver
 
 
-def probe(name: str, version: str, *, keep: Path | None = None,
+def probe(name: str, version: str, *, keep: Path | None = None, session_only: bool = False,
           log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Harvest, plant, run and check one harness; its report."""
+    """Harvest, plant, run and check one harness; its report. With `session_only`, nothing is
+    harvested and the harness runs once, headless: what its scripted session's skill, subagent
+    and MCP files do (a cheap check of those alone)."""
     if not Path(STRACE).exists():
         raise RuntimeError(f"{STRACE} is missing: install strace (see .ci/run)")
     if not binary_path(name).exists():
@@ -916,12 +1168,19 @@ def probe(name: str, version: str, *, keep: Path | None = None,
                            env=harness_env(home, XDG_CACHE_HOME=str(COPILOT_CACHE)), timeout=300,
                            check=False)
         started = time.monotonic()
-        candidates = harvest(name, version)
+        candidates = [] if session_only else harvest(name, version)
         log(f"{name} {version}: {len(candidates)} candidates ({time.monotonic() - started:.1f} s)")
         layout = make_layout(top)
+        caps = capabilities(name, mcp_server(top))
         with MockModel([]) as model:
             session = _setup(name, layout, home, model)
-            model.script = list(session.script)
+            # The skill, the server's tool, then the subagent (its own requests, answered
+            # with text, come last).
+            model.script = [*session.script, *(c.call for k in KINDS for c in caps
+                                                if c.kind == k)]
+            model.sub_marker = AGENT_TOKEN
+            plant_capabilities(layout, caps)
+            acknowledge(name, layout, home, caps)
             plant(layout, candidates, code=name in CODE_CANARIES)
             trace = top / "strace.log"
             started = time.monotonic()
@@ -932,21 +1191,26 @@ def probe(name: str, version: str, *, keep: Path | None = None,
                 raise RuntimeError(f"{name} sent no model request:\n{done.stdout[-2000:]}\n"
                                    f"{done.stderr[-2000:]}")
             observed = observe(name, layout, trace.read_text(errors="replace"), model)
-            if name in INTERACTIVE:
+            used = {**exercised(name, caps, model), "server": observed["server"]}
+            interactive: str | None = NOT_INTERACTIVE.get(name)
+            if name in INTERACTIVE and not session_only:
                 _interactive_home(name, home)
                 started = time.monotonic()
                 pty_trace = top / "strace-pty.log"
-                run_traced_pty(session, layout.project, pty_trace)
-                log(f"{name}: interactive start traced in {time.monotonic() - started:.1f} s")
+                interactive = run_traced_pty(session, layout.project, pty_trace, home)
+                log(f"{name}: interactive start traced in {time.monotonic() - started:.1f} s: "
+                    f"{interactive}")
                 at_start = observe(name, layout, pty_trace.read_text(errors="replace"),
                                    MockModel([]))
                 for table in ("opened", "executed"):
                     for key in at_start[table]:
                         observed[table].setdefault(key, "interactive start")
+                read = len({*at_start["opened"], *at_start["executed"]})
+                interactive += f": {read} planted files read or run at start"
         # What a harness reads only when another file is absent (OpenCode's CONTEXT.md without
         # AGENTS.md or CLAUDE.md): everything it loaded is taken away and it runs once more.
         # Again while a run finds more (a fallback of a fallback), at most FALLBACKS times.
-        for attempt in range(FALLBACKS):
+        for attempt in range(0 if session_only else FALLBACKS):
             loaded = {*observed["opened"], *observed["executed"]}
             for path, (location, rel) in layout.planted.items():
                 if f"{location}:{rel}" in loaded:
@@ -966,10 +1230,26 @@ def probe(name: str, version: str, *, keep: Path | None = None,
             observed["model"] = sorted({*observed["model"], *fallback["model"]})
             if not new:
                 break
-        return report(name, version, candidates, observed)
+        return report(name, version, candidates, observed, used, interactive)
     finally:
         if keep is None:
             shutil.rmtree(top, ignore_errors=True)
+
+
+def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A new report of the same version with what an earlier run saw kept: a harness reads some
+    files only when its start takes long enough (Claude Code's `.claude/workflows/` at its
+    interactive start), so what the same binary loaded once stays a load."""
+    if old.get("version") != new["version"]:
+        return new
+    observed = observed_from(new)
+    for key, value in observed_from(old).items():
+        if isinstance(value, dict):
+            observed[key] = {**value, **observed[key]}
+        elif isinstance(value, list):
+            observed[key] = sorted({*value, *observed[key]})
+    return report(new["harness"], new["version"], ["?"] * new["candidates"], observed,
+                  new.get("session"), new.get("interactive"))
 
 
 def observed_from(rep: dict[str, Any]) -> dict[str, Any]:
@@ -989,7 +1269,7 @@ def recheck() -> list[str]:
     out = []
     for rep in list(committed()):
         fresh = report(rep["harness"], rep["version"], ["?"] * rep["candidates"],
-                       observed_from(rep))
+                       observed_from(rep), rep.get("session"), rep.get("interactive"))
         output_path(rep["harness"], rep["version"]).write_text(json.dumps(fresh, indent=2) + "\n")
         out += [f"{rep['harness']} {rep['version']} loads {k}" for k in fresh["findings"]]
     write_docs()
@@ -1040,9 +1320,37 @@ def render_docs(reports: Iterable[dict[str, Any]]) -> str:
                          f"{'yes' if row['model'] else 'no'} | {'; '.join(sorted(row['cover']))} |")
         if rep["findings"]:
             lines += ["", "Off the surface: " + ", ".join(f"`{k}`" for k in rep["findings"])]
-        lines.append("")
+        lines += ["", *_session_lines(rep), ""]
     lines.append(DOCS_END)
     return "\n".join(lines) + "\n"
+
+
+_KIND_NAMES = {"skill": "a skill", "agent": "a subagent", "mcp": "an MCP server's tool"}
+
+
+def _session_lines(rep: dict[str, Any]) -> list[str]:
+    """What the scripted session exercised, and how the interactive start went."""
+    session = rep.get("session") or {}
+    parts = []
+    for kind in KINDS:
+        used = session.get(kind)
+        if not used:
+            continue
+        files = ", ".join(f"`{f}`" for f in used["files"])
+        call = f"`{used['call']}`" if used["call"] else "no call"
+        state = "exercised" if used["exercised"] else f"not exercised ({used.get('why_not')})"
+        parts.append(f"{_KIND_NAMES[kind]} ({files}, called as {call}): {state}")
+    out = []
+    if parts:
+        server = session.get("server") or []
+        started = f"started at {', '.join(server)}" if server else "never started"
+        out.append("Scripted session, besides reading, editing and a shell command: "
+                   + "; ".join(parts) + f"; the probe's MCP server {started}.")
+    interactive = rep.get("interactive", "not run")
+    out.append(("Interactive on a pseudo-terminal: " if out else "Interactive: ") + (
+        f"{interactive}." if interactive.startswith(("ran", "exited")) else
+        f"not run ({interactive})."))
+    return [" ".join(out)]
 
 
 def docs_section(text: str) -> str:
@@ -1090,7 +1398,10 @@ def main(argv: list[str] | None = None) -> int:
             (args.keep / f"{name}-{versions[name]}.json").write_text(json.dumps(result, indent=2))
         if args.write:
             OUT_DIR.mkdir(exist_ok=True)
-            output_path(name, versions[name]).write_text(json.dumps(result, indent=2) + "\n")
+            path = output_path(name, versions[name])
+            if path.exists():
+                result = merged(json.loads(path.read_text(encoding="utf-8")), result)
+            path.write_text(json.dumps(result, indent=2) + "\n")
         for key in result["findings"]:
             failed = True
             print(f"surface-probe: {name} {versions[name]} loads {key}, not on its surface",

@@ -1,14 +1,17 @@
 """The surface probe (tests/harness/surface_probe.py): its committed output per harness and version,
 docs/surface.md's measured section generated from it, the probe failing when a surface entry is
-removed, and (slow) a re-run of the probe against every pinned harness diffed with what is
-committed.
+removed (the session's skill, subagent and MCP files too), every harness exercised through its
+skill, subagent and MCP tools and started on a pseudo-terminal (or the reason it is not), and
+(slow) a re-run of the probe against every pinned harness diffed with what is committed.
 
 The harness runs skip locally without the CLIs or strace and fail in CI (CI=true).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import pytest
 from agentstack import harnesses as H
 from tests.harness import surface_probe as probe
 from tests.harness.binaries import harness_bin, in_ci
+from tests.harness.mock_model import MockModel, ToolCall
 
 VERSIONS = probe.pinned_versions()
 
@@ -74,11 +78,86 @@ def test_a_removed_surface_entry_makes_the_probe_fail() -> None:
                 continue
             weaker = _without(H.get(name), load["surface"])
             location, _, rel = key.partition(":")
-            if probe.covered(weaker, location, rel) is not None:
-                continue  # another pattern covers it too
+            if (probe.covered(weaker, location, rel) is not None
+                    or probe._inert(name, location, rel) is not None):
+                continue  # another pattern (or the inert list) covers it too
             assert key in probe.findings(name, observed, weaker), (name, key)
             checked += 1
     assert checked > 50, checked
+
+
+def test_every_harness_session_exercises_a_skill_a_subagent_and_an_mcp_server() -> None:
+    """Each pinned harness's committed run called the planted skill, subagent and the probe's MCP
+    server's tool, and each one's proof reached the model (or the report says why it could not
+    be, from the probe's own list); the server was started; each planted file was read and is
+    covered by the harness's surface."""
+    for name, report in _reports().items():
+        session = report["session"]
+        assert set(session) == {*probe.KINDS, "server"}, name
+        assert session["server"], (name, "the probe's MCP server never started")
+        for kind in probe.KINDS:
+            used = session[kind]
+            assert used["call"], (name, kind, "never called")
+            if not used["exercised"]:
+                assert used.get("why_not") == probe.NOT_EXERCISED[f"{name}:{kind}"], (name, kind)
+            for rel in used["files"]:
+                load = report["loads"].get(f"project:{rel}")
+                assert load is not None, (name, kind, rel, "planted, never opened")
+                assert load["surface"] == probe.covered(H.get(name), "project", rel), (name, rel)
+                assert load["surface"], (name, rel)
+    exercised = {(n, k) for n, r in _reports().items() for k in probe.KINDS
+                 if r["session"][k]["exercised"]}
+    assert len(exercised) >= 3 * len(VERSIONS) - len(probe.NOT_EXERCISED)
+
+
+def test_a_removed_entry_for_a_session_file_makes_the_probe_fail() -> None:
+    """The skill, subagent and MCP files the session planted are each needed on the surface:
+    without the pattern that covers one, the probe reports it."""
+    checked: set[tuple[str, str]] = set()
+    for name, report in _reports().items():
+        observed = _observed(report)
+        for kind in probe.KINDS:
+            for rel in report["session"][kind]["files"]:
+                pattern = report["loads"][f"project:{rel}"]["surface"]
+                weaker = _without(H.get(name), pattern)
+                while (other := probe.covered(weaker, "project", rel)) is not None:
+                    weaker = _without(weaker, other)  # every pattern that covers it goes
+                assert f"project:{rel}" in probe.findings(name, observed, weaker), (name, rel)
+                checked.add((name, kind))
+    assert len(checked) == 3 * len(VERSIONS), sorted(checked)
+
+
+def test_every_harness_is_started_on_a_pseudo_terminal_or_says_why() -> None:
+    for name, report in _reports().items():
+        if name in probe.INTERACTIVE:
+            assert report["interactive"].startswith("ran: "), (name, report["interactive"])
+            assert " planted files read or run at start" in report["interactive"], name
+        else:
+            assert report["interactive"] == probe.NOT_INTERACTIVE[name], name
+    assert set(VERSIONS) <= {*probe.INTERACTIVE, *probe.NOT_INTERACTIVE}
+
+
+def _chat(url: str, messages: list[dict[str, Any]]) -> bytes:
+    body = {"model": "m", "stream": True, "messages": messages,
+            "tools": [{"type": "function", "function": {"name": "task", "parameters": {}}}]}
+    request = urllib.request.Request(f"{url}/v1/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return bytes(response.read())
+
+
+def test_the_mock_answers_a_subagent_with_text_and_never_replays_the_script() -> None:
+    """A subagent's request (its definition's prompt holds the marker) gets text, so the
+    main agent's script is not replayed inside it; the main agent's requests get the script."""
+    call = ToolCall("task", {"subagent_type": "probe-agent"})
+    with MockModel([call]) as model:
+        model.sub_marker = probe.AGENT_TOKEN
+        main = _chat(model.url, [{"role": "user", "content": "probe"}])
+        sub = _chat(model.url, [{"role": "system", "content": f"{probe.AGENT_TOKEN}: hello"},
+                                {"role": "user", "content": "Say hello."}])
+    assert b'"name": "task"' in main and b"tool_calls" in main
+    assert model.sub_text.encode() in sub and b"tool_calls" not in sub
+    assert len(model.tool_calls) == 1
 
 
 def test_strace_parsing_attributes_each_open_to_the_program_of_its_process() -> None:
@@ -125,8 +204,11 @@ def _need_probe(name: str) -> None:
         pytest.skip(message)
 
 
-def _shape(report: dict[str, Any]) -> dict[str, tuple[str, str | None, str | None]]:
-    return {k: (v["how"], v["surface"], v.get("inert")) for k, v in report["loads"].items()}
+def _shape(report: dict[str, Any]) -> dict[str, Any]:
+    loads = {k: (v["how"], v["surface"], v.get("inert")) for k, v in report["loads"].items()}
+    session = {k: report["session"][k]["exercised"] for k in probe.KINDS}
+    return {"loads": loads, "session": session,
+            "interactive": report["interactive"].partition(":")[0]}
 
 
 @pytest.mark.slow
@@ -137,9 +219,17 @@ def test_the_probe_rerun_matches_what_is_committed(name: str) -> None:
     assert result["findings"] == [], result["findings"]
     committed = _reports()[name]
     assert result["candidates"] == committed["candidates"]
-    assert _shape(result) == _shape(committed), (
-        "the harness loads something else now: python -m tests.harness.surface_probe --write "
-        f"--harness {name}, then review the diff")
+    fresh, kept = _shape(result), _shape(committed)
+    # No finding (above), and each committed load this run saw is read, covered and inert alike.
+    # A load may come and go between runs (a file read only when the start takes long enough,
+    # one more file of a directory it lists): the committed output is the union of runs, and
+    # `--write` adds what a run saw.
+    new = {k: v for k, v in fresh["loads"].items()
+           if k in kept["loads"] and kept["loads"][k] != v}
+    assert not new and fresh["session"] == kept["session"], (
+        f"the harness loads something else now ({sorted(new)}): python -m "
+        f"tests.harness.surface_probe --write --harness {name}, then review the diff")
+    assert fresh["interactive"] == kept["interactive"], result["interactive"]
 
 
 @pytest.mark.slow
@@ -151,3 +241,21 @@ def test_the_probe_run_fails_when_copilots_lsp_json_is_taken_off_the_surface(
     monkeypatch.setitem(H.BY_NAME, "copilot", weaker)
     result = probe.probe("copilot", VERSIONS["copilot"])
     assert "project:.github/lsp.json" in result["findings"], result["findings"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "pattern", "planted"), [
+    ("claude-code", "**/.claude/skills/**", ".claude/skills/probe-skill/SKILL.md"),
+    ("copilot", ".github/agents/**", ".github/agents/probe-agent.agent.md"),
+])
+def test_the_probe_session_fails_when_a_skill_or_agent_directory_is_taken_off_the_surface(
+    monkeypatch: pytest.MonkeyPatch, name: str, pattern: str, planted: str,
+) -> None:
+    """The real harness, its scripted session only (no harvested canaries): with the directory
+    its skill or subagent was loaded from off the surface, the probe fails on that file."""
+    _need_probe(name)
+    monkeypatch.setitem(H.BY_NAME, name, _without(H.get(name), pattern))
+    result = probe.probe(name, VERSIONS[name], session_only=True)
+    kind = "skill" if "skill" in planted else "agent"
+    assert result["session"][kind]["exercised"], result["session"]
+    assert f"project:{planted}" in result["findings"], result["findings"]
