@@ -494,15 +494,32 @@ def _match_names(
     found: dict[str, list[_Rule]],
 ) -> None:
     """Record in `found` each of `names` (in the directory `base`) that a surface rule matches."""
-    wild = [a for a in anchors if "*" in a]  # once per directory, not per name and segment
+    # What depends on the directory alone is worked out once for it, not once per name: whether
+    # its own segments hold an anchor, and which rules its segments (with which name) give all
+    # their literals; a rule's literals are all there when what its directory lacks is the name.
+    wild = [a for a in anchors if "*" in a]
+    present = set(base)
+    anchored = bool(anchors.intersection(present)) or any(
+        fnmatch.fnmatchcase(p, a) for p in base for a in wild
+    )
+    rests = [(rule, need - present) for rule, need in literals]
+    always = [rule for rule, rest in rests if not rest]
+    by_name = {
+        name: [rule for rule, rest in rests if not rest or rest == {name}]
+        for _, rest in rests
+        if len(rest) == 1
+        for name in rest
+    }
     for name in names:
-        parts = [*base, name]
-        if not anchors.intersection(parts) and not any(
-            fnmatch.fnmatchcase(p, a) for p in parts for a in wild
+        candidates = by_name.get(name, always)
+        if not candidates or (
+            not anchored
+            and name not in anchors
+            and not any(fnmatch.fnmatchcase(name, a) for a in wild)
         ):
             continue
-        present = set(parts)
-        matched = [r for r, need in literals if need <= present and _match(r.parts, parts)]
+        parts = [*base, name]
+        matched = [r for r in candidates if _match(r.parts, parts)]
         if matched:
             found["/".join(parts)] = matched
 
