@@ -32,12 +32,14 @@ ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
 # An MCP tool name as the specification allows it (and every harness can name it in a rule).
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
-FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
-ABBREVIATED_COMMIT = re.compile(r"[0-9a-fA-F]{4,39}")
+# Compiled on first use (`_regex`): only a git source or a host name needs them, and compiling
+# them costs every command that loads the manifest.
+FULL_COMMIT = r"[0-9a-f]{40}"
+ABBREVIATED_COMMIT = r"[0-9a-fA-F]{4,39}"
 # Revision-expression syntax (`v1^0`, `main~2`, `@{u}`, `HEAD:x`) is never a pin of its own.
-REVSPEC_SYNTAX = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]|@\{|\.\.|^-|^@$|/$|\.lock$|^HEAD$")
-SCP_LIKE = re.compile(r"[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/\\].*")
-DOMAIN = re.compile(r"[A-Za-z0-9.-]{1,253}")
+REVSPEC_SYNTAX = r"[\x00-\x20~^:?*\[\\\x7f]|@\{|\.\.|^-|^@$|/$|\.lock$|^HEAD$"
+SCP_LIKE = r"[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/\\].*"
+DOMAIN = r"[A-Za-z0-9.-]{1,253}"
 
 TEXT_MAX = 8192  # Text, Argument, RenderedText, ValueSource
 PATH_MAX = 1024  # ProjectPath
@@ -69,12 +71,16 @@ class RuleError(ValueError):
         self.where = where  # below the table checked as a whole: ("env", 0) -> sandbox.env[0]
 
 
-def matches(pattern: str, value: str) -> bool:
-    """Whether `value` matches a model's pattern constraint exactly as pydantic decides it."""
+def _regex(pattern: str) -> re.Pattern[str]:
     compiled = _compiled.get(pattern)
     if compiled is None:
         compiled = _compiled[pattern] = re.compile(pattern)
-    return compiled.fullmatch(value) is not None
+    return compiled
+
+
+def matches(pattern: str, value: str) -> bool:
+    """Whether `value` matches a model's pattern constraint exactly as pydantic decides it."""
+    return _regex(pattern).fullmatch(value) is not None
 
 
 # ------------------------------------------------------------------------------ single values
@@ -145,15 +151,15 @@ def check_server_url(value: str | None) -> str | None:
 def check_rev(value: str | None) -> str | None:
     if value is None:
         return None
-    if FULL_COMMIT.fullmatch(value):
+    if matches(FULL_COMMIT, value):
         return value
-    if ABBREVIATED_COMMIT.fullmatch(value):
+    if matches(ABBREVIATED_COMMIT, value):
         raise ValueError(
             f"{value!r} looks like an abbreviated commit id, which is never a pin; write the "
             "full 40-character commit id, or for a tag or branch with such a name "
             "'refs/tags/NAME' or 'refs/heads/NAME'"
         )
-    if not value or REVSPEC_SYNTAX.search(value):
+    if not value or _regex(REVSPEC_SYNTAX).search(value):
         raise ValueError(
             f"{value!r} is not a tag, branch or full commit id (revision expressions such as "
             "'v1^0', 'main~1' or 'HEAD' are not pins)"
@@ -173,7 +179,7 @@ def check_git_url(value: str | None) -> str | None:
         if parts.scheme == "file" and not parts.path.startswith("/"):
             raise ValueError("a file:// URL needs an absolute path (file:///srv/skills.git)")
         return value
-    if SCP_LIKE.fullmatch(value):
+    if matches(SCP_LIKE, value):
         return value  # git@host:org/repo.git
     raise ValueError(
         "must be a git URL (https://, ssh://, git@host:path or file:///absolute/path); "
@@ -242,7 +248,7 @@ def unique_files(value: list[str]) -> list[str]:
 def check_domains(value: list[str]) -> list[str]:
     for item in value:
         host = item[2:] if item.startswith("*.") else item
-        if not DOMAIN.fullmatch(host) and not is_ip(host):
+        if not matches(DOMAIN, host) and not is_ip(host):
             raise ValueError(f"{item!r} is not a host name (use 'example.com' or '*.example.com')")
     return value
 
