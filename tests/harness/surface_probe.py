@@ -623,6 +623,21 @@ KINDS = ("skill", "agent", "mcp")
 # A capability a harness has that the offline session cannot exercise, with the reason (its
 # files are still planted and checked: what the harness opened of them at start is recorded).
 NOT_EXERCISED: dict[str, str] = {
+    "cline:agent": "Cline CLI 3.0.65 has no project subagent to call: its spawn_agent tool takes "
+    "the subagent's system prompt from the model's call (systemPrompt, task), and the headless "
+    "run loads no .cline/agents/ file",
+    "cline:skill": "Cline CLI 3.0.65 headless (`cline --json`) offers its skills tool but loaded "
+    "no skill: called with the probe's skill planted in the project's .cline/skills/, it opened "
+    "neither that file nor the skill canaries at the checkout's top (strace), so no skill "
+    "reached the model",
+    "continue:agent": "Continue CLI 1.5.47's Subagent tool runs a model of its own config (role "
+    "subagent, with chatOptions.baseSystemMessage), never a project file",
+    "continue:mcp": "Continue CLI 1.5.47 reads MCP servers from its config (--config, "
+    "~/.continue/config.yaml) only, never from the project (its bundle names no "
+    ".continue/mcpServers)",
+    "aider:skill": "Aider 0.86.2 has no skills (and makes no tool calls)",
+    "aider:agent": "Aider 0.86.2 has no subagents (and makes no tool calls)",
+    "aider:mcp": "Aider 0.86.2 has no MCP client (and makes no tool calls)",
     "droid:agent": "droid exec 0.225.2 runs a subagent through its daemon, which the offline "
     "session does not reach (the Task tool answers 'Could not reach the daemon')",
 }
@@ -634,6 +649,9 @@ class Capability:
     files: tuple[tuple[str, str], ...]  # (path relative to the project, content)
     call: ToolCall
     proof: str  # what a request after the call holds when the capability ran
+    # (path relative to the probe's home, content): what the harness reads only there (Cline's
+    # MCP servers), written as its user would.
+    home_files: tuple[tuple[str, str], ...] = ()
 
 
 def _skill_md(extra: str = "") -> str:
@@ -735,6 +753,19 @@ def capabilities(harness: str, server: list[str]) -> list[Capability]:
             Capability("mcp", ((".factory/mcp.json", json_mcp),),
                        ToolCall(f"{SERVER}___add_note", {"text": "probe"}), MCP_ANSWER),
         ]
+    if harness == "cline":
+        return [
+            # Cline reads MCP servers only from the user's settings, its tools named
+            # `<server>__<tool>`.
+            Capability("mcp", (), ToolCall(f"{SERVER}__add_note", {"text": "probe"}),
+                       MCP_ANSWER,
+                       ((".cline/data/settings/cline_mcp_settings.json", json_mcp),)),
+        ]
+    if harness == "continue":
+        return [
+            Capability("skill", ((f".continue/skills/{SKILL}/SKILL.md", _skill_md()),),
+                       ToolCall("Skills", {"skill_name": SKILL}), SKILL_TOKEN),
+        ]
     return []
 
 
@@ -746,8 +777,12 @@ def mcp_server(top: Path) -> list[str]:
     return [shutil.which("python3") or "/usr/bin/python3", "-I", str(script)]
 
 
-def plant_capabilities(layout: Layout, caps: list[Capability]) -> None:
+def plant_capabilities(layout: Layout, caps: list[Capability], home: Path) -> None:
     for cap in caps:
+        for rel, content in cap.home_files:
+            target = home / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
         for rel, content in cap.files:
             target = layout.project / rel
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -789,6 +824,10 @@ def exercised(harness: str, caps: list[Capability], model: MockModel
                          "files": [rel for rel, _ in cap.files]}
         if not proof and f"{harness}:{cap.kind}" in NOT_EXERCISED:
             out[cap.kind]["why_not"] = NOT_EXERCISED[f"{harness}:{cap.kind}"]
+    for kind in KINDS:  # what the harness does not have, or loads from no file it is given
+        if kind not in out:
+            out[kind] = {"call": None, "exercised": False, "files": [],
+                         "why_not": NOT_EXERCISED[f"{harness}:{kind}"]}
     return out
 
 
@@ -930,7 +969,8 @@ def _end_daemons_after_harness(tracer: int, under: Path, done: threading.Event) 
 
 
 # Started on a pseudo-terminal too, with no prompt: what its interactive start loads.
-INTERACTIVE = ("claude-code", "codex", "copilot", "gemini-cli", "opencode", "qwen-code", "kilo")
+INTERACTIVE = ("claude-code", "codex", "copilot", "gemini-cli", "opencode", "qwen-code", "kilo",
+               "cline", "aider", "continue")
 # Why a harness is not started on a pseudo-terminal (each probed harness is either here or in
 # INTERACTIVE).
 NOT_INTERACTIVE: dict[str, str] = {
@@ -1179,7 +1219,7 @@ def probe(name: str, version: str, *, keep: Path | None = None, session_only: bo
             model.script = [*session.script, *(c.call for k in KINDS for c in caps
                                                 if c.kind == k)]
             model.sub_marker = AGENT_TOKEN
-            plant_capabilities(layout, caps)
+            plant_capabilities(layout, caps, home)
             acknowledge(name, layout, home, caps)
             plant(layout, candidates, code=name in CODE_CANARIES)
             trace = top / "strace.log"
