@@ -190,25 +190,10 @@ def probe(root: Path, document: dict[str, Any], digest: str, name: str, *,
 def _probe_env(entry: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     import os
 
-    from agentstack.errors import AgentstackError
-    from agentstack.secrets import SecretStore
+    from agentstack.secrets import server_env
 
     env = {k: v for k, v in os.environ.items() if k in _PROBE_ENV}
-    values: list[str] = []
-    store: SecretStore | None = None
-    for key, source in sorted((entry.get("env") or {}).items()):
-        if "literal" in source:
-            env[key] = str(source["literal"])
-            continue
-        secret = str(source.get("secret"))
-        store = store or SecretStore()
-        try:
-            env[key] = store.get(secret)
-        except AgentstackError as exc:
-            raise ValueError(f"{exc.message}: run 'agentstack secret set {secret}'"
-                             if "no secret" in exc.message else exc.message) from None
-        values.append(env[key])
-    return env, values
+    return env, server_env(entry.get("env") or {}, env)
 
 
 def _probe_in(root: Path, document: dict[str, Any], digest: str, name: str,

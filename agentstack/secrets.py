@@ -18,6 +18,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import Any
 
 from agentstack import layout
 from agentstack.errors import InvalidInput, Refused
@@ -186,6 +187,31 @@ class SecretStore:
         except FileNotFoundError:
             return False
         return True
+
+
+def server_env(
+    entries: dict[str, Any], env: dict[str, str], store: SecretStore | None = None
+) -> list[str]:
+    """Set a server's environment entries (`{"literal": ...}` or `{"secret": NAME}`, by name) in
+    `env`, the secrets read from `store` (this machine's, opened on the first secret); the secret
+    values set, for callers that must keep them out of what they show. ValueError naming the
+    secret and the command that sets it when one is missing."""
+    from agentstack.errors import AgentstackError
+
+    values: list[str] = []
+    for key, source in sorted(entries.items()):
+        if "literal" in source:
+            env[key] = str(source["literal"])
+            continue
+        secret = str(source.get("secret"))
+        store = store or SecretStore()
+        try:
+            env[key] = store.get(secret)
+        except AgentstackError as exc:
+            raise ValueError(f"{exc.message}: run 'agentstack secret set {secret}'"
+                             if "no secret" in exc.message else exc.message) from None
+        values.append(env[key])
+    return values
 
 
 def pad(value: bytes) -> bytes:

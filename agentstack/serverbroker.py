@@ -123,26 +123,13 @@ class Broker:
         return name
 
     def _server(self, name: str) -> tuple[list[str], dict[str, str], str, list[str]]:
-        from agentstack.errors import AgentstackError
-        from agentstack.secrets import SecretStore
+        from agentstack.secrets import SecretStore, server_env
 
         server = self.document["servers"][name]
         if server.get("transport") == "http" or not server.get("command"):
             raise ValueError(f"server {name!r} is not a stdio server")
         env = {k: v for k, v in os.environ.items() if k in BASE_ENV}
-        values: list[str] = []
-        store = SecretStore()
-        for key, source in sorted(server.get("env", {}).items()):
-            if "literal" in source:
-                env[key] = str(source["literal"])
-                continue
-            secret = str(source.get("secret"))
-            try:
-                env[key] = store.get(secret)
-            except AgentstackError as exc:
-                raise ValueError(f"{exc.message}: run 'agentstack secret set {secret}'"
-                                 if "no secret" in exc.message else exc.message) from None
-            values.append(env[key])
+        values = server_env(server.get("env", {}), env, SecretStore())
         argv = [str(server["command"]), *(str(a) for a in server.get("args", []))]
         cwd = os.path.realpath(os.path.join(self.root, server.get("cwd", ".")))
         return argv, env, cwd, values
