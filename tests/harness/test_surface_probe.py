@@ -20,6 +20,7 @@ import pytest
 from agentstack import harnesses as H
 from tests.harness import surface_probe as probe
 from tests.harness.binaries import harness_bin, in_ci
+from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
 
 VERSIONS = probe.pinned_versions()
@@ -150,7 +151,7 @@ def _chat(url: str, messages: list[dict[str, Any]]) -> bytes:
             "tools": [{"type": "function", "function": {"name": "task", "parameters": {}}}]}
     request = urllib.request.Request(f"{url}/v1/chat/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
+    with urllib.request.urlopen(request, timeout=scaled(60)) as response:
         return bytes(response.read())
 
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from agentstack import layout, pinreview
 from tests.conftest import make_project, run_cli_in_process
+from tests.harness.deadline import scaled
 from tests.sandbox.test_relay import CHANGED, Session, manifest, rendered_command
 
 # A server that, on start, tries what a hostile one would (read the decoy key, write into the
@@ -177,7 +178,7 @@ write_dirs = ["."]
         # The control: the same server started directly does all three.
         root = make_project(tmp_path / "proj", text, {"prober.py": PROBER}).resolve()
         direct = subprocess.run([sys.executable, "-I", *args], input=b"", capture_output=True,
-                                cwd=root, timeout=60)
+                                cwd=root, timeout=scaled(120))
         assert direct.returncode == 0, direct.stderr
         assert "prober started" in direct.stderr.decode()
         (root / "planted.txt").unlink()
