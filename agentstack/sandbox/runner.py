@@ -154,11 +154,16 @@ def check_enforceable(policy: SandboxPolicy) -> Enforcement:
         assessment = table.assess(in_force, network_block=policy.network_block,
                                   seccomp=policy.seccomp, pid_namespace=pid_namespace)
         if assessment.refused:
+            # Signal scoping is refused only where no PID namespace can be made: say what would.
+            namespace = ("; or let agentstack make a PID namespace: run it as root, or allow "
+                         "unprivileged user namespaces (Ubuntu: an AppArmor profile granting "
+                         "userns, or sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
+                         if table.needs_pid_namespace(in_force) and not pid_namespace else "")
             raise ConfinementError(
                 f"the kernel's Landlock ({abi.version}) lacks "
                 + "; and ".join(assessment.refused),
-                hint="upgrade to Linux 6.12 or newer; agentstack does not run a harness with a "
-                "weaker sandbox than the one declared",
+                hint="upgrade to Linux 6.12 or newer" + namespace + "; agentstack does not run "
+                "a harness with a weaker sandbox than the one declared",
             )
     if policy.seccomp:
         try:
