@@ -21,9 +21,13 @@ it cannot express (a read it cannot keep closed) is widened *and reported*; neve
 
 Measured on Linux 6.18 with Claude Code 2.1.332 and Codex 0.171.0 (tests/sandbox/test_native_sandbox.py):
 both deny a read of `~/.ssh/id_ed25519` and a write outside the workdir, but with bubblewrap's
-errors, not Landlock's: Claude Code's denied directory is an empty tmpfs (`ENOENT` below it), a
-denied file `/dev/null` bound over it (`EACCES`), Codex's denied read is `EACCES`; a write outside
-is `EROFS` in both (a read-only bind mount).
+errors, not Landlock's: Claude Code's denied directory is an empty writable tmpfs (`ENOENT` below
+it; a write there is discarded with the sandbox), a denied file `/dev/null` bound over it
+(`EACCES`); Codex's masks are mounts of mode 000 (`EACCES` for a read and a write below them); a
+write elsewhere outside is `EROFS` in both (a read-only bind mount, checked by the kernel before
+any permission or LSM). Neither offers a form that answers `EACCES` there: Claude Code's per-file
+masks would leave a denied directory listable, Codex's Landlock mode refuses a restricted file
+system (docs/sandbox.md, "The native plane").
 
 Standard library only; nothing here imports back up into agentstack's commands.
 """
@@ -168,8 +172,11 @@ def claude_code(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
             "not-enforced", "kernel errors",
             "bubblewrap denies a read of a denied file with EACCES (/dev/null bound over it), "
             "but one below a denied directory with ENOENT (an empty tmpfs over the directory, "
-            "kept whole so its names and later files stay hidden), and a write outside with "
-            "EROFS (a read-only mount), not Landlock's EACCES"))
+            "kept whole so its names and later files stay hidden: masking its files one by one "
+            "would answer EACCES but leave the names listable), a write outside with EROFS (a "
+            "read-only mount, which the kernel checks before any permission), and a write into "
+            "a denied directory lands in that tmpfs and is gone with the sandbox; not "
+            "Landlock's EACCES"))
     else:
         findings.append(Finding(
             "not-enforced", "macOS", "rendered for Seatbelt with the same keys; not verified on "
@@ -231,8 +238,11 @@ def codex(policy: SandboxPolicy, platform: str = "linux") -> NativeRender:
     if platform == "linux":
         findings.append(Finding(
             "not-enforced", "kernel errors",
-            "bubblewrap denies a masked read with EACCES, but a write outside the granted "
-            "paths with EROFS (a read-only mount), not EACCES"))
+            "bubblewrap denies a masked read, and a write into a masked path, with EACCES (a "
+            "mount of mode 000), but a write anywhere else outside the granted paths with EROFS "
+            "(a read-only mount, which the kernel checks before any permission); Codex's "
+            "Landlock mode (features.use_legacy_landlock), which would answer EACCES, refuses "
+            "every restricted file system"))
     else:
         findings.append(Finding(
             "not-enforced", "macOS", "rendered for Seatbelt with the same keys; not verified on "

@@ -91,6 +91,7 @@ LIFT = ("import ctypes,errno,sys;c=ctypes.CDLL(None,use_errno=True);"
 
 def _confined_command(home: Path) -> str:
     return (f'{_command(home)}; cat {home}/.netrc; echo netrc=$?; '
+            f'touch {home}/.ssh/planted; echo planted=$?; touch {home}/.netrc; echo netrcw=$?; '
             f'/usr/bin/python3 -I -c "{LIFT}" {home}/.ssh')
 
 
@@ -326,6 +327,14 @@ def test_claude_codes_own_sandbox_confines_a_directly_started_session(var_home: 
     # it, which its user namespace cannot open.
     assert "netrc=1" in out and "DECOY-NETRC" not in out, out
     assert f"cat: {var_home}/.netrc: Permission denied" in out, out
+    # A write into the denied directory is taken by the empty tmpfs over it (measured: it
+    # succeeds there) and is gone with the sandbox: nothing reaches the host's ~/.ssh.
+    assert "planted=0" in out, out
+    assert not (var_home / ".ssh" / "planted").exists()
+    # A write to a denied file outside the workdir is the kernel's EACCES (/dev/null on a nodev
+    # mount); a write anywhere else outside is EROFS (above).
+    assert f"touch: cannot touch '{var_home}/.netrc': Permission denied" in out, out
+    assert "netrcw=1" in out, out
     _assert_barriers_hold(out)
     assert "DECOY-KEY" not in out and "DECOY-KEY" not in run.output
     assert all("DECOY-KEY" not in json.dumps(r.body) for r in model.requests)  # type: ignore[attr-defined]
@@ -400,6 +409,13 @@ def test_codexs_own_sandbox_confines_a_directly_started_session(var_home: Path) 
         assert "state=2" in out, out  # agentstack's state masked for the shell (not the hooks)
         assert "netrc=1" in out and "DECOY-NETRC" not in out, out  # a denied file: EACCES
         assert f"cat: {var_home}/.netrc: Permission denied" in out, out
+        # A write outside the workdir into a masked directory is the kernel's EACCES (the mask
+        # is a mode-000 tmpfs the sandbox cannot search); one into a read-only one is EROFS.
+        assert "planted=1" in out, out
+        assert f"touch: cannot touch '{var_home}/.ssh/planted': Permission denied" in out, out
+        assert not (var_home / ".ssh" / "planted").exists()
+        assert f"touch: cannot touch '{var_home}/.netrc': Permission denied" in out, out
+        assert "netrcw=1" in out, out
         _assert_barriers_hold(out)
         assert "DECOY-KEY" not in "\n".join(results) + run.output
         assert ".agents" in results[0] + results[2], results  # the mount targets were there
@@ -434,6 +450,115 @@ def test_a_missing_grant_is_a_finding_not_an_apply_failure(var_home: Path) -> No
     assert str(var_home / "later") not in rendered.document()["permissions"]["agentstack"][
         "filesystem"]
     assert ("dropped", "sandbox.write_dirs[0]") in {(f.kind, f.what) for f in rendered.findings}
+
+
+# Landlock (raw syscalls) handling MAKE_REG with no rule: creating a regular file is denied
+# everywhere; what the kernel answers depends on the mount.
+LANDLOCK_CREATE = ("import ctypes,errno,os,sys;c=ctypes.CDLL(None,use_errno=True);"
+                   "a=ctypes.c_uint64(1<<8);fd=c.syscall(444,ctypes.byref(a),8,0);"
+                   "assert fd>=0 and c.prctl(38,1,0,0,0)==0 and c.syscall(446,fd,0)==0\n"
+                   "for d in sys.argv[1:]:\n"
+                   " try: open(os.path.join(d,'new'),'w'); print(d,'created')\n"
+                   " except OSError as e: print(d,errno.errorcode[e.errno])")
+
+
+def test_a_read_only_mount_answers_erofs_before_landlock(tmp_path: Path) -> None:
+    """Why no layer inside a bubblewrap sandbox could turn its EROFS into EACCES: with Landlock
+    denying file creation, creating a file under a writable bind is Landlock's EACCES, under a
+    read-only bind the mount's EROFS (the kernel tests a mount's write access before the
+    permission and LSM checks of a create)."""
+    import subprocess
+
+    from tests.harness.deadline import scaled
+
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap is not installed (.ci/run installs it)")
+    writable, readonly = tmp_path / "writable", tmp_path / "readonly"
+    writable.mkdir()
+    readonly.mkdir()
+    done = subprocess.run(
+        ["bwrap", "--ro-bind", "/", "/", "--bind", str(writable), str(writable), "--dev", "/dev",
+         "--unshare-user", "--cap-drop", "ALL", "--", "/usr/bin/python3", "-I", "-c",
+         LANDLOCK_CREATE, str(writable), str(readonly)],
+        capture_output=True, text=True, check=False, timeout=scaled(60))
+    assert done.stdout.split("\n")[:2] == [f"{writable} EACCES", f"{readonly} EROFS"], done
+    assert not any(writable.iterdir()) and not any(readonly.iterdir())
+
+
+@pytest.mark.slow
+def test_claude_codes_other_mask_forms_would_trade_hidden_names_for_eacces(
+        var_home: Path) -> None:
+    """Why a denied directory is rendered whole (ENOENT below it), measured with the real Claude
+    Code: denying the directory's files by a glob instead (`~/.ssh/*`) binds /dev/null over each
+    (the kernel's EACCES) but leaves the directory listable, the key's name included, where the
+    policy denies listing it; denying a file of a denied directory besides the directory is
+    skipped (still ENOENT); the directory's mask is a writable tmpfs of mode 755 (Claude Code's
+    bubblewrap arguments carry no `--perms`)."""
+    from tests.harness.drive import run_claude
+    from tests.harness.mock_model import MockModel, ToolCall
+
+    root = _applied(var_home)
+    (var_home / ".gnupg").mkdir()
+    (var_home / ".gnupg" / "key").write_text("DECOY-KEY-gnupg\n")
+    settings_path = root / ".claude" / "settings.local.json"
+    settings = json.loads(settings_path.read_text())
+    settings.pop("hooks", None)
+    deny = settings["sandbox"]["filesystem"]["denyRead"]
+    deny.remove(str(var_home / ".ssh"))
+    deny.extend([f"{var_home}/.ssh/*", str(var_home / ".gnupg"), str(var_home / ".gnupg" / "key")])
+    settings_path.write_text(json.dumps(settings))
+    command = (f"ls {var_home}/.ssh; echo listed=$?; cat {var_home}/.ssh/id_ed25519; "
+               f"echo read=$?; cat {var_home}/.gnupg/key; echo gnupg=$?; "
+               f"grep -F ' {var_home}/.gnupg ' /proc/self/mountinfo")
+    with MockModel([ToolCall("Bash", {"command": command})]) as model:
+        run = run_claude(root, var_home, model, "go")
+    out = _outputs(model)
+    assert run.proc.returncode == 0, run.output
+    assert "listed=0" in out and "\nid_ed25519\n" in f"\n{out}", out  # the name is listable
+    assert f"cat: {var_home}/.ssh/id_ed25519: Permission denied" in out and "read=1" in out, out
+    assert f"cat: {var_home}/.gnupg/key: No such file or directory" in out, out
+    assert "gnupg=1" in out and " - tmpfs tmpfs rw,mode=755" in out, out
+    assert "DECOY-KEY" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keys", ["profile", "older keys"])
+def test_codexs_landlock_mode_is_refused_for_a_restricted_file_system(
+        var_home: Path, keys: str) -> None:
+    """Why Codex's rendering stays on its bubblewrap pipeline, whose write outside is EROFS:
+    Codex 0.171's Landlock mode (`features.use_legacy_landlock`), which would answer EACCES,
+    refuses any restricted file system, under the rendered profile (the session does not start)
+    and under the older keys alone (each command exits 101); nothing runs unconfined."""
+    import tomlkit
+
+    from tests.harness.drive import run_codex
+    from tests.harness.mock_model import MockModel, ToolCall
+
+    _user_codex_config(var_home, "http://127.0.0.1:9/v1")
+    root = _applied(var_home)
+    config = root / ".codex" / "config.toml"
+    if keys == "older keys":
+        document = tomlkit.parse(config.read_text())
+        del document["default_permissions"], document["permissions"]
+        config.write_text(tomlkit.dumps(document))
+        # Only Codex's own sandbox in play: the guard (which blocks on that edit, drift) out.
+        (root / ".codex" / "hooks.json").unlink()
+        user = var_home / ".codex" / "config.toml"
+        document = tomlkit.parse(user.read_text())
+        del document["hooks"]
+        user.write_text(tomlkit.dumps(document))
+    refusal = "filesystem-restricted execution requires bubblewrap to isolate app-server sockets"
+    with MockModel([ToolCall("Bash", {"command": _command(var_home)})]) as model:
+        _point_codex_at(var_home, model.openai_base_url)
+        run = run_codex(root, var_home, "go", args=("--enable", "use_legacy_landlock"))
+    results = [r.text for r in model.tool_results]
+    if keys == "profile":
+        assert run.proc.returncode != 0 and refusal in run.output and not results, run.output
+    else:
+        assert len(results) == 1 and refusal in results[0] and "read=" not in results[0], (
+            results, run.output)
+    assert not (var_home / "outside.txt").exists()
+    assert "DECOY-KEY" not in "\n".join(results) + run.output
 
 
 def test_the_unmask_probe_sees_the_kernel_allow_it_unconfined(var_home: Path) -> None:
