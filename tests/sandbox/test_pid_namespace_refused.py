@@ -120,3 +120,30 @@ def test_abi_5_runs_in_a_pid_namespace_where_one_can_be_made(trusted: Path) -> N
     done = _run(trusted, 5, namespaces=True)
     assert "pidns=True" in done.stdout and done.returncode == 0, done
     assert "ran pid=2" in done.stdout, done
+
+
+SUITE = r"""
+import json
+sys.path.insert(0, {repo!r})
+from agentstack.sandbox import verify
+rows = tuple(r for r in verify.ROWS if r.name == "kill")
+for version in (4, 5):
+    print(json.dumps([r.to_json() for r in verify.run_suite(rows, modes=("direct",),
+                                                             landlock_abi=version)]))
+"""
+
+
+def test_the_suites_kill_row_is_refused_there_never_passed() -> None:
+    """`doctor --verify --landlock-abi 4|5` in the same environment: the row a PID namespace
+    would cover (a signal to a process outside) is reported refused, not run and not passed."""
+    import json
+
+    done = subprocess.run([sys.executable, "-I", "-c", NO_NAMESPACES + SUITE.format(
+        repo=str(REPO))], capture_output=True, text=True, timeout=scaled(120), check=False)
+    assert done.returncode == 0, done
+    lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    results = [row for line in lines for row in json.loads(line)]
+    assert len(results) == 2, done
+    for row in results:
+        assert row["row"] == "kill" and row["refused"] and not row["passed"], row
+        assert "refused at Landlock ABI" in row["detail"] and "signal scoping" in row["detail"], row
