@@ -101,9 +101,9 @@ REVIEW_NOTE = (
     "them as soon as it starts in this checkout, without asking (the agentstack guard hook then "
     "checks every tool call). Cline reads MCP servers only from the user's "
     "~/.cline/data/settings/cline_mcp_settings.json: the locked servers are written there, "
-    "read in every folder Cline runs in; agentstack's relay starts them only where Cline runs "
-    "in this project (elsewhere it answers an MCP error and starts nothing), and 'revoke' "
-    "removes them."
+    "read in every folder Cline runs in; agentstack's relay starts a stdio server only where "
+    "Cline runs in this project (elsewhere it answers an MCP error and starts nothing), a "
+    "remote (URL) server is reached from every folder, and 'revoke' removes them."
 )
 
 
