@@ -13,6 +13,10 @@ Facts (measured with Cline CLI 3.0.65):
   directory `~/.cline/data`, or `--data-dir`; the file `CLINE_MCP_SETTINGS_PATH`): there is no
   project file, so the locked servers are rendered at user level (every one behind the relay,
   named with its project) and `revoke` removes them;
+* it starts each server as its own child, in its own working directory and environment: the
+  relay reads that directory from the kernel (/proc/PID/cwd of its parent) and starts a server
+  only where Cline runs in the server's project (`--only-in-project`); in any other folder the
+  relay answers `initialize` with an MCP error and nothing of the server runs;
 * its MCP tools are named `<server>__<tool>`; without a `timeout` (seconds) it gives a server 3 s
   to answer `initialize` and skips it otherwise;
 * it leaves a hub daemon (`cline --cline-hub-daemon --cwd DIR`) running after a command.
@@ -34,6 +38,7 @@ from .common import (
 )
 
 NAME = "cline"
+ONLY_IN_PROJECT = "--only-in-project"  # agentstack.launch.ONLY_IN_PROJECT (a test ties them)
 HOOK = ".clinerules/hooks/PreToolUse"
 MCP_SETTINGS = (".cline", "data", "settings", "cline_mcp_settings.json")
 # Seconds Cline gives a server to answer (its `timeout`; without one it gives `initialize` 3 s,
@@ -80,6 +85,10 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
     command, args = launched(context, server, "/usr/bin/env",
                              ["-C", str(context.root / server.get("cwd", ".")),
                               server["command"], *server["args"]])
+    if "--server" in args:
+        # Read in every folder Cline runs in: the relay starts it only where Cline runs in this
+        # project, and answers an MCP error everywhere else (agentstack.relay.outside_project).
+        args.insert(args.index("--"), ONLY_IN_PROJECT)
     literal = {k: v["literal"] for k, v in sorted(server["env"].items()) if "literal" in v}
     out = {"command": command, "args": args, "timeout": SERVER_TIMEOUT_S}
     if literal:
@@ -91,8 +100,10 @@ REVIEW_NOTE = (
     "Cline has no trust of its own: once 'apply --write' renders .clinerules/hooks, Cline runs "
     "them as soon as it starts in this checkout, without asking (the agentstack guard hook then "
     "checks every tool call). Cline reads MCP servers only from the user's "
-    "~/.cline/data/settings/cline_mcp_settings.json: the locked servers are written there, so "
-    "they start wherever Cline runs until 'revoke' removes them."
+    "~/.cline/data/settings/cline_mcp_settings.json: the locked servers are written there, "
+    "read in every folder Cline runs in; agentstack's relay starts a stdio server only where "
+    "Cline runs in this project (elsewhere it answers an MCP error and starts nothing), a "
+    "remote (URL) server is reached from every folder, and 'revoke' removes them."
 )
 
 

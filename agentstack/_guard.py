@@ -95,6 +95,7 @@ HARNESSES = (
     "droid",
     "kilo",
     "cline",
+    "crush",
     "aider",
     "continue",
 )
@@ -110,6 +111,7 @@ DENY_SHAPE = {
     "droid": "hookSpecificOutput",
     "kilo": "decision",
     "cline": "cancel",
+    "crush": "decision",
 }
 HOOK_INPUT = {
     "gemini-cli": ("mcp_context",),
@@ -117,6 +119,7 @@ HOOK_INPUT = {
     "cursor": ("MCP:",),
     "droid": ("server___tool",),
     "cline": ("tool_call", "server__tool"),
+    "crush": ("mcp_server_tool",),
 }
 NAMES_EVENT = ("claude-code", "codex", "qwen-code", "droid")
 TOOL_TABLE = {
@@ -131,6 +134,7 @@ TOOL_TABLE = {
     "droid": "droid",
     "kilo": "kilo",
     "cline": "cline",
+    "crush": "crush",
 }
 TABLE_TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
     "claude-code": {
@@ -226,6 +230,26 @@ TABLE_TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
         "search_codebase": ("queries:regex",),
         "fetch_web_content": ("requests:url",),
         "apply_patch": ("*:patch",),
+    },
+    "crush": {
+        "view": ("file_path:read",),
+        "write": ("file_path:write",),
+        "edit": ("file_path:write",),
+        "multiedit": ("file_path:write",),
+        "ls": ("path:read?",),
+        "glob": ("pattern:pattern", "path:read?"),
+        "grep": ("path:read?", "include:pattern?", "pattern:regex?"),
+        "fetch": ("url:url",),
+        "web_fetch": ("url:url",),
+        "download": ("url:url", "file_path:write"),
+        "list_mcp_resources": ("mcp_name:server",),
+        "read_mcp_resource": ("mcp_name:server", "uri:opaque?"),
+        "bash": ("working_dir:read?",),
+        "lsp_diagnostics": ("file_path:read?",),
+        "lsp_symbols": ("file_path:read",),
+        "lsp_references": ("path:read?", "symbol:opaque?"),
+        "lsp_definition": ("path:read?", "symbol:opaque?"),
+        "lsp_call_hierarchy": ("path:read?", "symbol:opaque?"),
     },
 }
 TABLE_INERT = {
@@ -337,6 +361,17 @@ TABLE_INERT = {
         "team_status",
         "team_task",
     ),
+    "crush": (
+        "crush_info",
+        "crush_logs",
+        "job_kill",
+        "job_output",
+        "lsp_restart",
+        "question",
+        "sourcegraph",
+        "todos",
+        "web_search",
+    ),
 }
 TABLE_REFUSED = {
     "claude-code": {
@@ -351,6 +386,12 @@ TABLE_REFUSED = {
     },
     "droid": {
         "ConnectorSearch": "it calls a Factory connector's tool by name, which the guard cannot judge",
+    },
+    "crush": {
+        "agent": "its sub-agent's own tool calls are not hooked (Crush runs sub-agents without its PreToolUse hooks), so the guard would never judge them",
+        "agentic_fetch": "it runs a sub-agent whose own tool calls are not hooked",
+        "lsp_rename": "it edits files through a language server, which the guard never sees",
+        "lsp_replace_symbol": "it edits files through a language server, which the guard never sees",
     },
 }
 # fmt: on
@@ -1208,6 +1249,18 @@ def check_call(
                 "agentstack.lock; add it to agentstack.toml, lock and trust it"
             )
         check_server_tool(snapshot, parts[1], parts[2])
+        return
+    if tool.startswith("mcp_") and "mcp_server_tool" in HOOK_INPUT.get(harness, ()):
+        # Crush names an MCP tool `mcp_<server>_<tool>`: allowed when exactly one locked
+        # server's name is what follows `mcp_` and precedes a `_`.
+        owners = [s for s in servers
+                  if tool.startswith("mcp_" + s + "_") and len(tool) > len(s) + 5]
+        if len(owners) != 1:
+            raise Deny(
+                f"tool {tool!r} cannot be tied to exactly one MCP server in agentstack.lock; "
+                "add it to agentstack.toml, lock and trust it"
+            )
+        check_server_tool(snapshot, owners[0], tool[len(owners[0]) + 5 :])
         return
     if tool[:3].lower() == "mcp":
         if not tool.startswith("mcp__"):

@@ -141,6 +141,7 @@ HOOK_INPUTS = (
     "server___tool",  # MCP tools named `<server>___<tool>` (Droid)
     "tool_call",  # the call as `tool_call: {name, input}` (Cline)
     "server__tool",  # MCP tools named `<server>__<tool>` (Cline; its own tools have no `__`)
+    "mcp_server_tool",  # MCP tools named `mcp_<server>_<tool>` (Crush; no `mcp__`)
 )
 
 
@@ -1129,6 +1130,107 @@ VSCODE = Harness(
     config_dirs=(".vscode",),
 )
 
+# Crush (npm @charmland/crush 0.96.1): not installable here (its package holds no binary: its
+# postinstall downloads one from GitHub releases), so described from its documented keys and its
+# source (the public repository's config loader, hooks runner and tools), not run.
+_CRUSH_TOOLS: dict[str, tuple[str, ...]] = {
+    "view": ("file_path:read",),
+    "write": ("file_path:write",),
+    "edit": ("file_path:write",),
+    "multiedit": ("file_path:write",),
+    "ls": ("path:read?",),
+    "glob": ("pattern:pattern", "path:read?"),
+    "grep": ("path:read?", "include:pattern?", "pattern:regex?"),
+    "fetch": ("url:url",),
+    "web_fetch": ("url:url",),
+    "download": ("url:url", "file_path:write"),
+    "list_mcp_resources": ("mcp_name:server",),
+    "read_mcp_resource": ("mcp_name:server", "uri:opaque?"),
+    "bash": ("working_dir:read?",),
+    "lsp_diagnostics": ("file_path:read?",),
+    "lsp_symbols": ("file_path:read",),
+    "lsp_references": ("path:read?", "symbol:opaque?"),
+    "lsp_definition": ("path:read?", "symbol:opaque?"),
+    "lsp_call_hierarchy": ("path:read?", "symbol:opaque?"),
+}
+_CRUSH_INERT = frozenset({
+    "job_output", "job_kill", "todos", "question", "web_search", "sourcegraph", "crush_info",
+    "crush_logs", "lsp_restart",
+})
+_CRUSH_REFUSED: dict[str, str] = {
+    "agent": "its sub-agent's own tool calls are not hooked (Crush runs sub-agents without "
+    "its PreToolUse hooks), so the guard would never judge them",
+    "agentic_fetch": "it runs a sub-agent whose own tool calls are not hooked",
+    "lsp_rename": "it edits files through a language server, which the guard never sees",
+    "lsp_replace_symbol": "it edits files through a language server, which the guard never sees",
+}
+_CRUSH_CONFIG = {
+    "hooks": RUNS,
+    "lsp": RUNS,  # language servers it starts (command, args, env)
+    "providers": HOST,  # base_url, api_key, extra_headers; aws_auth_refresh runs a command
+    "env": ENV,
+    "mcp": SERVER,
+    "permissions": PERMISSION,  # allowed_tools: no permission prompt
+    "options": FILE,  # context_paths, skills_paths, data_directory, disabled_tools
+}
+
+CRUSH = Harness(
+    name="crush",
+    display="Crush",
+    binary="crush",
+    project_dir_var="CRUSH_PROJECT_DIR",
+    state_dirs=(".config/crush", ".local/share/crush", ".cache/crush"),
+    version="docs",
+    has_adapter=True,
+    surface=(
+        # No trust gate: its configs are merged from the working directory up to the checkout's
+        # top (the git worktree root; the working directory alone outside git), `crushrc` files
+        # beating JSON in the same directory and `.crush.json` beating `crush.json`.
+        _e("**/crush.json", "settings", "json", "src", "config (no trust gate)", "crush"),
+        _e("**/.crush.json", "settings", "json", "src", "config (beats crush.json)", "crush"),
+        _e("**/crushrc", "runs", "tree", "src", "a Bash script it runs at start (config)"),
+        _e("**/.crushrc", "runs", "tree", "src", "a Bash script it runs at start (config)"),
+        # Its data directory (the nearest `.crush` up to the checkout's top): a workspace
+        # config it merges last (it writes the models it selects there itself), and skills.
+        _e(".crush/crush.json", "settings", "json", "src", "workspace config (merged last)",
+           "crush"),
+        _e("**/.crush/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.agents/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.claude/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.cursor/skills/**", "skills", "tree", "src", "skills"),
+        # Its context files, read from the working directory (options.context_paths adds more).
+        *(
+            _e(f"**/{n}", "instructions", "text", "src", "context file")
+            for n in ("AGENTS.md", "agents.md", "Agents.md", "CRUSH.md", "CRUSH.local.md",
+                      "crush.md", "crush.local.md", "Crush.md", "Crush.local.md", "CLAUDE.md",
+                      "CLAUDE.local.md", "GEMINI.md", "gemini.md")
+        ),
+        _e("**/.github/copilot-instructions.md", "instructions", "text", "src", "context file"),
+        _e("**/.cursorrules", "rules", "text", "src", "context file"),
+        _e("**/.cursor/rules/**", "rules", "tree", "src", "context files"),
+    ),
+    keys={"crush": _CRUSH_CONFIG},
+    trust_entries=(),
+    deny_shape="decision",
+    tool_table="crush",
+    tools=_CRUSH_TOOLS,
+    inert_tools=_CRUSH_INERT,
+    refused_tools=_CRUSH_REFUSED,
+    hook_input=("mcp_server_tool",),
+    adapter="crush:CrushAdapter",
+    renders_into=("AGENTS.md",),
+    watched=(
+        # `.crush.json` beats the `crush.json` agentstack renders into: its hooks, servers and
+        # permissions would replace or widen the rendered ones.
+        (".crush.json", "json", (("hooks",), ("mcp",), ("permissions",), ("env",))),
+    ),
+    config_dirs=(".crush",),
+)
+# Configs, crushrc files and skills are read up to the checkout's top (its loader).
+CRUSH = CRUSH._replace(above=("crush.json", ".crush.json", "crushrc", ".crushrc",
+                              ".agents/skills/**", ".crush/skills/**", ".claude/skills/**",
+                              ".cursor/skills/**"))
+
 # Harnesses described (their surface pinned and reviewed) that agentstack renders nothing for,
 # because no guard can protect them: neither has a pre-tool hook that runs (the review and
 # `doctor` say so; start them through `agentstack run`). NO_GUARD says why, per harness.
@@ -1204,15 +1306,17 @@ NOT_VERIFIED: dict[str, str] = {
     "auggie": "Auggie 0.36.0 needs an Augment login before any model command (its 'mcp list' "
     "starts offline and reads the project's .augment/settings.json; not rendered: start it "
     "through 'agentstack run')",
-    "crush": "Crush (npm @charmland/crush) downloads its binary at install time and cannot be "
-    "installed here (not rendered; start it through 'agentstack run')",
+    "crush": "Crush 0.96.1 (npm @charmland/crush) cannot be installed from the registries "
+    "this project reaches (its package holds no binary: its install script downloads one from "
+    "GitHub releases): rendered from its documented keys and its source, never run here; "
+    "'agentstack run' does not depend on it",
 }
 
 # Every harness, in the order the manifest's schema, `doctor` and the review list them. Every table
 # below, and every module's per-harness table, is built from these descriptions.
 ALL: tuple[Harness, ...] = (
     CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE, QWEN_CODE, DROID,
-    KILO, CLINE, AIDER, CONTINUE,
+    KILO, CLINE, CRUSH, AIDER, CONTINUE,
 )
 BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}
 NAMES: tuple[str, ...] = tuple(h.name for h in ALL)

@@ -37,10 +37,13 @@ _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _NAME = re.compile(_NAME_PATTERN)
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USAGE = (
-    "usage: python -I -m agentstack.launch [--server NAME --project ROOT --state DIR] "
-    "[--secret KEY=NAME]... -- COMMAND [ARG]..."
+    "usage: python -I -m agentstack.launch [--server NAME --project ROOT --state DIR "
+    "[--only-in-project]] [--secret KEY=NAME]... -- COMMAND [ARG]..."
 )
 _RELAY_OPTIONS = ("--server", "--project", "--state")
+# A server rendered where the harness reads it in every folder: started only where the harness
+# runs in its project (agentstack.relay.outside_project).
+ONLY_IN_PROJECT = "--only-in-project"
 
 
 class LaunchError(Exception):
@@ -111,7 +114,7 @@ def parse_all(argv: list[str]) -> tuple[dict[str, str], dict[str, str], list[str
             command = argv[index + 1 :]
             if not command:
                 raise LaunchError("no command after --")
-            if relay and len(relay) != len(_RELAY_OPTIONS):
+            if relay and len(set(relay) & set(_RELAY_OPTIONS)) != len(_RELAY_OPTIONS):
                 raise LaunchError("--server, --project and --state go together")
             return secrets, relay, command
         if arg in _RELAY_OPTIONS and index + 1 < len(argv) and arg not in relay:
@@ -120,6 +123,10 @@ def parse_all(argv: list[str]) -> tuple[dict[str, str], dict[str, str], list[str
                 raise LaunchError(f"{arg} {value!r}: an absolute path (or a server name) is needed")
             relay[arg] = value
             index += 2
+            continue
+        if arg == ONLY_IN_PROJECT and arg not in relay:
+            relay[arg] = ""
+            index += 1
             continue
         if arg == "--secret" and index + 1 < len(argv):
             key, sep, name = argv[index + 1].partition("=")
@@ -157,6 +164,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if relay:
         from agentstack import relay as relaying
 
+        if ONLY_IN_PROJECT in relay:
+            # Before anything of the server (its secrets, its broker, its process) is touched.
+            reason = relaying.outside_project(relay["--project"])
+            if reason is not None:
+                _leave(relaying.refuse_start(relay["--server"], reason))
         address = relaying.broker_address(relay["--project"])
         if address is not None and _store_closed(relay["--state"]):
             # Inside `agentstack run`: the server, its secrets and the relay's checks all live

@@ -637,6 +637,53 @@ def _error(msg_id: Any, code: int, message: str) -> bytes:
     return (canonical(body) + "\n").encode("utf-8")
 
 
+# ------------------------------------------------------- a project's server, for its project only
+
+
+def outside_project(root: str, parent: int | None = None) -> str | None:
+    """Why the harness that started this relay is not running for the project at `root` (None:
+    it is). A server rendered into a user-level file the harness reads in every folder (Cline's
+    cline_mcp_settings.json) starts only where the harness works in that project.
+
+    The harness is the relay's parent (measured with Cline 3.0.65: it starts each server as its
+    own child, the server's cwd and environment being its own). The project it runs for is the
+    one `layout.find_project` finds from the working directory the kernel reports for that
+    process (/proc/PID/cwd): a folder cannot set it by any file or variable. Nothing known (the
+    parent gone, /proc unreadable) refuses."""
+    pid = os.getppid() if parent is None else parent
+    try:
+        where = os.readlink(f"/proc/{pid}/cwd")
+    except OSError as exc:
+        return f"the harness's working directory cannot be read ({exc.strerror}); refused"
+    if parent is None and os.getppid() != pid:
+        return "the harness that started this server is gone; refused"
+    if where.endswith(" (deleted)") or not os.path.isabs(where):
+        return f"the harness's working directory {where!r} is gone; refused"
+    found = layout.find_project(where)
+    if found != os.path.realpath(root):
+        return (f"the harness is running in {where}, which is not this server's project {root} "
+                f"({'no project' if found is None else 'project ' + found} there): a "
+                "project's servers start only where the harness runs in that project")
+    return None
+
+
+def refuse_start(server: str, reason: str, *, stdin: IO[bytes] | None = None,
+                 stdout: IO[bytes] | None = None) -> int:
+    """Stand in for a server that is not started: every request is answered with a JSON-RPC
+    error naming the reason (notifications get nothing), until the harness closes the pipe."""
+    harness_in = stdin if stdin is not None else sys.stdin.buffer
+    harness_out = stdout if stdout is not None else sys.stdout.buffer
+    message = f"agentstack: MCP server {server!r} not started: {reason}"
+    sys.stderr.write(message + "\n")
+    for line in read_lines(harness_in):
+        request = _parse(line)
+        if request is None or "id" not in request or "method" not in request:
+            continue
+        harness_out.write(_error(request["id"], REFUSED, message))
+        harness_out.flush()
+    return 1
+
+
 # ----------------------------------------------------------------------------- the process
 
 

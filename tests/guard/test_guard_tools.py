@@ -65,7 +65,7 @@ def test_every_tool_a_pinned_harness_offers_is_in_the_guards_table(harness: str)
     assert sorted(set(data["tools"]) - _table(harness)) == []
 
 
-@pytest.mark.parametrize("harness", [*CAPTURED, "cursor", "vscode"])
+@pytest.mark.parametrize("harness", [*CAPTURED, "cursor", "vscode", "crush"])
 def test_a_tool_name_the_table_does_not_list_is_denied_whatever_its_input(
     harness: str, tmp_path: Path
 ) -> None:
@@ -98,6 +98,9 @@ def test_what_the_table_lists_is_judged_by_its_arguments(tmp_path: Path) -> None
         ("codex", "multi_agent_v1__close_agent", {"target": "agent-1"}),
         ("codex", "mcp__notes__add_note", {"text": "x"}),
         ("copilot", "notes-add_note", {"text": "x"}),
+        ("crush", "mcp_notes_add_note", {"text": "x"}),
+        ("crush", "grep", {"pattern": "x", "path": inside, "include": "*.py"}),
+        ("crush", "bash", {"command": "ls", "working_dir": inside}),
     ]
     for harness, tool, arguments in allowed:
         assert _decision(harness, tool, arguments, root) is None, (harness, tool)
@@ -113,6 +116,12 @@ def test_what_the_table_lists_is_judged_by_its_arguments(tmp_path: Path) -> None
         ("claude-code", "ToolSearch", {"query": "x", "path": "/etc"}),
         ("codex", "mcp__other__add_note", {"text": "x"}),
         ("copilot", "other-add_note", {"text": "x"}),
+        ("crush", "mcp_other_add_note", {"text": "x"}),
+        ("crush", "grep", {"pattern": "key", "path": ssh}),
+        ("crush", "bash", {"command": "ls", "working_dir": ssh}),
+        ("crush", "download", {"url": "https://example.invalid/x", "file_path": ssh + "/k"}),
+        ("crush", "list_mcp_resources", {"mcp_name": "other"}),
+        ("crush", "agent", {"prompt": "x"}),
     ]
     for harness, tool, arguments in denied:
         assert _decision(harness, tool, arguments, root) is not None, (harness, tool, arguments)
