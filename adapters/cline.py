@@ -30,6 +30,7 @@ from .common import (
     header_values,
     instructions_text,
     launched,
+    remote_launched,
     skill_files,
 )
 
@@ -69,6 +70,9 @@ def hook_source(context: RenderContext) -> str:
 
 
 def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    relayed = remote_launched(context, server) if server["transport"] == "http" else None
+    if relayed is not None:  # through the relay: the config holds a command, never the URL
+        return {"command": relayed[0], "args": relayed[1], "timeout": SERVER_TIMEOUT_S}
     if server["transport"] == "http":
         out: dict[str, Any] = {"type": "streamableHttp", "url": server["url"],
                                "timeout": SERVER_TIMEOUT_S}

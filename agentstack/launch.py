@@ -38,7 +38,8 @@ _NAME = re.compile(_NAME_PATTERN)
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USAGE = (
     "usage: python -I -m agentstack.launch [--server NAME --project ROOT --state DIR] "
-    "[--secret KEY=NAME]... -- COMMAND [ARG]..."
+    "[--secret KEY=NAME]... -- COMMAND [ARG]...\n"
+    "       python -I -m agentstack.launch --server NAME --project ROOT --state DIR --remote URL"
 )
 _RELAY_OPTIONS = ("--server", "--project", "--state")
 
@@ -149,8 +150,14 @@ def environment(secrets: dict[str, str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--remote" in args[: args.index("--") if "--" in args else len(args)]:
+        # A remote (URL) server: the relay speaks Streamable HTTP to it (agentstack.remoterelay).
+        from agentstack import remoterelay
+
+        _leave(remoterelay.main(args))
     try:
-        secrets, relay, command = parse_all(list(sys.argv[1:] if argv is None else argv))
+        secrets, relay, command = parse_all(args)
     except LaunchError as exc:
         sys.stderr.write(f"agentstack launch: {exc}\n{USAGE}\n")
         sys.exit(2)
