@@ -522,6 +522,19 @@ def headers_of(entry: dict[str, Any], state: str) -> tuple[dict[str, str], list[
     return headers, values
 
 
+def prepare(state: str, project: str, name: str,
+            url: str) -> tuple[relay.Relay, Remote]:
+    """The checks and the remote for server `name` of the trusted project; RemoteError saying
+    why not (the project not trusted, the URL not the trusted one, a secret not stored), before
+    any connection is made."""
+    setup = relay.load_setup(state, project, name)
+    if setup.closed is not None:
+        raise RemoteError(setup.closed)
+    entry = remote_entry(setup, name, url)
+    headers, secret_values = headers_of(entry, state)
+    return relay.Relay(setup, secret_values), Remote(str(entry["url"]), headers)
+
+
 def main(argv: list[str]) -> int:
     """`agentstack.launch --server … --remote URL`: the process the harness starts."""
     try:
@@ -530,16 +543,19 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"agentstack launch: {exc}\n{USAGE}\n")
         return 2
     name = options["--server"]
-    setup = relay.load_setup(options["--state"], options["--project"], name)
-    if setup.closed is not None:
-        # Nothing of an untrusted project is reached: not even a connection is opened.
-        sys.stderr.write(f"agentstack launch: {name}: not started: {setup.closed}\n")
-        return 1
+    address = relay.broker_address(options["--project"])
+    if address is not None:
+        from agentstack.launch import _store_closed
+
+        if _store_closed(options["--state"]):
+            # Inside `agentstack run`: the relay runs in run's broker, outside the harness's
+            # sandbox, where the secret store and the pins are (agentstack.serverbroker).
+            return relay.pump_to_broker(address, name)
     try:
-        entry = remote_entry(setup, name, options["--remote"])
-        headers, secret_values = headers_of(entry, options["--state"])
-        remote = Remote(str(entry["url"]), headers)
+        checks, remote = prepare(options["--state"], options["--project"], name,
+                                 options["--remote"])
     except RemoteError as exc:
+        # Nothing of an untrusted project is reached: not even a connection is opened.
         sys.stderr.write(f"agentstack launch: {name}: not started: {exc}\n")
         return 1
-    return serve(relay.Relay(setup, secret_values), remote)
+    return serve(checks, remote)

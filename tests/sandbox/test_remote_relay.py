@@ -506,3 +506,50 @@ def test_fuzzed_answers_never_pass_unchecked(scripted: Any, chunks: list[bytes],
         assert result == {"tools": [PINNED]} or result == {"tools": []}, result
     assert SECRET not in json.dumps(got)
     assert all(m["method"] == "notifications/tools/list_changed" for m in got if "method" in m)
+
+
+# ------------------------------------------------------------------ inside `agentstack run`
+
+
+def test_inside_run_the_broker_relays_a_remote_server(tmp_path: Path,
+                                                      server: RemoteServer) -> None:
+    """Inside `run` the launcher only pumps bytes to run's broker, which holds the secret store
+    and the pins: the same relay there, the header secret added there."""
+    import socket
+
+    from agentstack import serverbroker
+    from agentstack.consent.document import current
+
+    root = trusted_project(tmp_path, server.url)
+    _, _, document, digest = current(root)
+    broker = serverbroker.Broker(root, document, digest)
+    broker.serve()
+    try:
+        conn = socket.create_connection(("127.0.0.1", broker.port), timeout=scaled(60))
+        rfile, wfile = conn.makefile("rb"), conn.makefile("wb")
+
+        def say(message: dict[str, Any]) -> dict[str, Any]:
+            wfile.write((json.dumps(message) + "\n").encode())
+            wfile.flush()
+            while True:
+                answer: dict[str, Any] = json.loads(rfile.readline())
+                if "method" not in answer:
+                    return answer
+
+        assert say({"server": "notes", "token": broker.token}) == {"ok": True}
+        init = say({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "t", "version": "0"}}})
+        assert "result" in init, init
+        wfile.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        listed = say({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
+        assert {t["name"] for t in listed["result"]["tools"]} == {"add_note", "whoami"}
+        denied = say({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                      "params": {"name": "erase_notes", "arguments": {}}})
+        assert "not allowed" in denied["error"]["message"]
+        conn.close()
+    finally:
+        broker.close()
+    assert server.ran == []
+    posts = [r for r in server.seen() if r["method"] == "POST"]
+    assert posts and all(r["authorization"] == SECRET for r in posts)
