@@ -28,7 +28,7 @@ from tests.harness.test_harness_relay import _requests_text, _run
 from tests.sandbox.remote_server import DESCRIPTION, RemoteServer
 from tests.sandbox.test_remote_relay import CHANGED, SECRET, trusted_project
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
 PERMISSIONS = """
 [settings.permissions]
@@ -105,3 +105,67 @@ def test_the_remote_tools_the_model_is_offered_are_the_relays(
     model = _run(harness, root, isolated_home, [])
     assert "mcp__notes__add_note" in model.tools_offered()
     assert "IGNORE ALL PREVIOUS" in _requests_text(model)
+
+
+def test_claude_inside_run_reaches_the_remote_through_runs_broker(
+    tmp_path: Path, server: RemoteServer,
+) -> None:
+    """Inside `agentstack run` the harness's sandbox reaches only run's broker, which runs the
+    relay's remote mode with the header secret from the store: the real Claude Code calls the
+    remote's tool; the secret reaches the remote and nothing the harness holds."""
+    import tempfile
+
+    from agentstack.sandbox import verify
+    from tests.conftest import make_project, run_cli
+    from tests.harness.test_harness_relay import REAL_KEY
+
+    claude = harness_bin("claude")
+    home = Path(tempfile.mkdtemp(dir=verify.DECOY_ROOT, prefix="agentstack-remote-home-")).resolve()
+    root = (tmp_path / "proj").resolve()
+    script = [ToolCall("mcp__notes__add_note", {"text": "inside run"}),
+              ToolCall("Bash", {"command": "env"})]
+    with MockModel(script) as model:
+        make_project(root, f"""\
+[project]
+name = "remote-run"
+harnesses = ["claude-code"]
+
+[servers.notes]
+url = {json.dumps(server.url)}
+headers = {{ Authorization = "secret:notes-token" }}
+
+[settings.permissions]
+allow = ["mcp__notes__add_note", "Bash(env)"]
+
+[sandbox]
+write_dirs = ["."]
+env = ["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER"]
+
+[sandbox.credentials.anthropic]
+upstream = "{model.url}"
+secret = "anthropic"
+header = "x-api-key"
+env = "ANTHROPIC_API_KEY"
+base_url_env = "ANTHROPIC_BASE_URL"
+""")
+        env = {"HOME": str(home), "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+               "CLAUDE_CODE_MAX_RETRIES": "0", "DISABLE_AUTOUPDATER": "1"}
+        for args in (["lock"], ["trust", "--yes", "--accept-risk"], ["apply", "--write"]):
+            result = run_cli(*args, cwd=root, env=env)
+            assert result.returncode == 0, result.stderr
+        for name, value in (("anthropic", REAL_KEY), ("notes-token", SECRET)):
+            assert run_cli("secret", "set", name, cwd=root, input=value + "\n",
+                           env=env).returncode == 0
+        run = run_cli("run", "--harness", "claude-code", "--", str(claude), "-p", "go",
+                      "--output-format", "json", cwd=root, env=env)
+        assert run.returncode == 0, run.stdout + run.stderr
+    first, second = model.tool_results
+    assert "added note 'inside run'" in first.text and first.is_error is not True, first.text
+    assert server.ran == ["add_note:inside run"]
+    posts = [r for r in server.seen() if r["method"] == "POST"]
+    assert posts and all(r["authorization"] == SECRET for r in posts)
+    assert "HOME=" in second.text and SECRET not in second.text, second.text
+    for where in (root, home):
+        found = subprocess.run(["grep", "-r", "-l", SECRET, str(where)], capture_output=True,
+                               text=True)
+        assert not found.stdout, found.stdout
