@@ -1,6 +1,9 @@
 """Start an MCP server with its secrets, behind the relay:
 `python -I -m agentstack.launch [--server NAME --project ROOT --state DIR] [--secret KEY=NAME]… -- CMD…`.
 
+With `--remote URL` (how `apply` renders a remote server) it is the relay's remote mode
+instead (`agentstack.remoterelay`: Streamable HTTP to the server, the same checks).
+
 With `--server` (how `apply` renders every stdio server) the launcher stays between the harness
 and the server as the MCP relay (`agentstack.relay`: listings held to their pins, tools allowed by
 name, receipts); without it, it only puts the secrets in place and execs the server.
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         # A remote (URL) server: the relay speaks Streamable HTTP to it (agentstack.remoterelay).
         from agentstack import remoterelay
 
-        _leave(remoterelay.main(args))
+        _leave(remoterelay.main(args, read_secret=read_secret, store_closed=_store_closed))
     try:
         secrets, relay, command = parse_all(args)
     except LaunchError as exc:

@@ -38,7 +38,7 @@ import http.client
 import json
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 from urllib.parse import urljoin, urlsplit
 
@@ -49,6 +49,9 @@ MAX_BODY = relay.MAX_LINE  # an answer (or an event) longer than this is dropped
 MAX_REDIRECTS = 3
 CONNECT_SECONDS = 30.0
 IDLE_SECONDS = 600.0  # a connection silent this long is given up
+# How a secret is read from the store: (store directory, name) -> value (agentstack.launch's
+# read_secret, with the store's checks; handed in, so that this module imports no launcher).
+SecretReader = Callable[[str, str], str]
 USAGE = ("usage: python -I -m agentstack.launch --server NAME --project ROOT --state DIR "
          "--remote URL")
 # Headers the relay sets itself: the manifest cannot name them.
@@ -498,10 +501,10 @@ def remote_entry(setup: relay.Setup, name: str, url: str) -> dict[str, Any]:
     return entry
 
 
-def headers_of(entry: dict[str, Any], state: str) -> tuple[dict[str, str], list[str]]:
+def headers_of(entry: dict[str, Any], state: str,
+               read_secret: SecretReader) -> tuple[dict[str, str], list[str]]:
     """The headers to add (literal, or read from the secret store) and the secret values."""
     from agentstack import layout
-    from agentstack.launch import LaunchError, read_secret
 
     headers: dict[str, str] = {}
     values: list[str] = []
@@ -516,14 +519,14 @@ def headers_of(entry: dict[str, Any], state: str) -> tuple[dict[str, str], list[
             continue
         try:
             headers[key] = read_secret(layout.secrets_dir(state), str(source.get("secret")))
-        except LaunchError as exc:
+        except Exception as exc:  # noqa: BLE001 - the store refused: nothing is reached
             raise RemoteError(str(exc)) from None
         values.append(headers[key])
     return headers, values
 
 
-def prepare(state: str, project: str, name: str,
-            url: str) -> tuple[relay.Relay, Remote]:
+def prepare(state: str, project: str, name: str, url: str,
+            read_secret: SecretReader) -> tuple[relay.Relay, Remote]:
     """The checks and the remote for server `name` of the trusted project; RemoteError saying
     why not (the project not trusted, the URL not the trusted one, a secret not stored), before
     any connection is made."""
@@ -531,12 +534,14 @@ def prepare(state: str, project: str, name: str,
     if setup.closed is not None:
         raise RemoteError(setup.closed)
     entry = remote_entry(setup, name, url)
-    headers, secret_values = headers_of(entry, state)
+    headers, secret_values = headers_of(entry, state, read_secret)
     return relay.Relay(setup, secret_values), Remote(str(entry["url"]), headers)
 
 
-def main(argv: list[str]) -> int:
-    """`agentstack.launch --server … --remote URL`: the process the harness starts."""
+def main(argv: list[str], *, read_secret: SecretReader,
+         store_closed: Callable[[str], bool]) -> int:
+    """`agentstack.launch --server … --remote URL`: the process the harness starts (`store_closed`:
+    whether the kernel closes the state directory here, as inside `agentstack run`)."""
     try:
         options = parse(argv)
     except RemoteError as exc:
@@ -544,16 +549,13 @@ def main(argv: list[str]) -> int:
         return 2
     name = options["--server"]
     address = relay.broker_address(options["--project"])
-    if address is not None:
-        from agentstack.launch import _store_closed
-
-        if _store_closed(options["--state"]):
-            # Inside `agentstack run`: the relay runs in run's broker, outside the harness's
-            # sandbox, where the secret store and the pins are (agentstack.serverbroker).
-            return relay.pump_to_broker(address, name)
+    if address is not None and store_closed(options["--state"]):
+        # Inside `agentstack run`: the relay runs in run's broker, outside the harness's sandbox,
+        # where the secret store and the pins are (agentstack.serverbroker).
+        return relay.pump_to_broker(address, name)
     try:
         checks, remote = prepare(options["--state"], options["--project"], name,
-                                 options["--remote"])
+                                 options["--remote"], read_secret)
     except RemoteError as exc:
         # Nothing of an untrusted project is reached: not even a connection is opened.
         sys.stderr.write(f"agentstack launch: {name}: not started: {exc}\n")

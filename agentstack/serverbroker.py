@@ -129,10 +129,12 @@ class Broker:
         """A remote (URL) server: the relay's remote mode here, with the secrets of its headers
         (agentstack.remoterelay); the harness's sandbox reaches only this broker."""
         from agentstack import remoterelay
+        from agentstack.launch import read_secret
 
         try:
             checks, remote = remoterelay.prepare(self.state_home, str(self.root), name,
-                                                 str(self.document["servers"][name].get("url")))
+                                                 str(self.document["servers"][name].get("url")),
+                                                 read_secret)
         except remoterelay.RemoteError as exc:
             _say(wfile, {"error": str(exc)})
             return

@@ -553,3 +553,22 @@ def test_inside_run_the_broker_relays_a_remote_server(tmp_path: Path,
     assert server.ran == []
     posts = [r for r in server.seen() if r["method"] == "POST"]
     assert posts and all(r["authorization"] == SECRET for r in posts)
+
+
+def test_the_remote_relay_path_is_standard_library_only() -> None:
+    """What the launcher loads to relay a remote server: agentstack's own small modules and the
+    standard library (http.client), nothing installed beside it."""
+    import sys
+
+    probe = ("import sys, agentstack.launch, agentstack.remoterelay, http.client\n"
+             "print(' '.join(sorted(m for m in sys.modules)))")
+    done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True,
+                          timeout=scaled(60), check=True)
+    loaded = set(done.stdout.split())
+    ours = {m for m in loaded if m.split(".")[0] == "agentstack"}
+    assert ours == {"agentstack", "agentstack.launch", "agentstack.relay", "agentstack.layout",
+                    "agentstack.remoterelay"}
+    stdlib = set(sys.stdlib_module_names)
+    foreign = sorted(m for m in loaded - ours if m.split(".")[0] not in stdlib
+                     and not m.startswith("_") and "editable" not in m)
+    assert not foreign, foreign
