@@ -15,7 +15,7 @@ The URL and the headers come from the trusted consent document (the `--remote` a
 the same URL, and is there so that a harness's `mcp list` shows where the relay connects); a
 header `secret:NAME` is read from the secret store here and added to each request, so the
 harness's config and environment never hold it. Only `https://` URLs, or `http://` to a loopback
-address; a redirect is followed only to the same scheme, host and port (307/308), never to
+IP address; a redirect is followed only to the same scheme, host and port (307/308), never to
 another host. No proxy variable of the environment is read (the project can set those).
 
 Streamable HTTP (MCP 2025-03-26 and later): each message from the harness is POSTed, JSON-RPC in
@@ -69,10 +69,10 @@ class RemoteError(Exception):
 
 
 def is_loopback(host: str) -> bool:
+    """A loopback IP literal (127.0.0.0/8, ::1). The name `localhost` is not one: a name is
+    resolved, and the review (`plain-http:<host>`) counts it as not loopback too."""
     import ipaddress
 
-    if host.lower().rstrip(".") == "localhost":
-        return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -93,7 +93,8 @@ def check_url(url: str) -> tuple[str, str, int, str]:
         raise RemoteError(f"{url!r} has a malformed port") from None
     if parts.scheme == "http" and not is_loopback(host):
         raise RemoteError(f"{url!r} is plain http to another host than this machine; agentstack "
-                          "relays only https://, or http:// to a loopback address")
+                          "relays only https://, or http:// to a loopback IP address "
+                          "(127.0.0.1, [::1])")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return parts.scheme, host, port or (443 if parts.scheme == "https" else 80), path
 

@@ -268,7 +268,7 @@ def test_a_secret_that_is_not_stored_reaches_nothing(tmp_path: Path, server: Rem
 
 
 @pytest.mark.parametrize("url", ["https://mcp.example.com/mcp", "http://127.0.0.1:8080/mcp",
-                                 "http://localhost/mcp", "http://[::1]:9/x?y=1"])
+                                 "http://127.9.8.7/mcp", "http://[::1]:9/x?y=1"])
 def test_https_or_loopback_http_is_relayed(url: str) -> None:
     scheme, host, port, path = remoterelay.check_url(url)
     assert scheme in ("https", "http") and host and port and path.startswith("/")
@@ -276,7 +276,8 @@ def test_https_or_loopback_http_is_relayed(url: str) -> None:
 
 @pytest.mark.parametrize("url", ["http://mcp.example.com/mcp", "http://10.0.0.1/mcp",
                                  "ftp://127.0.0.1/", "https://u:p@mcp.example.com/",
-                                 "http://127.0.0.1:99999/", "file:///etc/passwd"])
+                                 "http://127.0.0.1:99999/", "file:///etc/passwd",
+                                 "http://localhost/mcp"])  # a name, resolved: not loopback
 def test_other_urls_are_refused(url: str) -> None:
     with pytest.raises(remoterelay.RemoteError):
         remoterelay.check_url(url)
