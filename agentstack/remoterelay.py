@@ -401,6 +401,8 @@ class Bridge:
             failure = str(exc)
         except (OSError, http.client.HTTPException) as exc:
             failure = f"the exchange with the remote failed: {_reason(exc)}"
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the harness is answered
+            failure = f"agentstack's relay failed ({type(exc).__name__}); nothing was forwarded"
         if request and not answered:
             name = self.checks.setup.server
             self.to_harness(self.checks.abandon(
@@ -438,17 +440,14 @@ class Bridge:
             response, conn = self.remote.exchange("GET", None, "text/event-stream")
         except RemoteError:
             return
-        try:
+        # Whatever ends the stream (an error too), nothing of it was forwarded unchecked.
+        with contextlib.suppress(Exception), contextlib.closing(conn):
             if response.status != 200 or content_type(response) != "text/event-stream":
                 return  # 405: the remote offers no such stream
             for value in messages(response):
                 if isinstance(value, dict) and "method" in value:
                     self.to_harness(self.checks.from_server(_encoded(value)))
                     self.say()
-        except (RemoteError, OSError, http.client.HTTPException):
-            pass
-        finally:
-            conn.close()
 
 
 def serve(checks: relay.Relay, remote: Remote, *, stdin: IO[bytes] | None = None,
