@@ -573,3 +573,37 @@ def test_the_remote_relay_path_is_standard_library_only() -> None:
     foreign = sorted(m for m in loaded - ours if m.split(".")[0] not in stdlib
                      and not m.startswith("_") and "editable" not in m)
     assert not foreign, foreign
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.one_of(
+    st.binary(max_size=60),
+    st.recursive(st.none() | st.integers() | st.text(max_size=6),
+                 lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c,
+                                                                     max_size=3),
+                 max_leaves=6).map(lambda v: json.dumps(v).encode()),
+    st.builds(lambda i, m: json.dumps({"jsonrpc": "2.0", "id": i, "method": m}).encode(),
+              st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False), st.lists(st.none())),
+              st.text(max_size=8)),
+    st.just(b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "x"}}'),
+), max_size=6))
+def test_fuzzed_harness_lines_reach_the_remote_only_as_checked_json_rpc(
+    scripted: Any, lines: list[bytes],
+) -> None:
+    """From the harness side: only a JSON-RPC 2.0 message the checks let through is POSTed; a
+    call of a tool never pinned is refused without a request."""
+    url, handler = scripted
+    handler.seen.clear()
+    b, out = bridge(url)
+    for line in lines:
+        b.from_harness(line.replace(b"\n", b" ") + b"\n")
+    for worker in b.workers:
+        worker.join(timeout=scaled(60))
+    for _, _, body in handler.seen:
+        message = json.loads(body)
+        assert isinstance(message, dict) and message.get("jsonrpc") == "2.0", body
+        assert message.get("method") != "tools/call", body
+        if "id" in message:
+            assert isinstance(message["id"], int | str) and not isinstance(message["id"], bool)
+    for line in out.getvalue().splitlines():
+        assert json.loads(line)["jsonrpc"] == "2.0"
