@@ -383,18 +383,20 @@ class Bridge:
             try:
                 if request and message["method"] == "initialize" and response.status < 300:
                     self.remote.take_session(response)
-                if response.status in (202, 204) or (not request and response.status < 300):
+                if response.status in (202, 204):
                     response.read(64 * 1024)
                     whole = True
+                elif not request:
+                    pass  # a notification or an answer is accepted with 202: nothing to read
                 elif response.status == 404 and self.remote.session is not None:
                     failure = ("the remote ended the session (HTTP 404); restart the server in "
                                "the harness")
                 elif response.status >= 400 and content_type(response) != "application/json":
-                    failure = f"the remote answered HTTP {response.status} {response.reason}"
+                    failure = f"the remote answered HTTP {response.status} {response.reason[:80]}"
                 else:
                     answered, whole = self._answers(response, expected)
                     if not answered and response.status >= 400:
-                        failure = f"the remote answered HTTP {response.status} {response.reason}"
+                        failure = f"the remote answered HTTP {response.status} {response.reason[:80]}"
             finally:
                 self.remote.release(conn, response, whole=whole)
         except RemoteError as exc:
