@@ -165,7 +165,8 @@ class Remote:
                 return response, conn
             location = response.getheader("Location") or ""
             conn.close()
-            target = urljoin(f"{self.scheme}://{self.host}:{self.port}{path}", location)
+            host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
+            target = urljoin(f"{self.scheme}://{host}:{self.port}{path}", location)
             parts = urlsplit(target)
             try:
                 there = (parts.scheme, (parts.hostname or "").lower(),
