@@ -607,3 +607,38 @@ def test_fuzzed_harness_lines_reach_the_remote_only_as_checked_json_rpc(
             assert isinstance(message["id"], int | str) and not isinstance(message["id"], bool)
     for line in out.getvalue().splitlines():
         assert json.loads(line)["jsonrpc"] == "2.0"
+
+
+def test_https_checks_the_certificate_before_any_request(tmp_path: Path) -> None:
+    """A remote whose certificate the system does not trust (self-signed here) gets the TLS
+    handshake refused: no request, so no header, ever reaches it."""
+    import shutil
+    import ssl
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
+                   timeout=scaled(60))
+    handler = type("Handler", (Scripted,), {"script": [], "seen": []})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        setup = relay.Setup(server="s", pins=None, policy=relay.ToolPolicy(),
+                            digest="b3:" + "0" * 64, trusted=True)
+        out = io.BytesIO()
+        b = remoterelay.Bridge(relay.Relay(setup, [SECRET]), remoterelay.Remote(
+            f"https://127.0.0.1:{httpd.server_address[1]}/mcp", {"Authorization": SECRET}), out,
+            err=io.StringIO())
+        (got,) = ask(b, out, "initialize")
+        assert "CERTIFICATE_VERIFY_FAILED" in got["error"]["message"], got
+        assert handler.seen == []
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
