@@ -642,3 +642,54 @@ def test_https_checks_the_certificate_before_any_request(tmp_path: Path) -> None
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def _hostile_message(rng: Any, msg_id: int) -> bytes:
+    """One message (or garbage) a hostile remote might send on request `msg_id`'s stream."""
+    choice = rng.randrange(12)
+    value: Any
+    if choice == 0:
+        value = listing(msg_id, [PINNED])
+    elif choice == 1:
+        value = listing(msg_id, [dict(PINNED, description=f"now {rng.random()}")])
+    elif choice == 2:
+        value = listing(msg_id + rng.randrange(1, 5), [PINNED])  # another request's id
+    elif choice == 3:
+        value = listing(str(msg_id), [PINNED])  # the id as a string: another id
+    elif choice == 4:
+        value = listing(msg_id, [dict(PINNED, name=SECRET)])
+    elif choice == 5:
+        value = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": SECRET}}
+    elif choice == 6:
+        value = {"jsonrpc": "2.0", "id": msg_id, "error": {"code": -1, "message": SECRET}}
+    elif choice == 7:
+        value = {"jsonrpc": "2.0", "id": msg_id, "result": {"tools": [PINNED, PINNED]}}
+    elif choice == 8:
+        return b"data: " + bytes(rng.randrange(256) for _ in range(rng.randrange(40))) + b"\n\n"
+    elif choice == 9:
+        return b"data: {\"jsonrpc\": \"2.0\", \"id\": " + str(msg_id).encode() + b"\n\n"
+    elif choice == 10:
+        return b"event: ping\ndata: " + json.dumps(listing(msg_id, [PINNED])).encode() + b"\n\n"
+    else:
+        value = {"jsonrpc": "2.0", "id": msg_id, "result": {"tools": {"not": "a list"}}}
+    return event(value)
+
+
+def test_ten_thousand_hostile_messages_never_pass_unchecked(scripted: Any) -> None:
+    """10,000 messages offered by a hostile remote, 20 on each of 500 listings' streams (the
+    relay reads each up to the first answer that passes): each listing gets exactly one answer,
+    only ever pinned entries, never a secret."""
+    import random
+
+    url, handler = scripted
+    rng = random.Random(27)
+    b, out = bridge(url)
+    for msg_id in range(1, 501):
+        handler.script[:] = [sse(*(_hostile_message(rng, msg_id) for _ in range(20)))]
+        got = ask(b, out, "tools/list", msg_id=msg_id)
+        answers = [m for m in got if "method" not in m]
+        assert len(answers) == 1 and answers[0]["id"] == msg_id, got
+        result = answers[0].get("result")
+        assert result is None or result["tools"] in ([PINNED], []), result
+        assert SECRET not in json.dumps(got)
+    assert b.checks.pending == {}
