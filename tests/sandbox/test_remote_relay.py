@@ -693,3 +693,25 @@ def test_ten_thousand_hostile_messages_never_pass_unchecked(scripted: Any) -> No
         assert result is None or result["tools"] in ([PINNED], []), result
         assert SECRET not in json.dumps(got)
     assert b.checks.pending == {}
+
+
+def test_what_the_remote_sends_unasked_passes_the_checks(scripted: Any) -> None:
+    """After `notifications/initialized`, the GET stream: the remote's notifications reach the
+    harness (its secrets withheld), an answer there answers nothing asked and is dropped."""
+    from tests.harness.deadline import wait_for
+
+    url, handler = scripted
+    handler.script += [(202, {}, b""), sse(
+        event({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+        event(listing(1, [dict(PINNED, description="unasked")])),
+        event({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": SECRET}}))]
+    b, out = bridge(url)
+    b.checks.pending[relay._id_key(1)] = ("tools/list", "", 0.0, 0)  # 1 is asked, elsewhere
+    b.from_harness(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+    assert wait_for(lambda: out.getvalue().count(b"\n") >= 2, 30), out.getvalue()
+    assert wait_for(lambda: len(handler.seen) == 2, 30)
+    got = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [m.get("method") for m in got] == ["notifications/tools/list_changed",
+                                               "notifications/message"]
+    assert SECRET not in out.getvalue().decode() and "unasked" not in out.getvalue().decode()
+    assert [m for m, _, _ in handler.seen] == ["POST", "GET"]
