@@ -22,6 +22,7 @@ from .common import (
     mcp_tool_name,
     native_sandbox_guarded,
     native_sandbox_keys,
+    remote_launched,
     server_tools,
     servers_file,
     skill_files,
@@ -33,6 +34,9 @@ INSTRUCTIONS_FILE = ".claude/agentstack/instructions.md"
 
 
 def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    relayed = remote_launched(context, server) if server["transport"] == "http" else None
+    if relayed is not None:  # through the relay: the config holds a command, never the URL
+        return {"type": "stdio", "command": relayed[0], "args": relayed[1]}
     if server["transport"] == "http":
         out: dict[str, Any] = {"type": "http", "url": server["url"]}
         if server["headers"]:

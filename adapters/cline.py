@@ -34,6 +34,7 @@ from .common import (
     header_values,
     instructions_text,
     launched,
+    remote_launched,
     skill_files,
 )
 
@@ -74,6 +75,12 @@ def hook_source(context: RenderContext) -> str:
 
 
 def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    relayed = remote_launched(context, server) if server["transport"] == "http" else None
+    if relayed is not None:  # through the relay: the config holds a command, never the URL
+        # Read in every folder Cline runs in: reached only where Cline runs in this project.
+        remote_args = list(relayed[1])
+        remote_args.insert(remote_args.index("--remote"), ONLY_IN_PROJECT)
+        return {"command": relayed[0], "args": remote_args, "timeout": SERVER_TIMEOUT_S}
     if server["transport"] == "http":
         out: dict[str, Any] = {"type": "streamableHttp", "url": server["url"],
                                "timeout": SERVER_TIMEOUT_S}
@@ -102,8 +109,8 @@ REVIEW_NOTE = (
     "checks every tool call). Cline reads MCP servers only from the user's "
     "~/.cline/data/settings/cline_mcp_settings.json: the locked servers are written there, "
     "read in every folder Cline runs in; agentstack's relay starts a stdio server only where "
-    "Cline runs in this project (elsewhere it answers an MCP error and starts nothing), a "
-    "remote (URL) server is reached from every folder, and 'revoke' removes them."
+    "Cline runs in this project and reaches a remote (URL) server only from there (elsewhere it "
+    "answers an MCP error and starts or reaches nothing), and 'revoke' removes them."
 )
 
 

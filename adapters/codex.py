@@ -25,6 +25,7 @@ from .common import (
     native_sandbox_guarded,
     native_sandbox_keys,
     native_tool_keys,
+    remote_launched,
     secret_env_var,
     skill_files,
     stdio_server,
@@ -48,6 +49,10 @@ def codex_home(context: RenderContext) -> Path:
 
 
 def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    relayed = remote_launched(context, server) if server["transport"] == "http" else None
+    if relayed is not None:  # through the relay: the config holds a command, never the URL
+        return {"command": relayed[0], "args": relayed[1],
+                **native_tool_keys(server, "enabled_tools", "disabled_tools")}
     if server["transport"] == "http":
         out: dict[str, Any] = {"url": server["url"]}
         literal = {k: v["literal"] for k, v in server["headers"].items() if "literal" in v}

@@ -54,6 +54,19 @@ def launched(
     return launcher[0], [*launcher[1:], "--", command, *args]
 
 
+def remote_launched(context: RenderContext, server: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """A remote (`url`) server as the relay's remote mode, a stdio command the harness starts
+    (`agentstack.launch --remote URL`): the relay alone talks to the URL, holds what it lists to
+    the pins and adds its headers, secrets read from the store (the config holds none). None when
+    rendered without a state directory (adapter tests): then the URL as the harness's own entry."""
+    name = server_name(context, server)
+    if context.state_home is None or name is None:
+        return None
+    return context.guard_command[0], [
+        "-I", "-m", "agentstack.launch", "--server", name, "--project", str(context.root),
+        "--state", str(context.state_home), "--remote", str(server["url"])]
+
+
 def server_tools(server: dict[str, Any]) -> tuple[list[str], list[str]]:
     """`servers.NAME.tools` as (allow, deny); both empty when the manifest names none."""
     tools = server.get("tools") or {}
@@ -457,6 +470,10 @@ def gemini_server(context: RenderContext, server: dict[str, Any]) -> dict[str, A
     """A server entry of Gemini CLI's `mcpServers` (Qwen Code's too): `httpUrl` for HTTP; stdio
     with its `cwd`, secrets through the launcher (Gemini strips secret-looking variables from
     what a server inherits, and the config holds no `${KEY}`), and its tool lists."""
+    relayed = remote_launched(context, server) if server["transport"] == "http" else None
+    if relayed is not None:
+        return {"command": relayed[0], "args": relayed[1],
+                **native_tool_keys(server, "includeTools", "excludeTools")}
     if server["transport"] == "http":
         out: dict[str, Any] = {"httpUrl": server["url"]}
         if server["headers"]:

@@ -20,6 +20,7 @@ from .common import (
     header_values,
     hook_command,
     instructions_text,
+    remote_launched,
     servers_file,
     skill_files,
     stdio_server,
@@ -43,6 +44,9 @@ EVENTS = {
 
 
 def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    relayed = remote_launched(context, server) if server["transport"] == "http" else None
+    if relayed is not None:  # through the relay: the config holds a command, never the URL
+        return {"command": relayed[0], "args": relayed[1]}
     if server["transport"] == "http":
         out: dict[str, Any] = {"url": server["url"]}
         if server["headers"]:

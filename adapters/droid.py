@@ -22,6 +22,7 @@ from .common import (
     header_values,
     hook_command,
     instructions_text,
+    remote_launched,
     skill_files,
     stdio_server,
 )
@@ -33,6 +34,9 @@ GUARD_NAME = "agentstack-guard"
 
 
 def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    relayed = remote_launched(context, server) if server["transport"] == "http" else None
+    if relayed is not None:  # through the relay: the config holds a command, never the URL
+        return {"type": "stdio", "command": relayed[0], "args": relayed[1]}
     if server["transport"] == "http":
         out: dict[str, Any] = {"type": "http", "url": server["url"]}
         if server["headers"]:

@@ -31,6 +31,7 @@ from .common import (
     guard_command,
     header_values,
     instructions_text,
+    remote_launched,
     skill_files,
     stdio_server,
 )
@@ -114,6 +115,9 @@ def plugin_source(context: RenderContext, harness: str = NAME, display: str = "O
 
 
 def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    relayed = remote_launched(context, server) if server["transport"] == "http" else None
+    if relayed is not None:  # through the relay: the config holds a command, never the URL
+        return {"type": "local", "command": [relayed[0], *relayed[1]], "enabled": True}
     if server["transport"] == "http":
         out: dict[str, Any] = {"type": "remote", "url": server["url"], "enabled": True}
         if server["headers"]:

@@ -13,13 +13,23 @@ from __future__ import annotations
 from typing import Any
 
 from .base import FileOperation, OwnedBlock, RenderContext
-from .common import header_values, instructions_text, servers_file, skill_files, stdio_server
+from .common import (
+    header_values,
+    instructions_text,
+    remote_launched,
+    servers_file,
+    skill_files,
+    stdio_server,
+)
 from .copilot import hooks_file_operation
 
 NAME = "vscode"
 
 
 def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
+    relayed = remote_launched(context, server) if server["transport"] == "http" else None
+    if relayed is not None:  # through the relay: the config holds a command, never the URL
+        return {"type": "stdio", "command": relayed[0], "args": relayed[1]}
     if server["transport"] == "http":
         out: dict[str, Any] = {"type": "http", "url": server["url"]}
         if server["headers"]:

@@ -1,6 +1,9 @@
 """Start an MCP server with its secrets, behind the relay:
 `python -I -m agentstack.launch [--server NAME --project ROOT --state DIR] [--secret KEY=NAME]… -- CMD…`.
 
+With `--remote URL` (how `apply` renders a remote server) it is the relay's remote mode
+instead (`agentstack.remoterelay`: Streamable HTTP to the server, the same checks).
+
 With `--server` (how `apply` renders every stdio server) the launcher stays between the harness
 and the server as the MCP relay (`agentstack.relay`: listings held to their pins, tools allowed by
 name, receipts); without it, it only puts the secrets in place and execs the server.
@@ -38,7 +41,9 @@ _NAME = re.compile(_NAME_PATTERN)
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USAGE = (
     "usage: python -I -m agentstack.launch [--server NAME --project ROOT --state DIR "
-    "[--only-in-project]] [--secret KEY=NAME]... -- COMMAND [ARG]..."
+    "[--only-in-project]] [--secret KEY=NAME]... -- COMMAND [ARG]...\n"
+    "       python -I -m agentstack.launch --server NAME --project ROOT --state DIR "
+    "[--only-in-project] --remote URL"
 )
 _RELAY_OPTIONS = ("--server", "--project", "--state")
 # A server rendered where the harness reads it in every folder: started only where the harness
@@ -156,8 +161,14 @@ def environment(secrets: dict[str, str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--remote" in args[: args.index("--") if "--" in args else len(args)]:
+        # A remote (URL) server: the relay speaks Streamable HTTP to it (agentstack.remoterelay).
+        from agentstack import remoterelay
+
+        _leave(remoterelay.main(args, read_secret=read_secret, store_closed=_store_closed))
     try:
-        secrets, relay, command = parse_all(list(sys.argv[1:] if argv is None else argv))
+        secrets, relay, command = parse_all(args)
     except LaunchError as exc:
         sys.stderr.write(f"agentstack launch: {exc}\n{USAGE}\n")
         sys.exit(2)

@@ -147,6 +147,23 @@ def unpinned_servers(root: Path, document: dict[str, Any]) -> list[str]:
     return out
 
 
+def unpinned_remote_servers(root: Path, document: dict[str, Any]) -> list[str]:
+    """The remote (URL) servers this project holds no pin for yet: not listed at review, their
+    pins are taken when each first lists behind the relay (docs/mcp-relay.md)."""
+    home = str(agentstack_home())
+    out = []
+    for name, entry in sorted(document.get("servers", {}).items()):
+        if entry.get("transport") != "http":
+            continue
+        try:
+            pinned = relay.load_pins(home, str(root), name)
+        except (OSError, ValueError):
+            pinned = None
+        if pinned is None:
+            out.append(name)
+    return out
+
+
 def unchanged_servers(names: list[str], document: dict[str, Any],
                       before: dict[str, Any] | None) -> list[str]:
     """Those of `names` whose consent entry is the same in the last trusted document."""

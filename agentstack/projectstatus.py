@@ -53,7 +53,6 @@ def project_status(root: Path, store: TrustStore, *, withdraw: bool = True) -> d
 
     report.update(rendered_state(root, ledger))
     report["missing_secrets"] = missing_secrets(document)
-    report["export"] = header_exports(document)
     report["guard_expected"] = snapshot_expected(root, report, ledger)
     report["shims_behind"] = shims_behind(document)
     ok = (
@@ -92,28 +91,6 @@ def missing_secrets(document: dict[str, Any] | None) -> list[dict[str, str]]:
                         {"item": f"servers.{name}", "key": key, "secret": source["secret"]}
                     )
     return missing
-
-
-def header_exports(document: dict[str, Any] | None) -> list[dict[str, str]]:
-    """A remote server's header secrets are sent by the harness itself, which reads them from its
-    environment: these variables must be exported where the harness starts."""
-    if document is None:
-        return []
-    out = []
-    for name, server in sorted(document.get("servers", {}).items()):
-        for key, source in sorted(server.get("headers", {}).items()):
-            if "secret" in source:
-                from agentstack_adapters.common import secret_env_var
-
-                out.append(
-                    {
-                        "item": f"servers.{name}",
-                        "header": key,
-                        "secret": source["secret"],
-                        "variable": secret_env_var(source["secret"]),
-                    }
-                )
-    return out
 
 
 def snapshot_expected(
@@ -398,12 +375,6 @@ def status_lines(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"secret    {entry['item']} needs secret:{entry['secret']} (as {entry['key']}), "
             f"which is not stored: 'agentstack secret set {entry['secret']}'"
-        )
-    for entry in report.get("export", []):
-        lines.append(
-            f"export    {entry['variable']} where the harness starts: {entry['item']} sends "
-            f"header {entry['header']} from secret:{entry['secret']}; a remote server is not "
-            "started by agentstack, so the harness reads the value from its environment"
         )
     for entry in report.get("shims_behind", []):
         lines.append(f"shims     {shim_line(entry)}")

@@ -470,6 +470,19 @@ class Relay:
             self._receipt(tool, "allow", size, len(line), started)
         return [self._redacted(line, message)]
 
+    def abandon(self, msg_id: Any, text: str) -> list[bytes]:
+        """The harness's request `msg_id` gets no answer from the server (a remote's exchange
+        failed, or what it sent did not pass): a JSON-RPC error instead, at most once."""
+        key = _id_key(msg_id)
+        with self.lock:
+            request = self.pending.pop(key, None) if key is not None else None
+        if request is None:
+            return []
+        method, tool, started, size = request
+        if method == "tools/call":
+            self._receipt(tool, "error", size, 0, started)
+        return [_error(msg_id, -32603, self._redact_text(text))]
+
     def _listing(self, method: str, message: dict[str, Any]) -> bytes:
         msg_id = message["id"]
         if "error" in message:

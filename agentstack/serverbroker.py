@@ -98,6 +98,9 @@ class Broker:
             except ValueError as exc:
                 _say(wfile, {"error": str(exc)})
                 return
+            if self.document["servers"][name].get("transport") == "http":
+                self._remote(name, wfile, rfile)
+                return
             try:
                 argv, env, cwd, secret_values = self._server(name)
             except ValueError as exc:
@@ -121,6 +124,22 @@ class Broker:
         if not isinstance(name, str) or name not in self.document.get("servers", {}):
             raise ValueError(f"server {name!r} is not in the trusted consent")
         return name
+
+    def _remote(self, name: str, wfile: IO[bytes], rfile: IO[bytes]) -> None:
+        """A remote (URL) server: the relay's remote mode here, with the secrets of its headers
+        (agentstack.remoterelay); the harness's sandbox reaches only this broker."""
+        from agentstack import remoterelay
+        from agentstack.launch import read_secret
+
+        try:
+            checks, remote = remoterelay.prepare(self.state_home, str(self.root), name,
+                                                 str(self.document["servers"][name].get("url")),
+                                                 read_secret)
+        except remoterelay.RemoteError as exc:
+            _say(wfile, {"error": str(exc)})
+            return
+        _say(wfile, {"ok": True})
+        remoterelay.serve(checks, remote, stdin=rfile, stdout=wfile)
 
     def _server(self, name: str) -> tuple[list[str], dict[str, str], str, list[str]]:
         from agentstack.secrets import SecretStore, server_env

@@ -185,6 +185,10 @@ def _listings_at_review(root: Path, document: dict[str, Any], before: dict[str, 
 
     say = (lambda line: print(line, file=sys.stderr)) if as_json else echo
     unpinned = pinreview.unpinned_servers(root, document)
+    remote = pinreview.unpinned_remote_servers(root, document)
+    if remote:
+        say(f"not listed at review: {', '.join(remote)} (remote; the relay pins what each first "
+            "lists when it runs)")
     # One trusted before without a listing, and unchanged since: its pins stay for its first run
     # (accepted then; it is not started, or flagged, again at every review).
     kept = pinreview.unchanged_servers(unpinned, document, before)

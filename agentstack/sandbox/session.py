@@ -204,7 +204,7 @@ def run_session(
     before = watch.snapshot(root)
     copies = guard_state(root)
     broker: Any = None
-    if any(s.get("transport") != "http" for s in document["servers"].values()):
+    if document["servers"]:  # stdio and remote (URL) servers alike
         # The MCP servers run outside the harness's sandbox, each in its own, with their
         # secrets and the relay's checks (agentstack.serverbroker); the sandbox may only
         # connect to it. (Imported only then: `run`'s fast path stays lean.)

@@ -19,7 +19,6 @@ from tests.harness.deadline import scaled
 from tests.support.adapters import locked_project, trust_and_apply, without_relay
 
 STDIO_KEYS = {"command", "args", "env"}
-REMOTE_KEYS = {"url", "headers", "type"}
 HOOK_KEYS = {"command", "matcher", "timeout", "failClosed"}
 HOOK_EVENTS = {"preToolUse", "postToolUse", "beforeShellExecution", "beforeMCPExecution",
                "beforeReadFile", "beforeSubmitPrompt", "sessionStart", "stop"}
@@ -61,9 +60,9 @@ def test_rendered_files_use_only_documented_keys(tmp_path: Path) -> None:
     assert mcp["mcpServers"]["notes"]["env"] == {"LEVEL": "info"}
     assert without_relay(mcp["mcpServers"]["notes"]["args"])[:6] == [
         "-I", "-m", "agentstack.launch", "--secret", "TOKEN=notes-token", "--"]
-    assert set(mcp["mcpServers"]["docs"]) <= REMOTE_KEYS
-    assert mcp["mcpServers"]["docs"]["headers"] == {
-        "Authorization": "${env:AGENTSTACK_SECRET_DOCS_TOKEN}"}
+    # The remote server through the relay's remote mode: no URL, no header, no secret reference.
+    assert set(mcp["mcpServers"]["docs"]) == {"command", "args"}
+    assert mcp["mcpServers"]["docs"]["args"][-2] == "--remote"
 
     hooks = json.loads((root / ".cursor" / "hooks.json").read_text())
     assert hooks["version"] == 1 and set(hooks) == {"version", "hooks"}

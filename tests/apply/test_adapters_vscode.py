@@ -70,8 +70,9 @@ def test_mcp_json_uses_only_documented_keys(tmp_path: Path) -> None:
     # Behind the relay, which starts env(1) in the server's directory.
     sub = servers["sub"]["args"]
     assert sub[sub.index("--") + 1 : sub.index("--") + 4] == ["/usr/bin/env", "-C", str(root / "sub")]
-    assert servers["docs"]["headers"] == {
-        "Authorization": "${env:AGENTSTACK_SECRET_DOCS_TOKEN}", "X-Team": "core"}
+    # The remote server through the relay's remote mode: no URL, no header, no secret reference.
+    assert servers["docs"]["type"] == "stdio" and "headers" not in servers["docs"]
+    assert servers["docs"]["args"][-2] == "--remote"
     hooks = json.loads((root / ".github" / "hooks" / "agentstack.json").read_text())
     assert hooks["version"] == 1
     assert "agentstack._guard" in hooks["hooks"]["preToolUse"][0]["bash"]

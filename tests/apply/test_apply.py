@@ -136,7 +136,9 @@ def test_secrets_never_rendered(tmp_path: Path) -> None:
     assert "${" not in codex  # Codex never expands ${} in env
     mcp = (root / ".mcp.json").read_text()
     assert "${NOTES_API_TOKEN}" not in mcp and "NOTES_API_TOKEN=notes-token" in mcp
-    assert 'Authorization = "AGENTSTACK_SECRET_DOCS_TOKEN"' in codex
+    # The remote server's header secret: added by the relay (its remote mode), never rendered.
+    assert "AGENTSTACK_SECRET_" not in codex + mcp and "Authorization" not in codex + mcp
+    assert '"--remote"' in codex and '"https://docs.example.invalid/mcp"' in codex
 
 
 def test_hand_edit_is_a_conflict_and_force_keeps_a_backup(tmp_path: Path,

@@ -91,7 +91,6 @@ BLOCKS: dict[tuple[str, str], Run | By | NotHere] = {
         "tests/cli/test_cli_typer.py::test_shell_completion_comes_from_typer",
         also="it writes the reader's shell start-up file: the test installs it under a "
         "temporary HOME and shows the script"),
-    ("docs/rendering.md", "export AGENTSTACK_SECRET_DOCS_TOKEN"): Run(),
     ("docs/share.md", "# the sender"): Run(
         subs=(*_SHARE_SUBS, _RECEIVE, (" ID", ' "$id"'), ("~/code/project", '"$TMPDIR_DOC/project"'))),
     ("docs/share.md", "agentstack inspect team.astack"): Run(
