@@ -176,6 +176,48 @@ def test_the_launcher_refuses_before_the_server_or_its_secrets(project: Path, tm
     assert done.returncode == 1 and not ran.exists()
 
 
+def test_a_remote_server_is_reached_only_from_its_project(tmp_path: Path,
+                                                           isolated_home: Path) -> None:
+    """A remote (URL) server in Cline's user-level file goes through the relay's remote mode with
+    the same option: from another folder the relay answers an MCP error and opens no connection
+    (a listener on 127.0.0.1 accepts none)."""
+    import socket
+
+    from adapters.cline import ONLY_IN_PROJECT
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        listener.setblocking(False)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
+        where = tmp_path / "remote project"
+        project = locked_project(where, f"""\
+[project]
+name = "cline-remote"
+harnesses = ["cline"]
+
+[servers.far]
+url = "{url}"
+""", {})
+        trust_and_apply(project)
+        servers = rendered(project, ["cline"])[str(isolated_home / MCP_SETTINGS)]
+        args = servers.keys[("mcpServers", "far")]["args"]
+        assert args[args.index("--remote") - 1] == ONLY_IN_PROJECT and url in args
+        assert "url" not in servers.keys[("mcpServers", "far")]
+        other = tmp_path / "other"
+        other.mkdir()
+        argv = [servers.keys[("mcpServers", "far")]["command"], *args]
+        done = subprocess.run(["sh", "-c", '"$@"; exit $?', "sh", *argv], cwd=other,
+                              capture_output=True, timeout=scaled(60),
+                              input=json.dumps({"jsonrpc": "2.0", "id": 3, "method": "initialize",
+                                                "params": {}}).encode() + b"\n")
+        answer = json.loads(done.stdout)
+        assert answer["id"] == 3 and "not this server's project" in answer["error"]["message"]
+        assert done.returncode == 1
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing connected
+
+
 # ------------------------------------------------------------------------------- real cline
 
 
