@@ -264,7 +264,7 @@ class Forked:
     trusted state, then waits for the spec (`send`); it runs nothing else, and without a spec
     (`cancel`, or the relay gone) it exits."""
 
-    def __init__(self, spec: dict[str, Any] | None) -> None:
+    def __init__(self, spec: dict[str, Any] | None, *, preload: str | None = None) -> None:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
@@ -272,7 +272,7 @@ class Forked:
         pid = os.fork()
         if pid == 0:  # the child: confined, then the server; never back into the relay
             _child(spec, in_r, out_w, status_w, spec_r,
-                   (in_w, out_r, status_r, *((spec_w,) if spec is None else ())))
+                   (in_w, out_r, status_r, *((spec_w,) if spec is None else ())), preload)
         for fd in (in_r, out_w, status_w, *((spec_r,) if spec is None else ())):
             os.close(fd)
         self.pid = pid
@@ -316,11 +316,15 @@ class Forked:
 
         try:
             box = layout.box_file(argv[5], os.path.realpath(argv[3]), argv[1])
-            if not os.path.isfile(box):
-                return None
+            fd = os.open(box, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except (OSError, ValueError):
             return None
-        return cls(None)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not (info.st_mode & 0o170000 == 0o100000 and info.st_uid == os.geteuid()):
+                return None  # not a regular file of ours: the full path decides
+            kept = handle.read(4 * 1024 * 1024)
+        return cls(None, preload=_nono_path(kept))
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -344,8 +348,20 @@ class Forked:
                 os.kill(self.pid, signal.SIGKILL)
 
 
+def _nono_path(kept: bytes) -> str | None:
+    """Where the kept confinement says nono's native module is (`"nono":"<path>"`, as
+    `canonical` writes it), to load it while the trust is checked; None if it cannot tell.
+    (Only a head start: the spec sent later is what the child is confined by.)"""
+    start = kept.find(b'"nono":"')
+    end = kept.find(b'"', start + 8) if start >= 0 else -1
+    path = kept[start + 8 : end] if end > 0 else b""
+    if not path.startswith(b"/") or b"\\" in path or not path.endswith(b".so"):
+        return None
+    return path.decode("utf-8", "replace")
+
+
 def _child(spec: dict[str, Any] | None, stdin: int, stdout: int, status_w: int, spec_r: int,
-           others: tuple[int, ...]) -> None:
+           others: tuple[int, ...], preload: str | None = None) -> None:
     """The forked child: the server's stdio in place, the spec read (forked early), confined,
     exec'd. Never returns: whatever fails is reported on the status fd, and it exits."""
     try:
@@ -356,10 +372,18 @@ def _child(spec: dict[str, Any] | None, stdin: int, stdout: int, status_w: int, 
         from agentstack.sandbox import confine
 
         try:
+            if preload is not None:
+                try:  # noqa: SIM105 - a head start only: the spec's own path is loaded otherwise
+                    confine.load_nono(preload)
+                except (ImportError, OSError):
+                    pass
             if spec is None:
                 with os.fdopen(spec_r, "rb") as handle:
                     data = handle.read()
                 spec = marshal.loads(data)  # noqa: S302 - from our parent, over a private pipe
+                if preload is not None and spec.get("nono") != preload:
+                    raise confine.LaunchError("nono", "the kept confinement changed while the "
+                                              "relay started; start the server again")
             confine.confine_and_exec(spec, status_w)
         except confine.LaunchError as exc:
             confine.report(status_w, exc.stage, exc.message)

@@ -108,3 +108,15 @@ def test_a_trust_log_moved_on_is_verified_and_its_head_recorded(tmp_path: Path) 
     assert _lists_tools(root)[0]
     assert _snapshot_head(root) == _guard._log_head(state)
     assert _lists_tools(root)[0]
+
+
+def test_the_head_start_reads_nonos_path_only_from_a_plain_kept_confinement() -> None:
+    from agentstack import serverbox
+    from agentstack.relay import canonical
+
+    so = "/opt/venv/site-packages/nono_py/_nono_py.cpython-311-x86_64-linux-gnu.so"
+    kept = canonical({"key": [], "confinement": {"grants": [], "nono": so}}).encode()
+    assert serverbox._nono_path(kept) == so
+    for bad in (b"", b'{"nono":"relative.so"}', b'{"nono":"/a\\"b.so"}', b'{"nono":"/a/b.py"}',
+                b'{"nono":"/a/b.so', b'{"nono": "/a/b.so"}'):
+        assert serverbox._nono_path(bad) is None, bad
