@@ -33,8 +33,11 @@ class Spawned:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
+            # SIGPIPE and SIGXFSZ back to the default, as subprocess does (Python ignores them).
+            signals: Any = __import__("_signal")  # the C module: `signal` builds enums
             self.pid = os.posix_spawnp(argv[0], argv, env, file_actions=[
-                (os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1)])
+                (os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1)],
+                setsigdef=(signals.SIGPIPE, signals.SIGXFSZ))
         except BaseException:
             for fd in (in_w, out_r):
                 os.close(fd)

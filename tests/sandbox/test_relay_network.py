@@ -65,3 +65,43 @@ def test_a_server_behind_the_relay_reaches_no_network_while_run_directly_it_does
         direct = _outcomes(Session((argv[argv.index("--") + 1 :], env)), port)
         assert direct == {"tcp": "ok", "udp": "ok"}, direct
         assert udp.recv(16) == b"x"  # the control's datagram arrived
+
+
+def test_an_unconfined_server_starts_with_sigpipe_at_its_default(tmp_path: Path) -> None:
+    """`sandbox = false`: started by posix_spawn, with the dispositions Python ignores for itself
+    (SIGPIPE, SIGXFSZ) back to the default, as subprocess (and the confined start) does: the
+    server, a shell script, reports its ignored-signal mask from /proc."""
+    import signal
+
+    root = (tmp_path / "proj").resolve()
+    make_project(root, f"""\
+[project]
+name = "sig"
+harnesses = ["claude-code"]
+
+[servers.sig]
+command = "/bin/sh"
+args = [{json.dumps(str(root / "sig_mcp.sh"))}]
+sandbox = false
+""")
+    (root / "sig_mcp.sh").write_text(SIGNALS_SERVER)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    for args in (("lock",), ("trust", "--yes", "--accept-risk", "--pins-at-first-run"),
+                 ("apply", "--write")):
+        result = run_cli_in_process(*args, cwd=root)
+        assert result.returncode == 0, result.stderr
+    session = Session(rendered_command(root, "sig"))
+    answer = session.request("initialize", {})
+    session.close()
+    ignored = int(answer["result"]["serverInfo"]["name"], 16)
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (number - 1)), (number, hex(ignored))
+
+
+SIGNALS_SERVER = """\
+read line
+mask=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/self/status)
+printf '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},'
+printf '"serverInfo":{"name":"%s"}}}\\n' "$mask"
+cat >/dev/null
+"""
