@@ -8,7 +8,8 @@ A throwaway project (a temporary AGENTSTACK_HOME and HOME) declares the test sui
 server; it is locked, trusted and applied with the real CLI, and `.mcp.json`'s command line is
 started as a harness starts it. "direct" is the server's own command line (as before the relay);
 "relay" is the rendered one, with the server confined by its own sandbox (the default) and, as
-"relay, unconfined", with `sandbox = false`. Start-up is the time from spawn to the answer to
+"relay, unconfined", with `sandbox = false`; "relay, full path" is the confined server started by
+what earlier releases rendered (`-I -m agentstack.launch`: `site`, the full launcher). Start-up is the time from spawn to the answer to
 `initialize` (wall), and the process tree's CPU time from spawn to exit, each start of each kind
 interleaved with the others. Goals: <= 2 ms added per call and per listing, start-up <= 1.5x the server's own.
 Exits 0 whether or not the goals are met; non-zero only when something fails.
@@ -121,8 +122,12 @@ def main() -> int:
         confined, confined_env, root = project(base, "confined", env, "")
         unconfined, unconfined_env, other = project(base, "unconfined", env, "sandbox = false")
         direct = confined[confined.index("--") + 1 :]
+        # What earlier releases rendered (`-I -m agentstack.launch`), which still works: the
+        # full path (`site`, the launcher), for the same server in the same run.
+        full = [confined[0], "-I", "-m", "agentstack.launch", *confined[4:]]
         kinds = {"direct": (direct, confined_env, root), "relay": (confined, confined_env, root),
-                 "relay, unconfined": (unconfined, unconfined_env, other)}
+                 "relay, unconfined": (unconfined, unconfined_env, other),
+                 "relay, full path": (full, confined_env, root)}
         results: dict[str, dict[str, list[float]]] = {
             k: {"startup": [], "call": [], "list": [], "cpu": []} for k in kinds}
         args = {"name": "add_note", "arguments": {"text": "x"}}
@@ -159,7 +164,7 @@ def main() -> int:
             m = med[kind]
             print(f"{kind:20} {m['startup']:10.1f} {m['cpu']:10.1f} {m['call']:11.3f} "
                   f"{m['list']:11.3f}")
-        for kind in ("relay", "relay, unconfined"):
+        for kind in ("relay", "relay, unconfined", "relay, full path"):
             m, d = med[kind], med["direct"]
             print(f"{kind}: +{m['call'] - d['call']:.3f} ms per tools/call "
                   f"(x{m['call'] / d['call']:.2f}), +{m['list'] - d['list']:.3f} ms per "
