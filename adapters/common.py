@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from collections.abc import Callable
@@ -31,6 +32,13 @@ def server_name(context: RenderContext, server: dict[str, Any]) -> str | None:
     return None
 
 
+def relay_start() -> str:
+    """The relay's start script (`agentstack/relaystart.py`), run under `-I -S`."""
+    import agentstack
+
+    return os.path.join(os.path.dirname(os.path.realpath(agentstack.__file__)), "relaystart.py")
+
+
 def launched(
     context: RenderContext, server: dict[str, Any], command: str, args: list[str]
 ) -> tuple[str, list[str]]:
@@ -46,7 +54,8 @@ def launched(
     if not secrets and not relay:
         return command, args
     launcher = [context.guard_command[0], "-I", "-m", "agentstack.launch"]
-    if relay:
+    if relay:  # the relay's own start, without `site` (agentstack/relaystart.py)
+        launcher[1:] = ["-I", "-S", relay_start()]
         launcher += ["--server", str(name), "--project", str(context.root),
                      "--state", str(context.state_home)]
     for key, name in secrets:

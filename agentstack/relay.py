@@ -27,20 +27,23 @@ Standard library only: it starts with every server, and stays on the path of eve
 
 from __future__ import annotations
 
-import contextlib
-import json
+import _thread
 import os
 import stat
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import IO, TYPE_CHECKING, Any
 
+from agentstack import _guard, layout
+
+# It starts with every server: nothing is imported that `python -I -S` does not load already but
+# agentstack's own small modules (`_guard`'s JSON through CPython's C scanner and encoder, not the
+# `json` package, which loads `re`; `_thread`, not `threading`; no `typing`, `contextlib` or
+# `collections`).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import subprocess  # imported where a process is started: start-up cost
-
-from agentstack import layout
+    import subprocess
+    from collections.abc import Callable, Iterable
+    from typing import IO, Any
 
 MAX_LINE = 16 * 1024 * 1024  # a longer line is dropped whole
 PIN_FORMAT = 1
@@ -59,7 +62,12 @@ REVIEW = "agentstack trust"
 
 
 def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _guard.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def loads(data: bytes) -> Any:
+    """json.loads of UTF-8 bytes (ValueError, RecursionError as json.loads raises them)."""
+    return _guard.loads(data.decode("utf-8"))
 
 
 # ----------------------------------------------------------------------------- state on disk
@@ -104,12 +112,14 @@ def _read_private(path: str, limit: int = 64 * 1024 * 1024) -> bytes | None:
 def _write_private(path: str, data: bytes) -> None:
     """Atomic 0600 write in agentstack's own directory (created 0700); links never followed."""
     directory = os.path.dirname(path)
-    with contextlib.suppress(FileExistsError):
+    try:  # noqa: SIM105 - contextlib: an import more at start-up
         os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
     info = os.lstat(directory)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
         raise PermissionError(f"{directory} is not a directory of yours")
-    temp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    temp = f"{path}.tmp-{os.getpid()}-{_thread.get_ident()}"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -118,8 +128,10 @@ def _write_private(path: str, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib: an import more at start-up
             os.unlink(temp)
+        except OSError:
+            pass
         raise
 
 
@@ -127,10 +139,12 @@ def load_pins(state_home: str, root: str, server: str, *, pending: bool = False)
     data = _read_private(layout.pin_file(state_home, root, server, pending=pending))
     if data is None:
         return None
-    return Pins.parse(json.loads(data.decode("utf-8")))
+    return Pins.parse(loads(data))
 
 
 def save_pins(state_home: str, root: str, server: str, pins: Pins, *, pending: bool = False) -> None:
+    import json  # recording a pin is rare: the indented form needs the json package
+
     data = json.dumps(pins.to_json(server), sort_keys=True, indent=1).encode("utf-8")
     # At `trust --apply` the project's state directory may not be there yet.
     os.makedirs(layout.project_dir(state_home, root), 0o700, exist_ok=True)
@@ -138,15 +152,19 @@ def save_pins(state_home: str, root: str, server: str, pins: Pins, *, pending: b
 
 
 def drop_pending(state_home: str, root: str, server: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    try:  # noqa: SIM105 - contextlib: an import more at start-up
         os.unlink(layout.pin_file(state_home, root, server, pending=True))
+    except FileNotFoundError:
+        pass
 
 
 def append_receipt(state_home: str, root: str, record: dict[str, Any]) -> None:
     """One line, one write(2) with O_APPEND (lines stay whole between writers); best effort."""
     line = (canonical(record) + "\n").encode("utf-8")
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105 - contextlib: an import more at start-up
         os.mkdir(layout.project_dir(state_home, root), 0o700)
+    except OSError:
+        pass
     try:
         fd = os.open(
             layout.receipts_file(state_home, root),
@@ -242,20 +260,26 @@ def _load_setup(state_home: str, root: str, server: str) -> Setup:
     return _setup_from_home(state_home, root, server, data)
 
 
-def _setup_from_home(state_home: str, root: str, server: str, data: bytes) -> Setup:
+def _setup_from_home(state_home: str, root: str, server: str, data: bytes, *,
+                     quick: bool = False) -> Setup:
+    """`quick` (the start path, without `site`): a trust log that moved on since the snapshot is
+    not verified here (that needs blake3) but raises Slow, for the full path to verify it."""
     from agentstack._guard import Deny, snapshot_header
 
     try:
         snapshot: Any = snapshot_header(data, layout.guard_snapshot(state_home, root))
     except Deny as exc:
         raise ValueError(str(exc)) from None
+    if quick and (snapshot.get("trust_head") is None
+                  or snapshot.get("trust_head") != _guard._log_head(state_home)):
+        raise Slow("the trust log moved on since the snapshot: verified on the full path")
     digest = snapshot.get("digest") if isinstance(snapshot, dict) else None
     if not isinstance(digest, str) or not digest.startswith("b3:") or "/" in digest:
         raise ValueError("the guard snapshot names no trusted digest; run 'agentstack trust'")
     consent_data = _read_private(layout.consent_file(state_home, digest))
     if consent_data is None:
         raise ValueError(f"no reviewed consent for {digest}; run 'agentstack trust'")
-    consent = json.loads(consent_data.decode("utf-8"))
+    consent = loads(consent_data)
     servers = consent.get("servers") if isinstance(consent, dict) else None
     if not isinstance(servers, dict) or server not in servers:
         raise ValueError(f"server {server!r} is not in the trusted consent; run 'agentstack trust'")
@@ -279,13 +303,33 @@ def _setup_from_home(state_home: str, root: str, server: str, data: bytes) -> Se
 
 
 def _trust_holds(snapshot: dict[str, Any], state_home: str) -> bool:
-    from agentstack import _guard
-
     try:
-        _guard.check_trust(snapshot, state_home)
+        head = _guard.check_trust(snapshot, state_home)
     except Exception:  # noqa: BLE001 - not proved trusted: no new pin is recorded
         return False
+    if head is not None:
+        _record_trust_head(state_home, snapshot, head)
     return True
+
+
+def _record_trust_head(state_home: str, header: dict[str, Any], head: list[Any]) -> None:
+    """The trust log moved on (another project's `trust`) and was verified again: record its head
+    in the snapshot as the guard does once it re-verified (`_guard.decide`), so the next start
+    proves the trust by the head alone (the quick start). Only the head changes, in the snapshot
+    read now, unless `trust` or `apply` wrote another since; best effort."""
+    try:
+        root = header["project"]
+        snapshot, trust_home, writable = _guard._load_state(state_home, root)
+        if writable is None or trust_home != state_home or any(
+            snapshot.get(k) != header.get(k) for k in ("project", "digest", "trust_source")
+        ):
+            return
+        fresh = {k: v for k, v in snapshot.items() if k != _guard._TABLE}
+        fresh["files"] = _guard.all_files(snapshot)
+        fresh["trust_head"] = head
+        _guard._more().refresh_snapshot(writable[0], writable[1], fresh)
+    except Exception:  # noqa: BLE001, S110 - unrecorded: the next start verifies the log again
+        pass
 
 
 def _setup_from_run(root: str, server: str) -> Setup:
@@ -308,7 +352,7 @@ def broker_address(root: str) -> tuple[int, str] | None:
     if data is None:
         return None
     try:
-        bundle = json.loads(data.decode("utf-8"))
+        bundle = loads(data)
         broker = bundle["broker"]
         port, token = broker["port"], broker["token"]
     except (ValueError, KeyError, TypeError):
@@ -355,10 +399,12 @@ def pump_to_broker(address: tuple[int, str], server: str) -> int:
         except (OSError, ValueError):
             pass
         finally:
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - contextlib: an import more at start-up
                 conn.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
 
-    threading.Thread(target=upstream, name="agentstack-pump", daemon=True).start()
+    _thread.start_new_thread(upstream, ())
     try:
         while True:
             chunk = rfile.read1(65536)
@@ -373,8 +419,8 @@ def pump_to_broker(address: tuple[int, str], server: str) -> int:
 
 def _parse_plain(line: bytes) -> dict[str, Any] | None:
     try:
-        value = json.loads(line)
-    except ValueError:
+        value = loads(line)
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -388,15 +434,15 @@ class Relay:
 
     def __init__(self, setup: Setup, secrets: Iterable[str] = ()) -> None:
         self.setup = setup
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.pending: dict[str, tuple[str, str, float, int]] = {}  # id -> (method, tool, t, bytes)
         self.withheld: dict[str, set[str]] = {}  # kind -> keys withheld from the last listing
         self.recording: set[str] = set()  # kinds this session records (no pin for them yet)
         self.notices: list[str] = []  # said on stderr by the process (a change, a refusal)
         self.changes = Pins(digest=setup.digest)  # what this session withheld, for `trust`
         self.secrets = [s for s in secrets if len(s) >= 4]
-        self._escaped = [json.dumps(s, ensure_ascii=False)[1:-1] for s in self.secrets]
-        self._ascii = [json.dumps(s)[1:-1] for s in self.secrets]
+        self._escaped = [_guard.dumps(s, ensure_ascii=False)[1:-1] for s in self.secrets]
+        self._ascii = [_guard.dumps(s)[1:-1] for s in self.secrets]
 
     # -- harness -> server
 
@@ -595,8 +641,10 @@ class Relay:
         }
         if started is not None:
             record["ms"] = round((now - started) * 1000, 3)
-        with contextlib.suppress(Exception):  # a receipt lost never changes a decision
+        try:  # noqa: SIM105 - contextlib: an import more at start-up
             self.setup.receipt(record)
+        except Exception:  # noqa: BLE001, S110 - a receipt lost never changes a decision
+            pass
 
     def _holds_secret(self, text: str) -> bool:
         return any(s in text for s in (*self.secrets, *self._escaped))
@@ -627,7 +675,7 @@ def _scrub(value: Any, redact: Callable[[str], str]) -> Any:
 
 def _parse(line: bytes) -> dict[str, Any] | None:
     try:
-        message = json.loads(line)
+        message = loads(line)
     except (ValueError, RecursionError):
         return None
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -716,7 +764,8 @@ def read_lines(stream: IO[bytes]) -> Iterable[bytes]:
             yield line
 
 
-Starter = Callable[[list[str], dict[str, str]], "subprocess.Popen[bytes]"]
+if TYPE_CHECKING:
+    Starter = Callable[[list[str], dict[str, str]], "subprocess.Popen[bytes]"]
 
 
 def start_plain(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -732,7 +781,7 @@ def serve(relay: Relay, argv: list[str], env: dict[str, str], *, start: Starter 
     """Run the server (`start`: how) and relay until it exits; its exit status."""
     harness_in = stdin if stdin is not None else sys.stdin.buffer
     harness_out = stdout if stdout is not None else sys.stdout.buffer
-    out_lock = threading.Lock()
+    out_lock = _thread.allocate_lock()
     try:
         child = start(argv, env)
     except OSError as exc:
@@ -740,6 +789,10 @@ def serve(relay: Relay, argv: list[str], env: dict[str, str], *, start: Starter 
         return 1
     child_in, child_out = child.stdin, child.stdout
     assert child_in is not None and child_out is not None
+    if not hasattr(child_out, "peek"):  # unbuffered: readline would read a byte at a time
+        import io  # loaded by the interpreter already
+
+        child_out = io.BufferedReader(child_out)  # type: ignore[type-var]
 
     def to_harness(lines: list[bytes]) -> None:
         if not lines:
@@ -764,11 +817,12 @@ def serve(relay: Relay, argv: list[str], env: dict[str, str], *, start: Starter 
         except (OSError, ValueError):
             pass
         finally:
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - contextlib: an import more at start-up
                 child_in.close()
+            except OSError:
+                pass
 
-    reader = threading.Thread(target=pump_in, name="agentstack-relay-in", daemon=True)
-    reader.start()
+    _thread.start_new_thread(pump_in, ())
     try:
         for line in read_lines(child_out):
             to_harness(relay.from_server(line))
@@ -778,3 +832,8 @@ def serve(relay: Relay, argv: list[str], env: dict[str, str], *, start: Starter 
     finally:
         child_out.close()
     return child.wait()
+
+
+class Slow(Exception):
+    """Not the common start (agentstack.relayboot): the full path (`site`, the resolver, its
+    messages) takes it."""

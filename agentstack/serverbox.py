@@ -20,16 +20,17 @@ high). Inside `agentstack run` the server already runs in the run's sandbox, wit
 
 from __future__ import annotations
 
-import json
 import marshal
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from types import SimpleNamespace
-from typing import IO, TYPE_CHECKING, Any, cast
 
+# The relay's start path imports this module: no `json`, `typing`, `collections` or `types` at
+# module level (each is start-up cost paid by every server).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import subprocess  # imported where a process is started: start-up cost
+    import subprocess
+    from collections.abc import Mapping, Sequence
+    from typing import IO, Any
 
 SANDBOX_OFF = "sandbox"  # servers.NAME.sandbox = false: started unconfined
 
@@ -50,6 +51,8 @@ def wanted(consent: Mapping[str, Any], server: str) -> bool:
 
 def _sandbox_view(declared: Mapping[str, Any]) -> Any:
     """The project's `[sandbox]` as the resolver reads it, networking closed (no proxy here)."""
+    from types import SimpleNamespace
+
     network = SimpleNamespace(block=True, localhost_ports=[], allow_domains=[])
     return SimpleNamespace(
         read_dirs=list(declared.get("read_dirs", [])),
@@ -163,17 +166,30 @@ def start(
     itself with the same code (`Forked`)."""
     if fork:
         confinement = _confinement(root, consent, server, argv, cwd, policy, cache, key)
-        spec = {**confinement, "argv": list(argv), "env": dict(env),
-                "cwd": cwd or confinement["workdir"], "parent_pid": os.getpid()}
-        process: Any = Forked(spec)
+        process: Any = Forked(spec_of(confinement, argv, env, cwd))
         status_r = process.status_fd
     else:
         process, status_r = _launcher(root, consent, server, argv, env, cwd, policy, cache, key,
                                       stderr)
+    armed(process, status_r, cache)
+    started: subprocess.Popen[bytes] = process
+    return started
+
+
+def spec_of(confinement: dict[str, Any], argv: Sequence[str], env: Mapping[str, str],
+            cwd: str | None) -> dict[str, Any]:
+    """The launcher's spec: the confinement, and the server's argv, environment and directory."""
+    return {**confinement, "argv": list(argv), "env": dict(env),
+            "cwd": cwd or confinement["workdir"], "parent_pid": os.getpid()}
+
+
+def armed(process: Any, status_r: int, cache: str | None) -> None:
+    """Wait until the started server is confined and exec'd (its status fd closed after `A`);
+    otherwise stop it, drop the kept confinement and raise ServerConfinementError saying why."""
     with os.fdopen(status_r, "rb") as status_handle:
         status = status_handle.read()
     if status == ARMED:
-        return cast("subprocess.Popen[bytes]", process)
+        return
     _stop(process)
     if cache is not None:
         _forget(cache)  # resolved again next time (a path it granted may have gone)
@@ -186,6 +202,15 @@ def start(
             raise ServerConfinementError(message, stage)
         line = f"{message} ({stage})"
     raise ServerConfinementError(f"the sandbox could not be applied: {line}", stage)
+
+
+def not_started(name: str, exc: ServerConfinementError) -> str:
+    """The relay's line on stderr when the server's sandbox refused it (the server never ran)."""
+    if exc.stage == "exec":
+        return f"agentstack launch: {name}: cannot start it: {exc}"
+    return (f"agentstack launch: {name}: not started: its sandbox cannot be enforced here: "
+            f"{exc}; to run it unconfined, set servers.{name}.sandbox = false (then lock and "
+            "trust)")
 
 
 ARMED = b"A\n"  # agentstack.sandbox.confine.ARMED (not imported: that loads ctypes here)
@@ -230,37 +255,76 @@ def _launcher(root: str, consent: Mapping[str, Any], server: str, argv: Sequence
 
 
 class Forked:
-    """The server started without a second interpreter: this process forks, and the child
-    confines itself with the launcher's own code (`confine_and_exec`, imported before the fork)
-    and execs the server. Only from a single-threaded process (the relay before it relays)."""
+    """The server started without a second interpreter: this process forks, and the child loads
+    the launcher's own code, confines itself (`confine_and_exec`) and execs the server. Only from
+    a single-threaded process (the relay before it relays: an import after fork() is safe then).
 
-    def __init__(self, spec: dict[str, Any]) -> None:
-        from agentstack.sandbox import confine  # ctypes and nono's loader: before the fork
+    `spec` None (`early`): forked before the spec is known, at the relay's very start, before the
+    trust is checked: the child loads the launcher's code (ctypes) while the relay checks the
+    trusted state, then waits for the spec (`send`); it runs nothing else, and without a spec
+    (`cancel`, or the relay gone) it exits."""
 
+    def __init__(self, spec: dict[str, Any] | None, *, preload: str | None = None) -> None:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
+        spec_r, spec_w = os.pipe() if spec is None else (-1, -1)
         pid = os.fork()
         if pid == 0:  # the child: confined, then the server; never back into the relay
-            try:
-                os.dup2(in_r, 0)
-                os.dup2(out_w, 1)
-                for fd in (in_r, in_w, out_r, out_w, status_r):
-                    os.close(fd)
-                confine.confine_and_exec(spec, status_w)
-            except confine.LaunchError as exc:
-                confine.report(status_w, exc.stage, exc.message)
-            except BaseException as exc:  # noqa: BLE001 - nothing may run unconfined
-                confine.report(status_w, "launch", f"{type(exc).__name__}: {exc}")
-            os._exit(confine.EXIT_SETUP_FAILED)
-        for fd in (in_r, out_w, status_w):
+            _child(spec, in_r, out_w, status_w, spec_r,
+                   (in_w, out_r, status_r, *((spec_w,) if spec is None else ())), preload)
+        for fd in (in_r, out_w, status_w, *((spec_r,) if spec is None else ())):
             os.close(fd)
         self.pid = pid
-        self.args = spec["argv"]
+        self.args: list[str] = list(spec["argv"]) if spec is not None else []
         self.returncode: int | None = None
         self.stdin: IO[bytes] | None = os.fdopen(in_w, "wb", buffering=0)
-        self.stdout: IO[bytes] | None = os.fdopen(out_r, "rb", buffering=0)
+        self.stdout: IO[bytes] | None = os.fdopen(out_r, "rb")
         self.status_fd = status_r
+        self._spec_w = spec_w if spec is None else None
+
+    def send(self, spec: dict[str, Any]) -> None:
+        """The spec, to the child forked early: it confines itself and execs the server."""
+        assert self._spec_w is not None
+        self.args = list(spec["argv"])
+        data = marshal.dumps(spec)
+        fd, self._spec_w = self._spec_w, None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except BrokenPipeError:
+            pass  # the child died: its status says so
+        finally:
+            os.close(fd)
+
+    def cancel(self) -> None:
+        """No spec: the child forked early exits having run nothing."""
+        if self._spec_w is not None:
+            os.close(self._spec_w)
+            self._spec_w = None
+        _stop(self)
+        os.close(self.status_fd)
+
+    @classmethod
+    def early(cls, argv: Sequence[str]) -> Forked | None:
+        """At the relay's start (`relaystart.py`): forked early when the rendered command line
+        names a server whose confinement is kept (`<server>.box`), else None."""
+        if len(argv) < 8 or (argv[0], argv[2], argv[4]) != ("--server", "--project", "--state"):
+            return None
+        from agentstack import layout
+
+        try:
+            box = layout.box_file(argv[5], os.path.realpath(argv[3]), argv[1])
+            fd = os.open(box, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not (info.st_mode & 0o170000 == 0o100000 and info.st_uid == os.geteuid()):
+                return None  # not a regular file of ours: the full path decides
+            kept = handle.read(4 * 1024 * 1024)
+        return cls(None, preload=_nono_path(kept))
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -284,6 +348,53 @@ class Forked:
                 os.kill(self.pid, signal.SIGKILL)
 
 
+def _nono_path(kept: bytes) -> str | None:
+    """Where the kept confinement says nono's native module is (`"nono":"<path>"`, as
+    `canonical` writes it), to load it while the trust is checked; None if it cannot tell.
+    (Only a head start: the spec sent later is what the child is confined by.)"""
+    start = kept.find(b'"nono":"')
+    end = kept.find(b'"', start + 8) if start >= 0 else -1
+    path = kept[start + 8 : end] if end > 0 else b""
+    if not path.startswith(b"/") or b"\\" in path or not path.endswith(b".so"):
+        return None
+    return path.decode("utf-8", "replace")
+
+
+def _child(spec: dict[str, Any] | None, stdin: int, stdout: int, status_w: int, spec_r: int,
+           others: tuple[int, ...], preload: str | None = None) -> None:
+    """The forked child: the server's stdio in place, the spec read (forked early), confined,
+    exec'd. Never returns: whatever fails is reported on the status fd, and it exits."""
+    try:
+        os.dup2(stdin, 0)
+        os.dup2(stdout, 1)
+        for fd in (stdin, stdout, *others):
+            os.close(fd)
+        from agentstack.sandbox import confine
+
+        try:
+            if preload is not None:
+                try:  # noqa: SIM105 - a head start only: the spec's own path is loaded otherwise
+                    confine.load_nono(preload)
+                except (ImportError, OSError):
+                    pass
+            if spec is None:
+                with os.fdopen(spec_r, "rb") as handle:
+                    data = handle.read()
+                spec = marshal.loads(data)  # noqa: S302 - from our parent, over a private pipe
+                if preload is not None and spec.get("nono") != preload:
+                    raise confine.LaunchError("nono", "the kept confinement changed while the "
+                                              "relay started; start the server again")
+            confine.confine_and_exec(spec, status_w)
+        except confine.LaunchError as exc:
+            confine.report(status_w, exc.stage, exc.message)
+    except BaseException as exc:  # noqa: BLE001 - nothing may run unconfined
+        try:  # noqa: SIM105 - the child reports and exits
+            os.write(status_w, f"E launch\t{type(exc).__name__}: {exc}\n".encode())
+        except OSError:
+            pass
+    os._exit(126)
+
+
 def _confinement(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str],
                  cwd: str | None, policy: Any, cache: str | None,
                  key: Sequence[Any]) -> dict[str, Any]:
@@ -291,8 +402,7 @@ def _confinement(root: str, consent: Mapping[str, Any], server: str, argv: Seque
     very key, else resolved (and kept)."""
     full_key = None
     if cache is not None and policy is None:
-        full_key = [*key, list(argv), cwd, os.environ.get("PATH"), sys.executable,
-                    os.uname().release, _code_stamp()]
+        full_key = cache_key(key, argv, cwd)
         cached = _cached(cache, full_key)
         if cached is not None:
             return cached
@@ -320,6 +430,20 @@ def _confinement(root: str, consent: Mapping[str, Any], server: str, argv: Seque
     return confinement
 
 
+def cache_key(key: Sequence[Any], argv: Sequence[str], cwd: str | None) -> list[Any]:
+    """What a kept confinement is valid for: the relay's key (the trusted digest, the project,
+    the server), the server's command line and directory, PATH, the interpreter, the kernel
+    release and the policy code."""
+    return [*key, list(argv), cwd, os.environ.get("PATH"), sys.executable, os.uname().release,
+            _code_stamp()]
+
+
+def kept(cache: str, key: Sequence[Any], argv: Sequence[str],
+         cwd: str | None) -> dict[str, Any] | None:
+    """The confinement kept for exactly this key, else None (then it is resolved)."""
+    return _cached(cache, cache_key(key, argv, cwd))
+
+
 def _code_stamp() -> list[Any]:
     here = os.path.dirname(os.path.abspath(__file__))
     out: list[Any] = []
@@ -334,14 +458,14 @@ def _code_stamp() -> list[Any]:
 
 
 def _cached(path: str, key: list[Any]) -> dict[str, Any] | None:
-    from agentstack.relay import _read_private
+    from agentstack.relay import _read_private, canonical, loads
 
     try:
         data = _read_private(path, 4 * 1024 * 1024)
         if data is None:
             return None
-        value = json.loads(data)
-        if not isinstance(value, dict) or value.get("key") != json.loads(json.dumps(key)):
+        value = loads(data)
+        if not isinstance(value, dict) or canonical(value.get("key")) != canonical(key):
             return None
         confinement = dict(value["confinement"])
         if confinement["seccomp"] is not None:
@@ -354,12 +478,12 @@ def _cached(path: str, key: list[Any]) -> dict[str, Any] | None:
 def _keep(path: str, key: list[Any], confinement: dict[str, Any]) -> None:
     import contextlib
 
-    from agentstack.relay import _write_private
+    from agentstack.relay import _write_private, canonical
 
     seccomp = confinement["seccomp"]
-    kept = {**confinement, "seccomp": seccomp.hex() if seccomp is not None else None}
+    held = {**confinement, "seccomp": seccomp.hex() if seccomp is not None else None}
     with contextlib.suppress(OSError, ValueError, TypeError):
-        _write_private(path, json.dumps({"key": key, "confinement": kept}).encode())
+        _write_private(path, canonical({"key": key, "confinement": held}).encode())
 
 
 def _forget(path: str) -> None:

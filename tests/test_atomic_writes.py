@@ -20,6 +20,7 @@ NOT_A_REPLACEMENT = {
     "standard library only, no pathlib, on every server start) and its append-only receipts "
     "(O_APPEND, one write per line)",
     "serverbox.py": "hands the sandbox launcher its spec on a pipe, not a file",
+    "relayboot.py": "the unconfined server's stdin, a pipe (posix_spawn), not a file",
     "lock/gitsource.py": "renames a freshly cloned mirror directory into place",
     "share/keys.py": "creates a private key exclusively (O_EXCL: never replaces one)",
     "share/quarantine.py": "stages a bundle in a fresh 0700 directory (O_EXCL), renames directories, "

@@ -89,15 +89,17 @@ def load_nono(path: str | None = None) -> ModuleType:
     cached = sys.modules.get("nono_py._nono_py")
     if cached is not None:
         return cached
-    import importlib.machinery
-    import importlib.util
+    # The import system's own loaded modules (what importlib.machinery and importlib.util
+    # re-export): those packages would import warnings, collections, functools, contextlib.
+    bootstrap: Any = sys.modules["_frozen_importlib"]
+    external: Any = sys.modules["_frozen_importlib_external"]
 
     path = path or nono_module_path()
-    loader = importlib.machinery.ExtensionFileLoader("nono_py._nono_py", path)
-    module_spec = importlib.util.spec_from_file_location("nono_py._nono_py", path, loader=loader)
+    loader = external.ExtensionFileLoader("nono_py._nono_py", path)
+    module_spec = external.spec_from_file_location("nono_py._nono_py", path, loader=loader)
     if module_spec is None:
         raise ImportError(f"cannot load nono-py's native module from {path}")
-    module = importlib.util.module_from_spec(module_spec)
+    module: ModuleType = bootstrap.module_from_spec(module_spec)
     loader.exec_module(module)
     sys.modules["nono_py._nono_py"] = module
     return module

@@ -39,7 +39,10 @@ def full_project(tmp_path: Path, *, trust: bool = True, git_init: bool = True) -
 def _normalise(text: str, root: Path, home: Path, tmp: Path) -> str:
     import re
 
-    text = (text.replace(str(root), "<project>").replace(sys.executable, "<python>")
+    from agentstack_adapters.common import relay_start
+
+    text = (text.replace(relay_start(), "<agentstack>/relaystart.py")
+            .replace(str(root), "<project>").replace(sys.executable, "<python>")
             .replace(str(home), "<home>").replace(str(tmp), "<tmp>"))
     # Codex's hook hashes cover machine paths (the interpreter, the project): checked elsewhere.
     text = re.sub(r"sha256:[0-9a-f]{64}", "sha256:<hash of the hook>", text)
@@ -109,7 +112,8 @@ def test_apply_write_check_and_idempotence(tmp_path: Path, isolated_home: Path) 
     assert set(mcp["mcpServers"]) == {"notes", "clock", "docs"}
     notes = mcp["mcpServers"]["notes"]
     assert "NOTES_API_TOKEN" not in notes.get("env", {})  # the launcher reads it from the store
-    assert notes["args"][:4] == ["-I", "-m", "agentstack.launch", "--server"]
+    assert notes["args"][:2] == ["-I", "-S"] and notes["args"][2].endswith("relaystart.py")
+    assert notes["args"][3] == "--server"
     assert "--secret" in notes["args"]
     settings = json.loads((root / ".claude/settings.local.json").read_text())
     assert settings["enabledMcpjsonServers"] == ["clock", "docs", "notes"]

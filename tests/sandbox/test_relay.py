@@ -113,10 +113,11 @@ class Session:
 def test_every_stdio_server_is_rendered_behind_the_relay(tmp_path: Path) -> None:
     root = trusted_project(tmp_path)
     argv, _ = rendered_command(root)
-    assert argv[1:5] == ["-I", "-m", "agentstack.launch", "--server"]
+    assert argv[1:3] == ["-I", "-S"] and argv[3].endswith("agentstack/relaystart.py")
+    assert argv[4] == "--server"
     assert argv[argv.index("--project") + 1] == str(root)
     codex = (root / ".codex" / "config.toml").read_text()
-    assert '"agentstack.launch"' in codex and '"--server"' in codex
+    assert 'relaystart.py"' in codex and '"--server"' in codex
 
 
 def test_a_changed_description_is_withheld_until_trust_reviews_it(tmp_path: Path,
@@ -416,16 +417,25 @@ def test_list_changed_is_forwarded_and_the_next_listing_checked() -> None:
 
 
 def test_the_relay_path_is_standard_library_only() -> None:
-    """What the launcher loads to relay a server without secrets: agentstack's own small
-    modules and the standard library, nothing installed beside it."""
-    probe = ("import sys, agentstack.launch, agentstack.relay\n"
-             "print(' '.join(sorted(m for m in sys.modules)))")
-    done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True,
-                          timeout=60, check=True)
+    """What the relay's start loads to relay a server without secrets: agentstack's own small
+    modules and what `python -I -S` loads anyway (no `site`, no `json`, `re`, `typing`,
+    `threading`, `subprocess`), nothing installed beside it. (The confinement's `ctypes` is
+    loaded by the forked child only.)"""
+    from agentstack_adapters.common import relay_start
+
+    probe = ("import sys\n"
+             f"sys.path.append({os.path.dirname(os.path.dirname(relay_start()))!r})\n"
+             "base = set(sys.modules)\n"
+             "import agentstack.serverbox, agentstack.relayboot\n"
+             "print(' '.join(sorted(set(sys.modules) - base)))")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True,
+                          text=True, timeout=60, check=True)
     loaded = set(done.stdout.split())
     ours = {m for m in loaded if m.split(".")[0] == "agentstack"}
-    assert ours == {"agentstack", "agentstack.launch", "agentstack.relay", "agentstack.layout"}
+    assert ours == {"agentstack", "agentstack.relay", "agentstack.relayboot", "agentstack.layout",
+                    "agentstack._guard", "agentstack.serverbox"}
+    assert not loaded & {"site", "json", "re", "typing", "threading", "subprocess", "ctypes",
+                         "contextlib", "collections"}, sorted(loaded)
     stdlib = set(sys.stdlib_module_names)
-    foreign = sorted(m for m in loaded - ours if m.split(".")[0] not in stdlib
-                     and not m.startswith("_") and "editable" not in m)
+    foreign = sorted(m for m in loaded - ours if m.split(".")[0] not in stdlib)
     assert not foreign, foreign

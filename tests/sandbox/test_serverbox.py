@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from agentstack import layout
+from tests.conftest import run_cli_in_process
 from tests.sandbox.test_relay import Session, rendered_command, trusted_project
 
 
@@ -58,3 +59,64 @@ def test_a_kept_confinement_of_another_key_is_not_used(tmp_path: Path) -> None:
     answered, stderr = _lists_tools(root)
     assert answered, stderr
     assert json.loads(box.read_text())["key"][0] != "b3:" + "0" * 64
+
+
+def _snapshot_head(root: Path) -> object:
+    from agentstack import _guard
+
+    state = os.environ["AGENTSTACK_HOME"]
+    data = Path(layout.guard_snapshot(state, str(root))).read_bytes()
+    return _guard.snapshot_header(data, "guard.json").get("trust_head")
+
+
+def test_a_revoked_trust_starts_nothing_though_the_child_was_forked_early(tmp_path: Path) -> None:
+    """With a kept confinement the relay forks the server's child before it checks the trust
+    (relaystart.py): revoked, that child is stopped having run nothing, and the relay says why."""
+    root = trusted_project(tmp_path)
+    assert _lists_tools(root)[0]
+    assert _box(root).exists()  # so the next start forks its child early
+    assert run_cli_in_process("revoke", cwd=root).returncode == 0
+    marker = root / "started"
+    argv, extra = rendered_command(root)
+    session = Session((argv, {**extra, "NOTES_TOKEN_FILE": str(marker)}))
+    session.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    assert session.proc.stdout is not None and session.proc.stdout.read() == b""
+    stderr = session.close()
+    assert session.proc.returncode == 1
+    assert "notes: not started:" in stderr and "is not trusted for this project now" in stderr
+    assert not marker.exists()  # the server never ran
+    # The control: trusted again, the same command line starts the server (it writes the marker).
+    assert run_cli_in_process("trust", "--yes", "--accept-risk", cwd=root).returncode == 0
+    assert run_cli_in_process("apply", "--write", cwd=root).returncode == 0
+    session = Session((argv, {**extra, "NOTES_TOKEN_FILE": str(marker)}))
+    session.start()
+    session.close()
+    assert marker.read_text() == "<unset>"
+
+
+def test_a_trust_log_moved_on_is_verified_and_its_head_recorded(tmp_path: Path) -> None:
+    """Another project's `trust` moves the log on: the relay's quick start does not verify a log
+    (that needs blake3), so the full path does, and records the head in the snapshot as the guard
+    does; the next start proves the trust by the head alone."""
+    from agentstack import _guard
+
+    root = trusted_project(tmp_path / "a")
+    assert _lists_tools(root)[0]
+    trusted_project(tmp_path / "b")
+    state = os.environ["AGENTSTACK_HOME"]
+    assert _snapshot_head(root) != _guard._log_head(state)
+    assert _lists_tools(root)[0]
+    assert _snapshot_head(root) == _guard._log_head(state)
+    assert _lists_tools(root)[0]
+
+
+def test_the_head_start_reads_nonos_path_only_from_a_plain_kept_confinement() -> None:
+    from agentstack import serverbox
+    from agentstack.relay import canonical
+
+    so = "/opt/venv/site-packages/nono_py/_nono_py.cpython-311-x86_64-linux-gnu.so"
+    kept = canonical({"key": [], "confinement": {"grants": [], "nono": so}}).encode()
+    assert serverbox._nono_path(kept) == so
+    for bad in (b"", b'{"nono":"relative.so"}', b'{"nono":"/a\\"b.so"}', b'{"nono":"/a/b.py"}',
+                b'{"nono":"/a/b.so', b'{"nono": "/a/b.so"}'):
+        assert serverbox._nono_path(bad) is None, bad

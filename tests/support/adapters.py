@@ -142,11 +142,15 @@ def drive(root: Path, call: ToolCall, argv: list[str],
 
 def without_relay(args: list[str]) -> list[str]:
     """A rendered launcher argv without the relay's `--server N --project P --state S` (which
-    every stdio server rendered with a state directory carries, checked in test_relay)."""
+    every stdio server rendered with a state directory carries, checked in test_relay): as the
+    launcher is rendered without a state directory (`-I -m agentstack.launch`, where the relay
+    starts `-I -S <agentstack>/relaystart.py`)."""
     out = list(args)
     if out[3:4] == ["--server"]:
         assert out[5] == "--project" and out[7] == "--state", out
         del out[3:9]
+        if out[1:2] == ["-S"] and out[2].endswith("relaystart.py"):
+            out[1:3] = ["-m", "agentstack.launch"]
     return out
 
 
