@@ -12,11 +12,15 @@ Facts (measured with Auggie 0.36.0, npm `@augmentcode/auggie`):
   Any other exit code, a hook it cannot start and a hook that outlives its `timeout`
   (milliseconds) let the tool run: the rendered hook runs the guard under a shorter `timeout` and
   exits 2 unless the guard allowed;
+* it starts a stdio server as `/bin/sh -c "<command> <args...>"` (the words joined by spaces,
+  unquoted): the rendered `command` is the whole command line, quoted, with no `args`;
 * its MCP tools are named `<tool>_<server>`.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 from typing import Any
 
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
@@ -36,6 +40,10 @@ SETTINGS = ".augment/settings.local.json"
 # the hook, so a guard that hangs is a deny (exit 2), never Auggie's time-out (which lets the tool
 # run).
 HOOK_TIMEOUT_MS = (GUARD_TIMEOUT_S + 5) * 1000
+# The manifest's hook events (Claude Code's names) as Auggie 0.36.0 names them.
+_EVENTS = {"PreToolUse": "PreToolUse", "PostToolUse": "PostToolUse", "Stop": "Stop",
+           "SessionStart": "SessionStart", "SessionEnd": "SessionEnd",
+           "Notification": "Notification", "UserPromptSubmit": "PromptSubmit"}
 
 # The guard's deny is its JSON on stdout and exit 2; every other failure (it could not start, it
 # crashed, it ran out of time) is turned into exit 2 here. Auggie reads stdout's JSON either way.
@@ -58,7 +66,9 @@ def _server(context: RenderContext, server: dict[str, Any]) -> dict[str, Any]:
             out["headers"] = header_values(server, "${{{var}}}")
         return out
     command, args, literal = stdio_server(context, server)
-    out = {"command": command, "args": args}
+    # Auggie runs a stdio server as `/bin/sh -c "<command> <args joined by spaces>"`: the one
+    # command line is quoted here, so a path with a space or a `$` stays one word.
+    out = {"command": shlex.join([command, *args]), "args": []}
     if literal:
         out["env"] = literal
     return out
@@ -71,10 +81,23 @@ def _hooks(context: RenderContext) -> dict[str, list[dict[str, Any]]]:
     groups: dict[str, list[dict[str, Any]]] = {"PreToolUse": [{"matcher": ".*",
                                                                "hooks": [guard]}]}
     for _, hook in sorted(context.consent["hooks"].items()):
+        # Auggie's events have their own names, its matchers are regular expressions, and one
+        # hook it cannot read makes it ignore the file's hooks (the guard's too): a hook of an
+        # event it lacks, or with a matcher that is no regular expression, is not rendered.
+        event = _EVENTS.get(hook["event"])
+        matcher = ".*" if hook["matcher"] in ("", "*") else hook["matcher"]
+        try:
+            re.compile(matcher)
+        except re.error:
+            continue
+        if event is None:
+            continue
         entry = {"type": "command", "command": "/bin/sh",
                  "args": ["-c", hook_command(context, hook)], "timeout": hook["timeout"] * 1000}
-        groups.setdefault(hook["event"], []).append({"matcher": hook["matcher"],
-                                                     "hooks": [entry]})
+        group: dict[str, Any] = {"hooks": [entry]}
+        if event in ("PreToolUse", "PostToolUse"):
+            group = {"matcher": matcher, **group}
+        groups.setdefault(event, []).append(group)
     return groups
 
 
