@@ -1364,7 +1364,8 @@ def check_call(
                 )
         else:
             # a list of paths, or (Cline's read_files) of objects each naming its `path`
-            values = value if key in ("paths", "files") and isinstance(value, list) else [value]
+            values = (value if key in ("paths", "files", "file_paths") and isinstance(value, list)
+                      else [value])
             for one in values:
                 if key == "files" and isinstance(one, dict):
                     one = one.get("path")  # the path the object names

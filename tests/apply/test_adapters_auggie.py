@@ -196,3 +196,38 @@ def test_auggie_guard_end_to_end(project: Path, isolated_home: Path) -> None:
     offered = {t.get("name") for r in mains for t in r.body.get("tool_definitions") or []}
     assert "view" in offered and not offered & {"add_note_notes", "add_note_journal"}, offered
     assert not any("added note" in t for t in model.result_texts())
+
+
+@pytest.mark.parametrize(("tool", "arguments"), [
+    ("view", {"path": "AGENTS.base.md", "type": "file"}),
+    ("save-file", {"path": "notes/new.md", "file_content": "x"}),
+    ("str-replace-editor", {"command": "str_replace", "path": "AGENTS.base.md",
+                            "str_replace_entries": [{"old_str": "a", "new_str": "b"}]}),
+    ("remove-files", {"file_paths": ["old.txt"]}),
+    ("launch-process", {"command": "ls", "wait": True, "max_wait_seconds": 5, "cwd": "."}),
+])
+def test_its_own_tools_are_judged_by_what_they_touch(project: Path, isolated_home: Path,
+                                                     tool: str, arguments: dict[str, Any]) -> None:
+    """Each of Auggie's file tools is allowed inside the project and denied on the user's
+    decoy key (reads) or outside the write grants (writes)."""
+    from agentstack._guard import Deny, check_call
+
+    _ok("trust", "--yes", "--accept-risk", cwd=project)
+    _ok("apply", "--write", cwd=project)
+    snapshot = guard_snapshot(project)
+
+    def call(args: dict[str, Any]) -> None:
+        check_call(snapshot, {"hook_event_name": "PreToolUse", "tool_name": tool,
+                               "tool_input": args, "is_mcp_tool": False}, str(project), "auggie")
+
+    call(arguments)
+    key = str(isolated_home / ".ssh" / "id_ed25519")
+    outside = {k: ([key] if isinstance(v, list) else key) for k, v in arguments.items()
+               if k in ("path", "file_paths", "cwd")}
+    if tool != "launch-process":  # a shell runs under the sandbox, its cwd is only read
+        with pytest.raises(Deny):
+            call({**arguments, **outside})
+    if tool in ("save-file", "str-replace-editor", "remove-files"):
+        with pytest.raises(Deny):  # a rendered file is not the agent's to write
+            call({**arguments, **{k: ([SETTINGS] if isinstance(v, list) else SETTINGS)
+                                  for k, v in outside.items()}})
