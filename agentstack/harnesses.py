@@ -1048,9 +1048,11 @@ AUGGIE = Harness(
     has_adapter=True,
     surface=(
         # No trust gate: all of it loads as soon as Auggie starts, from its workspace root (the
-        # checkout's top): measured with 0.36.0 under strace (`auggie mcp list` and a session
-        # against a local tenant), the settings' servers listed and hooks run, the instruction
-        # files and rules sent to the model; commands, agents, skills and plugins opened.
+        # checkout's top): measured with 0.36.0 (the surface probe, and under strace
+        # `auggie mcp list` and a session against a local tenant): the settings' servers start
+        # and hooks run, the instruction files and rules reach the model ("run"); commands,
+        # agents, skills, hooks and plugin manifests are named in its bundle and opened there by
+        # `auggie mcp list` and an indexing session ("src").
         _e("**/.augment/settings.json", "settings", "json", "run", "settings (hooks, servers)",
            "auggie"),
         _e("**/.augment/settings.local.json", "settings", "json", "run",
@@ -1059,16 +1061,16 @@ AUGGIE = Harness(
         _e("**/.augment-guidelines", "instructions", "text", "run", "workspace guidelines"),
         _e("**/AGENTS.md", "instructions", "text", "run", "instructions"),
         _e("**/CLAUDE.md", "instructions", "text", "run", "instructions"),
-        _e("**/.augment/commands/**", "commands", "tree", "run", "custom commands"),
-        _e("**/.claude/commands/**", "commands", "tree", "run", "custom commands (Claude's)"),
-        _e("**/.augment/agents/**", "agents", "tree", "run", "subagents"),
-        _e("**/.claude/agents/**", "agents", "tree", "run", "subagents (Claude's)"),
-        _e("**/.augment/skills/**", "skills", "tree", "run", "skills"),
-        _e("**/.agents/skills/**", "skills", "tree", "run", "skills"),
-        _e("**/.claude/skills/**", "skills", "tree", "run", "skills (Claude's)"),
-        _e("**/.augment/hooks/**", "hooks", "tree", "run", "hook scripts by convention"),
-        _e("**/.augment-plugin/**", "plugins", "tree", "run", "plugin and marketplace manifests"),
-        _e("**/.claude-plugin/**", "plugins", "tree", "run", "plugin manifests (Claude's)"),
+        _e("**/.augment/commands/**", "commands", "tree", "src", "custom commands"),
+        _e("**/.claude/commands/**", "commands", "tree", "src", "custom commands (Claude's)"),
+        _e("**/.augment/agents/**", "agents", "tree", "src", "subagents"),
+        _e("**/.claude/agents/**", "agents", "tree", "src", "subagents (Claude's)"),
+        _e("**/.augment/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.agents/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.claude/skills/**", "skills", "tree", "src", "skills (Claude's)"),
+        _e("**/.augment/hooks/**", "hooks", "tree", "src", "hook scripts by convention"),
+        _e("**/.augment-plugin/**", "plugins", "tree", "src", "plugin and marketplace manifests"),
+        _e("**/.claude-plugin/**", "plugins", "tree", "src", "plugin manifests (Claude's)"),
     ),
     keys={"auggie": _AUGGIE_SETTINGS},
     trust_entries=(),
