@@ -162,8 +162,12 @@ def _listed(server: str, out: str) -> bool:
 
 @pytest.mark.slow
 def test_auggie_mcp_list_only_after_trust(project: Path, isolated_home: Path) -> None:
+    from agentstack.mcp_status import server_states
+
     harness_bin("auggie")
-    listed_only_after_trust("auggie", project, auggie_env(isolated_home, None), _listed)
+    after = listed_only_after_trust("auggie", project, auggie_env(isolated_home, None), _listed)
+    # `doctor` reads the same listing: each locked server is there.
+    assert server_states(after, ["journal", "notes"]) == {"journal": "listed", "notes": "listed"}
 
 
 def run_auggie(root: Path, home: Path, call: ToolCall) -> tuple[bool, str, int]:
@@ -231,3 +235,40 @@ def test_its_own_tools_are_judged_by_what_they_touch(project: Path, isolated_hom
         with pytest.raises(Deny):  # a rendered file is not the agent's to write
             call({**arguments, **{k: ([SETTINGS] if isinstance(v, list) else SETTINGS)
                                   for k, v in outside.items()}})
+
+
+def test_manifest_hooks_are_rendered_so_auggie_reads_them_all(tmp_path: Path,
+                                                              isolated_home: Path) -> None:
+    """Auggie drops a file's hooks, the guard's with them, on one it cannot read: the events get
+    its names, the manifest's match-all `*` (no regular expression) becomes `.*`."""
+    from tests.support.adapters import locked_project
+
+    manifest = '''[project]
+name = "hooks"
+harnesses = ["auggie"]
+
+[hooks.prompt]
+event = "UserPromptSubmit"
+command = ["true"]
+
+[hooks.any]
+event = "PostToolUse"
+command = ["true"]
+
+[hooks.files]
+event = "PreToolUse"
+matcher = "save-file|remove-files"
+command = ["true"]
+
+[hooks.start]
+event = "SessionStart"
+command = ["true"]
+'''
+    root = locked_project(tmp_path / "p", manifest, {})
+    hooks = rendered(root, ["auggie"])[SETTINGS].keys[("hooks",)]
+    assert set(hooks) == {"PreToolUse", "PostToolUse", "PromptSubmit", "SessionStart"}
+    guard, files = hooks["PreToolUse"]  # the guard first
+    assert "--harness auggie" in guard["hooks"][0]["args"][1]
+    assert files["matcher"] == "save-file|remove-files"
+    assert [g["matcher"] for g in hooks["PostToolUse"]] == [".*"]
+    assert all("matcher" not in g for g in hooks["PromptSubmit"] + hooks["SessionStart"])
