@@ -95,6 +95,7 @@ HARNESSES = (
     "droid",
     "kilo",
     "cline",
+    "auggie",
     "crush",
     "aider",
     "continue",
@@ -111,6 +112,7 @@ DENY_SHAPE = {
     "droid": "hookSpecificOutput",
     "kilo": "decision",
     "cline": "cancel",
+    "auggie": "hookSpecificOutput",
     "crush": "decision",
 }
 HOOK_INPUT = {
@@ -119,9 +121,10 @@ HOOK_INPUT = {
     "cursor": ("MCP:",),
     "droid": ("server___tool",),
     "cline": ("tool_call", "server__tool"),
+    "auggie": ("tool_server",),
     "crush": ("mcp_server_tool",),
 }
-NAMES_EVENT = ("claude-code", "codex", "qwen-code", "droid")
+NAMES_EVENT = ("claude-code", "codex", "qwen-code", "droid", "auggie")
 TOOL_TABLE = {
     "claude-code": "claude-code",
     "codex": "claude-code",
@@ -134,6 +137,7 @@ TOOL_TABLE = {
     "droid": "droid",
     "kilo": "kilo",
     "cline": "cline",
+    "auggie": "auggie",
     "crush": "crush",
 }
 TABLE_TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -230,6 +234,18 @@ TABLE_TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
         "search_codebase": ("queries:regex",),
         "fetch_web_content": ("requests:url",),
         "apply_patch": ("*:patch",),
+    },
+    "auggie": {
+        "view": ("path:read", "search_query_regex:regex?"),
+        "save-file": ("path:write",),
+        "str-replace-editor": ("path:write",),
+        "remove-files": ("file_paths:write",),
+        "apply_patch": ("*:patch",),
+        "web-fetch": ("url:url",),
+        "launch-process": ("cwd:read?",),
+        "codebase-retrieval": ("workspace_folder:read?",),
+        "view-range-untruncated": ("reference_id:opaque",),
+        "search-untruncated": ("reference_id:opaque",),
     },
     "crush": {
         "view": ("file_path:read",),
@@ -361,6 +377,16 @@ TABLE_INERT = {
         "team_status",
         "team_task",
     ),
+    "auggie": (
+        "add_tasks",
+        "kill-process",
+        "list-processes",
+        "read-process",
+        "reorganize_tasklist",
+        "update_tasks",
+        "view_tasklist",
+        "write-process",
+    ),
     "crush": (
         "crush_info",
         "crush_logs",
@@ -386,6 +412,9 @@ TABLE_REFUSED = {
     },
     "droid": {
         "ConnectorSearch": "it calls a Factory connector's tool by name, which the guard cannot judge",
+    },
+    "auggie": {
+        "view-session": "it reads another recorded session of the user's (~/.augment/sessions/), which the guard cannot judge",
     },
     "crush": {
         "agent": "its sub-agent's own tool calls are not hooked (Crush runs sub-agents without its PreToolUse hooks), so the guard would never judge them",
@@ -1319,6 +1348,18 @@ def check_call(
             )
         check_server_tool(snapshot, owners[0], tool[len(owners[0]) + 2 :])
         return
+    if "tool_server" in HOOK_INPUT.get(harness, ()) and event.get("is_mcp_tool") is not False:
+        # Auggie names an MCP tool `<tool>_<server>` and says so (`is_mcp_tool: true`): allowed
+        # when exactly one locked server's name is what follows a `_`. Without the flag (or
+        # with anything but false) it is not one of its own tools either.
+        owners = [s for s in servers if tool.endswith("_" + s) and len(tool) > len(s) + 1]
+        if event.get("is_mcp_tool") is not True or len(owners) != 1:
+            raise Deny(
+                f"tool {tool!r} cannot be tied to exactly one MCP server in agentstack.lock; "
+                "add it to agentstack.toml, lock and trust it"
+            )
+        check_server_tool(snapshot, owners[0], tool[: -len(owners[0]) - 1])
+        return
     spec = TOOLS.get(harness, {}).get(tool)
     if spec is None:
         if tool in INERT.get(harness, ()):
@@ -1376,7 +1417,8 @@ def check_call(
                 )
         else:
             # a list of paths, or (Cline's read_files) of objects each naming its `path`
-            values = value if key in ("paths", "files") and isinstance(value, list) else [value]
+            values = (value if key in ("paths", "files", "file_paths") and isinstance(value, list)
+                      else [value])
             for one in values:
                 if key == "files" and isinstance(one, dict):
                     one = one.get("path")  # the path the object names

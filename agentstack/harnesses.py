@@ -142,6 +142,7 @@ HOOK_INPUTS = (
     "tool_call",  # the call as `tool_call: {name, input}` (Cline)
     "server__tool",  # MCP tools named `<server>__<tool>` (Cline; its own tools have no `__`)
     "mcp_server_tool",  # MCP tools named `mcp_<server>_<tool>` (Crush; no `mcp__`)
+    "tool_server",  # MCP tools named `<tool>_<server>`, told by `is_mcp_tool: true` (Auggie)
 )
 
 
@@ -999,6 +1000,107 @@ CLINE = Harness(
 )
 CLINE = CLINE._replace(above=tuple(e.pattern.removeprefix("**/") for e in CLINE.surface))
 
+# Auggie 0.36.0 (npm `@augmentcode/auggie`): the tools its chat-stream requests offer
+# (tests/harness/tools/), with the arguments that name what they touch. Paths are relative to its
+# workspace root (the checkout's top).
+_AUGGIE_TOOLS: dict[str, tuple[str, ...]] = {
+    "view": ("path:read", "search_query_regex:regex?"),
+    "save-file": ("path:write",),
+    "str-replace-editor": ("path:write",),
+    "remove-files": ("file_paths:write",),
+    "apply_patch": ("*:patch",),
+    "web-fetch": ("url:url",),
+    "launch-process": ("cwd:read?",),
+    "codebase-retrieval": ("workspace_folder:read?",),
+    # Ids of its own earlier outputs and sessions (under ~/.augment), named, nothing to judge.
+    "view-range-untruncated": ("reference_id:opaque",),
+    "search-untruncated": ("reference_id:opaque",),
+}
+_AUGGIE_INERT = frozenset({
+    "kill-process", "read-process", "write-process", "list-processes", "view_tasklist",
+    "reorganize_tasklist", "update_tasks", "add_tasks",
+})
+_AUGGIE_SETTINGS = {
+    # Auggie 0.36.0's settings schema (read in its bundle); everything else is SETTING.
+    "hooks": RUNS,
+    "shell": RUNS,
+    "startupScript": RUNS,
+    "mcpServers": SERVER,
+    "enabledPlugins": SERVER,
+    "recommendedMarketplaces": SERVER,
+    "autoUpdateMarketplaces": SERVER,
+    "toolPermissions": PERMISSION,
+    "removedTools": PERMISSION,
+    "indexingAllowDirs": FILE,
+    "worktreeDir": FILE,
+    "bringYourOwnKey": HOST,
+    "cloudAgent": HOST,
+    # The tenant's feature flags, `enableHooks` among them (where the tenant allows overrides).
+    "featureFlagOverrides": GUARD_OFF,
+}
+
+AUGGIE = Harness(
+    name="auggie",
+    display="Auggie",
+    binary="auggie",
+    project_dir_var="",
+    state_dirs=(".augment",),
+    version="0.36.0",
+    has_adapter=True,
+    surface=(
+        # No trust gate: all of it loads as soon as Auggie starts, from its workspace root (the
+        # checkout's top): measured with 0.36.0 (the surface probe, and under strace
+        # `auggie mcp list` and a session against a local tenant): the settings' servers start
+        # and hooks run, the instruction files and rules reach the model ("run"); commands,
+        # agents, skills, hooks and plugin manifests are named in its bundle and opened there by
+        # `auggie mcp list` and an indexing session ("src").
+        _e("**/.augment/settings.json", "settings", "json", "run", "settings (hooks, servers)",
+           "auggie"),
+        _e("**/.augment/settings.local.json", "settings", "json", "run",
+           "local settings (hooks, servers)", "auggie"),
+        _e("**/.augment/rules/**", "rules", "tree", "run", "rules (reach the model)"),
+        _e("**/.augment-guidelines", "instructions", "text", "run", "workspace guidelines"),
+        _e("**/AGENTS.md", "instructions", "text", "run", "instructions"),
+        _e("**/CLAUDE.md", "instructions", "text", "run", "instructions"),
+        _e("**/.augment/commands/**", "commands", "tree", "src", "custom commands"),
+        _e("**/.claude/commands/**", "commands", "tree", "src", "custom commands (Claude's)"),
+        _e("**/.augment/agents/**", "agents", "tree", "src", "subagents"),
+        _e("**/.claude/agents/**", "agents", "tree", "src", "subagents (Claude's)"),
+        _e("**/.augment/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.agents/skills/**", "skills", "tree", "src", "skills"),
+        _e("**/.claude/skills/**", "skills", "tree", "src", "skills (Claude's)"),
+        _e("**/.augment/hooks/**", "hooks", "tree", "src", "hook scripts by convention"),
+        _e("**/.augment-plugin/**", "plugins", "tree", "src", "plugin and marketplace manifests"),
+        _e("**/.claude-plugin/**", "plugins", "tree", "src", "plugin manifests (Claude's)"),
+    ),
+    keys={"auggie": _AUGGIE_SETTINGS},
+    trust_entries=(),
+    deny_shape="hookSpecificOutput",
+    tool_table="auggie",
+    tools=_AUGGIE_TOOLS,
+    inert_tools=_AUGGIE_INERT,
+    refused_tools={
+        "view-session": "it reads another recorded session of the user's (~/.augment/sessions/), "
+        "which the guard cannot judge",
+    },
+    hook_input=("tool_server",),
+    names_event=True,
+    adapter="auggie:AuggieAdapter",
+    renders_into=("AGENTS.md",),
+    mcp_list=True,
+    # `.augment/settings.json` holds hooks and servers the shared file may carry: agentstack
+    # renders into the local one.
+    watched=(
+        (".augment/settings.json", "json",
+         (("hooks",), ("mcpServers",), ("featureFlagOverrides",), ("startupScript",),
+          ("shell",))),
+    ),
+    config_dirs=(".augment",),
+    plugin_markers=(".augment-plugin/plugin.json", ".claude-plugin/plugin.json"),
+    plugin_marketplaces=(".augment-plugin/marketplace.json", ".claude-plugin/marketplace.json"),
+)
+AUGGIE = AUGGIE._replace(above=tuple(e.pattern.removeprefix("**/") for e in AUGGIE.surface))
+
 COPILOT = Harness(
     name="copilot",
     display="GitHub Copilot CLI",
@@ -1301,11 +1403,14 @@ NO_GUARD: dict[str, str] = {
     "agentstack guard can protect it. Start it through 'agentstack run', whose kernel sandbox "
     "does not depend on it.",
 }
+# Harnesses whose hook runs only under a condition agentstack cannot set (doctor says so): why.
+GUARD_DEPENDS: dict[str, str] = {
+    "auggie": "Auggie 0.36.0 runs hooks (the agentstack guard among them) only when the Augment "
+    "tenant's enableHooks feature flag is on (sent by Augment's server with the models; off by "
+    "default): where it is off, no guard protects Auggie; start it through 'agentstack run'",
+}
 # Harnesses agentstack knows of whose binary was not run here (doctor says so): why.
 NOT_VERIFIED: dict[str, str] = {
-    "auggie": "Auggie 0.36.0 needs an Augment login before any model command (its 'mcp list' "
-    "starts offline and reads the project's .augment/settings.json; not rendered: start it "
-    "through 'agentstack run')",
     "crush": "Crush 0.96.1 (npm @charmland/crush) cannot be installed from the registries "
     "this project reaches (its package holds no binary: its install script downloads one from "
     "GitHub releases): rendered from its documented keys and its source, never run here; "
@@ -1316,7 +1421,7 @@ NOT_VERIFIED: dict[str, str] = {
 # below, and every module's per-harness table, is built from these descriptions.
 ALL: tuple[Harness, ...] = (
     CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, COPILOT, CURSOR, VSCODE, QWEN_CODE, DROID,
-    KILO, CLINE, CRUSH, AIDER, CONTINUE,
+    KILO, CLINE, AUGGIE, CRUSH, AIDER, CONTINUE,
 )
 BY_NAME: dict[str, Harness] = {h.name: h for h in ALL}
 NAMES: tuple[str, ...] = tuple(h.name for h in ALL)

@@ -208,6 +208,8 @@ def coverage_checks() -> list[Check]:
                   {"harness": name, "verified": False}) for name, why in H.NOT_VERIFIED.items()]
     out += [Check(f"guard {name}", "ok", why, {"harness": name, "guard": False})
             for name, why in H.NO_GUARD.items()]
+    out += [Check(f"guard {name}", "ok", why, {"harness": name, "guard": "conditional"})
+            for name, why in H.GUARD_DEPENDS.items()]
     return out
 
 

@@ -49,9 +49,11 @@ def test_doctor_says_which_harnesses_no_binary_verified_and_which_no_guard_prote
     from agentstack.sandbox.doctor import coverage_checks
 
     rows = {c.name: c.detail for c in coverage_checks()}
-    for harness in ("cursor", "vscode", "auggie", "crush"):
+    for harness in ("cursor", "vscode", "crush"):
         assert rows[f"harness {harness}"].startswith("not verified by a binary"), rows
     for harness in ("aider", "continue"):
         assert "no agentstack guard can protect it" in rows[f"guard {harness}"]
         assert "agentstack run" in rows[f"guard {harness}"]
     assert not any(name.endswith(("cline", "droid", "kilo", "qwen-code")) for name in rows)
+    # Auggie is verified by its binary; its hooks run only where its tenant turns them on.
+    assert "harness auggie" not in rows and "enableHooks" in rows["guard auggie"]

@@ -53,7 +53,7 @@ def _normalise(text: str, root: Path, home: Path, tmp: Path) -> str:
 @pytest.mark.parametrize(
     "harness",
     ["claude-code", "codex", "gemini-cli", "opencode", "copilot", "vscode", "cursor", "qwen-code",
-     "droid", "kilo", "cline", "crush"],
+     "droid", "kilo", "cline", "auggie", "crush"],
 )
 def test_golden_render(tmp_path: Path, isolated_home: Path, harness: str) -> None:
     from agentstack.apply.engine import plan

@@ -48,6 +48,8 @@ def _decision(harness: str, tool: str, arguments: dict[str, Any], root: Path) ->
         event: dict[str, Any] = {"toolName": tool, "toolArgs": json.dumps(arguments)}
     elif harness == "cline":
         event = {"tool_call": {"name": tool, "input": arguments}}
+    elif harness == "auggie":  # its own tools say they are not MCP tools
+        event = {"tool_name": tool, "tool_input": arguments, "is_mcp_tool": False}
     else:
         event = {"tool_name": tool, "tool_input": arguments}
     try:

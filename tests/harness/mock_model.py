@@ -361,6 +361,47 @@ class MockModel:
                                         "function": {"name": name,
                                                      "arguments": json.dumps(args)}}]}
 
+    # Augment (Auggie's own API, its tenant URL on the mock) ----------------------------------
+    def handle_augment(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        """Returns (kind, the chat-stream's response lines). Auggie sends the tool results of the
+        turn as `tool_result_node`s of its `nodes`, earlier turns in `chat_history`."""
+        offered = [str(t.get("name")) for t in body.get("tool_definitions") or []
+                   if isinstance(t, dict)]
+        results: list[ToolResult] = []
+        ours = 0
+        nodes = list(body.get("nodes") or [])
+        for turn in body.get("chat_history") or []:
+            if not isinstance(turn, dict):
+                continue
+            nodes += turn.get("request_nodes") or []
+            for node in turn.get("response_nodes") or []:
+                use = node.get("tool_use") if isinstance(node, dict) else None
+                if isinstance(use, dict) and str(use.get("tool_use_id", "")).endswith("mock"):
+                    ours += 1
+        for node in nodes:
+            result = node.get("tool_result_node") if isinstance(node, dict) else None
+            if isinstance(result, dict):
+                results.append(ToolResult("augment", str(result.get("tool_use_id", "")),
+                                          result.get("is_error"),
+                                          _text_of(result.get("content")), result))
+        with self._lock:
+            self._record_results("augment", results)
+            if not offered:
+                return "side", augment_text(self.side_text)
+            if self._is_sub(body):
+                return "main", augment_text(self.sub_text)
+            if ours >= len(self.script):
+                return "main", augment_text(self.final_text)
+            call = self.script[ours]
+            name, args = map_for_augment(call, offered)
+            call_id = self._new_id("toolu_")
+            self.tool_calls.append(SentToolCall("augment", call_id, name, None, args, ours))
+        return "main", [
+            {"text": "", "nodes": [{"id": 1, "type": 5, "content": "", "tool_use": {
+                "tool_use_id": call_id, "tool_name": name, "input_json": json.dumps(args)}}]},
+            {"text": "", "stop_reason": 3},  # TOOL_USE_REQUESTED
+        ]
+
 
 def _mcp_parts(call: ToolCall) -> tuple[str, str] | None:
     if not call.name.startswith("mcp__"):
@@ -402,6 +443,29 @@ def map_for_chat(call: ToolCall, offered: list[str]) -> tuple[str, dict[str, Any
                 return name, dict(call.input)
         return f"{parts[0]}_{parts[1]}", dict(call.input)
     return call.name, dict(call.input)
+
+
+def map_for_augment(call: ToolCall, offered: list[str]) -> tuple[str, dict[str, Any]]:
+    """Auggie's names: its shell is `launch-process`, an MCP tool `<tool>_<server>`."""
+    if call.name == "Bash":
+        return "launch-process", {"command": call.input.get("command", ""), "wait": True,
+                                  "max_wait_seconds": 60, "cwd": "."}
+    parts = _mcp_parts(call)
+    if parts is not None:
+        return f"{parts[1]}_{parts[0]}", dict(call.input)
+    return call.name, dict(call.input)
+
+
+def augment_text(text: str) -> list[dict[str, Any]]:
+    return [{"text": text, "nodes": [{"id": 1, "type": 0, "content": text}]},
+            {"text": "", "stop_reason": 1}]  # END_TURN
+
+
+# What Auggie asks its tenant before a session: its models (with the tenant's feature flags,
+# hooks on) and its remote tools (none).
+AUGMENT_MODELS = {"default_model": "mock", "models": [{
+    "name": "mock", "suggested_prefix_char_count": 100, "suggested_suffix_char_count": 100}],
+    "feature_flags": {"enable_hooks": True}}
 
 
 def gemini_response(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -610,6 +674,22 @@ class _Handler(BaseHTTPRequestHandler):
                 self._gemini(body, raw, stream=path.endswith(":streamGenerateContent"))
             elif path.endswith("/chat/completions") and isinstance(body, dict):
                 self._chat(body, raw)
+            elif path == "/chat-stream" and isinstance(body, dict):
+                kind, lines = self.model.handle_augment(body)
+                self._record(body, raw, "augment", kind)
+                self._send(200, b"".join(json.dumps(line).encode() + b"\n" for line in lines),
+                           "application/json")
+            elif path == "/get-models":
+                self._record(body, raw, "augment", "other")
+                self._json(200, AUGMENT_MODELS)
+            elif path == "/agents/list-remote-tools":
+                self._record(body, raw, "augment", "other")
+                self._json(200, {"tools": []})
+            elif path.startswith(("/settings/", "/report-", "/record-")) or path in (
+                    "/client-metrics", "/batch-upload", "/find-missing", "/checkpoint-blobs"):
+                # Auggie's telemetry, tenant MCP configs, workspace upload: acknowledged.
+                self._record(body, raw, "augment", "other")
+                self._json(200, {})
             else:
                 self._record(body, raw, None, "other")
                 with self.model._lock:

@@ -82,6 +82,7 @@ INERT: dict[str, str] = {
     "qwen-code:**/.qwenignore": "ignore rules for Qwen Code's file tools: no code, not sent",
     "qwen-code:**/.aiignore": "ignore rules for Qwen Code's file tools: no code, not sent",
     "kilo:**/.kilocodeignore": "ignore rules for Kilo's file tools: no code, not sent",
+    "auggie:**/.augmentignore": "ignore rules for Auggie's workspace index: no code, not sent",
     "aider:**/.aiderignore": "ignore rules for Aider's repository map: no code, not sent",
     "aider:**/.aider.chat.history.md": "its own chat log, appended every session; read back into "
     "the prompt only with --restore-chat-history (off by default)",
@@ -126,7 +127,7 @@ def pinned_versions() -> dict[str, str]:
 PINNED = {"CLAUDE_CODE": "claude-code", "CODEX": "codex", "GEMINI": "gemini-cli",
           "OPENCODE": "opencode", "COPILOT": "copilot", "QWEN_CODE": "qwen-code",
           "CLINE": "cline", "KILO": "kilo", "CONTINUE": "continue", "AIDER": "aider",
-          "DROID_BINARY": "droid"}
+          "DROID_BINARY": "droid", "AUGGIE": "auggie"}
 PROBED = frozenset(PINNED.values())
 # The binaries of the harnesses not (yet) described in `agentstack.harnesses`.
 BINARIES = {"qwen-code": "qwen", "cline": "cline", "kilo": "kilo", "continue": "cn",
@@ -188,6 +189,7 @@ OWN_DIRS: dict[str, tuple[str, ...]] = {
     "kilo": (".kilo", ".kilocode", ".opencode"),
     "continue": (".continue",),
     "droid": (".factory",),
+    "auggie": (".augment",),
 }
 EXTRA: dict[str, tuple[str, ...]] = {
     "continue": (".continue/mcpServers/canary.yaml", ".continue/mcpServers/canary.json",
@@ -198,6 +200,11 @@ EXTRA: dict[str, tuple[str, ...]] = {
                  ".continue/settings.local.json", ".claude/settings.json",
                  ".claude/settings.local.json", ".continue/skills/canary/SKILL.md"),
     "aider": (".env",),  # its --env-file default, at the checkout's top (and in the cwd)
+    "auggie": (".augment/settings.json", ".augment/settings.local.json",
+               ".augment/rules/canary.md", ".augment/commands/canary.md",
+               ".augment/agents/canary.md", ".augment/skills/canary/SKILL.md",
+               ".augment/hooks/canary.sh", ".augment-plugin/plugin.json", ".augment-guidelines",
+               ".augment/guidelines.md", ".augment/mcp.json"),
     "cline": (".clinerules/hooks/PreToolUse", ".clinerules/hooks/TaskStart",
               ".cline/hooks/PreToolUse", ".clinerules/workflows/canary.md",
               ".cline/workflows/canary.md", ".cline/rules/canary.md", ".clinerules/canary.md",
@@ -228,6 +235,8 @@ def _bundle_files(harness: str, version: str) -> list[tuple[Path, bool]]:
         return [(NPM / "@continuedev" / "cli" / "dist" / "index.js", True)]
     if harness == "droid":
         return [(NPM / "@factory" / "cli-linux-x64" / "bin" / "droid", True)]
+    if harness == "auggie":
+        return [(NPM / "@augmentcode" / "auggie" / "augment.mjs", True)]
     if harness == "aider":
         site = sorted((AIDER_BIN.parent.parent / "lib").glob("python3*/site-packages/aider"))
         return [(p, True) for d in site for p in sorted(d.rglob("*.py"))]
@@ -587,6 +596,13 @@ def _setup(harness: str, layout: Layout, home: Path, model: MockModel) -> Sessio
         argv = [str(binary_path(harness)), "exec", "-m", "custom:gpt-4o", "--auto", "high",
                 "probe"]
         return Session(argv, env, script)
+    if harness == "auggie":
+        # A login naming the mock as the Augment tenant (its API answered there, hooks on).
+        env = harness_env(home, AUGMENT_DISABLE_AUTO_UPDATE="1", AUGMENT_SESSION_AUTH=json.dumps(
+            {"accessToken": "probe", "tenantURL": model.url + "/", "scopes": ["email"]}))
+        script = [ToolCall("view", {"path": readme, "type": "file"}), shell]
+        argv = [str(binary_path(harness)), "--print", "probe"]
+        return Session(argv, env, script)
     if harness == "aider":
         # Aider makes no tool calls: what it reads at start and for one chat turn.
         env = harness_env(home, LITELLM_LOCAL_MODEL_COST_MAP="True")
@@ -638,6 +654,10 @@ NOT_EXERCISED: dict[str, str] = {
     "aider:skill": "Aider 0.86.2 has no skills (and makes no tool calls)",
     "aider:agent": "Aider 0.86.2 has no subagents (and makes no tool calls)",
     "aider:mcp": "Aider 0.86.2 has no MCP client (and makes no tool calls)",
+    "auggie:skill": "Auggie 0.36.0 offers no skill tool in its session (its skills are sent as "
+    "the request's `skills`, empty unless the tenant's feature flags turn them on)",
+    "auggie:agent": "Auggie 0.36.0 offers no subagent tool in its session (its sub-agent tool "
+    "comes with the tenant's feature flags)",
     "droid:agent": "droid exec 0.225.2 runs a subagent through its daemon, which the offline "
     "session does not reach (the Task tool answers 'Could not reach the daemon')",
 }
@@ -760,6 +780,16 @@ def capabilities(harness: str, server: list[str]) -> list[Capability]:
             Capability("mcp", (), ToolCall(f"{SERVER}__add_note", {"text": "probe"}),
                        MCP_ANSWER,
                        ((".cline/data/settings/cline_mcp_settings.json", json_mcp),)),
+        ]
+    if harness == "auggie":
+        return [
+            # Auggie's servers load from its workspace root (the checkout's top) and the user's
+            # settings: the user's, its tools named `<tool>_<server>`. No workspace is indexed
+            # (its user-level `indexingDenyDirs`): its indexer reads every file of the checkout
+            # to upload it, which is content, not what it loads.
+            Capability("mcp", (), ToolCall(f"add_note_{SERVER}", {"text": "probe"}), MCP_ANSWER,
+                       ((".augment/settings.json", json.dumps(
+                           {"mcpServers": _servers(server), "indexingDenyDirs": ["/"]})),)),
         ]
     if harness == "continue":
         return [
@@ -970,7 +1000,7 @@ def _end_daemons_after_harness(tracer: int, under: Path, done: threading.Event) 
 
 # Started on a pseudo-terminal too, with no prompt: what its interactive start loads.
 INTERACTIVE = ("claude-code", "codex", "copilot", "gemini-cli", "opencode", "qwen-code", "kilo",
-               "cline", "aider", "continue")
+               "cline", "aider", "continue", "auggie")
 # Why a harness is not started on a pseudo-terminal (each probed harness is either here or in
 # INTERACTIVE).
 NOT_INTERACTIVE: dict[str, str] = {

@@ -45,7 +45,8 @@ def _without(harness: H.Harness, pattern: str) -> H.Harness:
 def test_every_pinned_harness_version_has_a_committed_report_with_no_findings() -> None:
     reports = _reports()
     assert set(VERSIONS) == {"claude-code", "codex", "gemini-cli", "opencode", "copilot",
-                             "qwen-code", "droid", "kilo", "cline", "aider", "continue"}
+                             "qwen-code", "droid", "kilo", "cline", "aider", "continue",
+                             "auggie"}
     for name, version in VERSIONS.items():
         assert probe.output_path(name, version).exists(), (name, version)
         report = reports[name]

@@ -30,7 +30,7 @@ TABLES = Path(__file__).resolve().parent / "tools"
 # The harnesses a binary exists for, with the one it is started as.
 BINARIES = {"claude-code": "claude", "codex": "codex", "gemini-cli": "gemini",
             "opencode": "opencode", "copilot": "copilot", "qwen-code": "qwen",
-            "droid": "droid", "kilo": "kilo", "cline": "cline"}
+            "droid": "droid", "kilo": "kilo", "cline": "cline", "auggie": "auggie"}
 
 
 def table_path(harness: str, version: str) -> Path:
@@ -66,6 +66,9 @@ def names_offered(request: RecordedRequest) -> set[str]:
                 block = text[at:].split("\n\n", 1)[0]
                 out.update(line for line in block.split("\n")[1:] if line.isidentifier())
         return out
+    if request.api == "augment":  # Auggie's chat-stream: `tool_definitions[].name`
+        return {str(t["name"]) for t in body.get("tool_definitions") or []
+                if isinstance(t, dict) and "name" in t}
     for tool in tools:
         if not isinstance(tool, dict):
             continue
@@ -131,6 +134,11 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
         env = kilo_env(home, model)
     elif harness == "cline":
         return _drive_cline(project, home, model)
+    elif harness == "auggie":
+        from tests.apply.test_adapters_auggie import auggie_env
+
+        argv = [str(harness_bin("auggie")), "--print", "say hi"]
+        env = auggie_env(home, model)
     elif harness == "opencode":
         from tests.apply.test_adapters_opencode import opencode_user_config
 

@@ -87,19 +87,19 @@ def test_the_search_stops_at_the_users_home(tmp_path: Path, monkeypatch: pytest.
 
 PLANTED = {
     # path under the checkout -> the harnesses whose surface takes it from above the project
-    "CLAUDE.md": {"claude-code", "opencode", "copilot", "droid", "kilo"},
+    "CLAUDE.md": {"claude-code", "opencode", "copilot", "droid", "kilo", "auggie"},
     "a/.mcp.json": {"claude-code"},
     "a/AGENTS.md": {"codex", "opencode", "copilot", "claude-code", "qwen-code", "droid",
-                   "kilo", "cline"},  # Claude: without CLAUDE.md
+                   "kilo", "cline", "auggie"},  # Claude: without CLAUDE.md
     "GEMINI.md": {"gemini-cli", "copilot"},
     "QWEN.md": {"qwen-code"},
     ".qwen/rules/r.md": {"qwen-code"},
     ".env": {"gemini-cli", "qwen-code", "aider"},
     "opencode.json": {"opencode", "kilo"},
     ".opencode/plugins/p.js": {"opencode"},
-    ".claude/skills/s/SKILL.md": {"claude-code", "opencode", "copilot", "crush"},
+    ".claude/skills/s/SKILL.md": {"claude-code", "opencode", "copilot", "auggie", "crush"},
     ".agents/skills/s/SKILL.md": {"codex", "opencode", "copilot", "droid", "kilo", "cline",
-                                  "crush"},
+                                  "auggie", "crush"},
     ".clinerules/hooks/PreToolUse": {"cline"},
     ".aider.conf.yml": {"aider"},
     ".factory/settings.json": {"droid"},
