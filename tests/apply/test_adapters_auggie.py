@@ -69,7 +69,8 @@ def test_render_puts_the_guard_and_the_servers_in_augment_settings_local(
     assert "NOTES_TOKEN" not in notes.get("env", {})
     # One command line, quoted (Auggie runs it with /bin/sh -c): the project's path has a space.
     argv = shlex.split(notes["command"])
-    assert notes["args"] == [] and argv[1:5] == ["-I", "-m", "agentstack.launch", "--server"]
+    assert notes["args"] == [] and argv[1:3] == ["-I", "-S"] and argv[4] == "--server"
+    assert argv[3].endswith("/agentstack/relaystart.py")  # the relay's quick start
     assert argv[argv.index("--project") + 1] == str(project) and " " in str(project)
     (group,) = settings.keys[("hooks",)]["PreToolUse"]
     assert group["matcher"] == ".*"
