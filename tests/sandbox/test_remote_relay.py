@@ -567,8 +567,9 @@ def test_the_remote_relay_path_is_standard_library_only() -> None:
                           timeout=scaled(60), check=True)
     loaded = set(done.stdout.split())
     ours = {m for m in loaded if m.split(".")[0] == "agentstack"}
+    # agentstack._guard: the relay reads the guard's snapshot with it (itself stdlib-only).
     assert ours == {"agentstack", "agentstack.launch", "agentstack.relay", "agentstack.layout",
-                    "agentstack.remoterelay"}
+                    "agentstack.remoterelay", "agentstack._guard"}
     stdlib = set(sys.stdlib_module_names)
     foreign = sorted(m for m in loaded - ours if m.split(".")[0] not in stdlib
                      and not m.startswith("_") and "editable" not in m)
