@@ -48,6 +48,7 @@ from agentstack.manifest.view import (
 
 if TYPE_CHECKING:
     from agentstack.lock.coderoots import Analyser, Root
+    from agentstack.lock.relock import Recorder
     from agentstack.manifest.model import Hook, Manifest, Server, Skill
 
 LOCK_VERSION = 1
@@ -714,15 +715,21 @@ def resolver_for(
 
 
 def fresh_lock(
-    root: Path, manifest: Manifest | ManifestView, *, verify_git: bool = False
+    root: Path,
+    manifest: Manifest | ManifestView,
+    *,
+    verify_git: bool = False,
+    recorder: Recorder | None = None,
 ) -> dict[str, Any]:
     """The lock on disk, checked against the manifest and every local byte it pins.
 
     Raises StaleLock (exit 1) when re-locking would change anything: the digest is only ever
-    computed over a lock that describes what is on disk.
+    computed over a lock that describes what is on disk. With `recorder` (an
+    `agentstack.lock.relock.Recorder` made before the manifest was read), a lock found fresh by
+    rendering its bytes again gets the re-lock record `lock` would write for it.
     """
     manifest = as_view(manifest)
-    fast = _fresh_by_bytes(root, manifest, verify_git=verify_git)
+    fast = _fresh_by_bytes(root, manifest, verify_git=verify_git, recorder=recorder)
     if fast is not None:
         return fast
     try:
@@ -758,7 +765,11 @@ def has_git_skills(manifest: ManifestView) -> bool:
 
 
 def _fresh_by_bytes(
-    root: Path, manifest: ManifestView, *, verify_git: bool = False
+    root: Path,
+    manifest: ManifestView,
+    *,
+    verify_git: bool = False,
+    recorder: Recorder | None = None,
 ) -> dict[str, Any] | None:
     """The re-resolved lock when it renders to exactly the bytes on disk (then the lock on disk
     is this lock: the bytes say so, and there is nothing to parse or validate), else None (the
@@ -773,13 +784,42 @@ def _fresh_by_bytes(
         if previous is None:
             return None
     resolver = resolver_for(root, previous, offline_git=not verify_git)
+    if recorder is not None and previous is None:
+        resolver.stat_cache.observed = []
     try:
         relocked = resolver.resolve(manifest)
     except Exception:  # noqa: BLE001 - any problem is reported by the parsing path
         return None
     finally:
         resolver.stat_cache.save()
-    return relocked if dumps_lock(relocked).encode("utf-8") == on_disk else None
+    if dumps_lock(relocked).encode("utf-8") != on_disk:
+        return None
+    if recorder is not None and previous is None:
+        _record_fresh(root, manifest, recorder, resolver, on_disk)
+    return relocked
+
+
+def _record_fresh(
+    root: Path, manifest: ManifestView, recorder: Recorder, resolver: Resolver, on_disk: bytes
+) -> None:
+    """The re-lock record of a lock a resolution just rendered again (as `lock` writes it), when
+    `lock` itself would accept the manifest (its sandbox grants are enforceable here)."""
+    import agentstack.lock.relock as relock
+
+    try:
+        if not relock.enforceable(manifest.sandbox, str(root)):
+            return
+        manifest_bytes = (root / MANIFEST_NAME).read_bytes()
+    except Exception:  # noqa: BLE001 - a record only saves work
+        return
+    recorder.seal(
+        manifest=manifest_bytes,
+        lock_text=on_disk,
+        observed=resolver.stat_cache.observed,
+        totals=(resolver.files_seen, resolver.bytes_seen, resolver.biggest),
+        git=False,
+    )
+    recorder.keep(on_disk)
 
 
 def _fresh_by_parsing(
