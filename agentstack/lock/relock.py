@@ -230,6 +230,28 @@ def _proof(real_root: str, limits: Limits | None) -> tuple[str, str] | None:
     return (lock_digest, code) if seen == expected else None
 
 
+def rendered_here(real_root: str, lock_bytes: bytes) -> bool:
+    """The record says `lock_bytes` are what a resolution by this very code rendered (its lock
+    digest and code token): then each item's text in them is that item's rendering, and a re-lock
+    can tell which items changed by their text, without parsing the old lock."""
+    try:
+        import blake3
+
+        data = read_own(record_path(layout.cache(), real_root))
+        if data is None:
+            return False
+        header = data[: data.index(b"\n\n")].decode("utf-8", "surrogateescape").split("\n")
+        root, code_dirs, code, lock_digest = header[1], header[2], header[3], header[6]
+        if header[0] != MAGIC or root != real_root:
+            return False
+        if blake3.blake3(lock_bytes).hexdigest() != lock_digest:
+            return False
+        dirs = code_dirs.split("\0")
+        return dirs[0] == _package_root() and code == _code_token(dirs)
+    except Exception:  # noqa: BLE001 - not vouched for: the old lock is parsed
+        return False
+
+
 # ----------------------------------------------------------------------------- writing a record
 
 

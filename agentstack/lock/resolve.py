@@ -582,7 +582,7 @@ def _toml_string(value: str) -> str:
 
 
 def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else _toml_string(key)
+    return key if _BARE_KEY.fullmatch(key) else _toml_string(key)  # `$` also matches before "\n"
 
 
 _FILE_KEYS = ("digest", "executable", "kind", "path", "size")
@@ -851,6 +851,57 @@ def _fresh_by_parsing(
             hint="run 'agentstack lock' and review the change",
         )
     return current
+
+
+def changed_by_text(old_text: bytes, new_text: bytes, new: dict[str, Any]) -> list[str]:
+    """`changed_items(old, new)` for an `old_text` that `dumps_lock` rendered (as it rendered
+    `new_text` from `new`): an item's text is a function of the item alone, so the items whose
+    text differs are exactly the items that differ, and only the headers of items that are gone
+    are parsed. An item is its `[section.key]` line and the lines up to the next such line; the
+    manifest's digest and the instructions are lines of the text before the first item."""
+
+    def split(text: bytes) -> tuple[bytes, bytes, dict[bytes, bytes]]:
+        head, *tables = text.removesuffix(b"\n").split(b"\n\n[")  # the last item like others
+        chunks: dict[bytes, bytes] = {}
+        current = b""
+        for table in tables:
+            line = table.split(b"\n", 1)[0]
+            if not line.startswith(b"["):  # `[section.key]`, not `[[section.key.root]]`
+                current = line
+                chunks[current] = b""
+            chunks[current] += b"\n\n[" + table
+        at = head.index(b"\ninstructions = ")
+        manifest = next(line for line in head[:at].split(b"\n") if line.startswith(b"manifest = "))
+        return manifest, head[at:], chunks
+
+    old_manifest, old_instructions, old_items = split(old_text)
+    new_manifest, new_instructions, new_items = split(new_text)
+    names: dict[bytes, tuple[str, str]] = {}
+    for section in ("servers", "skills", "hooks", "plugins", "surface"):
+        for name in new.get(section, {}):
+            names[f"{section}.{_toml_key(name)}]".encode()] = (section, name)
+    for header in old_items.keys() - new_items.keys():  # gone: its name from its header
+        import tomllib
+
+        ((section, table),) = tomllib.loads("[" + header.decode("utf-8")).items()
+        ((name, _),) = table.items()
+        names[header] = (section, name)
+    differ = {
+        names[header]
+        for header in old_items.keys() | new_items.keys()
+        if old_items.get(header) != new_items.get(header)
+    }
+    changed = [
+        f"{section}.{name}"
+        for section in ("servers", "skills", "hooks", "plugins")
+        for name in sorted(n for s, n in differ if s == section)
+    ]
+    if old_instructions != new_instructions:
+        changed.append("instructions")
+    changed += [f"surface[{rel}]" for rel in sorted(n for s, n in differ if s == "surface")]
+    if old_manifest != new_manifest:
+        changed.append("manifest")
+    return changed or ["lock format"]
 
 
 def changed_items(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
