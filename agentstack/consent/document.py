@@ -179,16 +179,18 @@ def project_consent(
 
     # The lock proved fresh by its re-lock record, and the document kept for exactly these
     # manifest and lock bytes (agentstack.lock.relock, "the kept consent entry"): no resolution.
-    kept = relock.known_consent(str(root))
+    proved, kept = relock.consent_state(str(root))
     if kept is not None:
         found = _from_kept(kept)
         if found is not None:
             return found
-    return _project_consent(root, verify_git=False, recorder=relock.Recorder(str(root)))
+    # In full; a record is written only when none proves the lock fresh already.
+    recorder = None if proved else relock.Recorder(str(root))
+    return _project_consent(root, verify_git=False, recorder=recorder, keep=True)
 
 
 def _project_consent(
-    root: Path, *, verify_git: bool, recorder: Recorder | None = None
+    root: Path, *, verify_git: bool, recorder: Recorder | None = None, keep: bool = False
 ) -> tuple[ManifestView, dict[str, Any], dict[str, Any], str]:
     from agentstack.lock.resolve import dumps_lock, fresh_lock
     from agentstack.manifest.load import read_manifest, view_of_bytes
@@ -198,7 +200,7 @@ def _project_consent(
     lock = fresh_lock(root, manifest, verify_git=verify_git, recorder=recorder)
     document = consent_document(manifest, lock)
     digest = consent_digest(document)
-    if recorder is not None:
+    if keep:
         import agentstack.lock.relock as relock
 
         fields: dict[str, object] = {

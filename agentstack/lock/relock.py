@@ -498,18 +498,26 @@ def known_consent(real_root: str) -> dict[str, object] | None:
     """The kept consent entry (`keep_consent`'s fields) when the record proves the lock at
     `real_root` fresh and the entry was computed from the manifest and lock bytes on disk now, by
     this code; None whenever anything is in doubt (the caller then computes in full)."""
+    return consent_state(real_root)[1]
+
+
+def consent_state(real_root: str) -> tuple[bool, dict[str, object] | None]:
+    """(whether the record proves the lock fresh, the kept entry `known_consent` returns)."""
     try:
-        return _known_consent(real_root)
+        proved = _proof(real_root, None)
+    except Exception:  # noqa: BLE001 - a damaged record (or anything odd) proves nothing
+        return False, None
+    if proved is None:
+        return False, None
+    try:
+        return True, _known_consent(real_root, proved)
     except Exception:  # noqa: BLE001 - a damaged entry (or anything odd) costs a full check
-        return None
+        return True, None
 
 
-def _known_consent(real_root: str) -> dict[str, object] | None:
+def _known_consent(real_root: str, proved: tuple[str, str]) -> dict[str, object] | None:
     import blake3
 
-    proved = _proof(real_root, None)
-    if proved is None:
-        return None
     data = read_own(consent_path(layout.cache(), real_root), limit=_CONSENT_LIMIT)
     if data is None:
         return None
