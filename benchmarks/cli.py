@@ -158,8 +158,8 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
         ruler_cli = install_ruler(args.tools.resolve(), args.ruler_version, npm_env)
 
     # A locked, trusted, applied project for the read-only commands: the top of a git checkout
-    # (as benchmarks/lock.py's; a re-lock record is kept only for such a project), and the same
-    # project as a plain directory (no `.git`: every command checks the lock in full).
+    # (as benchmarks/lock.py's), and the same project as a plain directory (no `.git` in it or
+    # above it: its re-lock record also keeps the `.git` paths found absent above it).
     ready = tmp / "ready"
     loose = tmp / "loose"
     env_ready = home_env(base, tmp / "ready-home")

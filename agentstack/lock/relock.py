@@ -26,8 +26,9 @@ What a record vouches for, and why that is enough:
 - **The lock's bytes** are hashed (BLAKE3) and compared, so a hand-edited lock is re-resolved.
 - **Outside the project**: the project's real path (the record is named by it), the apply ledger
   the surface scan reads (its path and fingerprint), the installed agentstack code (a fingerprint
-  of every file of its packages and the Python version) and the lock limits (the totals must fit
-  the limits in force).
+  of every file of its packages and the Python version), the lock limits (the totals must fit
+  the limits in force) and, for a project in a plain directory, the home directory and every
+  `.git` path above it the surface scan found absent (each must still be absent).
 - **Not recorded at all** (the lock is always resolved): git skills (their pins and mirror); a
   manifest that names a `.git` path or uses `\\u` escapes; a pinned path inside a `.git`
   directory; a symbolic link in the project that leads outside it; a surface import of an
@@ -56,7 +57,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from agentstack.lock.treehash import Limits
 
-MAGIC = "agentstack-relock-v1"
+MAGIC = "agentstack-relock-v2"
 LOCK_NAME = "agentstack.lock"
 _FIELDS = 6  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, st_mode
 # treehash.RACY_SLACK_NS and Limits()'s (max_files, max_total_bytes, max_file_bytes), not
@@ -112,6 +113,27 @@ def _code_token(dirs: list[str]) -> str:
     return blake3.blake3("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 
+def _home() -> str:
+    """The home directory as the surface scan's `checkout_above` takes it ("" when none)."""
+    expanded = os.path.expanduser("~")
+    return os.path.realpath(expanded) if os.path.isabs(expanded) else ""
+
+
+def _still_absent(probes: str) -> bool:
+    """The home directory is the recorded one, and no `.git` the scan found absent above the
+    project (a plain directory: no checkout around it) exists now."""
+    home, *paths = probes.split("\0")
+    if home != _home():
+        return False
+    for path in paths:
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            continue
+        return False  # created since (or unreadable now): the scan may find a checkout
+    return True
+
+
 def _fingerprint(st: os.stat_result) -> tuple[int, int, int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
 
@@ -165,8 +187,11 @@ def _proof(real_root: str, limits: Limits | None) -> tuple[str, str] | None:
         lock_digest,
         totals,
         sizes,
+        probes,
     ) = header
     if magic != MAGIC or root != real_root:
+        return None
+    if probes != "-" and not _still_absent(probes):
         return None
     files_seen, bytes_seen, biggest = (int(v) for v in totals.split(" "))
     max_files, max_total, max_file = (
@@ -267,6 +292,7 @@ class Recorder:
         import agentstack.surface.scan as surface
 
         self._outside = surface.outside_lookups
+        self._probes = len(surface.outside_probes)
         self._sealed: tuple[list[str], bytes] | None = None
 
     def seal(
@@ -326,6 +352,13 @@ class Recorder:
 
         if self.root == "/" or surface.outside_lookups != self._outside:
             return None
+        found = surface.outside_probes[self._probes :]
+        homes = {home for _, home in found}
+        if len(homes) > 1 or (homes and homes != {_home()}):
+            return None
+        probes = (
+            "\0".join([_home(), *dict.fromkeys(path for path, _ in found)]) if found else "-"
+        )  # never empty: the header ends at its first empty line
         if not _plain_manifest(manifest) or _names_git(lock_text):
             return None
         limit = self.started_ns - _RACY_SLACK_NS
@@ -404,6 +437,7 @@ class Recorder:
             "",  # the lock's digest, when it is written (finish)
             " ".join(map(str, totals)),
             f"{len(dirs)} {count} {len(block)}",
+            probes,
         ]
         if any("\n" in field for field in header):
             return None

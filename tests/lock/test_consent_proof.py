@@ -224,3 +224,30 @@ def test_the_commands_on_a_proved_fresh_lock_import_neither_tomllib_nor_the_reso
         for name in ("tomllib", "agentstack.lock.resolve", "agentstack.lock.treehash",
                      "agentstack.manifest.fast", "agentstack.manifest.load", "pydantic"):
             assert name not in loaded, (command, name)
+
+
+def test_a_plain_directory_answers_from_the_kept_entry_until_a_checkout_surrounds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project with no `.git` anywhere above it (a tarball): the record keeps the absent `.git`
+    paths the scan looked for, so the kept entry answers; a `git init` above makes what lies
+    there the surface, and the answer is the full check's (the lock is stale)."""
+    import subprocess
+
+    from tests.conftest import make_project
+    from tests.lock.test_relock import FILES, MANIFEST
+
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    (outer / "AGENTS.md").write_text("above the project\n")
+    root = make_project(outer / "loose", MANIFEST, FILES).resolve()
+    settle()
+    assert lock(root) == 0 and record_file(root).exists()
+    expected = answer(root)
+    assert expected == full(root) and entry_file(root).is_file()
+    with monkeypatch.context() as patch:
+        forbid_resolution(patch)
+        assert answer(root) == expected
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    assert relock.known_consent(str(root)) is None
+    assert answer(root) == full(root) is StaleLock
