@@ -233,6 +233,9 @@ def _no_checkout(probes: list[str], home: str | None) -> None:
     if any(os.path.lexists(path) for path in probes):
         outside_lookups += 1  # a `.git` that is no checkout's top: not recorded
         return
+    if len(outside_probes) > 100_000:  # a long-lived process: start again (nothing is recorded
+        outside_probes.clear()  # by a resolution that was under way, its count moved)
+        outside_lookups += 1
     outside_probes.extend((path, home or "") for path in probes)
 
 
