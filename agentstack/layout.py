@@ -31,7 +31,8 @@ name (a test scans the package's string constants for them).
     $AGENTSTACK_CACHE/                 (else $XDG_CACHE_HOME/agentstack, else ~/.cache/agentstack)
       git/<url-hash>.git               bare mirrors of locked git sources
       content/<digest>                 the content store (locked bytes by digest)
-      statcache-v3/<project>.json      the lock's stat cache (and `.relock`, its re-lock record)
+      statcache-v3/<project>.json      the lock's stat cache (and `.relock`, its re-lock record;
+                                       `.consent`, the consent document kept beside it)
       crash/crash-<time>-<pid>.txt     crash reports
     <temp dir>/agentstack-run-*/       one confined run's private directory (removed on exit)
       ro/                              read-only copies of what the guard reads

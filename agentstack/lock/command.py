@@ -68,6 +68,7 @@ def _run_lock(
             return 0
         recorder = relock.Recorder(str(root))
     from agentstack.lock.resolve import (
+        changed_by_text,
         changed_items,
         dumps_lock,
         fresh_lock,
@@ -122,6 +123,10 @@ def _run_lock(
         changed = []
     elif previous is not None:
         changed = changed_items(parse_lock(old_bytes), new)
+    elif recorder is not None and relock.rendered_here(str(root), old_bytes):
+        # The old lock is this code's rendering (its record says so): the items whose text
+        # differs are the items that changed; nothing of the old lock is parsed.
+        changed = changed_by_text(old_bytes, text, new)
     else:
         changed = changed_items(_parse_loosely(old_bytes), new)
 

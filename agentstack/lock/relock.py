@@ -26,17 +26,20 @@ What a record vouches for, and why that is enough:
 - **The lock's bytes** are hashed (BLAKE3) and compared, so a hand-edited lock is re-resolved.
 - **Outside the project**: the project's real path (the record is named by it), the apply ledger
   the surface scan reads (its path and fingerprint), the installed agentstack code (a fingerprint
-  of every file of its packages and the Python version) and the lock limits (the totals must fit
-  the limits in force).
+  of every file of its packages and the Python version), the lock limits (the totals must fit
+  the limits in force) and, for a project in a plain directory, the home directory and every
+  `.git` path above it the surface scan found absent (each must still be absent).
 - **Not recorded at all** (the lock is always resolved): git skills (their pins and mirror); a
   manifest that names a `.git` path or uses `\\u` escapes; a pinned path inside a `.git`
   directory; a symbolic link in the project that leads outside it; a surface import of an
   absolute, `~` or `.git` path (`agentstack.surface.scan.outside_lookups`).
 
 The record lives in the user's cache (`$AGENTSTACK_CACHE`), which the project cannot write; it is
-used only when it is a regular file owned by the user and writable by nobody else. It is an
-optimisation of `lock` alone: the consent digest, `lock --frozen` and every freshness check
-resolve in full.
+used only when it is a regular file owned by the user and writable by nobody else. It serves
+`lock` and the consent pipeline (`agentstack.consent.document.project_consent`: `status`, `digest`,
+`show`, `run`), which writes the record `lock` would write when its full check finds the lock fresh,
+and keeps the consent document beside it (`keep_consent`, `known_consent`); `lock --frozen` and the
+other freshness checks resolve in full.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from agentstack.lock.treehash import Limits
 
-MAGIC = "agentstack-relock-v1"
+MAGIC = "agentstack-relock-v2"
 LOCK_NAME = "agentstack.lock"
 _FIELDS = 6  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, st_mode
 # treehash.RACY_SLACK_NS and Limits()'s (max_files, max_total_bytes, max_file_bytes), not
@@ -110,6 +113,27 @@ def _code_token(dirs: list[str]) -> str:
     return blake3.blake3("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 
+def _home() -> str:
+    """The home directory as the surface scan's `checkout_above` takes it ("" when none)."""
+    expanded = os.path.expanduser("~")
+    return os.path.realpath(expanded) if os.path.isabs(expanded) else ""
+
+
+def _still_absent(probes: str) -> bool:
+    """The home directory is the recorded one, and no `.git` the scan found absent above the
+    project (a plain directory: no checkout around it) exists now."""
+    home, *paths = probes.split("\0")
+    if home != _home():
+        return False
+    for path in paths:
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            continue
+        return False  # created since (or unreadable now): the scan may find a checkout
+    return True
+
+
 def _fingerprint(st: os.stat_result) -> tuple[int, int, int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
 
@@ -128,23 +152,29 @@ def _ledger(real_root: str) -> tuple[str, str]:
 
 def unchanged(real_root: str, limits: Limits | None) -> bool:
     """True when the record proves that `lock` would leave the lock at `real_root` as it is."""
+    return proof(real_root, limits) is not None
+
+
+def proof(real_root: str, limits: Limits | None) -> tuple[str, str] | None:
+    """(BLAKE3 of the lock's bytes, the code's token) when the record proves that a resolution
+    would render the lock at `real_root` as it is, else None."""
     try:
-        return _unchanged(real_root, limits)
+        return _proof(real_root, limits)
     except Exception:  # noqa: BLE001 - a damaged record (or anything odd) costs a full resolution
-        return False
+        return None
 
 
-def _unchanged(real_root: str, limits: Limits | None) -> bool:
+def _proof(real_root: str, limits: Limits | None) -> tuple[str, str] | None:
     import blake3
 
     try:  # first: no lock (a first lock), no record to read
         with open(os.path.join(real_root, LOCK_NAME), "rb") as handle:
             lock_bytes = handle.read()
     except OSError:
-        return False
+        return None
     data = read_own(record_path(layout.cache(), real_root))
     if data is None:
-        return False
+        return None
     header_end = data.index(b"\n\n")
     header = data[:header_end].decode("utf-8", "surrogateescape").split("\n")
     (
@@ -157,9 +187,12 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
         lock_digest,
         totals,
         sizes,
+        probes,
     ) = header
     if magic != MAGIC or root != real_root:
-        return False
+        return None
+    if probes != "-" and not _still_absent(probes):
+        return None
     files_seen, bytes_seen, biggest = (int(v) for v in totals.split(" "))
     max_files, max_total, max_file = (
         DEFAULT_LIMITS
@@ -167,22 +200,22 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
         else (limits.max_files, limits.max_total_bytes, limits.max_file_bytes)
     )
     if files_seen > max_files or bytes_seen > max_total or biggest > max_file:
-        return False
+        return None
     if (ledger_path, ledger_print) != _ledger(real_root):
-        return False
+        return None
     dirs = code_dirs.split("\0")
     if dirs[0] != _package_root() or code != _code_token(dirs):
-        return False
+        return None
     if blake3.blake3(lock_bytes).hexdigest() != lock_digest:
-        return False
+        return None
     n_dirs, n_files, block_len = (int(v) for v in sizes.split(" "))
     start = header_end + 2
     names = data[start : start + block_len].split(b"\0")
     if len(names) != 3 * n_dirs:
-        return False
+        return None
     packed = memoryview(data)[start + block_len :]
     if len(packed) != 8 * _FIELDS * n_files:
-        return False
+        return None
     expected = packed.cast("q").tolist()  # native int64s (no `array` import: start-up cost)
     # Per directory: its listing, then one lstat (relative to the open directory) per entry that
     # is not a directory; the fingerprints are compared in one go at the end.
@@ -202,7 +235,7 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
             if directory == top:
                 listing.remove(LOCK_NAME)
             if "/".join(listing).encode("utf-8", "surrogateescape") != names[n_dirs + index]:
-                return False
+                return None
             files = names[2 * n_dirs + index]
             if files:
                 for name in files.split(b"/"):
@@ -219,7 +252,29 @@ def _unchanged(real_root: str, limits: Limits | None) -> bool:
                     )
         finally:
             close(fd)
-    return seen == expected
+    return (lock_digest, code) if seen == expected else None
+
+
+def rendered_here(real_root: str, lock_bytes: bytes) -> bool:
+    """The record says `lock_bytes` are what a resolution by this very code rendered (its lock
+    digest and code token): then each item's text in them is that item's rendering, and a re-lock
+    can tell which items changed by their text, without parsing the old lock."""
+    try:
+        import blake3
+
+        data = read_own(record_path(layout.cache(), real_root))
+        if data is None:
+            return False
+        header = data[: data.index(b"\n\n")].decode("utf-8", "surrogateescape").split("\n")
+        root, code_dirs, code, lock_digest = header[1], header[2], header[3], header[6]
+        if header[0] != MAGIC or root != real_root:
+            return False
+        if blake3.blake3(lock_bytes).hexdigest() != lock_digest:
+            return False
+        dirs = code_dirs.split("\0")
+        return dirs[0] == _package_root() and code == _code_token(dirs)
+    except Exception:  # noqa: BLE001 - not vouched for: the old lock is parsed
+        return False
 
 
 # ----------------------------------------------------------------------------- writing a record
@@ -237,6 +292,7 @@ class Recorder:
         import agentstack.surface.scan as surface
 
         self._outside = surface.outside_lookups
+        self._probes = len(surface.outside_probes)
         self._sealed: tuple[list[str], bytes] | None = None
 
     def seal(
@@ -255,6 +311,15 @@ class Recorder:
             self._sealed = None if git else self._seal(manifest, lock_text, observed or [], totals)
         except (OSError, ValueError, OverflowError):
             self._sealed = None
+
+    def keep(self, lock_text: bytes) -> bool:
+        """Write the record when it was sealed for `lock_text` (the lock on disk, which a freshness
+        check found a resolution renders); unlike `finish`, remove nothing otherwise. Whether a
+        record was written."""
+        if self._sealed is None:
+            return False
+        self.finish(lock_text)
+        return True
 
     def finish(self, lock_text: bytes | None) -> None:
         """Write the record when `lock_text` is now the lock on disk (None: it is not the sealed
@@ -287,6 +352,13 @@ class Recorder:
 
         if self.root == "/" or surface.outside_lookups != self._outside:
             return None
+        found = surface.outside_probes[self._probes :]
+        homes = {home for _, home in found}
+        if len(homes) > 1 or (homes and homes != {_home()}):
+            return None
+        probes = (
+            "\0".join([_home(), *dict.fromkeys(path for path, _ in found)]) if found else "-"
+        )  # never empty: the header ends at its first empty line
         if not _plain_manifest(manifest) or _names_git(lock_text):
             return None
         limit = self.started_ns - _RACY_SLACK_NS
@@ -365,6 +437,7 @@ class Recorder:
             "",  # the lock's digest, when it is written (finish)
             " ".join(map(str, totals)),
             f"{len(dirs)} {count} {len(block)}",
+            probes,
         ]
         if any("\n" in field for field in header):
             return None
@@ -435,6 +508,129 @@ def _links_stay_inside(links: dict[str, str]) -> bool:
         if parts is None or ".git" in parts:
             return False
     return True
+
+
+# ------------------------------------------------------------------------ the kept consent entry
+#
+# `status`, `digest`, `show` and `run` need the consent document of a fresh lock. When the record
+# proves the lock fresh, the document is a function of the manifest's bytes, the lock's bytes and
+# agentstack's code alone (the view is validated from the manifest's bytes, the document built
+# from the view and the lock), so it is kept beside the record, keyed by the BLAKE3 of exactly the
+# bytes it was computed from and by the code's token, and used only when the record proves the lock
+# fresh for that same code and those same lock bytes, and the manifest hashes to its key.
+
+CONSENT_MAGIC = b"agentstack-consent-v1"
+_CONSENT_LIMIT = 64 << 20
+
+
+def consent_path(cache_dir: str, real_root: str) -> str:
+    """`$AGENTSTACK_CACHE/statcache-v3/<project>.consent`, beside the project's record."""
+    return record_path(cache_dir, real_root)[: -len(".relock")] + ".consent"
+
+
+def known_consent(real_root: str) -> dict[str, object] | None:
+    """The kept consent entry (`keep_consent`'s fields) when the record proves the lock at
+    `real_root` fresh and the entry was computed from the manifest and lock bytes on disk now, by
+    this code; None whenever anything is in doubt (the caller then computes in full)."""
+    return consent_state(real_root)[1]
+
+
+def consent_state(real_root: str) -> tuple[bool, dict[str, object] | None]:
+    """(whether the record proves the lock fresh, the kept entry `known_consent` returns)."""
+    try:
+        proved = _proof(real_root, None)
+    except Exception:  # noqa: BLE001 - a damaged record (or anything odd) proves nothing
+        return False, None
+    if proved is None:
+        return False, None
+    try:
+        return True, _known_consent(real_root, proved)
+    except Exception:  # noqa: BLE001 - a damaged entry (or anything odd) costs a full check
+        return True, None
+
+
+def _known_consent(real_root: str, proved: tuple[str, str]) -> dict[str, object] | None:
+    import blake3
+
+    data = read_own(consent_path(layout.cache(), real_root), limit=_CONSENT_LIMIT)
+    if data is None:
+        return None
+    magic, check, text = data.split(b"\n", 2)
+    if magic != CONSENT_MAGIC or check != blake3.blake3(text).hexdigest().encode():
+        return None  # not an entry, or a damaged one
+    import json
+
+    entry = json.loads(text)
+    if (
+        not isinstance(entry, dict)
+        or entry.get("root") != real_root
+        or (entry.get("lock"), entry.get("code")) != proved
+    ):
+        return None
+    manifest = _manifest_now(real_root)
+    if manifest is None or blake3.blake3(manifest).hexdigest() != entry.get("manifest"):
+        return None
+    return entry
+
+
+def _manifest_now(real_root: str) -> bytes | None:
+    try:  # as `read_manifest` reads it: never blocking on a FIFO, a regular file only
+        fd = os.open(os.path.join(real_root, "agentstack.toml"), os.O_RDONLY | os.O_NONBLOCK
+                     | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read()
+
+
+def keep_consent(real_root: str, manifest: bytes, lock_text: bytes, fields: dict[str, object]) -> None:
+    """Keep `fields` (the view's data and digest, the lock, the consent document and its digest),
+    computed from exactly the manifest bytes `manifest` and the lock bytes `lock_text`, for
+    `known_consent`. Only while a record exists (without one the entry is never used); never
+    fails the caller."""
+    cache = layout.cache()
+    if not os.path.isfile(record_path(cache, real_root)):
+        return
+    try:
+        import json
+
+        import blake3
+
+        from agentstack.lock.treehash import write_private
+
+        entry = {
+            **fields,
+            "root": real_root,
+            "code": _code_token(_package_dirs()),
+            "lock": blake3.blake3(lock_text).hexdigest(),
+            "manifest": blake3.blake3(manifest).hexdigest(),
+        }
+        text = json.dumps(entry, separators=(",", ":"), sort_keys=True).encode("utf-8")
+        if json.loads(text) != entry:
+            return  # not plain JSON data: not kept
+        data = CONSENT_MAGIC + b"\n" + blake3.blake3(text).hexdigest().encode() + b"\n" + text
+        path = consent_path(cache, real_root)
+        if read_own(path, limit=_CONSENT_LIMIT) != data:
+            write_private(path, data)
+    except (OSError, ValueError, TypeError, RecursionError):
+        return  # an optimisation: never fail a command on it
+
+
+def enforceable(sandbox: object, root: str) -> bool:
+    """`lock` would not refuse this sandbox table (agentstack.lock.command's
+    `_refuse_unenforceable`): a record a freshness check writes vouches for no more than `lock`
+    itself would."""
+    if not getattr(sandbox, "enabled", False) or not any(
+        getattr(sandbox, key) for key in ("read_dirs", "write_dirs", "read_files", "write_files")
+    ):
+        return True
+    from pathlib import Path
+
+    from agentstack.sandbox.resolve import lock_problems
+
+    return not lock_problems(sandbox, Path(root))  # type: ignore[arg-type]
 
 
 def report_unchanged(real_root: str, *, check: bool, as_json: bool) -> None:

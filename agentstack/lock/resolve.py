@@ -48,6 +48,7 @@ from agentstack.manifest.view import (
 
 if TYPE_CHECKING:
     from agentstack.lock.coderoots import Analyser, Root
+    from agentstack.lock.relock import Recorder
     from agentstack.manifest.model import Hook, Manifest, Server, Skill
 
 LOCK_VERSION = 1
@@ -581,7 +582,7 @@ def _toml_string(value: str) -> str:
 
 
 def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else _toml_string(key)
+    return key if _BARE_KEY.fullmatch(key) else _toml_string(key)  # `$` also matches before "\n"
 
 
 _FILE_KEYS = ("digest", "executable", "kind", "path", "size")
@@ -714,15 +715,21 @@ def resolver_for(
 
 
 def fresh_lock(
-    root: Path, manifest: Manifest | ManifestView, *, verify_git: bool = False
+    root: Path,
+    manifest: Manifest | ManifestView,
+    *,
+    verify_git: bool = False,
+    recorder: Recorder | None = None,
 ) -> dict[str, Any]:
     """The lock on disk, checked against the manifest and every local byte it pins.
 
     Raises StaleLock (exit 1) when re-locking would change anything: the digest is only ever
-    computed over a lock that describes what is on disk.
+    computed over a lock that describes what is on disk. With `recorder` (an
+    `agentstack.lock.relock.Recorder` made before the manifest was read), a lock found fresh by
+    rendering its bytes again gets the re-lock record `lock` would write for it.
     """
     manifest = as_view(manifest)
-    fast = _fresh_by_bytes(root, manifest, verify_git=verify_git)
+    fast = _fresh_by_bytes(root, manifest, verify_git=verify_git, recorder=recorder)
     if fast is not None:
         return fast
     try:
@@ -758,7 +765,11 @@ def has_git_skills(manifest: ManifestView) -> bool:
 
 
 def _fresh_by_bytes(
-    root: Path, manifest: ManifestView, *, verify_git: bool = False
+    root: Path,
+    manifest: ManifestView,
+    *,
+    verify_git: bool = False,
+    recorder: Recorder | None = None,
 ) -> dict[str, Any] | None:
     """The re-resolved lock when it renders to exactly the bytes on disk (then the lock on disk
     is this lock: the bytes say so, and there is nothing to parse or validate), else None (the
@@ -773,13 +784,42 @@ def _fresh_by_bytes(
         if previous is None:
             return None
     resolver = resolver_for(root, previous, offline_git=not verify_git)
+    if recorder is not None and previous is None:
+        resolver.stat_cache.observed = []
     try:
         relocked = resolver.resolve(manifest)
     except Exception:  # noqa: BLE001 - any problem is reported by the parsing path
         return None
     finally:
         resolver.stat_cache.save()
-    return relocked if dumps_lock(relocked).encode("utf-8") == on_disk else None
+    if dumps_lock(relocked).encode("utf-8") != on_disk:
+        return None
+    if recorder is not None and previous is None:
+        _record_fresh(root, manifest, recorder, resolver, on_disk)
+    return relocked
+
+
+def _record_fresh(
+    root: Path, manifest: ManifestView, recorder: Recorder, resolver: Resolver, on_disk: bytes
+) -> None:
+    """The re-lock record of a lock a resolution just rendered again (as `lock` writes it), when
+    `lock` itself would accept the manifest (its sandbox grants are enforceable here)."""
+    import agentstack.lock.relock as relock
+
+    try:
+        if not relock.enforceable(manifest.sandbox, str(root)):
+            return
+        manifest_bytes = (root / MANIFEST_NAME).read_bytes()
+    except Exception:  # noqa: BLE001 - a record only saves work
+        return
+    recorder.seal(
+        manifest=manifest_bytes,
+        lock_text=on_disk,
+        observed=resolver.stat_cache.observed,
+        totals=(resolver.files_seen, resolver.bytes_seen, resolver.biggest),
+        git=False,
+    )
+    recorder.keep(on_disk)
 
 
 def _fresh_by_parsing(
@@ -811,6 +851,57 @@ def _fresh_by_parsing(
             hint="run 'agentstack lock' and review the change",
         )
     return current
+
+
+def changed_by_text(old_text: bytes, new_text: bytes, new: dict[str, Any]) -> list[str]:
+    """`changed_items(old, new)` for an `old_text` that `dumps_lock` rendered (as it rendered
+    `new_text` from `new`): an item's text is a function of the item alone, so the items whose
+    text differs are exactly the items that differ, and only the headers of items that are gone
+    are parsed. An item is its `[section.key]` line and the lines up to the next such line; the
+    manifest's digest and the instructions are lines of the text before the first item."""
+
+    def split(text: bytes) -> tuple[bytes, bytes, dict[bytes, bytes]]:
+        head, *tables = text.removesuffix(b"\n").split(b"\n\n[")  # the last item like others
+        chunks: dict[bytes, bytes] = {}
+        current = b""
+        for table in tables:
+            line = table.split(b"\n", 1)[0]
+            if not line.startswith(b"["):  # `[section.key]`, not `[[section.key.root]]`
+                current = line
+                chunks[current] = b""
+            chunks[current] += b"\n\n[" + table
+        at = head.index(b"\ninstructions = ")
+        manifest = next(line for line in head[:at].split(b"\n") if line.startswith(b"manifest = "))
+        return manifest, head[at:], chunks
+
+    old_manifest, old_instructions, old_items = split(old_text)
+    new_manifest, new_instructions, new_items = split(new_text)
+    names: dict[bytes, tuple[str, str]] = {}
+    for section in ("servers", "skills", "hooks", "plugins", "surface"):
+        for name in new.get(section, {}):
+            names[f"{section}.{_toml_key(name)}]".encode()] = (section, name)
+    for header in old_items.keys() - new_items.keys():  # gone: its name from its header
+        import tomllib
+
+        ((section, table),) = tomllib.loads("[" + header.decode("utf-8")).items()
+        ((name, _),) = table.items()
+        names[header] = (section, name)
+    differ = {
+        names[header]
+        for header in old_items.keys() | new_items.keys()
+        if old_items.get(header) != new_items.get(header)
+    }
+    changed = [
+        f"{section}.{name}"
+        for section in ("servers", "skills", "hooks", "plugins")
+        for name in sorted(n for s, n in differ if s == section)
+    ]
+    if old_instructions != new_instructions:
+        changed.append("instructions")
+    changed += [f"surface[{rel}]" for rel in sorted(n for s, n in differ if s == "surface")]
+    if old_manifest != new_manifest:
+        changed.append("manifest")
+    return changed or ["lock format"]
 
 
 def changed_items(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

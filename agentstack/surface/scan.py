@@ -201,19 +201,42 @@ def checkout_above(root: Path) -> list[Path]:
     global outside_lookups
     if _checkout_top(root):
         return []
-    outside_lookups += 1  # what lies above is outside the project's fingerprints (relock)
     expanded = os.path.expanduser("~")
     # No usable home (HOME unset and no passwd entry): no boundary, never a reason to stop early.
     home = os.path.realpath(expanded) if os.path.isabs(expanded) else None
+    # No checkout around the project (a plain directory) rests on every `.git` looked for above it
+    # being absent, and on the home directory: `agentstack.lock.relock` records those
+    # (`outside_probes`); anything else above is outside the project's fingerprints.
+    probes = [str(root / ".git")]
     out: list[Path] = []
     for directory in root.parents:
         text = str(directory)
         if home is not None and (text == home or home.startswith(text.rstrip(os.sep) + os.sep)):
+            _no_checkout(probes, home)
             return []
         out.append(directory)
         if _checkout_top(directory):
+            outside_lookups += 1  # what lies above is outside the project's fingerprints
             return out
+        probes.append(str(directory / ".git"))
+    _no_checkout(probes, home)
     return []
+
+
+# `.git` paths above projects found absent (and the home directory then), in the order
+# `checkout_above` looked for them: the re-lock record keeps them (agentstack.lock.relock).
+outside_probes: list[tuple[str, str]] = []
+
+
+def _no_checkout(probes: list[str], home: str | None) -> None:
+    global outside_lookups
+    if any(os.path.lexists(path) for path in probes):
+        outside_lookups += 1  # a `.git` that is no checkout's top: not recorded
+        return
+    if len(outside_probes) > 100_000:  # a long-lived process: start again (nothing is recorded
+        outside_probes.clear()  # by a resolution that was under way, its count moved)
+        outside_lookups += 1
+    outside_probes.extend((path, home or "") for path in probes)
 
 
 def _checkout_top(directory: Path) -> bool:

@@ -11,18 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentstack import harnesses as H
-from agentstack.surface.scan import (
-    _above_rules,
-    _anchors,
-    _harness_rewrites,
-    _match,
-    _matcher,
-    _rules,
-    _walk_above,
-    checkout_above,
-    plugin_roots,
-)
+# `harnesses` and `scan` are imported by `snapshot_entries` alone: the drift check before a
+# harness starts (`drift`, run by `agentstack run` and the shims) needs neither.
 
 
 def snapshot_entries(
@@ -37,6 +27,19 @@ def snapshot_entries(
     reviewed foreign server's tools stay denied: the guard allows only locked servers' tools.)
     A directory created after the snapshot is walked by the guard when the watched directory
     above it changes (a surface name in it is drift); `status`, `run` and every digest see it."""
+    from agentstack import harnesses as H
+    from agentstack.surface.scan import (
+        _above_rules,
+        _anchors,
+        _harness_rewrites,
+        _match,
+        _matcher,
+        _rules,
+        _walk_above,
+        checkout_above,
+        plugin_roots,
+    )
+
     root = root.resolve()
     rules = _rules(list(document["project"]["harnesses"]))
     out: dict[str, dict[str, Any]] = {}

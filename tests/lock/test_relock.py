@@ -450,11 +450,46 @@ def test_a_project_below_its_checkouts_top_is_never_recorded(tmp_path: Path) -> 
     (repo / "AGENTS.md").write_text("planted above the project\n")
     assert lock(root) == 0
     assert b"../AGENTS.md" in (root / "agentstack.lock").read_bytes()
-    # A project without any `.git` (a tarball): what lies above it is not known to be the
-    # checkout's, but a `git init` there later would make it so; never recorded either.
-    loose = make_project(tmp_path / "loose", MANIFEST, FILES).resolve()
+    # A `.git` above a project that is no checkout's top (here a FIFO): never recorded either.
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    os.mkfifo(odd / ".git")
+    inside = make_project(odd / "p", MANIFEST, FILES).resolve()
     settle()
-    assert lock(loose) == 0 and not record_file(loose).exists()
+    assert lock(inside) == 0 and not record_file(inside).exists()
+
+
+@pytest.mark.parametrize("change", ["git init above", ".git in the project", "other home"])
+def test_a_plain_directory_is_recorded_until_a_checkout_could_surround_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A project without any `.git` (a tarball): what the harnesses load from above it is
+    nothing while no `.git` exists above it up to the home directory, and the record keeps those
+    absent paths and the home; a `git init` above (what lies there becomes the surface), a `.git`
+    in the project, or another home is a full resolution, which sees what the change brings."""
+    import subprocess
+
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    (outer / "AGENTS.md").write_text("above the project\n")
+    root = make_project(outer / "loose", MANIFEST, FILES).resolve()
+    settle()
+    assert lock(root) == 0 and record_file(root).exists() and fast(root)
+    before = (root / "agentstack.lock").read_bytes()
+    if change == "git init above":
+        subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    elif change == ".git in the project":
+        (root / ".git").mkdir()
+    else:
+        monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
+    assert not fast(root)
+    assert lock(root) == 0
+    after = (root / "agentstack.lock").read_bytes()
+    assert after == resolved(root)
+    if change == "git init above":
+        assert b"../AGENTS.md" in after and b"../AGENTS.md" not in before
+    else:
+        assert after == before  # nothing above is the surface either way
 
 
 def test_an_unchanged_lock_imports_neither_pathlib_nor_typing_nor_the_resolver(
