@@ -7,12 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.adapters import current, locked_project, render, trust_and_apply
+from tests.support.project import manifest
 
-MANIFEST = """\
-[project]
-name = "unguarded"
-harnesses = ["aider", "continue"]
-"""
+MANIFEST = str(manifest("unguarded", "aider", "continue"))
 
 
 def test_aider_options_that_run_commands_are_pinned_and_rated_runs(tmp_path: Path,
