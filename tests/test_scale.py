@@ -33,15 +33,9 @@ from agentstack import _guard, _guard_more, fsutil
 from agentstack.canonical import b3
 from tests.conftest import make_project, run_cli_in_process
 from tests.guard.test_guard_speed import needs_a_mark
+from tests.support.project import manifest
 
-MANIFEST = """\
-[project]
-name = "scale"
-harnesses = ["claude-code", "codex"]
-
-[skills.big]
-path = "skills/big"
-"""
+MANIFEST = str(manifest("scale", "claude-code", "codex").skill("big"))
 
 
 def _skill_files(count: int) -> dict[str, str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import ToolCall
@@ -36,6 +36,7 @@ from tests.support.adapters import (
 )
 from tests.support.adapters import ok as _ok
 from tests.support.adapters import render as _ops
+from tests.support.cli import run_cli_in_process as run_cli
 
 HEADER = "// User settings belong in settings.json.\n// This file is managed automatically.\n"
 

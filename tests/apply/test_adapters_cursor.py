@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from agentstack.apply.engine import GUARD_CODE
-from tests.conftest import run_cli
 from tests.harness.deadline import scaled
 from tests.support.adapters import locked_project, trust_and_apply, without_relay
+from tests.support.cli import run_cli_in_process as run_cli
 
 STDIO_KEYS = {"command", "args", "env"}
 HOOK_KEYS = {"command", "matcher", "timeout", "failClosed"}

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from agentstack.apply.engine import GUARD_CODE
-from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
@@ -40,6 +39,7 @@ from tests.support.adapters import (
     without_relay,
 )
 from tests.support.adapters import ok as _ok
+from tests.support.cli import run_cli_in_process as run_cli
 
 
 @pytest.fixture

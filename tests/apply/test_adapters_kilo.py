@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from agentstack.apply.engine import GUARD_CODE
-from tests.conftest import run_cli
 from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
 from tests.support.adapters import TOUCH, drive, mcp_list, notes_project, rendered
 from tests.support.adapters import ok as _ok
+from tests.support.cli import run_cli_in_process as run_cli
 
 NPM_CACHE = Path(__file__).resolve().parents[2] / ".tools" / "npm-cache"
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from agentstack.apply.engine import GUARD_CODE
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO
 from tests.harness.binaries import harness_bin, harness_env, in_ci
 from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
@@ -40,6 +40,7 @@ from tests.support.adapters import (
 )
 from tests.support.adapters import ok as _ok
 from tests.support.adapters import render as _render
+from tests.support.cli import run_cli_in_process as run_cli
 
 
 def _project(tmp_path: Path, harnesses: str = '["opencode"]') -> Path:

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import run_cli
 from tests.support.adapters import (
     current,
     guard_snapshot,
@@ -19,6 +18,7 @@ from tests.support.adapters import (
     trust_and_apply,
     without_relay,
 )
+from tests.support.cli import run_cli_in_process as run_cli
 
 ALL = '["claude-code", "codex", "gemini-cli", "opencode", "copilot", "vscode", "cursor"]'
 # code.visualstudio.com/docs/copilot/reference/mcp-configuration

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agentstack.sandbox import verify
 from tests.conftest import make_project, run_cli
 from tests.harness.binaries import harness_bin
 from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
+from tests.support.project import decoy_home
 from tests.support.ptyspawn import pty_spawn
 
 REAL_KEY = "sk-ant-real-key-never-in-the-sandbox-0042"
@@ -31,13 +29,8 @@ REAL_KEY = "sk-ant-real-key-never-in-the-sandbox-0042"
 @pytest.fixture
 def var_home() -> Iterator[Path]:
     """HOME outside /tmp (nono grants /tmp), with decoys that exist."""
-    base = Path(tempfile.mkdtemp(dir=verify.DECOY_ROOT, prefix="agentstack-e2e-home-"))
-    (base / ".ssh").mkdir()
-    (base / ".ssh" / "id_ed25519").write_text("DECOY-SSH-KEY\n")
-    try:
-        yield base.resolve()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with decoy_home("agentstack-e2e-home-") as home:
+        yield home
 
 
 def test_claude_code_confined_end_to_end(tmp_path: Path, var_home: Path) -> None:

@@ -23,10 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, make_project, run_cli
 from tests.harness.binaries import harness_bin
 from tests.harness.drive import NOTES_SERVER, run_claude
 from tests.harness.mock_model import MockModel, ToolCall
+
+# agentstack's commands run in this process (their answers are the library's); the harness is the
+# real process.
+from tests.support.cli import ok_in_process
+from tests.support.cli import run_cli_in_process as run_cli
+from tests.support.project import git, make_project
 
 pytestmark = pytest.mark.slow
 
@@ -63,8 +68,7 @@ def _market(path: Path, log: Path) -> Path:
 
 
 def _ok(*args: str, cwd: Path) -> str:
-    result = run_cli(*args, cwd=cwd)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = ok_in_process(*args, cwd=cwd)
     return result.stdout + result.stderr
 
 

@@ -21,7 +21,7 @@ from tests.harness.binaries import harness_bin, harness_env
 from tests.harness.drive import NOTES_SERVER, codex_hooks_list, run_claude, run_codex
 from tests.harness.mock_model import MockModel, ToolCall
 from tests.harness.test_harness_e2e import _codex_config, _codex_config_model, _mcp_list
-from tests.support.cli import ok as _ok
+from tests.support.cli import ok_in_process as _ok  # agentstack in process; each harness is real
 
 CALL = ToolCall("mcp__notes__add_note", {"text": "from anywhere"})
 

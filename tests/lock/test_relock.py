@@ -40,6 +40,35 @@ def settle() -> None:
     time.sleep(SLACK_NS / 1e9 + 0.03)
 
 
+class Clock:
+    """The clock the racy-timestamp rule reads (`time.time_ns` in relock and treehash): the real
+    one, or stopped at an instant the test chooses, so what is inside the window does not depend
+    on how fast a loaded machine gets from one step to the next."""
+
+    def __init__(self) -> None:
+        self.stopped: int | None = None
+
+    def time_ns(self) -> int:
+        return time.time_ns() if self.stopped is None else self.stopped
+
+    def just_after(self, *paths: Path) -> None:
+        """Stop the clock inside the racy window of the newest change to `paths` (half the window
+        after its ctime): a lock now begins too soon after it for a record to vouch for it."""
+        self.stopped = max(os.stat(path).st_ctime_ns for path in paths) + SLACK_NS // 2
+
+    def past_the_window(self) -> None:
+        """Move the clock on beyond the window of every timestamp written so far (and stop it)."""
+        self.stopped = time.time_ns() + 2 * SLACK_NS
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    stopped = Clock()
+    monkeypatch.setattr(relock, "time", stopped)
+    monkeypatch.setattr(treehash, "time", stopped)
+    return stopped
+
+
 MANIFEST = str(manifest("p", "claude-code", "codex").skill("s").server("local", "servers/a.py")
                .instructions("base.md"))
 
@@ -226,7 +255,7 @@ def test_a_record_never_vouches_for_a_lock_a_full_resolution_would_change(
 
 
 def test_a_change_inside_the_racy_window_is_rehashed_and_not_recorded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock
 ) -> None:
     root = project(tmp_path)
     assert lock(root) == 0
@@ -241,6 +270,7 @@ def test_a_change_inside_the_racy_window_is_rehashed_and_not_recorded(
     monkeypatch.setattr(treehash, "_open_digest", counting)
     _edit_same_size(root)
     assert not fast(root)  # the ctime moved
+    clock.just_after(root / "skills/s/lib/deep/data.txt")  # the lock begins right after the edit
     assert lock(root) == 0
     assert read == ["data.txt"]  # re-hashed; every other file a stat-cache hit
     assert b"DATA" not in (root / "agentstack.lock").read_bytes()
@@ -250,18 +280,25 @@ def test_a_change_inside_the_racy_window_is_rehashed_and_not_recorded(
     read.clear()
     assert lock(root) == 0
     assert read == ["data.txt"]  # ... and the stat cache does not either: read again
-    settle()
+    clock.past_the_window()
+    read.clear()
     assert lock(root) == 0  # once the window has passed, the record is written again
+    assert read == ["data.txt"]  # (the entry stored inside the window was not trusted)
     assert fast(root)
+    record_file(root).unlink()
+    read.clear()
+    assert lock(root) == 0
+    assert read == []  # and, without the record, the stat cache vouches for it too
 
 
-def test_files_written_just_before_a_lock_are_not_recorded(tmp_path: Path) -> None:
+def test_files_written_just_before_a_lock_are_not_recorded(tmp_path: Path, clock: Clock) -> None:
     root = make_project(tmp_path / "p", MANIFEST, FILES).resolve()
     (root / ".git").mkdir()
+    clock.just_after(*(root / rel for rel in FILES), root / "agentstack.toml")
     assert lock(root) == 0  # every file is younger than the racy window
     assert not record_file(root).exists()
     assert not fast(root)
-    settle()
+    clock.past_the_window()
     assert lock(root) == 0
     assert fast(root)
 

@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from agentstack.sandbox import verify
 from agentstack.sandbox import watch as _watch
 from tests.conftest import REPO, make_project, run_cli
 from tests.harness.deadline import scaled
-from tests.support.project import manifest
+from tests.support.project import decoy_home, manifest
 from tests.support.ptyspawn import pty_spawn
 
 PYTHON = verify.system_python()
@@ -115,13 +114,8 @@ MANIFEST = str(manifest("demo", "claude-code", "codex").sandbox(write_dirs=["."]
 @pytest.fixture(scope="module")
 def var_home() -> Iterator[Path]:
     """A HOME outside /tmp with decoys that exist."""
-    base = Path(tempfile.mkdtemp(dir=verify.DECOY_ROOT, prefix="agentstack-test-home-"))
-    (base / ".ssh").mkdir()
-    (base / ".ssh" / "id_ed25519").write_text("DECOY-KEY\n")
-    try:
-        yield base.resolve()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with decoy_home("agentstack-test-home-") as home:
+        yield home
 
 
 def _trusted(root: Path, env: dict[str, str] | None = None) -> Path:

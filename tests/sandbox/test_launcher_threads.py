@@ -30,8 +30,9 @@ import pytest
 
 from tests.conftest import REPO, make_project
 from tests.harness.deadline import scaled
+from tests.support.project import manifest
 
-MANIFEST = '[project]\nname = "threads"\nharnesses = ["claude-code"]\n\n[sandbox]\nwrite_dirs = ["."]\n'
+MANIFEST = str(manifest("threads", "claude-code").sandbox(write_dirs=["."]))
 RUNS = 120
 STALL = 15.0  # seconds without a finished run (idle machine): hung
 

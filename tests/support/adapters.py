@@ -11,12 +11,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import make_project, run_cli
+from tests.conftest import make_project, run_cli_in_process
 from tests.harness.binaries import harness_bin
 from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import MockModel, ToolCall
-from tests.support.cli import ok
+from tests.support.cli import ok_in_process as ok
 
 # The call every end-to-end test makes first: it ran when marker.txt exists.
 TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
@@ -24,7 +24,8 @@ MARKER = "marker.txt"
 
 
 def trust_and_apply(root: Path) -> None:
-    """Review (accepting the high-risk findings these fixtures have) and render."""
+    """Review (accepting the high-risk findings these fixtures have) and render (in this process,
+    as every setup step here: what the tests check is what a real harness does with the files)."""
     ok("trust", "--yes", "--accept-risk", cwd=root)
     ok("apply", "--write", cwd=root)
 
@@ -75,7 +76,7 @@ def _locked(root: Path, *, secret: bool) -> Path:
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     if secret:
         # The servers get their secret through the launcher, from the store (never exported).
-        stored = run_cli("secret", "set", "notes-token", cwd=root, input="t0ken\n")
+        stored = run_cli_in_process("secret", "set", "notes-token", cwd=root, input="t0ken\n")
         assert stored.returncode == 0, stored.stderr
     ok("lock", cwd=root)
     return root.resolve()
@@ -182,7 +183,7 @@ def listed_only_after_trust(binary: str, root: Path, env: Mapping[str, str],
     """Before trust, `apply --write` refuses and `<binary> mcp list` names no locked server;
     after trust + apply, `listed(server, output)` holds for each (`notes`, `journal`). Returns
     the listing after trust."""
-    assert run_cli("apply", "--write", cwd=root).returncode == 1
+    assert run_cli_in_process("apply", "--write", cwd=root).returncode == 1
     before = mcp_list(binary, root, env, timeout=timeout)
     assert "notes" not in before and "journal" not in before, before
     trust_and_apply(root)

@@ -10,7 +10,9 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,3 +164,22 @@ def trusted_example(name: str, dest: Path, *, apply: bool = True) -> Path:
     """A copy of examples/NAME under `dest`, locked, trusted accepting its risk and (unless
     `apply=False`) applied, each command in this process: where most command tests start."""
     return steps(copy_example(name, dest), TRUST_AND_APPLY if apply else TRUST, in_process=True)
+
+
+DECOY_KEY = "DECOY-SSH-KEY\n"
+
+
+@contextmanager
+def decoy_home(prefix: str) -> Iterator[Path]:
+    """A HOME outside /tmp (which sandboxes grant), with a decoy secret that exists
+    (`.ssh/id_ed25519`, holding DECOY_KEY): a denial of it is proved by the kernel's answer, never
+    by a missing file. Removed afterwards."""
+    from agentstack.sandbox import verify
+
+    base = Path(tempfile.mkdtemp(dir=verify.DECOY_ROOT, prefix=prefix))
+    (base / ".ssh").mkdir()
+    (base / ".ssh" / "id_ed25519").write_text(DECOY_KEY)
+    try:
+        yield base.resolve()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
