@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -58,9 +59,6 @@ def share(
     """Write a signed bundle of the locked, trusted setup (deterministic: same inputs, same bytes)."""
     import os
 
-    import agentstack.share.bundle as bundle
-    from agentstack.fsutil import write_atomic
-
     if output is not None and not output.parent.is_dir():
         raise InvalidInput(
             f"-o {output}: the directory {output.parent} does not exist; nothing was written",
@@ -73,13 +71,10 @@ def share(
         if os.environ.get("SOURCE_DATE_EPOCH")
         else time.time()
     )
-    built = bundle.build(
-        root, signing_key, name=name, version=version, now=now,
+    built, output = _write_bundle(
+        output, root, signing_key, name=name, version=version, now=now,
         lifetime_s=parse_expires(expires, now),
     )  # fmt: skip
-    if output is None:
-        output = Path(f"{built.statement.name}-{built.statement.version}.astack")
-    write_atomic(output, built.data, 0o644)
     summary = {
         "bundle": built.digest,
         "file": str(output),
@@ -87,7 +82,7 @@ def share(
         "version": built.statement.version,
         "expires": built.statement.expires,
         "consent": built.statement.consent,
-        "members": len(built.statement.members),
+        "members": built.statement.member_count,
         "signer": signing_key.public.fingerprint,
     }
     if as_json:
@@ -95,7 +90,7 @@ def share(
     else:
         echo(
             f"wrote {output}: {built.statement.name} {built.statement.version}, "
-            f"{len(built.statement.members)} files, digest {built.statement.consent}, "
+            f"{built.statement.member_count} files, digest {built.statement.consent}, "
             f"signed by {signing_key.public.fingerprint}, expires {built.statement.expires}"
         )
 
@@ -129,9 +124,10 @@ def inspect(
         write_atomic(statement, opened.statement_bytes, 0o644)
         write_atomic(Path(f"{statement}.sig"), opened.signature, 0o644)
     report = {
-        **{k: v for k, v in st.to_json().items() if k != "members"},
-        "members": len(st.members),
-        "size": sum(m.size for m in st.members),
+        **{k: v for k, v in st.to_json().items() if k not in ("members", "manifest")},
+        "format": st.format,
+        "members": st.member_count,
+        "size": st.member_bytes,
         "validity": validity,
         "fingerprint": opened.signer_key.fingerprint,
         "signer": opened.principals,
@@ -148,7 +144,8 @@ def inspect(
         f"created   {st.created}; expires {st.expires} ({validity})",
         f"consent   {st.consent}",
         f"lock      {st.lock}",
-        f"members   {len(st.members)} files, {report['size']} bytes",
+        f"members   {st.member_count} files, {report['size']} bytes"
+        + (f" (format {st.format}: listed in the statement)" if st.manifest is None else ""),
     ]
     sys.stdout.write("\n".join(lines) + "\n")
     if statement is not None:
@@ -156,6 +153,39 @@ def inspect(
             f"wrote {statement} and {statement}.sig; check them with: ssh-keygen -Y verify "
             f"-n agentstack-bundle -f ALLOWED_SIGNERS -I PRINCIPAL -s {statement}.sig < {statement}"
         )
+
+
+def _write_bundle(output: Path | None, root: Path, signing_key: Any, **how: Any) -> tuple[Any, Path]:
+    """Build the bundle into a temporary file beside its destination (streamed: memory does
+    not grow with the files' bytes), then fsync and rename it into place; on any refusal the
+    temporary file goes and nothing is created."""
+    import os
+    import tempfile
+
+    import agentstack.share.bundle as bundle
+
+    directory = output.parent if output is not None else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=".agentstack-share-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            built = bundle.build(root, signing_key, out=handle, **how)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        if output is None:
+            output = Path(f"{built.statement.name}-{built.statement.version}.astack")
+        os.replace(tmp, output)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return built, output
 
 
 def _key(key: str | None, ssh_key: Path | None) -> Any:

@@ -184,7 +184,9 @@ def base_parts(root: Path) -> Parts:
         "lock": b3((root / "agentstack.lock").read_bytes()),
         "members": [m.to_json() for m, _ in collected],
     }
-    return Parts(doc=doc, members=[(m.path, data, m.executable) for m, data in collected])
+    # The corpus is of format 1 (the members listed in the statement), which receive still
+    # reads; format 2's member manifest has its own tests (test_bundle_manifest.py).
+    return Parts(doc=doc, members=[(m.path, load(), m.executable) for m, load in collected])
 
 
 # ------------------------------------------------------------------------------ the corpus
