@@ -247,7 +247,9 @@ def parse_statement(data: bytes) -> Statement:
     if not isinstance(doc, dict):
         raise bad("is not a JSON object")
     keys = {"agentstack_bundle", "name", "version", "created", "expires", "consent", "lock"}
-    fmt = doc.get("agentstack_bundle")
+    if "agentstack_bundle" not in doc:
+        raise bad(f"must have exactly the fields {', '.join(sorted(keys | {'manifest'}))}")
+    fmt = doc["agentstack_bundle"]
     if type(fmt) is not int or fmt not in READ_FORMATS:
         raise reject(
             "unsupported-format",

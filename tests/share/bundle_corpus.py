@@ -427,7 +427,7 @@ def corpus() -> dict[str, Case]:
             "bad-statement",
             lambda p: _with(p, statement_bytes=b"[" * 200_000 + b"]" * 200_000).build(),
         ),
-        "unsupported-format": Case("unsupported-format", _doc(agentstack_bundle=2)),
+        "unsupported-format": Case("unsupported-format", _doc(agentstack_bundle=3)),
         "too-many-members": Case("too-many-members", lambda p: p.build(), caps={"MAX_MEMBERS": 3}),
         "file-too-large": Case("file-too-large", lambda p: p.build(), caps={"MAX_FILE_BYTES": 10}),
         "total-too-large": Case("too-large", lambda p: p.build(), caps={"MAX_TOTAL_BYTES": 100}),
