@@ -65,6 +65,7 @@ _VERSION_RE = re.compile(r"[0-9]{1,10}(\.[0-9]{1,10}){0,3}")
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _SHA1_RE = re.compile(r"[0-9a-f]{40}")
+_DIGEST_RE = re.compile(r"b3:[0-9a-f]{64}")  # agentstack.canonical.is_digest, as one regex
 
 
 # ------------------------------------------------------------------------------ the statement
@@ -89,7 +90,28 @@ class Member:
 
 
     def line(self) -> bytes:
-        """The member's line in the member manifest (format 2): canonical JSON and a newline."""
+        """The member's line in the member manifest (format 2): canonical JSON and a newline
+        (spelled directly for the names JSON writes as they are: printable ASCII without a
+        quote or backslash; tests/share/test_bundle_manifest.py checks both agree)."""
+        path, digest = self.path, self.blake3
+        if (
+            path.isascii()
+            and path.isprintable()
+            and '"' not in path
+            and "\\" not in path
+            and digest.isascii()
+            and digest.isprintable()
+            and '"' not in digest
+            and "\\" not in digest
+            and self.kind in ("file", "link")
+            and type(self.size) is int
+            and type(self.executable) is bool
+        ):
+            flag = "true" if self.executable else "false"
+            return (
+                f'{{"blake3":"{digest}","executable":{flag},"kind":"{self.kind}",'
+                f'"path":"{path}","size":{self.size}}}\n'
+            ).encode()
         return canonical_bytes(self.to_json()) + b"\n"
 
 
@@ -225,7 +247,7 @@ def parse_member(item: Any, bad: Callable[[str], BundleRejected] = _bad_statemen
     path, size = item["path"], item["size"]
     if not isinstance(path, str) or type(size) is not int or size < 0:
         raise bad("has a member with a bad path or size")
-    if not isinstance(item["blake3"], str) or not is_digest(item["blake3"]):
+    if not isinstance(item["blake3"], str) or not _DIGEST_RE.fullmatch(item["blake3"]):
         raise bad(f"member {path[:80]!r} has an invalid blake3 digest")
     if type(item["executable"]) is not bool or item["kind"] not in ("file", "link"):
         raise bad(f"member {path[:80]!r} has an invalid executable flag or kind")
@@ -1140,6 +1162,9 @@ def _stream_listed(
     from agentstack.progress import tick
 
     reader = opened.reader
+    # Each archive name is compared with the manifest's, which passed the name rules already
+    # (and a name that differs is only quoted in the refusal).
+    reader.check_names = False
     total = opened.statement.member_count
     out: list[Member] = []
     for member in listed:

@@ -243,6 +243,7 @@ def find(ident: str, home: Path | None = None) -> Held:
 class Received:
     held: Held
     new: bool
+    contents: Contents | None = None  # what was checked on the way in (saves a re-check)
 
 
 def _floor_problem(
@@ -342,7 +343,7 @@ def receive(path: Path, *, now: float | None = None, home: Path | None = None) -
             ident = bundle_digest[3:]
             final = root / ident
             if final.exists():
-                return Received(held=find(ident, home), new=False)
+                return Received(held=find(ident, home), new=False, contents=contents)
             meta = {
                 "id": ident,
                 "bundle": bundle_digest,
@@ -379,7 +380,7 @@ def receive(path: Path, *, now: float | None = None, home: Path | None = None) -
             "signer": ",".join(opened.principals),
         },
     )
-    return Received(held=Held(id=ident, path=final, meta=meta), new=True)
+    return Received(held=Held(id=ident, path=final, meta=meta), new=True, contents=contents)
 
 
 # ------------------------------------------------------------------------------ content checks

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import agentstack.share.bundle as bundle
 import agentstack.share.quarantine as quarantine
 import agentstack.share.sshsig as sshsig
-from agentstack.canonical import canonical_bytes
+from agentstack.canonical import CanonicalError, canonical_bytes
 from agentstack.share.archive import BundleRejected
 from agentstack.share.keys import allowed_signers
 from tests.share.bundle_corpus import (
@@ -413,3 +413,24 @@ def test_more_files_than_format_1_could_carry_travel(tmp_path: Path) -> None:
     held = quarantine.receive(out, now=NOW + 60, home=other).held
     statement, contents, _ = quarantine.verify_held(held, home=other)
     assert len(contents.local) == 12_001 and contents.digest == statement.consent
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    path=st.text(min_size=1, max_size=40),
+    digest=st.one_of(st.just("b3:" + "a" * 64), st.text(max_size=70)),
+    size=st.integers(min_value=0, max_value=1 << 40),
+    executable=st.booleans(),
+    kind=st.sampled_from(["file", "link"]),
+)
+def test_a_member_line_is_its_canonical_json(
+    path: str, digest: str, size: int, executable: bool, kind: str
+) -> None:
+    """The manifest line spelled directly is the canonical JSON for every member (a line that
+    differed would refuse good bundles, or accept two spellings)."""
+    member = bundle.Member(path=path, size=size, blake3=digest, executable=executable, kind=kind)
+    try:
+        expected = canonical_bytes(member.to_json()) + b"\n"
+    except (CanonicalError, UnicodeEncodeError):  # no canonical form (lone surrogates)
+        return
+    assert member.line() == expected
