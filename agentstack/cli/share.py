@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import time
@@ -156,35 +155,16 @@ def inspect(
 
 
 def _write_bundle(output: Path | None, root: Path, signing_key: Any, **how: Any) -> tuple[Any, Path]:
-    """Build the bundle into a temporary file beside its destination (streamed: memory does
-    not grow with the files' bytes), then fsync and rename it into place; on any refusal the
-    temporary file goes and nothing is created."""
-    import os
-    import tempfile
-
+    """Build the bundle straight into its file (streamed: memory does not grow with the size of
+    the files), atomically: on any refusal part way nothing is created or replaced."""
     import agentstack.share.bundle as bundle
+    from agentstack.fsutil import write_atomic_with
 
-    directory = output.parent if output is not None else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=".agentstack-share-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            built = bundle.build(root, signing_key, out=handle, **how)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        if output is None:
-            output = Path(f"{built.statement.name}-{built.statement.version}.astack")
-        os.replace(tmp, output)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    if output is None:
+        output = Path(bundle.default_file_name(root, how.get("name"), how.get("version"),
+                                               how["now"]))  # fmt: skip
+    built = write_atomic_with(output, lambda handle: bundle.build(root, signing_key, out=handle,
+                                                                   **how), 0o644)  # fmt: skip
     return built, output
 
 

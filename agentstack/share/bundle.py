@@ -828,6 +828,19 @@ def _refuse_early(lock: dict[str, Any]) -> None:
         )
 
 
+def default_version(moment: float) -> str:
+    return time.strftime("%Y.%m%d.%H%M%S", time.gmtime(float(int(moment))))
+
+
+def default_file_name(root: Path, name: str | None, version: str | None, now: float) -> str:
+    """`NAME-VERSION.astack`, as `build` names the bundle (the project's name, the time)."""
+    if name is None:
+        from agentstack.manifest.load import load_manifest
+
+        name = load_manifest(root).project.name
+    return f"{check_name(name)}-{check_version(version or default_version(now))}.astack"
+
+
 class _Hashing:
     """A write-only file that hashes and counts what passes through it."""
 
@@ -887,9 +900,7 @@ def build(
         raise InvalidInput("--expires must be in the future and at most five years away")
     created = utc(moment)
     bundle_name = check_name(name or manifest.project.name)
-    bundle_version = check_version(
-        version or time.strftime("%Y.%m%d.%H%M%S", time.gmtime(moment))
-    )
+    bundle_version = check_version(version or default_version(moment))
     _refuse_early(lock)
     members = collect_members(root, lock)
     if len(members) > MAX_MEMBERS:
