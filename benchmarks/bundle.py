@@ -39,8 +39,12 @@ from common import REPO, BenchError
 PY = sys.executable
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, int, bytes]:
-    """(CPU seconds, wall seconds, maxrss in KiB, stdout) of one child; BenchError on failure."""
+Run = tuple[float, float, int, bytes, float]
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> Run:
+    """(CPU seconds, wall seconds, maxrss in KiB, stdout, user CPU seconds) of one child;
+    BenchError on failure."""
     start = time.perf_counter()
     with tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -55,7 +59,7 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, 
     if proc.returncode != 0:
         tail = (out + err).decode("utf-8", "replace")[-2000:]
         raise BenchError(f"{' '.join(argv[:5])} exited {proc.returncode}:\n{tail}")
-    return usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss, out
+    return usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss, out, usage.ru_utime
 
 
 def generate(root: Path, files: int, average: int) -> None:
@@ -120,7 +124,7 @@ def measure(n: int, average: int, where: Path, release: bool) -> list[tuple[str,
     tarball = where / "t.tar.gz"
     czf = run(["tar", "czf", str(tarball), "-C", str(project), "."], where, alice)
 
-    def untar() -> tuple[float, float, int, bytes]:
+    def untar() -> Run:
         (where / "x").mkdir()
         try:
             return run(["tar", "xzf", str(tarball), "-C", str(where / "x")], where, alice)
@@ -132,8 +136,10 @@ def measure(n: int, average: int, where: Path, release: bool) -> list[tuple[str,
     before = untar()
     received = run([PY, "-m", "agentstack", "receive", str(out), "--json"], where, bob)
     after = untar()
-    xzf = ((before[0] + after[0]) / 2, (before[1] + after[1]) / 2, max(before[2], after[2]), b"")
-    print(f"  tar xzf before / after receive: {before[0]:.2f} / {after[0]:.2f} s CPU", flush=True)
+    xzf = ((before[0] + after[0]) / 2, (before[1] + after[1]) / 2, max(before[2], after[2]), b"",
+           (before[4] + after[4]) / 2)
+    print(f"  tar xzf before / after receive: {before[0]:.2f} / {after[0]:.2f} s CPU (user "
+          f"{before[4]:.2f} / {after[4]:.2f})", flush=True)
     import json
 
     ident = json.loads(received[3])["id"]
@@ -143,6 +149,8 @@ def measure(n: int, average: int, where: Path, release: bool) -> list[tuple[str,
         ("tar czf", *czf[:3], "-", 0.0),
         ("tar xzf", *xzf[:3], "-", 0.0),
     ]
+    print(f"  receive user {received[4]:.2f} s + system {received[0] - received[4]:.2f} s; "
+          f"tar xzf user {xzf[4]:.2f} s + system {xzf[0] - xzf[4]:.2f} s", flush=True)
     if release:
         into = where / "into"
         rel = run([PY, "-m", "agentstack", "quarantine", "release", ident, "--into", str(into),
