@@ -911,7 +911,20 @@ def build(
     too_big = [m.path for m, _ in members if m.size > MAX_FILE_BYTES]
     if too_big:
         raise Refused(f"{too_big[0]} is larger than {MAX_FILE_BYTES} bytes")
-    listing = b"".join(m.line() for m, _ in members)
+    lines = [m.line() for m, _ in members]
+    wide = next(
+        (m.path for (m, _), line in zip(members, lines, strict=True)
+         if len(line) > MAX_MANIFEST_LINE),
+        None,
+    )  # fmt: skip
+    if wide is not None:
+        raise Refused(
+            f"{wide.removeprefix('files/')[:120]} cannot travel in a bundle: its name takes more "
+            f"than the {MAX_MANIFEST_LINE} bytes a receiver reads per member",
+            hint="rename it, then run 'agentstack lock' and share again",
+        )
+    listing = b"".join(lines)
+    del lines
     if len(listing) > MAX_MANIFEST_BYTES:
         raise Refused(
             "the member manifest would be larger than a receiver reads (too many files)",
