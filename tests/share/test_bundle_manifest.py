@@ -434,3 +434,39 @@ def test_a_member_line_is_its_canonical_json(
     except (CanonicalError, UnicodeEncodeError):  # no canonical form (lone surrogates)
         return
     assert member.line() == expected
+
+
+_COMPONENT = st.text(alphabet="aAbé", min_size=1, max_size=3)
+_PATH = st.lists(_COMPONENT, min_size=1, max_size=3).map(lambda parts: "files/" + "/".join(parts))
+
+
+@settings(max_examples=500, deadline=None)
+@given(paths=st.lists(_PATH, min_size=1, max_size=12))
+def test_the_streaming_checks_agree_with_the_whole_list_checks(paths: list[str]) -> None:
+    """The manifest is checked line by line with hashes, never the whole list: it refuses exactly
+    the lists that format 1's whole-list checks refuse (a path twice, two spellings of one path,
+    a path inside another's)."""
+    import unicodedata
+
+    paths = sorted({unicodedata.normalize("NFC", p) for p in paths} | set(paths),
+                   key=lambda p: p.encode())  # fmt: skip
+    paths = [p for p in paths if unicodedata.normalize("NFC", p) == p]
+    lines = [_line(p, b"", False) for p in paths]
+    ref = bundle.ManifestRef(blake3=_b3(b"".join(lines)), size=len(b"".join(lines)),
+                             members=len(lines), bytes=0)  # fmt: skip
+    keys = [bundle._collision_key(p) for p in paths]
+    expected_refused = len(set(keys)) < len(keys) or any(
+        "/".join(key.split("/")[:depth]) in set(keys)
+        for key in keys
+        for depth in range(1, key.count("/") + 1)
+    )
+    checker = bundle.ManifestChecker(ref)
+    try:
+        for line in lines:
+            checker.feed(line)
+        checker.finish()
+    except BundleRejected as exc:
+        assert expected_refused, (paths, exc.message)
+        assert exc.code in ("case-collision", "path-conflict", "duplicate-member")
+        return
+    assert not expected_refused, paths
