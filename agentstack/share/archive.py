@@ -81,7 +81,9 @@ def check_name(path: str) -> None:
             f"member {shown} has a path that is too long or deep (at most {MAX_PATH_BYTES} "
             f"bytes and {MAX_DEPTH} components)",
         )
-    longest = max(len(p.encode("utf-8")) for p in parts)
+    longest = (
+        max(map(len, parts)) if path.isascii() else max(len(p.encode("utf-8")) for p in parts)
+    )
     if longest > MAX_COMPONENT_BYTES:
         raise reject(
             "name-too-long",

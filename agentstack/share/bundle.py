@@ -446,14 +446,16 @@ class ManifestChecker:
                 "path-conflict", f"member {member.path[:80]!r} is also another member's directory"
             )
         self._files.add(hashed)
-        parts = key.split("/")
-        for depth in range(1, len(parts)):
-            prefix = hash("/".join(parts[:depth]))
+        slash = key.find("/")
+        while slash >= 0:
+            prefix = hash(key[:slash])
             if prefix in self._files:
                 raise reject(
                     "path-conflict", f"member {member.path[:80]!r} lies inside another member's path"
                 )
             self._dirs.add(prefix)
+            slash = key.find("/", slash + 1)
+        parts = key.split("/")
         if parts[0] == "files":
             folded = [_fold(p) for p in parts[1:]] if not key.isascii() else parts[1:]
             prefix_text = ""
