@@ -45,6 +45,7 @@ Run = tuple[float, float, int, bytes, float]
 def run(argv: list[str], cwd: Path, env: dict[str, str]) -> Run:
     """(CPU seconds, wall seconds, maxrss in KiB, stdout, user CPU seconds) of one child;
     BenchError on failure."""
+    os.sync()  # the previous step's dirty pages are not this one's to wait for
     start = time.perf_counter()
     with tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
