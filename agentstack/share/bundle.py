@@ -1,9 +1,11 @@
 """`.astack` bundles: a signed statement plus every byte of a locked setup (docs/share.md).
 
 A bundle is a gzip-compressed POSIX tar written byte for byte by `agentstack.share.archive` (members
-sorted by raw UTF-8 path), so the same inputs give the same bytes. Its
-first member is `statement.json` (canonical JSON), its second `statement.sig` (an SSHSIG over the
-statement, namespace `agentstack-bundle`); then the members the statement lists:
+sorted by raw UTF-8 path), so the same inputs give the same bytes. Its first member is
+`statement.json` (canonical JSON), its second `statement.sig` (an SSHSIG over the statement,
+namespace `agentstack-bundle`), its third (format 2) `members.jsonl`, the member manifest the
+statement signs by blake3, size, count and bytes: one canonical JSON line per member, in the
+archive's order. Then the members:
 
 - `files/agentstack.toml`, `files/agentstack.lock`, and `files/<path>` for every local file the
   lock pins (found by walking the lock's file entries, whatever section they are in);
@@ -12,9 +14,12 @@ statement, namespace `agentstack-bundle`); then the members the statement lists:
   needs no network and can check the content against the lock without running git
   (`agentstack.share.gitobjects`).
 
-This module builds bundles (`build`), and opens them: `open_bundle` verifies the statement and its
-signature before anything else is read, `stream_members` checks every member against the statement
-both ways while the strict reader of `agentstack.share.archive` inflates it.
+Format 1 (still read) lists the members inside the statement instead of a manifest.
+
+This module builds bundles (`build`, streamed into a file), and opens them: `open_bundle` verifies
+the statement and its signature before anything else is read, `stream_members` checks the member
+manifest against the statement and then every member against the manifest's next line while the
+strict reader of `agentstack.share.archive` inflates it (`ManifestChecker`: bounded memory).
 """
 
 from __future__ import annotations
@@ -947,8 +952,10 @@ def build(
     if len(statement_bytes) > MAX_STATEMENT_BYTES:
         raise Refused("the statement would be larger than a receiver accepts")
     signature = sshsig.sign(key, statement_bytes).encode()
-    memory = io.BytesIO() if out is None else None
-    sink = _Hashing(memory if memory is not None else out)  # type: ignore[arg-type]
+    memory: io.BytesIO | None = None
+    if out is None:
+        memory = out = io.BytesIO()
+    sink = _Hashing(out)
     from agentstack.progress import tick
 
     with gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=6, mtime=0) as gz:
