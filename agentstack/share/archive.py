@@ -5,7 +5,7 @@ Writing is deterministic: mtime 0, uid/gid 0, no user names, modes 0644/0755, gz
 file name; a name longer than ustar allows goes into a pax header holding only `path`.
 
 Reading accepts only regular-file members (and `path`-only pax headers), checks every header's
-checksum and magic, and inflates exactly the bytes asked for: the inflation ratio and the total are
+checksum and magic, and inflates at most one 64 KiB chunk ahead of what is asked for: the ratio and the total are
 checked as the stream is inflated, so a decompression bomb is refused before it is expanded into
 memory or onto disk, and anything after the end-of-archive marker is refused. (`tarfile` and
 `zipfile` strip `/` and `..` silently, follow pax overrides, or let the last duplicate win.)
@@ -186,8 +186,9 @@ def write_archive(members: list[tuple[str, bytes, bool]]) -> bytes:
 
 
 class Inflater:
-    """Reads exactly the bytes asked for from a gzip stream, never inflating more than that, and
-    refuses a stream that inflates beyond the caps (a decompression bomb) as soon as it does."""
+    """Reads the bytes asked for from a gzip stream, never inflating more than one chunk (64 KiB)
+    ahead of them, and refuses a stream that inflates beyond the caps (a decompression bomb) as
+    soon as it does."""
 
     def __init__(self, handle: IO[bytes], limit: int) -> None:
         self.handle = handle
@@ -196,6 +197,11 @@ class Inflater:
         self.total_in = 0
         self.total_out = 0
         self.hasher = blake3.blake3()  # of the compressed file: the bundle digest
+        # Inflated, not yet read: at most one chunk is inflated ahead of what was asked for (a
+        # header or a small member costs a slice, not a call into zlib), and every chunk passes
+        # the bomb checks before any of it is handed on.
+        self._buf = b""
+        self._pos = 0
 
     def _feed(self) -> bytes:
         if self.z.unconsumed_tail:
@@ -206,7 +212,12 @@ class Inflater:
         return chunk
 
     def read(self, n: int) -> bytes:
-        out = bytearray()
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos >= n:
+            self._pos = pos + n
+            return buf[pos : pos + n]
+        out = bytearray(buf[pos:])
+        self._buf, self._pos = b"", 0
         while len(out) < n:
             if self.z.eof:
                 raise reject("truncated", "the archive ends in the middle of a member")
@@ -214,12 +225,17 @@ class Inflater:
             if not data:
                 raise reject("truncated", "the file ends before the archive does (truncated)")
             try:
-                chunk = self.z.decompress(data, n - len(out))
+                # The first read exactly (damage right at the start is "not a bundle").
+                want = n - len(out) if self.total_out == 0 else max(n - len(out), _CHUNK)
+                chunk = self.z.decompress(data, want)
             except zlib.error as exc:
                 raise reject("corrupt", f"the compressed data is damaged ({exc})") from None
             self.total_out += len(chunk)
             self._check()
             out += chunk
+        if len(out) > n:
+            self._buf = bytes(out[n:])
+            del out[n:]
         return bytes(out)
 
     def _check(self) -> None:
@@ -236,6 +252,9 @@ class Inflater:
 
     def finish(self) -> None:
         """After the end-of-archive blocks: only zero padding, then the gzip trailer, then EOF."""
+        if self._buf[self._pos :].strip(b"\0"):
+            raise reject("trailing-data", "there is data after the end-of-archive marker")
+        self._buf, self._pos = b"", 0
         while not self.z.eof:
             data = self._feed()
             if not data:
