@@ -17,8 +17,11 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO, TypeVar
+
+T = TypeVar("T")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -175,6 +178,42 @@ def _write_atomic(path: Path, data: bytes, mode: int | None, base: Path | None) 
             raise storage_error(
                 exc, path, f"making {path} durable (it is written; the disk may not keep it)"
             ) from exc
+
+
+def write_atomic_with(path: Path, produce: Callable[[BinaryIO], T], mode: int | None = None, *,
+                      base: Path | None = None) -> T:
+    """`write_atomic` of what `produce(handle)` writes (streamed, for content too large to hold):
+    the same temp file, fsync, rename and directory fsync; when `produce` raises, the temp file
+    is removed and `path` is left as it was. Returns what `produce` returns."""
+    path = Path(path)
+    try:
+        with open_parent(path, base) as dir_fd:
+            name = path.name
+            final = _final_mode(dir_fd, name, mode)
+            tmp = f".{name}.agentstack-{os.urandom(6).hex()}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=dir_fd)
+            try:
+                try:
+                    with os.fdopen(fd, "wb", closefd=False) as handle:
+                        result = produce(handle)
+                    os.fchmod(fd, final)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise
+            os.fsync(dir_fd)
+            return result
+    except OSError as exc:
+        from agentstack.storage import storage_error
+
+        raise storage_error(
+            exc, path, f"writing {path} (left as it was: it is replaced whole or not at all)"
+        ) from exc
 
 
 def link_atomic(path: Path, target: str, *, base: Path | None = None) -> None:

@@ -15,6 +15,8 @@ the project is the top of an empty git checkout; harnesses Claude Code and Codex
 Each command runs once (a shared machine: one run per figure, no loops) and is measured in CPU
 seconds (user + system of the child, getrusage), the anchors in the same run:
 
+* skill setups also `share` (after trust) and `receive` of the bundle in a second home, against
+  `tar czf` of the project and `tar xzf` of that (benchmarks/bundle.py's measure, with maxrss);
 * first lock (lock with no lock and an empty cache), re-lock (unchanged), re-lock after one
   file of the tree was edited (anchor: the unchanged re-lock plus `b3sum` of that file), then `trust --yes`,
   `apply --write` (first), `apply --write` (unchanged), `status`, the guard (one steady call
@@ -184,6 +186,39 @@ def profile(s: Setup, out: Path, label: str, *args: str) -> None:
     (out / f"{label}.txt").write_text(text.getvalue(), encoding="utf-8")
 
 
+def share_rows(s: Setup, where: Path) -> list[tuple[str, float, str, float]]:
+    """`share` of the trusted setup and `receive` of it in a second home, against `tar czf` of
+    the project and `tar xzf` of that (just before and after receive: the mean), with maxrss."""
+    from bundle import run as child
+
+    bob = dict(s.env, AGENTSTACK_HOME=str(where / "bob/agentstack"),
+               AGENTSTACK_CACHE=str(where / "bob/cache"))
+    public = child(s.cli("keys", "generate", "k"), s.project, s.env)[3].decode().strip()
+    child(s.cli("keys", "trust", "alice", public), where, bob)
+    out = where / "b.astack"
+    shared = child(s.cli("share", "-o", str(out), "--key", "k"), s.project, s.env)
+    tarball = where / "t.tar.gz"
+    czf = child(["tar", "czf", str(tarball), "--exclude=.git", "-C", str(s.project), "."], where,
+                s.env)
+
+    def untar() -> float:
+        (where / "x").mkdir()
+        try:
+            return child(["tar", "xzf", str(tarball), "-C", str(where / "x")], where, s.env)[0]
+        finally:
+            shutil.rmtree(where / "x")
+
+    before = untar()
+    received = child(s.cli("receive", str(out)), where, bob)
+    xzf = (before + untar()) / 2
+    print(f"  share maxrss {shared[2] / 1024:.1f} MB, receive maxrss {received[2] / 1024:.1f} MB",
+          flush=True)
+    for path in (out, tarball):
+        path.unlink()
+    shutil.rmtree(where / "bob", ignore_errors=True)
+    return [("share", shared[0], "tar czf", czf[0]), ("receive", received[0], "tar xzf", xzf)]
+
+
 def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tuple[str, float,
                                                                                      str, float]]:
     s = Setup(where, args.src)
@@ -240,6 +275,8 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     listing.write_text("\0".join(paths))
     lstat = min(cpu_of([PY, "-I", "-c", LSTAT, str(listing)], s.project, s.env)
                 for _ in range(3))
+    if kind == "skill":
+        rows += share_rows(s, where)
     rows += [
         ("first lock", first, "-", 0.0),
         ("re-lock, unchanged", relock, "first lock", first),
@@ -297,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
           " (re-lock + hashing that file);"
           " apply first <= 3x cp -r; apply unchanged"
           " <= 2x re-lock; status <= 1.5x git status; guard <= 1.2x (py -I + lstat), <= 1.5x"
-          " python -I -c pass in a monorepo; 1,000 servers: each under 1 s CPU")
+          " python -I -c pass in a monorepo; 1,000 servers: each under 1 s CPU; receive <= 2x tar xzf")
     print(f"load avg at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -31,7 +31,12 @@ def receive(
 
     result = do_receive(bundle_path)
     meta = result.held.meta
-    checked = _boundary_report(result.held, None)
+    if result.contents is not None:  # checked on the way in: no second pass over the files
+        from agentstack.consent.boundary import report
+
+        checked = report(result.contents.document, None)
+    else:
+        checked = _boundary_report(result.held, None)
     if as_json:
         print_json({**meta, "new": result.new,
                     "boundary": checked.to_json() if checked is not None else None})

@@ -58,9 +58,6 @@ def share(
     """Write a signed bundle of the locked, trusted setup (deterministic: same inputs, same bytes)."""
     import os
 
-    import agentstack.share.bundle as bundle
-    from agentstack.fsutil import write_atomic
-
     if output is not None and not output.parent.is_dir():
         raise InvalidInput(
             f"-o {output}: the directory {output.parent} does not exist; nothing was written",
@@ -73,13 +70,10 @@ def share(
         if os.environ.get("SOURCE_DATE_EPOCH")
         else time.time()
     )
-    built = bundle.build(
-        root, signing_key, name=name, version=version, now=now,
+    built, output = _write_bundle(
+        output, root, signing_key, name=name, version=version, now=now,
         lifetime_s=parse_expires(expires, now),
     )  # fmt: skip
-    if output is None:
-        output = Path(f"{built.statement.name}-{built.statement.version}.astack")
-    write_atomic(output, built.data, 0o644)
     summary = {
         "bundle": built.digest,
         "file": str(output),
@@ -87,7 +81,7 @@ def share(
         "version": built.statement.version,
         "expires": built.statement.expires,
         "consent": built.statement.consent,
-        "members": len(built.statement.members),
+        "members": built.statement.member_count,
         "signer": signing_key.public.fingerprint,
     }
     if as_json:
@@ -95,7 +89,7 @@ def share(
     else:
         echo(
             f"wrote {output}: {built.statement.name} {built.statement.version}, "
-            f"{len(built.statement.members)} files, digest {built.statement.consent}, "
+            f"{built.statement.member_count} files, digest {built.statement.consent}, "
             f"signed by {signing_key.public.fingerprint}, expires {built.statement.expires}"
         )
 
@@ -129,9 +123,10 @@ def inspect(
         write_atomic(statement, opened.statement_bytes, 0o644)
         write_atomic(Path(f"{statement}.sig"), opened.signature, 0o644)
     report = {
-        **{k: v for k, v in st.to_json().items() if k != "members"},
-        "members": len(st.members),
-        "size": sum(m.size for m in st.members),
+        **{k: v for k, v in st.to_json().items() if k not in ("members", "manifest")},
+        "format": st.format,
+        "members": st.member_count,
+        "size": st.member_bytes,
         "validity": validity,
         "fingerprint": opened.signer_key.fingerprint,
         "signer": opened.principals,
@@ -148,7 +143,8 @@ def inspect(
         f"created   {st.created}; expires {st.expires} ({validity})",
         f"consent   {st.consent}",
         f"lock      {st.lock}",
-        f"members   {len(st.members)} files, {report['size']} bytes",
+        f"members   {st.member_count} files, {report['size']} bytes"
+        + (f" (format {st.format}: listed in the statement)" if st.manifest is None else ""),
     ]
     sys.stdout.write("\n".join(lines) + "\n")
     if statement is not None:
@@ -156,6 +152,20 @@ def inspect(
             f"wrote {statement} and {statement}.sig; check them with: ssh-keygen -Y verify "
             f"-n agentstack-bundle -f ALLOWED_SIGNERS -I PRINCIPAL -s {statement}.sig < {statement}"
         )
+
+
+def _write_bundle(output: Path | None, root: Path, signing_key: Any, **how: Any) -> tuple[Any, Path]:
+    """Build the bundle straight into its file (streamed: memory does not grow with the size of
+    the files), atomically: on any refusal part way nothing is created or replaced."""
+    import agentstack.share.bundle as bundle
+    from agentstack.fsutil import write_atomic_with
+
+    if output is None:
+        output = Path(bundle.default_file_name(root, how.get("name"), how.get("version"),
+                                               how["now"]))  # fmt: skip
+    built = write_atomic_with(output, lambda handle: bundle.build(root, signing_key, out=handle,
+                                                                   **how), 0o644)  # fmt: skip
+    return built, output
 
 
 def _key(key: str | None, ssh_key: Path | None) -> Any:

@@ -5,7 +5,7 @@ Writing is deterministic: mtime 0, uid/gid 0, no user names, modes 0644/0755, gz
 file name; a name longer than ustar allows goes into a pax header holding only `path`.
 
 Reading accepts only regular-file members (and `path`-only pax headers), checks every header's
-checksum and magic, and inflates exactly the bytes asked for: the inflation ratio and the total are
+checksum and magic, and inflates at most one 64 KiB chunk ahead of what is asked for: the ratio and the total are
 checked as the stream is inflated, so a decompression bomb is refused before it is expanded into
 memory or onto disk, and anything after the end-of-archive marker is refused. (`tarfile` and
 `zipfile` strip `/` and `..` silently, follow pax overrides, or let the last duplicate win.)
@@ -81,7 +81,9 @@ def check_name(path: str) -> None:
             f"member {shown} has a path that is too long or deep (at most {MAX_PATH_BYTES} "
             f"bytes and {MAX_DEPTH} components)",
         )
-    longest = max(len(p.encode("utf-8")) for p in parts)
+    longest = (
+        max(map(len, parts)) if path.isascii() else max(len(p.encode("utf-8")) for p in parts)
+    )
     if longest > MAX_COMPONENT_BYTES:
         raise reject(
             "name-too-long",
@@ -184,8 +186,9 @@ def write_archive(members: list[tuple[str, bytes, bool]]) -> bytes:
 
 
 class Inflater:
-    """Reads exactly the bytes asked for from a gzip stream, never inflating more than that, and
-    refuses a stream that inflates beyond the caps (a decompression bomb) as soon as it does."""
+    """Reads the bytes asked for from a gzip stream, never inflating more than one chunk (64 KiB)
+    ahead of them, and refuses a stream that inflates beyond the caps (a decompression bomb) as
+    soon as it does."""
 
     def __init__(self, handle: IO[bytes], limit: int) -> None:
         self.handle = handle
@@ -194,6 +197,11 @@ class Inflater:
         self.total_in = 0
         self.total_out = 0
         self.hasher = blake3.blake3()  # of the compressed file: the bundle digest
+        # Inflated, not yet read: at most one chunk is inflated ahead of what was asked for (a
+        # header or a small member costs a slice, not a call into zlib), and every chunk passes
+        # the bomb checks before any of it is handed on.
+        self._buf = b""
+        self._pos = 0
 
     def _feed(self) -> bytes:
         if self.z.unconsumed_tail:
@@ -204,7 +212,12 @@ class Inflater:
         return chunk
 
     def read(self, n: int) -> bytes:
-        out = bytearray()
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos >= n:
+            self._pos = pos + n
+            return buf[pos : pos + n]
+        out = bytearray(buf[pos:])
+        self._buf, self._pos = b"", 0
         while len(out) < n:
             if self.z.eof:
                 raise reject("truncated", "the archive ends in the middle of a member")
@@ -212,12 +225,17 @@ class Inflater:
             if not data:
                 raise reject("truncated", "the file ends before the archive does (truncated)")
             try:
-                chunk = self.z.decompress(data, n - len(out))
+                # The first read exactly (damage right at the start is "not a bundle").
+                want = n - len(out) if self.total_out == 0 else max(n - len(out), _CHUNK)
+                chunk = self.z.decompress(data, want)
             except zlib.error as exc:
                 raise reject("corrupt", f"the compressed data is damaged ({exc})") from None
             self.total_out += len(chunk)
             self._check()
             out += chunk
+        if len(out) > n:
+            self._buf = bytes(out[n:])
+            del out[n:]
         return bytes(out)
 
     def _check(self) -> None:
@@ -234,6 +252,9 @@ class Inflater:
 
     def finish(self) -> None:
         """After the end-of-archive blocks: only zero padding, then the gzip trailer, then EOF."""
+        if self._buf[self._pos :].strip(b"\0"):
+            raise reject("trailing-data", "there is data after the end-of-archive marker")
+        self._buf, self._pos = b"", 0
         while not self.z.eof:
             data = self._feed()
             if not data:
@@ -279,7 +300,7 @@ def _field(block: bytes, start: int, end: int) -> bytes:
 
 def _number(block: bytes, start: int, end: int, what: str) -> int:
     raw = block[start:end].rstrip(b"\0 ").lstrip(b" ")
-    if not raw or not all(48 <= c <= 55 for c in raw):
+    if not raw or raw.strip(b"01234567"):
         raise reject("bad-header", f"a member header has a malformed {what} field")
     return int(raw, 8)
 
@@ -291,6 +312,8 @@ class TarReader:
     def __init__(self, inflater: Inflater) -> None:
         self.src = inflater
         self._pending = 0
+        # Off only when the caller checks each name against a list it checked itself.
+        self.check_names = True
 
     def next(self) -> TarMember | None:
         if self._pending:
@@ -337,7 +360,8 @@ class TarReader:
                     path = joined.decode("utf-8")
                 except UnicodeDecodeError:
                     raise reject("unsafe-path", "a member name is not UTF-8") from None
-            check_name(path)
+            if self.check_names:
+                check_name(path)
             self._pending = size
             return TarMember(path=path, size=size, executable=bool(mode & 0o100))
 

@@ -1,9 +1,11 @@
 """`.astack` bundles: a signed statement plus every byte of a locked setup (docs/share.md).
 
 A bundle is a gzip-compressed POSIX tar written byte for byte by `agentstack.share.archive` (members
-sorted by raw UTF-8 path), so the same inputs give the same bytes. Its
-first member is `statement.json` (canonical JSON), its second `statement.sig` (an SSHSIG over the
-statement, namespace `agentstack-bundle`); then the members the statement lists:
+sorted by raw UTF-8 path), so the same inputs give the same bytes. Its first member is
+`statement.json` (canonical JSON), its second `statement.sig` (an SSHSIG over the statement,
+namespace `agentstack-bundle`), its third (format 2) `members.jsonl`, the member manifest the
+statement signs by blake3, size, count and bytes: one canonical JSON line per member, in the
+archive's order. Then the members:
 
 - `files/agentstack.toml`, `files/agentstack.lock`, and `files/<path>` for every local file the
   lock pins (found by walking the lock's file entries, whatever section they are in);
@@ -12,9 +14,12 @@ statement, namespace `agentstack-bundle`); then the members the statement lists:
   needs no network and can check the content against the lock without running git
   (`agentstack.share.gitobjects`).
 
-This module builds bundles (`build`), and opens them: `open_bundle` verifies the statement and its
-signature before anything else is read, `stream_members` checks every member against the statement
-both ways while the strict reader of `agentstack.share.archive` inflates it.
+Format 1 (still read) lists the members inside the statement instead of a manifest.
+
+This module builds bundles (`build`, streamed into a file), and opens them: `open_bundle` verifies
+the statement and its signature before anything else is read, `stream_members` checks the member
+manifest against the statement and then every member against the manifest's next line while the
+strict reader of `agentstack.share.archive` inflates it (`ManifestChecker`: bounded memory).
 """
 
 from __future__ import annotations
@@ -38,20 +43,25 @@ from agentstack.share.archive import (
     MAX_DEPTH,
     BundleRejected,
     Inflater,
+    TarMember,
     TarReader,
     reject,
-    write_archive,
 )
 from agentstack.share.archive import check_name as check_archive_name
 from agentstack.share.gitobjects import GitSource, read_mirror_object, walk_git_source
 
-BUNDLE_FORMAT = 1
+BUNDLE_FORMAT = 2  # what `share` writes
+READ_FORMATS = (1, 2)  # what `receive` reads (1: the members listed in the statement itself)
 STATEMENT_NAME = "statement.json"
 SIGNATURE_NAME = "statement.sig"
+MEMBERS_NAME = "members.jsonl"  # format 2: the member manifest the statement signs
 MANIFEST_MEMBER = "files/agentstack.toml"
 LOCK_MEMBER = "files/agentstack.lock"
 MAX_STATEMENT_BYTES = 1 << 20
-MAX_MEMBERS = 10_000
+MAX_MEMBERS = 250_000
+MAX_MEMBERS_V1 = 10_000  # format 1 lists its members inline (at most 1 MiB of statement)
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_MANIFEST_LINE = 2048  # a member line: a path of at most 1,024 bytes and four short fields
 MAX_TOTAL_BYTES = 256 << 20
 MAX_FILE_BYTES = 64 << 20
 CLOCK_SKEW_S = 300
@@ -60,6 +70,7 @@ _VERSION_RE = re.compile(r"[0-9]{1,10}(\.[0-9]{1,10}){0,3}")
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _SHA1_RE = re.compile(r"[0-9a-f]{40}")
+_DIGEST_RE = re.compile(r"b3:[0-9a-f]{64}")  # agentstack.canonical.is_digest, as one regex
 
 
 # ------------------------------------------------------------------------------ the statement
@@ -83,6 +94,52 @@ class Member:
         }
 
 
+    def line(self) -> bytes:
+        """The member's line in the member manifest (format 2): canonical JSON and a newline
+        (spelled directly for the names JSON writes as they are: printable ASCII without a
+        quote or backslash; tests/share/test_bundle_manifest.py checks both agree)."""
+        path, digest = self.path, self.blake3
+        if (
+            path.isascii()
+            and path.isprintable()
+            and '"' not in path
+            and "\\" not in path
+            and digest.isascii()
+            and digest.isprintable()
+            and '"' not in digest
+            and "\\" not in digest
+            and self.kind in ("file", "link")
+            and type(self.size) is int
+            and type(self.executable) is bool
+        ):
+            flag = "true" if self.executable else "false"
+            return (
+                f'{{"blake3":"{digest}","executable":{flag},"kind":"{self.kind}",'
+                f'"path":"{path}","size":{self.size}}}\n'
+            ).encode()
+        return canonical_bytes(self.to_json()) + b"\n"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ManifestRef:
+    """What a format-2 statement signs of its member manifest (`members.jsonl`): the blake3 and
+    size of its bytes, the number of members it lists and the sum of their sizes. Every limit
+    is judged from these before a byte of the manifest is read."""
+
+    blake3: str
+    size: int
+    members: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "blake3": self.blake3,
+            "size": self.size,
+            "members": self.members,
+            "bytes": self.bytes,
+        }
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Statement:
     name: str
@@ -91,19 +148,36 @@ class Statement:
     expires: str
     consent: str
     lock: str
-    members: tuple[Member, ...]
+    members: tuple[Member, ...] = ()  # format 1 only: the members, inline
+    manifest: ManifestRef | None = None  # format 2: the signed member manifest
+    format: int = BUNDLE_FORMAT
+
+    @property
+    def member_count(self) -> int:
+        return self.manifest.members if self.manifest is not None else len(self.members)
+
+    @property
+    def member_bytes(self) -> int:
+        if self.manifest is not None:
+            return self.manifest.bytes
+        return sum(m.size for m in self.members)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "agentstack_bundle": BUNDLE_FORMAT,
+        doc: dict[str, Any] = {
+            "agentstack_bundle": self.format,
             "name": self.name,
             "version": self.version,
             "created": self.created,
             "expires": self.expires,
             "consent": self.consent,
             "lock": self.lock,
-            "members": [m.to_json() for m in self.members],
         }
+        if self.format == 1:
+            doc["members"] = [m.to_json() for m in self.members]
+        else:
+            assert self.manifest is not None
+            doc["manifest"] = self.manifest.to_json()
+        return doc
 
     def encode(self) -> bytes:
         return canonical_bytes(self.to_json()) + b"\n"
@@ -162,12 +236,37 @@ def check_member_path(path: str) -> None:
     )
 
 
+def _bad_statement(problem: str) -> BundleRejected:
+    return reject("bad-statement", f"the statement {problem}")
+
+
+_MEMBER_KEYS = frozenset(("path", "size", "blake3", "executable", "kind"))
+_MANIFEST_KEYS = frozenset(("blake3", "size", "members", "bytes"))
+
+
+def parse_member(item: Any, bad: Callable[[str], BundleRejected] = _bad_statement) -> Member:
+    """One member entry (of a format-1 statement or a line of the member manifest), checked: its
+    fields and their types, the name rules (`check_member_path`) and the per-file size cap."""
+    if not isinstance(item, dict) or item.keys() != _MEMBER_KEYS:
+        raise bad("has a member that is not {path, size, blake3, executable, kind}")
+    path, size = item["path"], item["size"]
+    if not isinstance(path, str) or type(size) is not int or size < 0:
+        raise bad("has a member with a bad path or size")
+    if not isinstance(item["blake3"], str) or not _DIGEST_RE.fullmatch(item["blake3"]):
+        raise bad(f"member {path[:80]!r} has an invalid blake3 digest")
+    if type(item["executable"]) is not bool or item["kind"] not in ("file", "link"):
+        raise bad(f"member {path[:80]!r} has an invalid executable flag or kind")
+    check_member_path(path)
+    if size > MAX_FILE_BYTES:
+        raise reject("file-too-large", f"member {path[:80]!r} is larger than {MAX_FILE_BYTES}")
+    return Member(**item)
+
+
 def parse_statement(data: bytes) -> Statement:
-    """Parse and validate statement bytes (only the canonical spelling is accepted)."""
-
-    def bad(problem: str) -> BundleRejected:
-        return reject("bad-statement", f"the statement {problem}")
-
+    """Parse and validate statement bytes (only the canonical spelling is accepted). Format 2
+    names its member manifest; format 1 (agentstack before the member manifest) lists its
+    members inline, at most MAX_MEMBERS_V1 of them."""
+    bad = _bad_statement
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -175,15 +274,19 @@ def parse_statement(data: bytes) -> Statement:
     if not isinstance(doc, dict):
         raise bad("is not a JSON object")
     keys = {"agentstack_bundle", "name", "version", "created", "expires", "consent", "lock"}
-    if set(doc) != keys | {"members"}:
-        raise bad(f"must have exactly the fields {', '.join(sorted(keys | {'members'}))}")
-    if doc["agentstack_bundle"] != BUNDLE_FORMAT or type(doc["agentstack_bundle"]) is not int:
+    if "agentstack_bundle" not in doc:
+        raise bad(f"must have exactly the fields {', '.join(sorted(keys | {'manifest'}))}")
+    fmt = doc["agentstack_bundle"]
+    if type(fmt) is not int or fmt not in READ_FORMATS:
         raise reject(
             "unsupported-format",
-            f"bundle format {doc['agentstack_bundle']!r} is not supported (this agentstack reads "
-            f"format {BUNDLE_FORMAT})",
+            f"bundle format {str(fmt)[:20]!r} is not supported (this agentstack reads formats "
+            f"{', '.join(map(str, READ_FORMATS))})",
             hint="upgrade agentstack",
         )
+    listing = "members" if fmt == 1 else "manifest"
+    if set(doc) != keys | {listing}:
+        raise bad(f"must have exactly the fields {', '.join(sorted(keys | {listing}))}")
     for field in keys - {"agentstack_bundle"}:
         if not isinstance(doc[field], str):
             raise bad(f"field {field} is not a string")
@@ -200,47 +303,12 @@ def parse_statement(data: bytes) -> Statement:
             raise bad(f"field {field} is not a valid time") from None
     if not is_digest(doc["consent"]) or not is_digest(doc["lock"]):
         raise bad("has an invalid consent or lock digest")
-    raw_members = doc["members"]
-    if not isinstance(raw_members, list):
-        raise bad("members is not a list")
-    if len(raw_members) > MAX_MEMBERS:
-        raise reject("too-many-members", f"the statement lists more than {MAX_MEMBERS} members")
     members: list[Member] = []
-    total = 0
-    seen: dict[str, str] = {}
-    for item in raw_members:
-        if not isinstance(item, dict) or set(item) != {
-            "path",
-            "size",
-            "blake3",
-            "executable",
-            "kind",
-        }:
-            raise bad("has a member that is not {path, size, blake3, executable, kind}")
-        path, size = item["path"], item["size"]
-        if not isinstance(path, str) or type(size) is not int or size < 0:
-            raise bad("has a member with a bad path or size")
-        if not isinstance(item["blake3"], str) or not is_digest(item["blake3"]):
-            raise bad(f"member {path[:80]!r} has an invalid blake3 digest")
-        if type(item["executable"]) is not bool or item["kind"] not in ("file", "link"):
-            raise bad(f"member {path[:80]!r} has an invalid executable flag or kind")
-        check_member_path(path)
-        key = _collision_key(path)
-        if key in seen:
-            code = "duplicate-member" if seen[key] == path else "case-collision"
-            raise reject(code, f"the statement lists {path[:80]!r} and {seen[key][:80]!r}")
-        seen[key] = path
-        if size > MAX_FILE_BYTES:
-            raise reject("file-too-large", f"member {path[:80]!r} is larger than {MAX_FILE_BYTES}")
-        total += size
-        members.append(Member(**item))
-    if total > MAX_TOTAL_BYTES:
-        raise reject("too-large", f"the members add up to more than {MAX_TOTAL_BYTES} bytes")
-    ordered = sorted(members, key=lambda m: m.path.encode("utf-8"))
-    if ordered != members:
-        raise bad("does not list its members in path order")
-    _check_prefixes([m.path for m in members])
-    _check_git_metadata([m.path for m in members])
+    manifest: ManifestRef | None = None
+    if fmt == 1:
+        members = _parse_inline_members(doc["members"])
+    else:
+        manifest = _parse_manifest_ref(doc["manifest"])
     statement = Statement(
         name=doc["name"],
         version=doc["version"],
@@ -249,6 +317,8 @@ def parse_statement(data: bytes) -> Statement:
         consent=doc["consent"],
         lock=doc["lock"],
         members=tuple(members),
+        manifest=manifest,
+        format=fmt,
     )
     try:
         canonical = statement.encode()
@@ -257,6 +327,174 @@ def parse_statement(data: bytes) -> Statement:
     if canonical != data:
         raise bad("is not in canonical form (its bytes were rewritten after signing)")
     return statement
+
+
+def _parse_manifest_ref(raw: Any) -> ManifestRef:
+    bad = _bad_statement
+    if not isinstance(raw, dict) or raw.keys() != _MANIFEST_KEYS:
+        raise bad("has a manifest that is not {blake3, size, members, bytes}")
+    if not isinstance(raw["blake3"], str) or not is_digest(raw["blake3"]):
+        raise bad("has an invalid manifest digest")
+    for field in ("size", "members", "bytes"):
+        if type(raw[field]) is not int or raw[field] < 0:
+            raise bad(f"has an invalid manifest {field}")
+    ref = ManifestRef(**raw)
+    if ref.members > MAX_MEMBERS:
+        raise reject(
+            "too-many-members",
+            f"the statement declares {ref.members} members, more than the {MAX_MEMBERS} a bundle "
+            "may carry",
+        )
+    if ref.bytes > MAX_TOTAL_BYTES:
+        raise reject("too-large", f"the members add up to more than {MAX_TOTAL_BYTES} bytes")
+    if ref.size > MAX_MANIFEST_BYTES or ref.size > ref.members * MAX_MANIFEST_LINE:
+        raise reject(
+            "manifest-too-large",
+            f"the member manifest is declared as {ref.size} bytes for {ref.members} members (at "
+            f"most {MAX_MANIFEST_BYTES} bytes, {MAX_MANIFEST_LINE} per member, are read)",
+        )
+    if ref.members and ref.size < ref.members * 80:
+        raise bad("declares a member manifest too small for its members")
+    return ref
+
+
+def _parse_inline_members(raw_members: Any) -> list[Member]:
+    bad = _bad_statement
+    if not isinstance(raw_members, list):
+        raise bad("members is not a list")
+    if len(raw_members) > min(MAX_MEMBERS, MAX_MEMBERS_V1):
+        raise reject(
+            "too-many-members",
+            f"the statement lists more than {min(MAX_MEMBERS, MAX_MEMBERS_V1)} members",
+        )
+    members: list[Member] = []
+    total = 0
+    seen: dict[str, str] = {}
+    for item in raw_members:
+        member = parse_member(item)
+        path = member.path
+        key = _collision_key(path)
+        if key in seen:
+            code = "duplicate-member" if seen[key] == path else "case-collision"
+            raise reject(code, f"the statement lists {path[:80]!r} and {seen[key][:80]!r}")
+        seen[key] = path
+        total += member.size
+        members.append(member)
+    if total > MAX_TOTAL_BYTES:
+        raise reject("too-large", f"the members add up to more than {MAX_TOTAL_BYTES} bytes")
+    ordered = sorted(members, key=lambda m: m.path.encode("utf-8"))
+    if ordered != members:
+        raise bad("does not list its members in path order")
+    _check_prefixes([m.path for m in members])
+    _check_git_metadata([m.path for m in members])
+    return members
+
+
+class ManifestChecker:
+    """The member manifest of a format-2 bundle, checked line by line as it is read, in memory
+    bounded by what a path needs (sets of hashes, never the lines): each line canonical JSON of one
+    member (`parse_member`), the paths in strictly increasing byte order (so no path twice), no
+    two paths equal once case-folded, no path inside another's, no repository (a `HEAD` beside
+    `objects`, `refs` or `commondir`), and at the end exactly the count and total size the
+    statement signs. A hash collision can only refuse a bundle, never let one through."""
+
+    def __init__(self, ref: ManifestRef) -> None:
+        self.ref = ref
+        self.count = 0
+        self.total = 0
+        self.previous = b""
+        self._files: set[int] = set()
+        self._dirs: set[int] = set()
+        self._heads: set[str] = set()
+        self._siblings: set[str] = set()
+
+    @staticmethod
+    def bad(problem: str) -> BundleRejected:
+        return reject("bad-manifest", f"the member manifest {problem}")
+
+    def feed(self, line: bytes) -> Member:
+        from agentstack.lock.gitmeta import _GITDIR_SIBLINGS, _fold
+
+        number = self.count + 1
+        if len(line) > MAX_MANIFEST_LINE or not line.endswith(b"\n"):
+            raise self.bad(f"line {number} is too long or not terminated")
+        self.count = number
+        if number > self.ref.members:
+            raise self.bad(f"lists more than the {self.ref.members} members the statement signs")
+        try:
+            item = json.loads(line)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise self.bad(f"line {number} is not JSON") from None
+        member = parse_member(item, lambda problem: self.bad(f"line {number} {problem}"))
+        if member.line() != line:
+            raise self.bad(f"line {number} is not in canonical form")
+        raw = member.path.encode("utf-8")
+        if raw <= self.previous:
+            if raw == self.previous:
+                raise reject(
+                    "duplicate-member", f"the member manifest lists {member.path[:80]!r} twice"
+                )
+            raise self.bad("does not list its members in path order")
+        self.previous = raw
+        self.total += member.size
+        if self.total > self.ref.bytes:
+            raise self.bad("lists more bytes than the statement signs")
+        key = _collision_key(member.path) if not member.path.isascii() else member.path.lower()
+        hashed = hash(key)
+        if hashed in self._files:
+            raise reject(
+                "case-collision",
+                f"the member manifest lists {member.path[:80]!r} and another spelling of it",
+            )
+        if hashed in self._dirs:
+            raise reject(
+                "path-conflict", f"member {member.path[:80]!r} is also another member's directory"
+            )
+        self._files.add(hashed)
+        slash = key.find("/")
+        while slash >= 0:
+            prefix = hash(key[:slash])
+            if prefix in self._files:
+                raise reject(
+                    "path-conflict", f"member {member.path[:80]!r} lies inside another member's path"
+                )
+            self._dirs.add(prefix)
+            slash = key.find("/", slash + 1)
+        parts = key.split("/")
+        if parts[0] == "files":
+            folded = [_fold(p) for p in parts[1:]] if not key.isascii() else parts[1:]
+            prefix_text = ""
+            for part in folded:
+                if part in _GITDIR_SIBLINGS:
+                    self._siblings.add(prefix_text)
+                prefix_text += part + "/"
+            if folded and folded[-1] == "head":
+                self._heads.add(prefix_text[: -len("head/")])
+        return member
+
+    def finish(self) -> None:
+        if self.count != self.ref.members or self.total != self.ref.bytes:
+            raise self.bad(
+                f"lists {self.count} members of {self.total} bytes; the statement signs "
+                f"{self.ref.members} of {self.ref.bytes}"
+            )
+        if self._heads & self._siblings:
+            raise reject(
+                "git-metadata",
+                "the member manifest holds a repository (a HEAD with its objects, refs or "
+                "commondir): a bundle never carries a repository",
+            )
+
+
+def read_manifest(handle: IO[bytes], ref: ManifestRef) -> Iterator[Member]:
+    """The members of a manifest file whose bytes were checked against `ref`, each checked."""
+    checker = ManifestChecker(ref)
+    while True:
+        line = handle.readline(MAX_MANIFEST_LINE + 1)
+        if not line:
+            break
+        yield checker.feed(line)
+    checker.finish()
 
 
 def _check_git_metadata(paths: list[str]) -> None:
@@ -382,33 +620,42 @@ def local_roots(lock: dict[str, Any]) -> list[str]:
 
 @dataclass(frozen=True, kw_only=True)
 class BuiltBundle:
-    data: bytes
+    data: bytes  # the bundle's bytes (empty when `build` wrote them to `out`)
     statement: Statement
     statement_bytes: bytes
     signature: bytes
     digest: str
+    size: int = 0
 
 
-def collect_members(root: Path, lock: dict[str, Any]) -> list[tuple[Member, bytes]]:
-    """Every member of the bundle of the project at `root` with its bytes, read from the disk
-    and checked against the lock entry that pins it."""
+Loader = Callable[[], bytes]
+
+
+def collect_members(root: Path, lock: dict[str, Any]) -> list[tuple[Member, Loader]]:
+    """Every member of the bundle of the project at `root`, sorted, with a loader of its bytes.
+    A file the lock pins is described by its lock entry and read only when it is written (the
+    loader refuses bytes other than the lock's), so memory does not grow with the files' bytes;
+    the surface files and git objects are read here."""
     from agentstack.manifest.view import LOCK_NAME, MANIFEST_NAME
     from agentstack.paths import agentstack_cache
 
-    found: dict[str, tuple[Member, bytes]] = {}
+    found: dict[str, tuple[Member, Loader]] = {}
 
-    def add(path: str, data: bytes, executable: bool, kind: str = "file") -> None:
+    def add(member: Member, loader: Loader) -> None:
+        previous = found.get(member.path)
+        if previous is not None and previous[0] != member:
+            raise Refused(f"the lock pins {member.path} twice with different content")
+        found[member.path] = (member, loader)
+
+    def add_bytes(path: str, data: bytes, executable: bool, kind: str = "file") -> None:
         member = Member(
             path=path, size=len(data), blake3=b3(data), executable=executable, kind=kind
         )
-        previous = found.get(path)
-        if previous is not None and previous[0] != member:
-            raise Refused(f"the lock pins {path} twice with different content")
-        found[path] = (member, data)
+        add(member, lambda: data)
 
     real_root = root.resolve()
     for name in (MANIFEST_NAME, LOCK_NAME):
-        add(f"files/{name}", (root / name).read_bytes(), False)
+        add_bytes(f"files/{name}", (root / name).read_bytes(), False)
     readers: dict[str, Callable[[str], bytes]] = {}
     for pinned in pinned_files(lock):
         entry = pinned.entry
@@ -417,9 +664,36 @@ def collect_members(root: Path, lock: dict[str, Any]) -> list[tuple[Member, byte
         rel = pinned.rel
         if rel.startswith("../") or rel == ".." or os.path.isabs(rel):
             raise Refused(f"the lock pins {rel!r}, which is outside the project")
+        if entry["kind"] not in ("file", "link"):
+            raise Refused(f"the lock pins {rel} as {entry['kind']!r}, which share cannot carry")
+        member = Member(
+            path=f"files/{rel}",
+            size=int(entry["size"]),
+            blake3=str(entry["digest"]),
+            executable=bool(entry["executable"]),
+            kind=str(entry["kind"]),
+        )
+        add(member, _file_loader(root, real_root, rel, member))
+    for rel, entry in surface_files(lock):
+        data, executable, kind = _read_surface(root, real_root, rel, entry)
+        add_bytes(f"files/{rel}", data, executable, kind)
+    _check_carried(lock, found)
+    sources = {p.git for p in pinned_files(lock) if p.git is not None}
+    for source in sorted(sources, key=lambda s: (s.url, s.commit, s.subdir)):
+        reader = readers.get(source.url)
+        if reader is None:
+            reader = readers[source.url] = read_mirror_object(agentstack_cache(), source.url)
+        objects, _ = walk_git_source(source, reader, limit=MAX_MEMBERS * (MAX_DEPTH + 1))
+        for sha, raw in objects.items():
+            add_bytes(f"git/{sha}", raw, False)
+    return [found[p] for p in sorted(found, key=lambda p: p.encode("utf-8"))]
+
+
+def _file_loader(root: Path, real_root: Path, rel: str, member: Member) -> Loader:
+    def load() -> bytes:
         path = root / rel
         try:
-            if entry["kind"] == "link":
+            if member.kind == "link":
                 data = os.fsencode(os.readlink(path))
             else:
                 real = path.resolve(strict=True)
@@ -431,22 +705,11 @@ def collect_members(root: Path, lock: dict[str, Any]) -> list[tuple[Member, byte
                 f"the lock pins {rel}, which cannot be read ({exc.strerror})",
                 hint="run 'agentstack lock --check'",
             ) from None
-        if b3(data) != entry["digest"] or len(data) != entry["size"]:
+        if len(data) != member.size or b3(data) != member.blake3:
             raise Refused(f"{rel} changed since it was locked", hint="run 'agentstack lock'")
-        add(f"files/{rel}", data, bool(entry["executable"]), entry["kind"])
-    for rel, entry in surface_files(lock):
-        data, executable, kind = _read_surface(root, real_root, rel, entry)
-        add(f"files/{rel}", data, executable, kind)
-    _check_carried(lock, found)
-    sources = {p.git for p in pinned_files(lock) if p.git is not None}
-    for source in sorted(sources, key=lambda s: (s.url, s.commit, s.subdir)):
-        reader = readers.get(source.url)
-        if reader is None:
-            reader = readers[source.url] = read_mirror_object(agentstack_cache(), source.url)
-        objects, _ = walk_git_source(source, reader, limit=MAX_MEMBERS * (MAX_DEPTH + 1))
-        for sha, raw in objects.items():
-            add(f"git/{sha}", raw, False)
-    return [found[p] for p in sorted(found, key=lambda p: p.encode("utf-8"))]
+        return data
+
+    return load
 
 
 def _read_surface(
@@ -510,7 +773,7 @@ def _read_surface(
     return data, executable, kind
 
 
-def _check_carried(lock: dict[str, Any], found: dict[str, tuple[Member, bytes]]) -> None:
+def _check_carried(lock: dict[str, Any], found: dict[str, tuple[Member, Loader]]) -> None:
     """Every project file the lock pins is a member, and every member name passes the
     receiver's rules: `share` refuses, naming the file, rather than hand on a bundle that cannot
     be received or released."""
@@ -540,23 +803,67 @@ def _check_carried(lock: dict[str, Any], found: dict[str, tuple[Member, bytes]])
 
 def _refuse_early(lock: dict[str, Any]) -> None:
     """The limits a bundle cannot exceed, judged from the lock alone before any file is read (a
-    100,000-file setup took 38 s and 569 MB to be told it cannot travel): the member count, the
-    total size and a lower bound of the statement's size (each member's path and digest)."""
+    100,000-file setup once took 38 s and 569 MB to be told it cannot travel): the member count,
+    the total size and the member manifest's size (each member's line)."""
     local = {p.rel: p for p in pinned_files(lock) if p.git is None}
     paths = set(local) | {rel for rel, _ in surface_files(lock)}
     count = 2 + len(paths)
     if count > MAX_MEMBERS:
         raise Refused(
             f"the setup has {count} files, more than the {MAX_MEMBERS} a bundle can carry",
-            hint="share a smaller setup (a git skill travels as its objects, not as files)",
+            hint="share a smaller setup, or move a large tree into a git source (a git skill "
+            "travels as its objects, and 'lock' pins it by commit)",
         )
-    if sum(int(p.entry.get("size", 0)) for p in local.values()) > MAX_TOTAL_BYTES:
-        raise Refused(f"the setup is larger than {MAX_TOTAL_BYTES} bytes")
-    if sum(len(rel) + 70 for rel in paths) > MAX_STATEMENT_BYTES:
+    total = sum(int(p.entry.get("size", 0)) for p in local.values())
+    if total > MAX_TOTAL_BYTES:
         raise Refused(
-            "the statement would be larger than a receiver accepts (too many files)",
+            f"the setup's files add up to {total} bytes, more than the {MAX_TOTAL_BYTES} a "
+            "bundle can carry",
+            hint="share a smaller setup (large data belongs in a git source or outside the setup)",
+        )
+    too_big = sorted(rel for rel, p in local.items() if int(p.entry.get("size", 0)) > MAX_FILE_BYTES)
+    if too_big:
+        raise Refused(
+            f"{too_big[0]} is larger than the {MAX_FILE_BYTES} bytes a bundle carries per file",
+            hint="remove it from the setup, then run 'agentstack lock' and share again",
+        )
+    if sum(len(rel.encode("utf-8", "surrogatepass")) + 120 for rel in paths) > MAX_MANIFEST_BYTES:
+        raise Refused(
+            f"the member manifest would be larger than the {MAX_MANIFEST_BYTES} bytes a receiver "
+            "reads (too many files, or very long paths)",
             hint="share a smaller setup",
         )
+
+
+def default_version(moment: float) -> str:
+    return time.strftime("%Y.%m%d.%H%M%S", time.gmtime(float(int(moment))))
+
+
+def default_file_name(root: Path, name: str | None, version: str | None, now: float) -> str:
+    """`NAME-VERSION.astack`, as `build` names the bundle (the project's name, the time)."""
+    if name is None:
+        from agentstack.manifest.load import load_manifest
+
+        name = load_manifest(root).project.name
+    return f"{check_name(name)}-{check_version(version or default_version(now))}.astack"
+
+
+class _Hashing:
+    """A write-only file that hashes and counts what passes through it."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.hasher = blake3.blake3()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.hasher.update(data)
+        self.size += len(data)
+        self.out.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 def build(
@@ -567,14 +874,21 @@ def build(
     version: str | None = None,
     now: float | None = None,
     lifetime_s: int = 90 * 86400,
+    out: IO[bytes] | None = None,
 ) -> BuiltBundle:
     """A signed bundle of the locked, trusted setup at `root` (refused when the lock is stale or
-    the digest is not trusted here)."""
+    the digest is not trusted here), written to `out` as it is made (or returned in memory).
+    The caller discards `out` when this raises: a file that changed since it was locked is
+    found while it is written."""
+    import gzip
+    import io
+
     import agentstack.share.sshsig as sshsig
     from agentstack.consent.document import consent_digest, consent_document
     from agentstack.lock.resolve import fresh_lock
     from agentstack.manifest.load import load_manifest
     from agentstack.manifest.model import LOCK_NAME
+    from agentstack.share.archive import tar_member
     from agentstack.trust.review import TrustStore
 
     manifest = load_manifest(root)
@@ -592,55 +906,75 @@ def build(
     if not 0 < lifetime_s <= MAX_LIFETIME_S:
         raise InvalidInput("--expires must be in the future and at most five years away")
     created = utc(moment)
-    statement = Statement(
-        name=check_name(name or manifest.project.name),
-        version=check_version(version or time.strftime("%Y.%m%d.%H%M%S", time.gmtime(moment))),
-        created=created,
-        expires=utc(moment + lifetime_s),
-        consent=digest,
-        lock=b3((root / LOCK_NAME).read_bytes()),
-        members=(),
-    )
+    bundle_name = check_name(name or manifest.project.name)
+    bundle_version = check_version(version or default_version(moment))
     _refuse_early(lock)
     members = collect_members(root, lock)
     if len(members) > MAX_MEMBERS:
         raise Refused(f"the setup has more than {MAX_MEMBERS} files; a bundle cannot carry it")
-    if sum(m.size for m, _ in members) > MAX_TOTAL_BYTES:
+    total = sum(m.size for m, _ in members)
+    if total > MAX_TOTAL_BYTES:
         raise Refused(f"the setup is larger than {MAX_TOTAL_BYTES} bytes")
     too_big = [m.path for m, _ in members if m.size > MAX_FILE_BYTES]
     if too_big:
         raise Refused(f"{too_big[0]} is larger than {MAX_FILE_BYTES} bytes")
-    statement = Statement(**{**_fields(statement), "members": tuple(m for m, _ in members)})
+    lines = [m.line() for m, _ in members]
+    wide = next(
+        (m.path for (m, _), line in zip(members, lines, strict=True)
+         if len(line) > MAX_MANIFEST_LINE),
+        None,
+    )  # fmt: skip
+    if wide is not None:
+        raise Refused(
+            f"{wide.removeprefix('files/')[:120]} cannot travel in a bundle: its name takes more "
+            f"than the {MAX_MANIFEST_LINE} bytes a receiver reads per member",
+            hint="rename it, then run 'agentstack lock' and share again",
+        )
+    listing = b"".join(lines)
+    del lines
+    if len(listing) > MAX_MANIFEST_BYTES:
+        raise Refused(
+            "the member manifest would be larger than a receiver reads (too many files)",
+            hint="share a smaller setup",
+        )
+    statement = Statement(
+        name=bundle_name,
+        version=bundle_version,
+        created=created,
+        expires=utc(moment + lifetime_s),
+        consent=digest,
+        lock=b3((root / LOCK_NAME).read_bytes()),
+        manifest=ManifestRef(
+            blake3=b3(listing), size=len(listing), members=len(members), bytes=total
+        ),
+    )
     statement_bytes = statement.encode()
     if len(statement_bytes) > MAX_STATEMENT_BYTES:
-        raise Refused("the statement would be larger than a receiver accepts (too many files)")
+        raise Refused("the statement would be larger than a receiver accepts")
     signature = sshsig.sign(key, statement_bytes).encode()
-    data = write_archive(
-        [
-            (STATEMENT_NAME, statement_bytes, False),
-            (SIGNATURE_NAME, signature, False),
-            *((m.path, content, m.executable) for m, content in members),
-        ]
-    )
+    memory: io.BytesIO | None = None
+    if out is None:
+        memory = out = io.BytesIO()
+    sink = _Hashing(out)
+    from agentstack.progress import tick
+
+    with gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=6, mtime=0) as gz:
+        gz.write(tar_member(STATEMENT_NAME, statement_bytes, False))
+        gz.write(tar_member(SIGNATURE_NAME, signature, False))
+        gz.write(tar_member(MEMBERS_NAME, listing, False))
+        del listing
+        for done, (member, load) in enumerate(members):
+            tick(done, len(members))
+            gz.write(tar_member(member.path, load(), member.executable))
+        gz.write(b"\0" * (2 * BLOCK))
     return BuiltBundle(
-        data=data,
+        data=memory.getvalue() if memory is not None else b"",
         statement=statement,
         statement_bytes=statement_bytes,
         signature=signature,
-        digest=b3(data),
+        digest="b3:" + sink.hasher.hexdigest(),
+        size=sink.size,
     )
-
-
-def _fields(statement: Statement) -> dict[str, Any]:
-    return {
-        "name": statement.name,
-        "version": statement.version,
-        "created": statement.created,
-        "expires": statement.expires,
-        "consent": statement.consent,
-        "lock": statement.lock,
-        "members": statement.members,
-    }
 
 
 # ------------------------------------------------------------------------------ opening
@@ -672,7 +1006,10 @@ def open_bundle(
     import agentstack.share.sshsig as sshsig
     from agentstack.share.keys import allowed_signers
 
-    inflater = Inflater(handle, MAX_TOTAL_BYTES + (MAX_MEMBERS + 4) * 2 * BLOCK + (4 << 20))
+    inflater = Inflater(
+        handle,
+        MAX_TOTAL_BYTES + MAX_MANIFEST_BYTES + (MAX_MEMBERS + 4) * 2 * BLOCK + (4 << 20),
+    )
     reader = TarReader(inflater)
     try:
         first = reader.next()
@@ -750,7 +1087,9 @@ def _check_ratio(handle: IO[bytes], statement: Statement) -> None:
         size = os.fstat(handle.fileno()).st_size
     except (OSError, AttributeError, ValueError):
         return  # not a file (a test's BytesIO): the inflater's own check still holds
-    declared = sum(m.size + 3 * BLOCK for m in statement.members)
+    declared = statement.member_bytes + 3 * BLOCK * (statement.member_count + 1)
+    if statement.manifest is not None:
+        declared += statement.manifest.size
     if declared > RATIO_GRACE and declared > MAX_RATIO * max(size, 1):
         raise reject(
             "compression-bomb",
@@ -760,11 +1099,148 @@ def _check_ratio(handle: IO[bytes], statement: Statement) -> None:
 
 
 def stream_members(
-    opened: Opened, sink: Callable[[Member, Iterator[bytes]], None] | None = None
-) -> None:
+    opened: Opened,
+    sink: Callable[[Member, Iterator[bytes]], None] | None = None,
+    manifest_file: IO[bytes] | None = None,
+) -> list[Member]:
     """Read every member and check it against the statement both ways (names, order, sizes,
-    executable bits, blake3). `sink(member, chunks)` receives each member's bytes as they are
-    checked; it must consume them all."""
+    executable bits, blake3); the members, in order. `sink(member, chunks)` receives each
+    member's bytes as they are checked; it must consume them all. Format 2: the member
+    manifest is read first into `manifest_file` (a temporary file when None), checked against
+    the statement's blake3 and size before any member is read, then read back line by line in
+    step with the archive: every member is the manifest's next line, so nothing is outside the
+    manifest, missing from it, or there twice."""
+    if opened.statement.manifest is None:
+        return _stream_inline(opened, sink)
+    import tempfile
+
+    ref = opened.statement.manifest
+    reader = opened.reader
+    first = reader.next()
+    if first is None or first.path != MEMBERS_NAME:
+        raise reject(
+            "bad-manifest",
+            f"the third member is {first.path[:80] if first else 'missing'!r}, not the member "
+            f"manifest {MEMBERS_NAME}",
+        )
+    if first.size != ref.size:
+        raise reject(
+            "manifest-mismatch",
+            f"the member manifest is {first.size} bytes; the statement signs {ref.size}",
+        )
+    own = manifest_file is None
+    handle = tempfile.TemporaryFile() if manifest_file is None else manifest_file  # noqa: SIM115
+    try:
+        hasher = blake3.blake3()
+        for chunk in reader.read_data():
+            hasher.update(chunk)
+            handle.write(chunk)
+        if "b3:" + hasher.hexdigest() != ref.blake3:
+            raise reject(
+                "manifest-mismatch",
+                "the member manifest does not match its blake3 hash in the statement",
+            )
+        handle.flush()
+        handle.seek(0)
+        return _stream_listed(opened, read_manifest(handle, ref), sink)
+    finally:
+        if own:
+            handle.close()
+
+
+def _check_member(item: TarMember, member: Member) -> None:
+    if item.size != member.size:
+        raise reject(
+            "size-mismatch",
+            f"member {item.path[:80]!r} is {item.size} bytes; the statement says {member.size}",
+        )
+    if item.executable != member.executable:
+        raise reject(
+            "mode-mismatch",
+            f"member {item.path[:80]!r} has a different executable bit than the statement",
+        )
+
+
+def _consume(
+    reader: TarReader, member: Member, sink: Callable[[Member, Iterator[bytes]], None] | None
+) -> None:
+    hasher = blake3.blake3()
+
+    def chunks() -> Iterator[bytes]:
+        for chunk in reader.read_data():
+            hasher.update(chunk)
+            yield chunk
+
+    if sink is None:
+        for _ in chunks():
+            pass
+    else:
+        sink(member, chunks())
+    if "b3:" + hasher.hexdigest() != member.blake3:
+        raise reject(
+            "hash-mismatch",
+            f"member {member.path[:80]!r} does not match its blake3 hash in the statement",
+        )
+
+
+_OWN_NAMES = (STATEMENT_NAME, SIGNATURE_NAME, MEMBERS_NAME)
+
+
+def _stream_listed(
+    opened: Opened,
+    listed: Iterator[Member],
+    sink: Callable[[Member, Iterator[bytes]], None] | None,
+) -> list[Member]:
+    """The archive's members in step with the manifest's (both sorted by raw path bytes)."""
+    from agentstack.progress import tick
+
+    reader = opened.reader
+    # Each archive name is compared with the manifest's, which passed the name rules already
+    # (and a name that differs is only quoted in the refusal).
+    reader.check_names = False
+    total = opened.statement.member_count
+    out: list[Member] = []
+    for member in listed:
+        tick(len(out), total)
+        item = reader.next()
+        if item is None:
+            raise reject(
+                "missing-member",
+                f"{total - len(out)} member(s) of the manifest are not in the archive, first "
+                f"{member.path[:80]!r}",
+            )
+        if item.path != member.path:
+            if item.path in _OWN_NAMES:
+                raise reject("duplicate-member", f"a second {item.path} in the archive")
+            if item.path.encode("utf-8") < member.path.encode("utf-8"):
+                raise reject(
+                    "unlisted-member",
+                    f"member {item.path[:80]!r} is not in the signed member manifest (or out of "
+                    "order)",
+                )
+            raise reject(
+                "missing-member",
+                f"member {member.path[:80]!r} of the manifest is not in the archive (the "
+                f"archive has {item.path[:80]!r} there)",
+            )
+        _check_member(item, member)
+        _consume(reader, member, sink)
+        out.append(member)
+    item = reader.next()
+    if item is not None:
+        if item.path in _OWN_NAMES:
+            raise reject("duplicate-member", f"a second {item.path} in the archive")
+        raise reject(
+            "unlisted-member", f"member {item.path[:80]!r} is not in the signed member manifest"
+        )
+    opened.inflater.finish()
+    return out
+
+
+def _stream_inline(
+    opened: Opened, sink: Callable[[Member, Iterator[bytes]], None] | None
+) -> list[Member]:
+    """Format 1: the members against the statement's own list (in any order)."""
     expected = {m.path: m for m in opened.statement.members}
     seen: dict[str, str] = {}
     count = 0
@@ -778,8 +1254,8 @@ def stream_members(
         if item is None:
             break
         count += 1
-        if count > MAX_MEMBERS:
-            raise reject("too-many-members", f"the archive has more than {MAX_MEMBERS} members")
+        if count > MAX_MEMBERS_V1:
+            raise reject("too-many-members", f"the archive has more than {MAX_MEMBERS_V1} members")
         if item.path in (STATEMENT_NAME, SIGNATURE_NAME):
             raise reject("duplicate-member", f"a second {item.path} in the archive")
         check_member_path(item.path)
@@ -794,33 +1270,8 @@ def stream_members(
                 "unlisted-member",
                 f"member {item.path[:80]!r} is not in the signed statement",
             )
-        if item.size != member.size:
-            raise reject(
-                "size-mismatch",
-                f"member {item.path[:80]!r} is {item.size} bytes; the statement says {member.size}",
-            )
-        if item.executable != member.executable:
-            raise reject(
-                "mode-mismatch",
-                f"member {item.path[:80]!r} has a different executable bit than the statement",
-            )
-        hasher = blake3.blake3()
-
-        def chunks(hasher: Any = hasher) -> Iterator[bytes]:
-            for chunk in reader.read_data():
-                hasher.update(chunk)
-                yield chunk
-
-        if sink is None:
-            for _ in chunks():
-                pass
-        else:
-            sink(member, chunks())
-        if "b3:" + hasher.hexdigest() != member.blake3:
-            raise reject(
-                "hash-mismatch",
-                f"member {item.path[:80]!r} does not match its blake3 hash in the statement",
-            )
+        _check_member(item, member)
+        _consume(reader, member, sink)
     present = set(seen.values())
     missing = [m.path for m in opened.statement.members if m.path not in present]
     if missing:
@@ -830,3 +1281,4 @@ def stream_members(
             f"first {missing[0][:80]!r}",
         )
     opened.inflater.finish()
+    return list(opened.statement.members)

@@ -107,6 +107,58 @@ def _write_new(root: Path, rel: str, chunks: Iterator[bytes]) -> None:
             os.close(fd)
 
 
+class _Writer:
+    """Writes members into a fresh staging directory, in the archive's (sorted) order: the
+    directories of the last member stay open (each opened with O_NOFOLLOW below the staging
+    directory, created 0700), so a tree of many files costs one open per directory, not one per
+    path component of every file. Files are created O_EXCL|O_NOFOLLOW, 0600."""
+
+    def __init__(self, staging: Path) -> None:
+        self.staging = staging
+        self.root_fd = os.open(staging, _DIR_FLAGS)
+        self.names: list[str] = []
+        self.fds: list[int] = []
+
+    def _directory(self, parts: list[str]) -> int:
+        keep = 0
+        while keep < min(len(parts), len(self.names)) and parts[keep] == self.names[keep]:
+            keep += 1
+        while len(self.fds) > keep:
+            os.close(self.fds.pop())
+            self.names.pop()
+        for part in parts[keep:]:
+            parent = self.fds[-1] if self.fds else self.root_fd
+            self.fds.append(_open_dir(parent, part, create=True))
+            self.names.append(part)
+        return self.fds[-1] if self.fds else self.root_fd
+
+    def sink(self, member: Member, chunks: Iterator[bytes]) -> None:
+        parts = member.path.split("/")
+        try:
+            parent = self._directory(parts[:-1])
+            fd = os.open(parts[-1], _NEW_FILE, 0o600, dir_fd=parent)
+            try:
+                for chunk in chunks:
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            # The names were checked already; what is left is the disk (ENOSPC, EDQUOT).
+            raise Refused(
+                f"the quarantine cannot hold {member.path[:80]!r} "
+                f"({exc.strerror or type(exc).__name__}); nothing was kept",
+                hint=f"free space where {self.staging.parent} is, then receive the bundle again",
+            ) from None
+
+    def close(self) -> None:
+        for fd in reversed(self.fds):
+            os.close(fd)
+        self.fds, self.names = [], []
+        os.close(self.root_fd)
+
+
 def _read_member(qdir: Path, rel: str, limit: int = bundle.MAX_FILE_BYTES) -> bytes:
     with _parent_fd(qdir, rel, create=False) as parent:
         fd = os.open(
@@ -191,6 +243,7 @@ def find(ident: str, home: Path | None = None) -> Held:
 class Received:
     held: Held
     new: bool
+    contents: Contents | None = None  # what was checked on the way in (saves a re-check)
 
 
 def _floor_problem(
@@ -266,22 +319,22 @@ def receive(path: Path, *, now: float | None = None, home: Path | None = None) -
         try:
             os.chmod(staging, 0o700)
 
-            def sink(member: Member, chunks: Iterator[bytes]) -> None:
-                try:
-                    _write_new(staging, member.path, chunks)
-                except OSError as exc:
-                    # The names were checked already; what is left is the disk (ENOSPC, EDQUOT).
-                    raise Refused(
-                        f"the quarantine cannot hold {member.path[:80]!r} "
-                        f"({exc.strerror or type(exc).__name__}); nothing was kept",
-                        hint=f"free space where {root} is, then receive the bundle again",
-                    ) from None
-
-            bundle.stream_members(opened, sink)
+            writer = _Writer(staging)
+            try:
+                if statement.manifest is not None:
+                    manifest_fd = os.open(
+                        staging / bundle.MEMBERS_NAME, (_NEW_FILE & ~os.O_WRONLY) | os.O_RDWR, 0o600
+                    )
+                    with os.fdopen(manifest_fd, "w+b") as manifest_file:
+                        members = bundle.stream_members(opened, writer.sink, manifest_file)
+                else:
+                    members = bundle.stream_members(opened, writer.sink)
+            finally:
+                writer.close()
             bundle_digest = "b3:" + opened.inflater.hasher.hexdigest()
             _write_new(staging, bundle.STATEMENT_NAME, iter([opened.statement_bytes]))
             _write_new(staging, bundle.SIGNATURE_NAME, iter([opened.signature]))
-            contents = check_contents(staging, statement)
+            contents = check_contents(staging, statement, {m.path: m for m in members})
             from agentstack.teampolicy import enforce as enforce_policy
 
             # A setup the team policy forbids is not held (the staging directory goes).
@@ -290,7 +343,7 @@ def receive(path: Path, *, now: float | None = None, home: Path | None = None) -
             ident = bundle_digest[3:]
             final = root / ident
             if final.exists():
-                return Received(held=find(ident, home), new=False)
+                return Received(held=find(ident, home), new=False, contents=contents)
             meta = {
                 "id": ident,
                 "bundle": bundle_digest,
@@ -327,7 +380,7 @@ def receive(path: Path, *, now: float | None = None, home: Path | None = None) -
             "signer": ",".join(opened.principals),
         },
     )
-    return Received(held=Held(id=ident, path=final, meta=meta), new=True)
+    return Received(held=Held(id=ident, path=final, meta=meta), new=True, contents=contents)
 
 
 # ------------------------------------------------------------------------------ content checks
@@ -345,7 +398,25 @@ class Contents:
     git_objects: dict[str, dict[str, str]]  # url -> {sha1: member path}
 
 
-def check_contents(qdir: Path, statement: Statement) -> Contents:
+def load_members(qdir: Path, statement: Statement) -> dict[str, Member]:
+    """The members a quarantined copy's statement signs: inline (format 1), or the member
+    manifest beside it, checked against the statement's hash and size, then line by line."""
+    if statement.manifest is None:
+        return {m.path: m for m in statement.members}
+    import io
+
+    raw = _read_member(qdir, bundle.MEMBERS_NAME, bundle.MAX_MANIFEST_BYTES)
+    if len(raw) != statement.manifest.size or b3(raw) != statement.manifest.blake3:
+        raise reject(
+            "manifest-mismatch",
+            "the member manifest does not match its blake3 hash in the statement",
+        )
+    return {m.path: m for m in bundle.read_manifest(io.BytesIO(raw), statement.manifest)}
+
+
+def check_contents(
+    qdir: Path, statement: Statement, members: dict[str, Member] | None = None
+) -> Contents:
     """Prove that the members are exactly the setup the bundled lock describes: manifest and lock
     agree, the consent digest is the statement's, every pinned file is a member with the pinned
     hash, every git-sourced file is reachable in the bundled git objects, and nothing else is
@@ -355,7 +426,8 @@ def check_contents(qdir: Path, statement: Statement) -> Contents:
     from agentstack.lock.treehash import check_links
     from agentstack.manifest.model import parse_manifest
 
-    members = {m.path: m for m in statement.members}
+    if members is None:
+        members = load_members(qdir, statement)
     for required in (bundle.MANIFEST_MEMBER, bundle.LOCK_MEMBER):
         if required not in members:
             raise reject("incomplete", f"the bundle has no {required}")
@@ -520,15 +592,23 @@ def verify_held(held: Held, *, home: Path | None = None) -> tuple[Statement, Con
     statement = bundle.parse_statement(statement_bytes)
     from agentstack.progress import tick
 
-    for done, member in enumerate(statement.members):
-        tick(done, len(statement.members))
+    try:
+        members = load_members(qdir, statement)
+    except (OSError, Refused) as exc:
+        message = exc.message if isinstance(exc, Refused) else str(exc)
+        raise Refused(
+            f"the quarantined copy {held.id[:12]} was changed: {message}",
+            hint="discard it and receive the bundle again",
+        ) from None
+    for done, member in enumerate(members.values()):
+        tick(done, len(members))
         data = _read_member(qdir, member.path)
         if b3(data) != member.blake3:
             raise Refused(
                 f"the quarantined copy {held.id[:12]} was changed: {member.path}",
                 hint="discard it and receive the bundle again",
             )
-    contents = check_contents(qdir, statement)
+    contents = check_contents(qdir, statement, members)
     principals = allowed_signers(home).principals_for(parsed.public_key)
     return statement, contents, principals
 

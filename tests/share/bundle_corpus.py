@@ -184,7 +184,9 @@ def base_parts(root: Path) -> Parts:
         "lock": b3((root / "agentstack.lock").read_bytes()),
         "members": [m.to_json() for m, _ in collected],
     }
-    return Parts(doc=doc, members=[(m.path, data, m.executable) for m, data in collected])
+    # The corpus is of format 1 (the members listed in the statement), which receive still
+    # reads; format 2's member manifest has its own tests (test_bundle_manifest.py).
+    return Parts(doc=doc, members=[(m.path, load(), m.executable) for m, load in collected])
 
 
 # ------------------------------------------------------------------------------ the corpus
@@ -425,7 +427,7 @@ def corpus() -> dict[str, Case]:
             "bad-statement",
             lambda p: _with(p, statement_bytes=b"[" * 200_000 + b"]" * 200_000).build(),
         ),
-        "unsupported-format": Case("unsupported-format", _doc(agentstack_bundle=2)),
+        "unsupported-format": Case("unsupported-format", _doc(agentstack_bundle=3)),
         "too-many-members": Case("too-many-members", lambda p: p.build(), caps={"MAX_MEMBERS": 3}),
         "file-too-large": Case("file-too-large", lambda p: p.build(), caps={"MAX_FILE_BYTES": 10}),
         "total-too-large": Case("too-large", lambda p: p.build(), caps={"MAX_TOTAL_BYTES": 100}),

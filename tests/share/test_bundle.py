@@ -11,6 +11,7 @@ import tarfile
 import unicodedata
 from pathlib import Path
 
+import blake3
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -326,7 +327,16 @@ def test_inspect_statement_verifies_with_ssh_keygen(tmp_path: Path, homes: Homes
     assert verified.returncode == 0, verified.stderr
     doc = json.loads(statement.read_bytes())
     assert doc["consent"] == homes.run("alice", "digest", cwd=project).stdout.strip()
-    assert {m["path"] for m in doc["members"]} >= {"files/agentstack.toml", "files/AGENTS.md"}
+    # The statement signs the member manifest by its blake3: the chain ssh-keygen -> statement
+    # -> members.jsonl -> every member checks with ordinary tools.
+    with tarfile.open(out) as tar:
+        listed = tar.extractfile("members.jsonl")
+        assert listed is not None
+        manifest = listed.read()
+    assert doc["manifest"]["blake3"] == "b3:" + blake3.blake3(manifest).hexdigest()
+    paths = {json.loads(line)["path"] for line in manifest.splitlines()}
+    assert paths >= {"files/agentstack.toml", "files/AGENTS.md"}
+    assert doc["manifest"]["members"] == len(paths)
 
 
 def test_share_with_an_ssh_keygen_key(tmp_path: Path, homes: Homes) -> None:
@@ -445,7 +455,7 @@ def test_statement_canonical_form_round_trips(
     keys = {bundle._collision_key(p) for p in paths}
     statement = bundle.Statement(
         name=name, version=version, created="2026-01-01T00:00:00Z", expires="2026-02-01T00:00:00Z",
-        consent="b3:" + "1" * 64, lock="b3:" + "2" * 64, members=members,
+        consent="b3:" + "1" * 64, lock="b3:" + "2" * 64, members=members, format=1,
     )  # fmt: skip
     encoded = statement.encode()
     if len(keys) < len(paths) or _has_prefix(paths):
