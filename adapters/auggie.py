@@ -23,6 +23,8 @@ import re
 import shlex
 from typing import Any
 
+from agentstack.harnesses import RENDERS_INTO
+
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
     GUARD_TIMEOUT_S,
@@ -111,6 +113,9 @@ REVIEW_NOTE = (
 
 
 class AuggieAdapter:
+    # The project file this adapter writes instructions into: never an instruction source.
+    renders_into = RENDERS_INTO[NAME]  # agentstack.harnesses
+
     @property
     def name(self) -> str:
         return NAME

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentstack.harnesses import RENDERS_INTO
+
 from .base import FileOperation, OwnedBlock, OwnedKeys, RenderContext
 from .common import (
     GUARD_TIMEOUT_S,
@@ -78,6 +80,9 @@ REVIEW_NOTE = (
 
 
 class CrushAdapter:
+    # The project file this adapter writes instructions into: never an instruction source.
+    renders_into = RENDERS_INTO[NAME]  # agentstack.harnesses
+
     @property
     def name(self) -> str:
         return NAME

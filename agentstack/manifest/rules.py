@@ -191,7 +191,11 @@ def check_matcher(value: str | None) -> str | None:
     if value is not None:
         try:
             re.compile(value)
-        except (re.error, RecursionError, OverflowError) as exc:
+        except RecursionError:
+            # Nested too deep for the compiler; its message depends on the caller's stack depth,
+            # so one fixed text (every path that validates says the same).
+            raise ValueError("is not a valid regular expression: nested too deeply") from None
+        except (re.error, OverflowError) as exc:
             raise ValueError(f"is not a valid regular expression: {exc}") from None
     return value
 
