@@ -23,7 +23,7 @@ def attempt(arguments: dict[str, Any]) -> str:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
                 sock.sendto(b"x", (host, port))
         else:
-            socket.create_connection((host, port), timeout=10).close()
+            socket.create_connection((host, port), timeout=120).close()  # refused at once when denied
     except OSError as exc:
         return f"error: {errno.errorcode.get(exc.errno or 0, str(exc))}"
     return "ok"
