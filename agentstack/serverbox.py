@@ -418,7 +418,8 @@ def _confinement(root: str, consent: Mapping[str, Any], server: str, argv: Seque
         raise ServerConfinementError(f"{exc}{' (' + exc.hint + ')' if exc.hint else ''}") from None
     confinement = {
         "workdir": policy.workdir,
-        "grants": [{"path": g.path, "access": g.access, "file": g.file} for g in policy.grants],
+        "grants": merged_grants(
+            [{"path": g.path, "access": g.access, "file": g.file} for g in policy.grants]),
         "network_block": True,
         "tcp_ports": [],
         "seccomp": enforcement.seccomp_program,
@@ -428,6 +429,39 @@ def _confinement(root: str, consent: Mapping[str, Any], server: str, argv: Seque
     if cache is not None and full_key is not None:
         _keep(cache, full_key, confinement)
     return confinement
+
+
+def merged_grants(grants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same access in fewer Landlock rules: one rule per directory (its strongest access),
+    and none for a path below a directory granted at least its access. Landlock's rights on a
+    path are the union of the rules on it and on every directory above it, so the kernel allows
+    and denies exactly as before. Compared by real path (a rule binds the inode its path
+    resolves to: a link below a granted directory that points elsewhere keeps its rule)."""
+    real = [os.path.realpath(g["path"]) for g in grants]
+    strongest: dict[str, str] = {}  # real directory -> "rw" or "ro"
+    for grant, path in zip(grants, real, strict=True):
+        if not grant["file"] and strongest.get(path) != "rw":
+            strongest[path] = grant["access"]
+
+    def covered(path: str, access: str) -> bool:
+        parent = os.path.dirname(path)
+        while parent != path:
+            held = strongest.get(parent)
+            if held == "rw" or (held == "ro" and access == "ro"):
+                return True
+            path, parent = parent, os.path.dirname(parent)
+        return False
+
+    out: list[dict[str, Any]] = []
+    done: set[tuple[str, str, bool]] = set()
+    for grant, path in zip(grants, real, strict=True):
+        access = grant["access"] if grant["file"] else strongest[path]
+        ident = (path, access, bool(grant["file"]))
+        if ident in done or covered(path, access):
+            continue
+        done.add(ident)
+        out.append({**grant, "access": access})
+    return out
 
 
 def cache_key(key: Sequence[Any], argv: Sequence[str], cwd: str | None) -> list[Any]:

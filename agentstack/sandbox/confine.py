@@ -30,7 +30,7 @@ an actionable message. Nothing is ever run unconfined.
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes  # the C module behind `ctypes`, whose package costs ~5 ms of start-up here
 import errno
 import marshal
 import os
@@ -45,6 +45,36 @@ if TYPE_CHECKING:
 # directory may no longer be readable. (marshal, not json: json pulls in `re`, ~15 ms of start-up;
 # `_signal`, the C module behind `signal`, which would pull in `enum`.)
 _signal: Any = __import__("_signal")
+
+
+# libc through `_ctypes` alone, called as `ctypes.CDLL(None, use_errno=True)` calls it: a
+# function returns a C int; a Python int argument is passed as a C int, bytes or a buffer as a
+# pointer (`ctypes` itself is imported only by the emulation of older Landlock ABIs).
+_ULong: Any = type("_ULong", (_ctypes._SimpleCData,), {"_type_": "L"})
+_Int: Any = type("_Int", (_ctypes._SimpleCData,), {"_type_": "i"})
+_Char: Any = type("_Char", (_ctypes._SimpleCData,), {"_type_": "c"})
+_Pointer: Any = type("_Pointer", (_ctypes._SimpleCData,), {"_type_": "P"})
+_Function: Any = type("_Function", (_ctypes.CFuncPtr,), {
+    "_flags_": _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO, "_restype_": _Int})
+
+
+class _Libc:
+    """The process's own libc symbols (dlopen(NULL)), each a C function returning int."""
+
+    def __init__(self) -> None:
+        self._handle = _ctypes.dlopen(None, 0)  # type: ignore[arg-type]  # dlopen(NULL)
+
+    def __getattr__(self, name: str) -> Any:
+        function = _Function((name, self))
+        setattr(self, name, function)
+        return function
+
+
+def _buffer(data: bytes) -> Any:
+    """A writable C copy of `data` (passed as a pointer; `_ctypes.addressof` gives its address)."""
+    array: Any = type("_Bytes", (_ctypes.Array,), {"_type_": _Char, "_length_": max(len(data), 1)})
+    return array.from_buffer_copy(data.ljust(1, b"\0"))
+
 
 PR_SET_PDEATHSIG = 1
 TIOCSCTTY = 0x540E
@@ -105,13 +135,13 @@ def load_nono(path: str | None = None) -> ModuleType:
     return module
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+def _libc() -> Any:
+    return _Libc()
 
 
-def _prctl(libc: ctypes.CDLL, option: int, arg2: int = 0, arg3: int = 0) -> None:
-    if libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), 0, 0) != 0:
-        err = ctypes.get_errno()
+def _prctl(libc: Any, option: int, arg2: int = 0, arg3: int = 0) -> None:
+    if libc.prctl(option, _ULong(arg2), _ULong(arg3), 0, 0) != 0:
+        err = _ctypes.get_errno()
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
 
 
@@ -122,17 +152,17 @@ CLONE_NEWPID = 0x20000000
 FORWARDED = ("SIGINT", "SIGQUIT", "SIGTERM", "SIGHUP")
 
 
-def unshare_pid_namespace(libc: ctypes.CDLL) -> None:
+def unshare_pid_namespace(libc: Any) -> None:
     """Make a PID namespace for this process's children (the next fork is its init). With
     CAP_SYS_ADMIN directly; without it, inside a user namespace of this process's own that maps
     its uid and gid to themselves (refused where unprivileged user namespaces are, e.g. by
     Ubuntu's AppArmor restriction). Before Landlock: it writes /proc/self's maps."""
     if libc.unshare(CLONE_NEWPID) == 0:
         return
-    first = ctypes.get_errno()
+    first = _ctypes.get_errno()
     uid, gid = os.getuid(), os.getgid()
     if first != errno.EPERM or libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
-        err = ctypes.get_errno()
+        err = _ctypes.get_errno()
         raise LaunchError("pid-namespace", "cannot make a PID namespace (this Landlock ABI has "
                           f"no signal scoping, which it stands in for): {os.strerror(err)}")
     try:
@@ -186,7 +216,7 @@ def _wait_for(child: int, *, init: bool) -> int:
             return 128 - code if code < 0 else code
 
 
-def in_pid_namespace(libc: ctypes.CDLL, status_fd: int) -> None:
+def in_pid_namespace(libc: Any, status_fd: int) -> None:
     """Fork into the PID namespace made before (`unshare_pid_namespace`); returns only in the
     process that goes on to exec the command. This process (outside the namespace) waits for
     the namespace's init and exits as it does; the init (pid 1) waits for the command, reaping
@@ -214,23 +244,23 @@ LANDLOCK_RULE_PATH_BENEATH = 1
 LANDLOCK_RULE_NET_PORT = 2
 
 
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-class _NetPort(ctypes.Structure):
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
-
-
 def apply_landlock_rights(spec: dict[str, Any], rights: dict[str, int]) -> None:
     """Landlock with exactly the rights of a given ABI (`rights`: the parent's table, from
     `agentstack.sandbox.abi`): the confinement suite's emulation of an older kernel. The same
-    grants and ports as nono would add; raw syscalls, nothing but ctypes."""
+    grants and ports as nono would add; raw syscalls, nothing but ctypes (imported here only)."""
+    import ctypes
+
+    class _RulesetAttr(ctypes.Structure):
+        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64),
+                    ("scoped", ctypes.c_uint64)]
+
+    class _PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    class _NetPort(ctypes.Structure):
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
     libc = _libc()
     numbers = SYS_LANDLOCK.get(os.uname().machine)
     if numbers is None:
@@ -305,19 +335,13 @@ def apply_landlock(spec: dict[str, Any]) -> None:
         raise LaunchError("landlock", f"nono could not apply the sandbox: {exc}") from None
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+# struct __user_cap_header_struct (version, pid) and two struct __user_cap_data_struct
+# (effective, permitted, inheritable), all zero: every set emptied.
+_CAP_HEADER = LINUX_CAPABILITY_VERSION_3.to_bytes(4, sys.byteorder) + bytes(4)
+_CAP_DATA = bytes(2 * 12)
 
 
-class _CapData(ctypes.Structure):
-    _fields_ = [
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
-    ]
-
-
-def drop_capabilities(libc: ctypes.CDLL) -> None:
+def drop_capabilities(libc: Any) -> None:
     """Empty every capability set; root keeps its uid but loses every privilege it implies."""
     try:
         with open("/proc/self/status", "rb") as handle:
@@ -348,37 +372,27 @@ def drop_capabilities(libc: ctypes.CDLL) -> None:
             number = SYS_CAPSET.get(machine)
             if number is None:
                 raise OSError(errno.ENOSYS, f"capset: unknown architecture {machine}")
-            header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
-            data = (_CapData * 2)()
-            if libc.syscall(number, ctypes.byref(header), data) != 0:
-                err = ctypes.get_errno()
+            header, data = _buffer(_CAP_HEADER), _buffer(_CAP_DATA)
+            if libc.syscall(number, header, data) != 0:
+                err = _ctypes.get_errno()
                 raise OSError(err, f"capset: {os.strerror(err)}")
     except OSError as exc:
         raise LaunchError("capabilities", f"cannot drop capabilities: {exc}") from None
 
 
-class _SockFilter(ctypes.Structure):
-    _fields_ = [
-        ("code", ctypes.c_uint16),
-        ("jt", ctypes.c_uint8),
-        ("jf", ctypes.c_uint8),
-        ("k", ctypes.c_uint32),
-    ]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def load_seccomp(libc: ctypes.CDLL, program: bytes) -> None:
+def load_seccomp(libc: Any, program: bytes) -> None:
     """Install a classic-BPF seccomp program (native byte order, 8 bytes per instruction)."""
     if not program or len(program) % 8:
         raise LaunchError("seccomp", "the seccomp program is empty or malformed")
     count = len(program) // 8
-    instructions = (_SockFilter * count).from_buffer_copy(program)
-    fprog = _SockFprog(count, ctypes.cast(instructions, ctypes.POINTER(_SockFilter)))
+    if count > 0xFFFF or _ctypes.sizeof(_Pointer) != 8:
+        raise LaunchError("seccomp", "the seccomp program does not fit this architecture")
+    instructions = _buffer(program)
+    # struct sock_fprog: unsigned short len, padding to the pointer, struct sock_filter *filter.
+    fprog = _buffer(count.to_bytes(2, sys.byteorder) + bytes(6)
+                    + _ctypes.addressof(instructions).to_bytes(8, sys.byteorder))
     try:
-        _prctl(libc, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+        _prctl(libc, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, _ctypes.addressof(fprog))
     except OSError as exc:
         raise LaunchError("seccomp", f"the kernel refused the seccomp filter: {exc}") from None
 
@@ -402,7 +416,7 @@ def confine_and_exec(spec: dict[str, Any], status_fd: int) -> None:
     # stdin is then the pseudo-terminal `run` allocated and relays; this new session takes it as
     # its controlling terminal (the user's own terminal is never reachable).
     if spec.get("controlling_terminal") and libc.ioctl(0, TIOCSCTTY, 0) != 0:
-        err = ctypes.get_errno()
+        err = _ctypes.get_errno()
         raise LaunchError("terminal", f"cannot take the session's terminal: {os.strerror(err)}")
     os.chdir(spec["cwd"])
     if spec.get("pid_namespace"):
