@@ -432,31 +432,32 @@ def _confinement(root: str, consent: Mapping[str, Any], server: str, argv: Seque
 
 
 def merged_grants(grants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same access in fewer Landlock rules: one rule per directory (its strongest access),
-    and none for a path below a directory granted at least its access. Landlock's rights on a
+    """The same access in fewer Landlock rules: one rule per path (its strongest access), and
+    none for a path below a directory granted at least its access. Landlock's rights on a
     path are the union of the rules on it and on every directory above it, so the kernel allows
     and denies exactly as before. Compared by real path (a rule binds the inode its path
     resolves to: a link below a granted directory that points elsewhere keeps its rule)."""
     real = [os.path.realpath(g["path"]) for g in grants]
-    strongest: dict[str, str] = {}  # real directory -> "rw" or "ro"
+    strongest: dict[tuple[str, bool], str] = {}  # (real path, a file?) -> "rw" or "ro"
     for grant, path in zip(grants, real, strict=True):
-        if not grant["file"] and strongest.get(path) != "rw":
-            strongest[path] = grant["access"]
+        ident = (path, bool(grant["file"]))
+        if strongest.get(ident) != "rw":
+            strongest[ident] = grant["access"]
 
     def covered(path: str, access: str) -> bool:
         parent = os.path.dirname(path)
         while parent != path:
-            held = strongest.get(parent)
+            held = strongest.get((parent, False))
             if held == "rw" or (held == "ro" and access == "ro"):
                 return True
             path, parent = parent, os.path.dirname(parent)
         return False
 
     out: list[dict[str, Any]] = []
-    done: set[tuple[str, str, bool]] = set()
+    done: set[tuple[str, bool]] = set()
     for grant, path in zip(grants, real, strict=True):
-        access = grant["access"] if grant["file"] else strongest[path]
-        ident = (path, access, bool(grant["file"]))
+        access = strongest[path, bool(grant["file"])]
+        ident = (path, bool(grant["file"]))
         if ident in done or covered(path, access):
             continue
         done.add(ident)

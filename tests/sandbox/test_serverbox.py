@@ -8,8 +8,12 @@ import json
 import os
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from agentstack import layout
 from tests.conftest import run_cli_in_process
+from tests.harness.deadline import scaled
 from tests.sandbox.test_relay import Session, rendered_command, trusted_project
 
 
@@ -120,3 +124,60 @@ def test_the_head_start_reads_nonos_path_only_from_a_plain_kept_confinement() ->
     for bad in (b"", b'{"nono":"relative.so"}', b'{"nono":"/a\\"b.so"}', b'{"nono":"/a/b.py"}',
                 b'{"nono":"/a/b.so', b'{"nono": "/a/b.so"}'):
         assert serverbox._nono_path(bad) is None, bad
+
+
+_PATHS = ["/", "/opt-as", "/opt-as/a", "/opt-as/a/b", "/opt-as/a/b/c", "/opt-as/d", "/srv-as"]
+
+
+def _allowed(grants: list[dict[str, object]], path: str, file: bool) -> set[str]:
+    """What Landlock grants on `path`: the union of the rules on it and every directory above."""
+    out: set[str] = set()
+    for grant in grants:
+        where = str(grant["path"])
+        if where == path or (not grant["file"] and path.startswith(where.rstrip("/") + "/")):
+            rights = {"read", "write"} if grant["access"] == "rw" else {"read"}
+            if grant["file"] or file:
+                rights = {f"file-{r}" for r in rights}
+            else:
+                rights |= {f"file-{r}" for r in rights}
+            out |= rights
+    return out
+
+
+@given(st.lists(st.fixed_dictionaries({"path": st.sampled_from(_PATHS),
+                                       "access": st.sampled_from(["ro", "rw"]),
+                                       "file": st.booleans()}), max_size=12))
+def test_merged_grants_allow_and_deny_exactly_what_the_grants_did(
+        grants: list[dict[str, object]]) -> None:
+    """Fewer Landlock rules for the same access: on every path (as a directory and as a file),
+    the rights the merged rules give are the rights the original rules gave."""
+    from agentstack.serverbox import merged_grants
+
+    # A path is either a file or a directory: keep the first kind each path is granted as.
+    kind: dict[object, object] = {}
+    grants = [g for g in grants if kind.setdefault(g["path"], g["file"]) == g["file"]]
+    merged = merged_grants([dict(g) for g in grants])
+    assert len(merged) <= len(grants)
+    assert len({(g["path"], g["file"]) for g in merged}) == len(merged)  # one rule per path
+    for path in [*_PATHS, "/opt-as/a/b/c/e", "/srv-as/x"]:
+        for file in (False, True):
+            assert _allowed(merged, path, file) == _allowed(grants, path, file), path
+
+
+def test_the_servers_child_loads_no_ctypes_package() -> None:
+    """The forked child confines itself through `_ctypes` alone: the `ctypes` package (about
+    5 ms of start-up) is loaded only by the emulation of older Landlock ABIs."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\n"
+             f"sys.path.append({os.path.dirname(os.path.dirname(os.path.abspath(layout.__file__)))!r})\n"
+             "from agentstack.sandbox import confine\n"
+             "libc = confine._libc()\n"
+             "assert libc.getpid() == __import__('os').getpid()\n"
+             "print(' '.join(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True,
+                          text=True, timeout=scaled(60), check=True)
+    loaded = set(done.stdout.split())
+    assert "_ctypes" in loaded
+    assert not loaded & {"ctypes", "struct", "types", "json", "re"}, sorted(loaded)
