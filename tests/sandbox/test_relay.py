@@ -420,7 +420,7 @@ def test_list_changed_is_forwarded_and_the_next_listing_checked() -> None:
 def test_the_relay_path_is_standard_library_only() -> None:
     """What the relay's start loads to relay a server without secrets: agentstack's own small
     modules and what `python -I -S` loads anyway (no `site`, no `json`, `re`, `typing`,
-    `threading`, `subprocess`), nothing installed beside it. (The confinement's `ctypes` is
+    `threading`, `subprocess`), nothing installed beside it. (The confinement's `_ctypes` is
     loaded by the forked child only.)"""
     from agentstack_adapters.common import relay_start
 
