@@ -244,7 +244,8 @@ def run_relay(options: dict[str, str], command: list[str], env: dict[str, str],
                     return serverbox.start(setup.root, consent, name, argv, env, cwd=cwd,
                                            cache=layout.box_file(options["--state"], setup.root,
                                                                  name),
-                                           key=[setup.digest, setup.root, name], fork=True)
+                                           key=[setup.digest, setup.root, name], fork=True,
+                                           state_home=options["--state"])
                 except serverbox.ServerConfinementError as exc:
                     if exc.stage == "exec":
                         sys.stderr.write(f"agentstack launch: {name}: cannot start it: {exc}\n")
