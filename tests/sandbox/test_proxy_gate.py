@@ -343,3 +343,39 @@ def test_a_declared_loopback_port_still_needs_the_proxy_token(
                     f"CONNECT 127.0.0.1:{local.port} HTTP/1.1\r\n\r\n"):
         assert _status(_exchange(g.port, request.encode())) == 407
     assert _settle(local, 0) == []
+
+
+@given(host=st.sampled_from(["127.0.0.1", "localhost", "127.0.0.2", "[::1]", "0.0.0.0",
+                             "api.example.com", "LOCALHOST"]),
+       which=st.sampled_from(["declared", "other", "gate"]),
+       connect=st.booleans(), token=st.booleans())
+@settings(max_examples=12, deadline=None)
+def test_only_a_declared_loopback_port_with_the_token_is_reached(
+    host: str, which: str, connect: bool, token: bool
+) -> None:
+    """Whatever the host spelling, port or method: the declared 127.0.0.1 port is reached only as
+    127.0.0.1 / localhost (any case) with the token, and nothing of it ever reaches nono."""
+    nono, local = FakeUpstream(), FakeUpstream()
+    receipts: list[dict[str, object]] = []
+    g = Gate(nono.port, TOKEN, routes=(), allow_domains=("api.example.com",),
+             loopback_ports=(local.port,), receipt=receipts.append)
+    try:
+        port = {"declared": local.port, "other": nono.port, "gate": g.port}[which]
+        auth = f"{AUTH}\r\n" if token else ""
+        request = (f"CONNECT {host}:{port} HTTP/1.1\r\n{auth}\r\nx" if connect else
+                   f"GET http://{host}:{port}/ HTTP/1.1\r\nHost: x\r\n{auth}\r\n")
+        reply = _exchange(g.port, request.encode())
+        reached = _settle(local, 0)
+        expected = (host.lower() in ("127.0.0.1", "localhost") and which == "declared"
+                    and token)
+        assert bool(reached) == expected, (request, reply, reached)
+        if not expected and not (which == "gate" and connect and token):
+            # (a tunnel to the gate itself is accepted: the request inside it is checked)
+            assert reply == b"" or _status(reply) in (400, 403, 404, 407), reply
+        assert not [r for r in _settle(nono, 0) if str(local.port).encode() in r]
+        assert all(r["decision"] == ("allow" if expected else "deny") for r in receipts
+                   if r["host"] != "?"), receipts
+    finally:
+        g.close()
+        nono.close()
+        local.close()
