@@ -64,6 +64,28 @@ def network_of(consent: Mapping[str, Any], server: str) -> dict[str, Any] | None
     return None
 
 
+def credential_values(consent: Mapping[str, Any], server: str,
+                      state_home: str | None = None) -> list[str]:
+    """The values of the secrets the server's proxy injects (`servers.NAME.sandbox.credentials`),
+    for the relay to withhold should one come back in what the server sends (an upstream that
+    echoes its request's headers). A secret not stored is left out (its proxy refuses to start)."""
+    declared = network_of(consent, server)
+    if declared is None or not declared.get("credentials"):
+        return []
+    from pathlib import Path
+
+    from agentstack.secrets import SecretStore
+
+    store = SecretStore(Path(state_home) if state_home is not None else None)
+    values = []
+    for credential in declared["credentials"].values():
+        try:
+            values.append(store.get(str(credential["secret"])))
+        except Exception:  # noqa: BLE001, S112 - missing or unreadable: the proxy says which
+            continue
+    return [v for v in values if v]
+
+
 def _sandbox_view(declared: Mapping[str, Any]) -> Any:
     """The project's `[sandbox]` as the resolver reads it, networking closed (no proxy here)."""
     from types import SimpleNamespace
@@ -253,7 +275,7 @@ def _start_networked(root: str, consent: Mapping[str, Any], server: str, argv: S
         except ConfinementError as exc:
             hint = f" ({exc.hint})" if exc.hint else ""
             text = str(exc).replace("sandbox.credentials.", f"servers.{server}.sandbox.credentials.")
-            raise ServerConfinementError(f"its network proxy: {text}{hint}") from None
+            raise ServerConfinementError(f"its network proxy: {text}{hint}", "proxy") from None
         confinement = _confinement(root, consent, server, argv, cwd, policy, None, (),
                                    tcp_ports=(proxy.port,))
     except BaseException:
@@ -323,6 +345,8 @@ def not_started(name: str, exc: ServerConfinementError) -> str:
     """The relay's line on stderr when the server's sandbox refused it (the server never ran)."""
     if exc.stage == "exec":
         return f"agentstack launch: {name}: cannot start it: {exc}"
+    if exc.stage == "proxy":
+        return f"agentstack launch: {name}: not started: {exc}"
     return (f"agentstack launch: {name}: not started: its sandbox cannot be enforced here: "
             f"{exc}; to run it unconfined, set servers.{name}.sandbox = false (then lock and "
             "trust)")

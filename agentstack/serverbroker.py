@@ -165,6 +165,9 @@ class Broker:
             _mcp_error(wfile, f"agentstack: server {name!r} not started: {setup.closed}")
             return
         consent = setup.consent
+        if serverbox.wanted(consent, name):
+            secret_values = [*secret_values,
+                             *serverbox.credential_values(consent, name, self.state_home)]
 
         def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
             import subprocess

@@ -74,7 +74,8 @@ def probe(name: str, arguments: dict[str, Any]) -> str:
             base = urlsplit(os.environ[str(arguments["base_env"])])
             with socket.create_connection((str(base.hostname), int(base.port or 80)),
                                           timeout=120) as sock:
-                sock.sendall(f"GET {base.path}/check HTTP/1.1\r\nHost: {base.netloc}\r\n"
+                path = str(arguments.get("path", "check"))
+                sock.sendall(f"GET {base.path}/{path} HTTP/1.1\r\nHost: {base.netloc}\r\n"
                              f"Authorization: Bearer {os.environ[str(arguments['env'])]}\r\n"
                              "Connection: close\r\n\r\n".encode())
                 return _read_all(sock)

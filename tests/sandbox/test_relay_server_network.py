@@ -42,7 +42,9 @@ class _Handler(BaseHTTPRequestHandler):
         server.seen.append({"path": self.path,
                             "authorization": self.headers.get("Authorization", ""),
                             "proxy": self.headers.get("Proxy-Authorization", "")})
-        body = f"hello from {self.path}".encode()
+        # `/echo`: an upstream that echoes the header it got (the relay must withhold it)
+        body = (self.headers.get("Authorization", "") if self.path.endswith("/echo")
+                else f"hello from {self.path}").encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
@@ -156,6 +158,9 @@ def test_a_server_reaches_what_it_declared_through_its_proxy_and_nothing_else(
         routed = _call(session, "route", env="API_TOKEN", base_env="API_BASE")
         assert " 200 " in routed and routed.endswith("| hello from /check"), routed
         assert other.seen[-1]["authorization"] == f"Bearer {SECRET}", other.seen
+        # An upstream that echoes the secret back: the relay withholds it from the harness.
+        echoed = _call(session, "route", env="API_TOKEN", base_env="API_BASE", path="echo")
+        assert SECRET not in echoed and "[secret withheld by agentstack]" in echoed, echoed
     finally:
         stderr = session.close()
     assert SECRET not in stderr
@@ -190,6 +195,7 @@ def test_a_server_without_a_secret_it_declared_is_not_started(
     assert session.proc.wait(timeout=120) == 1
     stderr = session.close()
     assert "not started" in stderr and "net-api" in stderr, stderr
+    assert "agentstack secret set net-api" in stderr and "unconfined" not in stderr, stderr
 
 
 @pytest.mark.slow
