@@ -244,16 +244,14 @@ def run_relay(options: dict[str, str], command: list[str], env: dict[str, str],
                     return serverbox.start(setup.root, consent, name, argv, env, cwd=cwd,
                                            cache=layout.box_file(options["--state"], setup.root,
                                                                  name),
-                                           key=[setup.digest, setup.root, name], fork=True)
+                                           key=[setup.digest, setup.root, name], fork=True,
+                                           state_home=options["--state"])
                 except serverbox.ServerConfinementError as exc:
-                    if exc.stage == "exec":
-                        sys.stderr.write(f"agentstack launch: {name}: cannot start it: {exc}\n")
-                        raise SystemExit(1) from None
-                    sys.stderr.write(
-                        f"agentstack launch: {name}: not started: its sandbox cannot be "
-                        f"enforced here: {exc}; to run it unconfined, set "
-                        f"servers.{name}.sandbox = false (then lock and trust)\n")
+                    sys.stderr.write(serverbox.not_started(name, exc) + "\n")
                     raise SystemExit(1) from None
+
+            secret_values = [*secret_values,
+                             *serverbox.credential_values(consent, name, options["--state"])]
 
     return relay.serve(relay.Relay(setup, secret_values), command, env, start=start)
 

@@ -9,8 +9,11 @@ from the project's trusted `[sandbox]` declaration:
   command's installation and its code roots (what the lock pinned it loading code from);
 - the project as `[sandbox]` says (the project directory read-write, plus its read/write lists);
 - denied: `$AGENTSTACK_HOME` and everything else in `$HOME` (`~/.ssh`, cloud credentials, …);
-- no network (no TCP connect or bind, no UDP): outside `run` there is no credential proxy to
-  route a declared domain through;
+- no network (no TCP connect or bind, no UDP), unless `servers.NAME.sandbox` declares some as
+  a table (`network.allow_domains`, `network.localhost_ports`, `credentials`): then the relay
+  starts `run`'s proxy for that server alone (`sandbox.runner.Proxy`: agentstack's gate in front
+  of nono), and the server may connect to the gate's port only; the gate lets through only what
+  was declared, injects the declared secrets, and keeps one receipt per request;
 - capabilities dropped, agentstack's seccomp blocklist loaded.
 
 Where the kernel cannot enforce a layer the server does not start and the message says why (fail
@@ -47,6 +50,40 @@ class ServerConfinementError(Exception):
 def wanted(consent: Mapping[str, Any], server: str) -> bool:
     entry = consent.get("servers", {}).get(server, {})
     return entry.get(SANDBOX_OFF) is not False
+
+
+def network_of(consent: Mapping[str, Any], server: str) -> dict[str, Any] | None:
+    """The server's declared network (`servers.NAME.sandbox` as a table naming a host, a port or
+    a credential), else None (then it has none at all)."""
+    box = consent.get("servers", {}).get(server, {}).get(SANDBOX_OFF)
+    if not isinstance(box, dict):
+        return None
+    network = box.get("network") or {}
+    if network.get("allow_domains") or network.get("localhost_ports") or box.get("credentials"):
+        return box
+    return None
+
+
+def credential_values(consent: Mapping[str, Any], server: str,
+                      state_home: str | None = None) -> list[str]:
+    """The values of the secrets the server's proxy injects (`servers.NAME.sandbox.credentials`),
+    for the relay to withhold should one come back in what the server sends (an upstream that
+    echoes its request's headers). A secret not stored is left out (its proxy refuses to start)."""
+    declared = network_of(consent, server)
+    if declared is None or not declared.get("credentials"):
+        return []
+    from pathlib import Path
+
+    from agentstack.secrets import SecretStore
+
+    store = SecretStore(Path(state_home) if state_home is not None else None)
+    values = []
+    for credential in declared["credentials"].values():
+        try:
+            values.append(store.get(str(credential["secret"])))
+        except Exception:  # noqa: BLE001, S112 - missing or unreadable: the proxy says which
+            continue
+    return [v for v in values if v]
 
 
 def _sandbox_view(declared: Mapping[str, Any]) -> Any:
@@ -104,7 +141,21 @@ def policy_for(root: str, consent: Mapping[str, Any], server: str, argv: Sequenc
         if os.path.exists(path):
             extra.append(Grant(path=path, access="ro", file=not os.path.isdir(path),
                                source=f"servers.{server}: code"))
-    return policy._replace(grants=(*policy.grants, *extra))
+    policy = policy._replace(grants=(*policy.grants, *extra))
+    declared = network_of(consent, server)
+    if declared is not None:
+        from agentstack.sandbox.policy import CredentialRoute
+
+        policy = policy._replace(
+            allow_domains=tuple(str(d) for d in declared.get("network", {}).get(
+                "allow_domains", [])),
+            credentials=tuple(
+                CredentialRoute(name=name, upstream=str(c["upstream"]), secret=str(c["secret"]),
+                                header=str(c.get("header") or "Authorization"),
+                                env=str(c["env"]), base_url_env=c.get("base_url_env"))
+                for name, c in sorted((declared.get("credentials") or {}).items())),
+        )
+    return policy
 
 
 def review_policy(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str],
@@ -121,7 +172,7 @@ def review_policy(root: str, consent: Mapping[str, Any], server: str, argv: Sequ
     scratch_grant = Grant(path=os.path.realpath(scratch), access="rw",
                           source=f"servers.{server}: review scratch")
     return policy._replace(grants=(*grants, scratch_grant), network_block=True,
-                           localhost_ports=())
+                           localhost_ports=(), allow_domains=(), credentials=())
 
 
 def _workdir(root: str, cwd: str | None) -> str:
@@ -151,6 +202,7 @@ def start(
     cache: str | None = None,
     key: Sequence[Any] = (),
     fork: bool = False,
+    state_home: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """The server, started confined, its stdin and stdout piped (stderr inherited, or `stderr`);
     raises ServerConfinementError when any layer cannot be enforced (then nothing runs).
@@ -163,7 +215,17 @@ def start(
     interpreter starts while the confinement is resolved; it runs nothing until the spec arrives,
     and only once every layer is in force does it exec the server. `fork` (only from a
     single-threaded process): no launcher interpreter, this process forks and the child confines
-    itself with the same code (`Forked`)."""
+    itself with the same code (`Forked`).
+
+    A server that declares network (`network_of`; not with a `policy` of its own, as at review)
+    gets its proxy started here, after its process (forked, or the launcher) and before its
+    confinement, which then allows the proxy's port alone; never kept (`cache` unused: the port
+    is new each start). Stop the proxy with `release` once the server exited (the relay simply
+    exits). `state_home`: where its secrets and receipts are (else `$AGENTSTACK_HOME`)."""
+    declared = network_of(consent, server) if policy is None else None
+    if declared is not None:
+        return _start_networked(root, consent, server, argv, env, declared, cwd=cwd,
+                                stderr=stderr, fork=fork, state_home=state_home)
     if fork:
         confinement = _confinement(root, consent, server, argv, cwd, policy, cache, key)
         process: Any = Forked(spec_of(confinement, argv, env, cwd))
@@ -174,6 +236,81 @@ def start(
     armed(process, status_r, cache)
     started: subprocess.Popen[bytes] = process
     return started
+
+
+def _start_networked(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str],
+                     env: Mapping[str, str], declared: Mapping[str, Any], *, cwd: str | None,
+                     stderr: int | None, fork: bool,
+                     state_home: str | None) -> subprocess.Popen[bytes]:
+    """`start` for a server with declared network: its process first (a fork must come before
+    the proxy's threads), then its proxy, then its confinement with the proxy's port alone."""
+    from agentstack.sandbox.resolve import ConfinementError
+    from agentstack.sandbox.runner import Proxy
+
+    policy = policy_for(root, consent, server, argv, cwd=cwd)
+    if state_home is not None:
+        policy = policy._replace(agentstack_home=os.path.realpath(state_home))
+    ports = tuple(sorted({int(p) for p in declared.get("network", {}).get("localhost_ports", [])}))
+    process: Any
+    spec_w = -1
+    if fork:
+        process = Forked(None)
+        status_r = process.status_fd
+    else:
+        process, spec_w, status_r = _spawn_launcher(root, cwd, stderr)
+
+    def abandon() -> None:
+        if fork:
+            process.cancel()
+        else:
+            os.close(spec_w)
+            os.close(status_r)
+            _stop(process)
+
+    proxy = None
+    try:
+        try:
+            proxy = Proxy(policy, server=server, loopback_ports=ports, receipts_root=root)
+            proxy_env = proxy.child_env()
+        except ConfinementError as exc:
+            hint = f" ({exc.hint})" if exc.hint else ""
+            text = str(exc).replace("sandbox.credentials.", f"servers.{server}.sandbox.credentials.")
+            raise ServerConfinementError(f"its network proxy: {text}{hint}", "proxy") from None
+        confinement = _confinement(root, consent, server, argv, cwd, policy, None, (),
+                                   tcp_ports=(proxy.port,))
+    except BaseException:
+        if proxy is not None:
+            proxy.shutdown()
+        abandon()
+        raise
+    if ports:  # a declared 127.0.0.1 port is reached through the proxy too, never directly
+        for name in ("NO_PROXY", "no_proxy", "NONO_NO_PROXY"):
+            proxy_env[name] = ""
+    spec = spec_of(confinement, argv, {**env, **proxy_env}, cwd)
+    if fork:
+        process.send(spec)
+    else:
+        try:
+            with os.fdopen(spec_w, "wb") as handle:
+                handle.write(marshal.dumps(spec))
+        except BrokenPipeError:
+            pass
+    try:
+        armed(process, status_r, None)
+    except BaseException:
+        proxy.shutdown()
+        raise
+    process.agentstack_proxy = proxy
+    started: subprocess.Popen[bytes] = process
+    return started
+
+
+def release(process: Any) -> None:
+    """Stop the server's network proxy, if it has one (after the server exited)."""
+    proxy = getattr(process, "agentstack_proxy", None)
+    if proxy is not None:
+        process.agentstack_proxy = None
+        proxy.shutdown()
 
 
 def spec_of(confinement: dict[str, Any], argv: Sequence[str], env: Mapping[str, str],
@@ -208,6 +345,8 @@ def not_started(name: str, exc: ServerConfinementError) -> str:
     """The relay's line on stderr when the server's sandbox refused it (the server never ran)."""
     if exc.stage == "exec":
         return f"agentstack launch: {name}: cannot start it: {exc}"
+    if exc.stage == "proxy":
+        return f"agentstack launch: {name}: not started: {exc}"
     return (f"agentstack launch: {name}: not started: its sandbox cannot be enforced here: "
             f"{exc}; to run it unconfined, set servers.{name}.sandbox = false (then lock and "
             "trust)")
@@ -221,6 +360,28 @@ def _launcher(root: str, consent: Mapping[str, Any], server: str, argv: Sequence
               key: Sequence[Any], stderr: int | None) -> tuple[subprocess.Popen[bytes], int]:
     """The launcher as its own interpreter, started first: it boots while the confinement is
     resolved here. (Returns it and the status fd to read.)"""
+    process, spec_w, status_r = _spawn_launcher(root, cwd, stderr)
+    try:
+        confinement = _confinement(root, consent, server, argv, cwd, policy, cache, key)
+    except BaseException:
+        os.close(spec_w)  # the launcher reads no spec: it runs nothing
+        os.close(status_r)
+        _stop(process)
+        raise
+    spec = {**confinement, "argv": list(argv), "env": dict(env),
+            "cwd": cwd or confinement["workdir"], "parent_pid": os.getpid()}
+    try:
+        with os.fdopen(spec_w, "wb") as handle:
+            handle.write(marshal.dumps(spec))
+    except BrokenPipeError:
+        pass
+    return process, status_r
+
+
+def _spawn_launcher(root: str, cwd: str | None,
+                    stderr: int | None) -> tuple[subprocess.Popen[bytes], int, int]:
+    """The launcher's interpreter, waiting for its spec: (it, the spec fd to write, the status fd
+    to read)."""
     import subprocess
 
     spec_r, spec_w = os.pipe()
@@ -237,21 +398,7 @@ def _launcher(root: str, consent: Mapping[str, Any], server: str, argv: Sequence
         raise ServerConfinementError(f"cannot start the sandbox launcher: {exc.strerror}") from None
     os.close(spec_r)
     os.close(status_w)
-    try:
-        confinement = _confinement(root, consent, server, argv, cwd, policy, cache, key)
-    except BaseException:
-        os.close(spec_w)  # the launcher reads no spec: it runs nothing
-        os.close(status_r)
-        _stop(process)
-        raise
-    spec = {**confinement, "argv": list(argv), "env": dict(env),
-            "cwd": cwd or confinement["workdir"], "parent_pid": os.getpid()}
-    try:
-        with os.fdopen(spec_w, "wb") as handle:
-            handle.write(marshal.dumps(spec))
-    except BrokenPipeError:
-        pass
-    return process, status_r
+    return process, spec_w, status_r
 
 
 class Forked:
@@ -397,9 +544,10 @@ def _child(spec: dict[str, Any] | None, stdin: int, stdout: int, status_w: int, 
 
 def _confinement(root: str, consent: Mapping[str, Any], server: str, argv: Sequence[str],
                  cwd: str | None, policy: Any, cache: str | None,
-                 key: Sequence[Any]) -> dict[str, Any]:
+                 key: Sequence[Any], tcp_ports: Sequence[int] = ()) -> dict[str, Any]:
     """The launcher's spec but for the server's argv, env, cwd: from the cache when it holds this
-    very key, else resolved (and kept)."""
+    very key, else resolved (and kept). `tcp_ports`: the only TCP ports it may connect to (its
+    proxy's; never with a cache)."""
     full_key = None
     if cache is not None and policy is None:
         full_key = cache_key(key, argv, cwd)
@@ -421,7 +569,7 @@ def _confinement(root: str, consent: Mapping[str, Any], server: str, argv: Seque
         "grants": merged_grants(
             [{"path": g.path, "access": g.access, "file": g.file} for g in policy.grants]),
         "network_block": True,
-        "tcp_ports": [],
+        "tcp_ports": [int(p) for p in tcp_ports],
         "seccomp": enforcement.seccomp_program,
         "drop_capabilities": True,
         "nono": nono_module_path(),

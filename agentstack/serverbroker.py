@@ -79,6 +79,9 @@ class Broker:
                 child.kill()
             with contextlib.suppress(Exception):
                 child.wait(timeout=10)
+            from agentstack import serverbox
+
+            serverbox.release(child)
 
     def _accept(self) -> None:
         while not self.closed:
@@ -162,6 +165,9 @@ class Broker:
             _mcp_error(wfile, f"agentstack: server {name!r} not started: {setup.closed}")
             return
         consent = setup.consent
+        if serverbox.wanted(consent, name):
+            secret_values = [*secret_values,
+                             *serverbox.credential_values(consent, name, self.state_home)]
 
         def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
             import subprocess
@@ -170,7 +176,7 @@ class Broker:
                 child = serverbox.start(
                     str(self.root), consent, name, argv, env, cwd=cwd,
                     cache=layout.box_file(self.state_home, str(self.root), name),
-                    key=[setup.digest, str(self.root), name])
+                    key=[setup.digest, str(self.root), name], state_home=self.state_home)
             else:
                 child = subprocess.Popen(
                     argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=cwd,
@@ -184,6 +190,12 @@ class Broker:
                         stdin=rfile, stdout=wfile)
         except serverbox.ServerConfinementError as exc:
             _mcp_error(wfile, f"agentstack: server {name!r} not started: {exc}")
+        finally:
+            with self.lock:
+                started = list(self.children)
+            for child in started:
+                if child.poll() is not None:
+                    serverbox.release(child)  # its network proxy, if it has one
 
 
 def _say(wfile: IO[bytes], message: dict[str, Any]) -> None:

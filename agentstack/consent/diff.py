@@ -157,6 +157,8 @@ class _Differ:
                     f"runs unconfined (sandbox = false): the {noun} gets your full privileges, "
                     "your home directory and the network",
                 )
+            if section == "servers":
+                self.server_network(where, item, previous)
             if section == "servers" and (previous or {}).get("tools") != item.get("tools") and (
                 previous is not None
             ):
@@ -245,6 +247,25 @@ class _Differ:
                 "instructions to the model changed" if old else "new instructions the model reads"
             )
             self.add("medium", "model-reads", "instructions", message)
+
+    def server_network(self, where: str, item: dict[str, Any],
+                       previous: dict[str, Any] | None) -> None:
+        """`servers.NAME.sandbox` as a table: each host the server may reach through its proxy,
+        and each secret that proxy injects, new since the last review."""
+        after, before = _server_reach(item), _server_reach(previous or {})
+        for host in sorted(set(after[0]) - set(before[0])):
+            self.add("medium", "server-network", f"{where}.sandbox.network",
+                     f"the server may reach {host} (through its proxy only)")
+        for name, (secret, upstream) in sorted(after[1].items()):
+            if before[1].get(name) != (secret, upstream):
+                self.add("medium", "new-credentialed-host", f"{where}.sandbox.credentials.{name}",
+                         f"secret {secret!r} is injected into the server's requests to {upstream}")
+        old_facts = {f for h in before[0] for f in host_facts(h)}
+        for host in after[0]:
+            for fact in sorted({*host_facts(host)} - old_facts):
+                if fact.startswith("link-local:"):
+                    self.add("high", "link-local", f"{where}.sandbox.network",
+                             f"may reach link-local / cloud-metadata host {fact.split(':', 1)[1]}")
 
     def sandbox(self) -> None:
         before, after = self.old.get("sandbox"), self.new.get("sandbox", {})
@@ -545,3 +566,15 @@ def consent_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> ConsentDiff
     visible_new = {k: v for k, v in new.items() if k not in _INTERNAL_KEYS}
     _leaf_changes(visible_old, visible_new, "", changes)
     return ConsentDiff(findings=_Differ(old, new).run(), changes=changes)
+
+
+def _server_reach(item: dict[str, Any]) -> tuple[list[str], dict[str, tuple[Any, Any]]]:
+    box = item.get("sandbox")
+    if not isinstance(box, dict):
+        return [], {}
+    network = box.get("network") or {}
+    hosts = [str(h) for h in network.get("allow_domains", [])]
+    hosts += [f"127.0.0.1:{p}" for p in network.get("localhost_ports", [])]
+    credentials = {str(n): (c.get("secret"), c.get("upstream"))
+                   for n, c in (box.get("credentials") or {}).items() if isinstance(c, dict)}
+    return hosts, credentials

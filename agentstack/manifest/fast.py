@@ -141,6 +141,24 @@ class Optional(Node):
         return value
 
 
+class OneOf(Node):
+    """`A | B` of a boolean and a model (`servers.NAME.sandbox`: `false`, or a table). A boolean
+    is certain; a table is left to the models (`Reject`): the digest drops the defaults inside a
+    model of a union (`model_dump(exclude_defaults=True)`), which the defaults spec does not
+    model, so only the models may digest it."""
+
+    __slots__ = ("options",)
+
+    def __init__(self, options: tuple[Node, ...]) -> None:
+        self.options = options
+
+    def check(self, value: Any) -> Any:
+        for option in self.options:
+            if isinstance(option, Bool) and type(value) is bool:
+                return value
+        raise Reject
+
+
 class ListOf(Node):
     __slots__ = ("checks", "item")
 
@@ -268,6 +286,31 @@ SERVER_TOOLS = Table(
         Field("deny", ListOf(Str(pattern=rules.TOOL_NAME_PATTERN), (rules.unique_tools,)), factory=list),
     ),
 )
+SERVER_NETWORK = Table(
+    "ServerNetwork",
+    (
+        Field("allow_domains", ListOf(Str(max_length=rules.TEXT_MAX), (rules.check_domains,)), factory=list),
+        Field("localhost_ports", ListOf(Int(1, 65535)), factory=list),
+    ),
+)
+CREDENTIAL = Table(
+    "Credential",
+    (
+        Field("upstream", Str(max_length=rules.TEXT_MAX, checks=(rules.check_upstream,))),
+        Field("secret", Str(pattern=rules.SECRET_NAME_PATTERN)),
+        Field("header", Str(pattern=rules.HEADER_NAME_PATTERN), "Authorization"),
+        Field("env", Str(pattern=rules.ENV_NAME_PATTERN)),
+        Field("base_url_env", Optional(Str(pattern=rules.ENV_NAME_PATTERN)), None),
+    ),
+)
+SERVER_SANDBOX = Table(
+    "ServerSandbox",
+    (
+        Field("network", SERVER_NETWORK, factory=lambda: SERVER_NETWORK.check({})),
+        Field("credentials", DictOf(Str(pattern=rules.NAME_PATTERN), CREDENTIAL), factory=dict),
+    ),
+    (rules.check_server_sandbox,),
+)
 SERVER = Table(
     "Server",
     (
@@ -279,7 +322,7 @@ SERVER = Table(
         Field("headers", DictOf(Str(pattern=rules.HEADER_NAME_PATTERN), Str(max_length=rules.TEXT_MAX, checks=(rules.check_value_source,))), factory=dict),
         Field("pin", ListOf(Str(min_length=1, max_length=rules.PATH_MAX, checks=(rules.check_relative_path, rules.check_pin)), (rules.unique_pins,)), factory=list),
         Field("tools", Optional(SERVER_TOOLS), None),
-        Field("sandbox", Optional(Bool()), None),
+        Field("sandbox", Optional(OneOf((Bool(), SERVER_SANDBOX))), None),
     ),
     (rules.check_server,),
 )
@@ -347,16 +390,6 @@ NETWORK = Table(
         Field("localhost_ports", ListOf(Int(1, 65535)), factory=list),
     ),
 )
-CREDENTIAL = Table(
-    "Credential",
-    (
-        Field("upstream", Str(max_length=rules.TEXT_MAX, checks=(rules.check_upstream,))),
-        Field("secret", Str(pattern=rules.SECRET_NAME_PATTERN)),
-        Field("header", Str(pattern=rules.HEADER_NAME_PATTERN), "Authorization"),
-        Field("env", Str(pattern=rules.ENV_NAME_PATTERN)),
-        Field("base_url_env", Optional(Str(pattern=rules.ENV_NAME_PATTERN)), None),
-    ),
-)
 SANDBOX = Table(
     "Sandbox",
     (
@@ -389,6 +422,9 @@ MANIFEST = Table(
 TABLES: dict[str, Table] = {
     "ProjectSection": PROJECT_SECTION,
     "ServerTools": SERVER_TOOLS,
+    "ServerNetwork": SERVER_NETWORK,
+    "Credential": CREDENTIAL,
+    "ServerSandbox": SERVER_SANDBOX,
     "Server": SERVER,
     "Skill": SKILL,
     "Instructions": INSTRUCTIONS,
@@ -397,7 +433,6 @@ TABLES: dict[str, Table] = {
     "Permissions": PERMISSIONS,
     "Settings": SETTINGS,
     "Network": NETWORK,
-    "Credential": CREDENTIAL,
     "Sandbox": SANDBOX,
     "Manifest": MANIFEST,
 }

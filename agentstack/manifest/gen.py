@@ -91,10 +91,17 @@ def _node(annotation: Any, metadata: list[Any], declared: list[Any], order: list
     origin = typing.get_origin(bare)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(bare) if a is not type(None)]
-        if len(options) != 1 or type(None) not in typing.get_args(bare):
+        if type(None) not in typing.get_args(bare) or not (
+            len(options) == 1 or (len(options) == 2 and options[0] is bool
+                                  and isinstance(options[1], type)
+                                  and issubclass(options[1], BaseModel))
+        ):
             raise TypeError(f"a union the fast validator does not model: {bare!r}")
         checks = [*_after(metadata), *declared]
-        inner = _node(options[0], [], [], order)
+        if len(options) == 2:  # `bool | Model | None`: OneOf (a table goes to the models)
+            inner = "OneOf((" + ", ".join(_node(o, [], [], order) for o in options) + "))"
+        else:
+            inner = _node(options[0], [], [], order)
         return f"Optional({inner}, {_checks(checks)})" if checks else f"Optional({inner})"
     if origin is typing.Literal:
         return f"Choice({_constant(typing.get_args(bare))})"

@@ -95,6 +95,44 @@ class ServerTools(Model):
     _deny = field_validator("deny")(rules.unique_tools)
 
 
+class Credential(Model):
+    """A credential the sandboxed process may use without holding it: the proxy on localhost
+    injects the real secret into requests to `upstream`; the child sees only a phantom token in
+    `env` and the proxy's URL in `base_url_env`."""
+
+    upstream: Text
+    secret: Annotated[str, StringConstraints(pattern=SECRET_NAME_PATTERN)]
+    header: HeaderName = "Authorization"
+    env: EnvName
+    base_url_env: EnvName | None = None
+
+    _upstream = field_validator("upstream")(rules.check_upstream)
+
+
+class ServerNetwork(Model):
+    """What a relayed server may reach, only through its own proxy on 127.0.0.1 (never directly):
+    `allow_domains` as `[sandbox.network]` (CONNECT to 443, plain HTTP to 80), and
+    `localhost_ports`: 127.0.0.1 ports the proxy forwards to (CONNECT or plain HTTP)."""
+
+    allow_domains: list[Text] = Field(default_factory=list)
+    localhost_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
+
+    _domains = field_validator("allow_domains")(rules.check_domains)
+
+
+class ServerSandbox(Model):
+    """`servers.NAME.sandbox` as a table: the server stays confined, with network through its
+    proxy as declared, and `credentials` injected by that proxy as `[sandbox.credentials]`."""
+
+    network: ServerNetwork = Field(default_factory=ServerNetwork)
+    credentials: dict[ItemName, Credential] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _routes(self) -> ServerSandbox:
+        rules.check_server_sandbox(vars(self))
+        return self
+
+
 class Server(Model):
     """An MCP server: stdio (`command`) or remote (`url`), never both."""
 
@@ -107,8 +145,9 @@ class Server(Model):
     # Code roots: the trees the process loads code from, instead of the ones agentstack infers.
     pin: list[PinPath] = Field(default_factory=list)
     tools: ServerTools | None = None
-    # false: the relay starts this server unconfined (the review rates it high).
-    sandbox: bool | None = None
+    # false: the relay starts this server unconfined (the review rates it high); a table: confined,
+    # with network through its own proxy as declared.
+    sandbox: bool | ServerSandbox | None = None
 
     _pins = field_validator("pin")(rules.unique_pins)
     _command = field_validator("command")(rules.check_command)
@@ -224,20 +263,6 @@ class Network(Model):
     _domains = field_validator("allow_domains")(rules.check_domains)
 
 
-class Credential(Model):
-    """A credential the sandboxed process may use without holding it: the proxy on localhost
-    injects the real secret into requests to `upstream`; the child sees only a phantom token in
-    `env` and the proxy's URL in `base_url_env`."""
-
-    upstream: Text
-    secret: Annotated[str, StringConstraints(pattern=SECRET_NAME_PATTERN)]
-    header: HeaderName = "Authorization"
-    env: EnvName
-    base_url_env: EnvName | None = None
-
-    _upstream = field_validator("upstream")(rules.check_upstream)
-
-
 class Sandbox(Model):
     enabled: bool = True
     read_dirs: list[Text] = Field(default_factory=list)
@@ -313,7 +338,8 @@ def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
     for part in loc[:-1]:
         while typing.get_origin(current) in (typing.Union, types.UnionType, typing.Annotated):
             options = [a for a in typing.get_args(current) if a is not type(None)]
-            current = options[0] if options else None
+            tables = [a for a in options if isinstance(a, type) and issubclass(a, BaseModel)]
+            current = (tables or options or [None])[0]
         if typing.get_origin(current) is dict:
             current = typing.get_args(current)[1]  # `part` is an item's name
             continue
@@ -337,12 +363,32 @@ def _did_you_mean(loc: tuple[str | int, ...]) -> str:
     return f"did you mean {close[0]!r}?" if close else ""
 
 
+def _union_member(loc: tuple[Any, ...]) -> str | None:
+    """Which member of `servers.NAME.sandbox`'s union an error's path is under, if any."""
+    if len(loc) < 4 or loc[0] != "servers" or loc[2] != "sandbox":
+        return None
+    if loc[3] == "bool":
+        return "bool"
+    return "table" if isinstance(loc[3], str) and "ServerSandbox" in loc[3] else None
+
+
 def _problems(exc: ValidationError, file: str) -> list[Problem]:
     problems = []
     for error in exc.errors(include_url=False):
+        raw_loc = tuple(error["loc"])
+        # `servers.NAME.sandbox` (`bool | ServerSandbox`): one error for what was written, not
+        # one per member of the union (a table's problems, or "write true or false").
+        member = _union_member(raw_loc)
+        if member == "bool" and isinstance(error.get("input"), dict):
+            continue
+        if member == "table" and not isinstance(error.get("input"), dict) and len(
+                raw_loc) == 4:
+            continue
+        if member == "bool":
+            raw_loc = raw_loc[:3] + raw_loc[4:]
         # Drop pydantic's internal union/validator tags ("function-after[...]") from the path.
         loc = tuple(
-            p for p in error["loc"] if not (isinstance(p, str) and "[" in p and p != "[key]")
+            p for p in raw_loc if not (isinstance(p, str) and "[" in p and p != "[key]")
         )
         message = error["msg"]
         if message.startswith("Value error, "):

@@ -379,6 +379,24 @@ def check_sandbox(f: Mapping[str, Any]) -> None:
             )
 
 
+def check_server_sandbox(f: Mapping[str, Any]) -> None:
+    """`servers.NAME.sandbox` as a table: no two credential routes set the same variable."""
+    seen: dict[str, str] = {}
+    for name, credential in f["credentials"].items():
+        data = credential if isinstance(credential, Mapping) else vars(credential)
+        for key in ("env", "base_url_env"):
+            value = data.get(key)
+            if not value:
+                continue
+            if value in seen:
+                raise RuleError(
+                    f"{value} is set by two credentials ({seen[value]} and {name}.{key})",
+                    "give each credential its own variable",
+                    ("credentials", name, key),
+                )
+            seen[str(value)] = f"{name}.{key}"
+
+
 def check_server(f: Mapping[str, Any]) -> None:
     if (f["command"] is None) == (f["url"] is None):
         raise ValueError("needs exactly one of 'command' (stdio) or 'url' (remote)")

@@ -11,7 +11,10 @@ only (never to nono's), and the gate forwards to nono exactly one request per co
 - `CONNECT host:port`, only when `host` matches `sandbox.network.allow_domains` and `port` is 443,
   with the proxy token (Proxy-Authorization), and never to a loopback, private or link-local
   address literal or a loopback name;
-- an absolute-form request (`GET http://host/...`) under the same rules, on port 80.
+- an absolute-form request (`GET http://host/...`) under the same rules, on port 80;
+- for an MCP server's own gate (`servers.NAME.sandbox.network.localhost_ports`), `CONNECT` or an
+  absolute-form request to `127.0.0.1:PORT` / `localhost:PORT` of a declared port, with the
+  token: the gate connects to that port itself (nono never sees it; it is not a public host).
 
 Everything else gets an HTTP error and the connection is closed; nothing reaches nono. A forwarded
 request carries `Connection: close` and its body is forwarded by its own framing (Content-Length or
@@ -115,8 +118,10 @@ class Gate:
         allow_domains: tuple[str, ...],
         audit: Callable[[str, str], None] | None = None,
         receipt: Callable[[dict[str, object]], None] | None = None,
+        loopback_ports: tuple[int, ...] = (),
     ) -> None:
         self.upstream_port = upstream_port
+        self.loopback_ports = frozenset(loopback_ports)
         self.token = token.encode()
         self.routes = routes
         self.allow_domains = allow_domains
@@ -147,6 +152,10 @@ class Gate:
         if not any(host_matches(host, p) for p in self.allow_domains):
             return f"{host} is not in sandbox.network.allow_domains"
         return None
+
+    def _loopback(self, host: str, port: int) -> bool:
+        """A declared 127.0.0.1 port (an MCP server's `localhost_ports`), reached by the gate."""
+        return host in ("127.0.0.1", "localhost") and port in self.loopback_ports
 
     def _check_token(self, headers: list[tuple[str, str]]) -> None:
         values = [v for k, v in headers if k == "proxy-authorization"]
@@ -230,6 +239,14 @@ class Gate:
                 host, port = split_authority(target)
                 where[0] = f"{host}:{port}"
                 self._check_token(headers)
+                if self._loopback(host, port):
+                    upstream = self._direct(port)
+                    client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                    if rest:
+                        upstream.sendall(rest)
+                    sent, counts[1] = _pipe(client, upstream)
+                    counts[0] = sent + len(rest)
+                    return "allow"
                 why = self.allows_tunnel(host, port)
                 if why is not None:
                     raise Refusal(403, why)
@@ -249,12 +266,18 @@ class Gate:
                 where[0] = f"route:{prefix}" if prefix in self.routes else "route:?"
                 if prefix not in self.routes:
                     raise Refusal(404, "no credential route here")
-            else:
+            direct = False
+            if not target.startswith("/"):
                 where[0] = f"{host}:{port}"
                 self._check_token(headers)
-                if port != 80:
+                direct = self._loopback(host, port)
+                if direct:  # to the server itself, in origin form, without the proxy token
+                    after = target[7:].split("/", 1)
+                    target = "/" + after[1] if len(after) == 2 else "/"
+                    headers = [(k, v) for k, v in headers if k != "proxy-authorization"]
+                elif port != 80:
                     raise Refusal(403, f"port {port}: plain HTTP through the proxy to port 80 only")
-                if forbidden_address(host) or not any(
+                elif forbidden_address(host) or not any(
                     host_matches(host, p) for p in self.allow_domains
                 ):
                     raise Refusal(403, f"{host} is not in sandbox.network.allow_domains")
@@ -262,7 +285,7 @@ class Gate:
                 client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")  # the body is read here
                 headers = [(k, v) for k, v in headers if k != "expect"]
             body = _body_reader(headers, rest, client)
-            upstream = self._upstream()
+            upstream = self._direct(port) if direct else self._upstream()
             rewritten = _rewrite_head(method, target, version, headers)
             upstream.sendall(rewritten)
             counts[0] += len(rewritten)
@@ -292,6 +315,11 @@ class Gate:
 
     def _is_self(self, host: str, port: int) -> bool:
         return host in ("127.0.0.1", "localhost") and port == self.port
+
+    def _direct(self, port: int) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=HEAD_TIMEOUT)
+        sock.settimeout(IDLE_TIMEOUT)
+        return sock
 
     def _upstream(self) -> socket.socket:
         sock = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=HEAD_TIMEOUT)

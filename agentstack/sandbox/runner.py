@@ -235,7 +235,12 @@ class Proxy:
     """nono's proxy in this (unconfined) process: reverse routes that inject the real secrets,
     and a CONNECT proxy for `sandbox.network.allow_domains`."""
 
-    def __init__(self, policy: SandboxPolicy) -> None:
+    def __init__(self, policy: SandboxPolicy, *, server: str | None = None,
+                 loopback_ports: tuple[int, ...] = (), receipts_root: str | None = None) -> None:
+        """`server`: the proxy of one MCP server under the relay (agentstack.serverbox): its
+        receipts name it, and its gate also forwards to the declared 127.0.0.1 ports
+        (`loopback_ports`). `receipts_root`: the project the receipts are kept for (else the
+        policy's workdir)."""
         from agentstack.sandbox.confine import load_nono
         from agentstack.secrets import SecretStore
 
@@ -300,7 +305,8 @@ class Proxy:
             self.gate = Gate(self.nono_port, self.token,
                              routes=tuple(c.name for c in policy.credentials),
                              allow_domains=tuple(policy.allow_domains),
-                             receipt=_receipts(policy))
+                             receipt=_receipts(policy, server, receipts_root),
+                             loopback_ports=loopback_ports)
         except OSError as exc:
             self.handle.shutdown()
             raise ConfinementError(f"the proxy gate did not start: {exc}") from None
@@ -1151,13 +1157,16 @@ def _write_readonly(run_dir: str, files: Mapping[str, bytes]) -> str:
     return directory
 
 
-def _receipts(policy: SandboxPolicy) -> Callable[[dict[str, object]], None]:
-    """Where the gate's receipts go: the project's receipts log (`agentstack log`)."""
+def _receipts(policy: SandboxPolicy, server: str | None = None, root: str | None = None
+              ) -> Callable[[dict[str, object]], None]:
+    """Where the gate's receipts go: the project's receipts log (`agentstack log`); a server's
+    proxy names the server in each."""
 
     def append(record: dict[str, object]) -> None:
         from agentstack.relay import append_receipt
 
-        append_receipt(policy.agentstack_home, policy.workdir, dict(record))
+        named = dict(record) if server is None else {**record, "server": server}
+        append_receipt(policy.agentstack_home, root or policy.workdir, named)
 
     return append
 

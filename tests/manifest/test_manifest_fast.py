@@ -592,7 +592,10 @@ def _describe_annotation(annotation: Any, metadata: list[Any]) -> Any:
     origin = typing.get_origin(bare)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(bare) if a is not type(None)]
-        assert len(options) == 1 and type(None) in typing.get_args(bare)
+        assert type(None) in typing.get_args(bare) and len(options) in (1, 2)
+        if len(options) == 2:  # `bool | Model | None`
+            return ("optional", ("oneof", tuple(_describe_annotation(o, []) for o in options)),
+                    _validators(metadata))
         return ("optional", _describe_annotation(options[0], []), _validators(metadata))
     if origin is typing.Literal:
         return ("choice", typing.get_args(bare))
@@ -636,6 +639,8 @@ def _validators(metadata: list[Any]) -> tuple[Any, ...]:
 def _describe_node(node: manifestfast.Node) -> Any:
     if isinstance(node, manifestfast.Optional):
         return ("optional", _describe_node(node.inner), tuple(node.checks))
+    if isinstance(node, manifestfast.OneOf):
+        return ("oneof", tuple(_describe_node(o) for o in node.options))
     if isinstance(node, manifestfast.Choice):
         return ("choice", node.values)
     if isinstance(node, manifestfast.ListOf):

@@ -275,3 +275,107 @@ def test_a_tunnel_to_the_gate_itself_ends_there(gate: tuple[Gate, FakeUpstream])
     assert b" 400 " in nested
     assert _status(_exchange(g.port, f"CONNECT {me} HTTP/1.1\r\n\r\n".encode())) == 407
     assert len(_settle(upstream, 1)) == 1
+
+
+@pytest.fixture
+def server_gate() -> Iterator[tuple[Gate, FakeUpstream, FakeUpstream, list[dict[str, object]]]]:
+    """An MCP server's gate: nono's port is `nono` (must see nothing of a loopback request), and
+    `local` is the server's declared 127.0.0.1 port."""
+    nono, local = FakeUpstream(), FakeUpstream()
+    receipts: list[dict[str, object]] = []
+    g = Gate(nono.port, TOKEN, routes=(), allow_domains=("api.example.com",),
+             loopback_ports=(local.port,), receipt=receipts.append)
+    try:
+        yield g, nono, local, receipts
+    finally:
+        g.close()
+        nono.close()
+        local.close()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_declared_loopback_port_is_reached_by_the_gate_itself(
+    server_gate: tuple[Gate, FakeUpstream, FakeUpstream, list[dict[str, object]]], host: str
+) -> None:
+    g, nono, local, receipts = server_gate
+    reply = _exchange(g.port, f"GET http://{host}:{local.port}/p?q=1 HTTP/1.1\r\nHost: x\r\n"
+                              f"{AUTH}\r\n\r\n".encode())
+    assert _status(reply) == 200 and reply.endswith(b"ok")
+    tunnel = _exchange(g.port, f"CONNECT {host}:{local.port} HTTP/1.1\r\n{AUTH}\r\n\r\n"
+                               "inside".encode())
+    assert tunnel.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+    seen = _settle(local, 2)
+    plain = next(s for s in seen if s.startswith(b"GET"))
+    assert plain.startswith(b"GET /p?q=1 HTTP/1.1\r\n")  # origin form
+    assert b"proxy-authorization" not in plain.lower() and TOKEN.encode() not in plain
+    assert any(s == b"inside" for s in seen), seen  # the tunnel's bytes, and no CONNECT head
+    assert _settle(nono, 0) == []
+    assert [(r["host"], r["decision"]) for r in receipts] == [
+        (f"{host}:{local.port}", "allow")] * 2
+
+
+@pytest.mark.parametrize("request_text", [
+    "GET http://127.0.0.1:{other}/ HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n",
+    "CONNECT 127.0.0.1:{other} HTTP/1.1\r\n{auth}\r\n\r\n",
+    "CONNECT 10.0.0.1:{local} HTTP/1.1\r\n{auth}\r\n\r\n",
+    "GET http://127.0.0.2:{local}/ HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n",
+])
+def test_an_undeclared_loopback_port_or_address_is_refused(
+    server_gate: tuple[Gate, FakeUpstream, FakeUpstream, list[dict[str, object]]],
+    request_text: str,
+) -> None:
+    g, nono, local, receipts = server_gate
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        other = spare.getsockname()[1]
+        reply = _exchange(g.port, request_text.format(other=other, local=local.port,
+                                                      auth=AUTH).encode())
+    assert _status(reply) == 403, reply
+    assert _settle(local, 0) == [] and _settle(nono, 0) == []
+    assert [r["decision"] for r in receipts] == ["deny"]
+
+
+def test_a_declared_loopback_port_still_needs_the_proxy_token(
+    server_gate: tuple[Gate, FakeUpstream, FakeUpstream, list[dict[str, object]]]
+) -> None:
+    g, _, local, _ = server_gate
+    for request in (f"GET http://127.0.0.1:{local.port}/ HTTP/1.1\r\nHost: x\r\n\r\n",
+                    f"CONNECT 127.0.0.1:{local.port} HTTP/1.1\r\n\r\n"):
+        assert _status(_exchange(g.port, request.encode())) == 407
+    assert _settle(local, 0) == []
+
+
+@given(host=st.sampled_from(["127.0.0.1", "localhost", "127.0.0.2", "[::1]", "0.0.0.0",
+                             "api.example.com", "LOCALHOST"]),
+       which=st.sampled_from(["declared", "other", "gate"]),
+       connect=st.booleans(), token=st.booleans())
+@settings(max_examples=12, deadline=None)
+def test_only_a_declared_loopback_port_with_the_token_is_reached(
+    host: str, which: str, connect: bool, token: bool
+) -> None:
+    """Whatever the host spelling, port or method: the declared 127.0.0.1 port is reached only as
+    127.0.0.1 / localhost (any case) with the token, and nothing of it ever reaches nono."""
+    nono, local = FakeUpstream(), FakeUpstream()
+    receipts: list[dict[str, object]] = []
+    g = Gate(nono.port, TOKEN, routes=(), allow_domains=("api.example.com",),
+             loopback_ports=(local.port,), receipt=receipts.append)
+    try:
+        port = {"declared": local.port, "other": nono.port, "gate": g.port}[which]
+        auth = f"{AUTH}\r\n" if token else ""
+        request = (f"CONNECT {host}:{port} HTTP/1.1\r\n{auth}\r\nx" if connect else
+                   f"GET http://{host}:{port}/ HTTP/1.1\r\nHost: x\r\n{auth}\r\n")
+        reply = _exchange(g.port, request.encode())
+        reached = _settle(local, 0)
+        expected = (host.lower() in ("127.0.0.1", "localhost") and which == "declared"
+                    and token)
+        assert bool(reached) == expected, (request, reply, reached)
+        if not expected and not (which == "gate" and connect and token):
+            # (a tunnel to the gate itself is accepted: the request inside it is checked)
+            assert reply == b"" or _status(reply) in (400, 403, 404, 407), reply
+        assert not [r for r in _settle(nono, 0) if str(local.port).encode() in r]
+        assert all(r["decision"] == ("allow" if expected else "deny") for r in receipts
+                   if r["host"] != "?"), receipts
+    finally:
+        g.close()
+        nono.close()
+        local.close()
