@@ -266,7 +266,10 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     s.cpu("lock")
     cpu_of(["git", "status", "--porcelain"], s.project, s.env)  # refreshes the index once
     git_status = cpu_of(["git", "status", "--porcelain"], s.project, s.env)  # before apply
-    trust = s.cpu("trust", "--yes", "--accept-risk")
+    # Servers: the review's work, without starting each server to list its tools (that is one
+    # confined process per server, the relay's cost, not the review's: --pins-at-first-run).
+    starts = ("--pins-at-first-run",) if kind.startswith("servers") else ()
+    trust = s.cpu("trust", "--yes", "--accept-risk", *starts)
     prof = args.profile is not None and kind == "skill" and n == max(args.files)
     cp_dst = where / "cp"
     cp_dst.mkdir()
@@ -294,7 +297,7 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
         ("first lock", first, "-", 0.0),
         ("re-lock, unchanged", relock, "first lock", first),
         ("re-lock, one file edited", relock_edit, "re-lock + b3sum of it", relock + hash_one),
-        ("trust --yes", trust, "first lock", first),
+        ("trust --yes" + (" (pins at 1st run)" if starts else ""), trust, "first lock", first),
         ("apply --write, first", apply_first, "cp -r x2", cp),
         ("apply --write, unchanged", apply_again, "re-lock", relock),
         ("status", status, "git status", git_status),
@@ -304,7 +307,7 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     ]
     for name, value, anchor, base in rows:
         ratio = f"{value / base:6.2f}x" if base > 0 and value == value else "      "
-        print(f"  {name:26} {value:8.3f} s   {ratio}  {anchor} ({base:.3f} s)", flush=True)
+        print(f"  {name:34} {value:8.3f} s   {ratio}  {anchor} ({base:.3f} s)", flush=True)
     if prof:  # after the figures: a profiled run costs several times its CPU
         assert args.profile is not None
         profile(s, args.profile, f"after-status-{kind}-{n}", "status")
