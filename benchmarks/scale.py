@@ -1,7 +1,8 @@
 """Benchmark agentstack at the sizes users have: curves as CPU ratios to anchors of the same run.
 
     python benchmarks/scale.py [--files 1000,10000] [--servers 10,100,1000] [--big]
-                               [--only skill,coderoot,monorepo,servers] [--src DIR]
+                               [--only skill,coderoot,monorepo,servers,servers-apart]
+                               [--src DIR]
                                [--profile DIR] [--keep DIR]
 
 Setups (each in a fresh temporary directory with its own HOME, AGENTSTACK_HOME, AGENTSTACK_CACHE;
@@ -10,7 +11,9 @@ the project is the top of an empty git checkout; harnesses Claude Code and Codex
 * skill N:    one local skill of N small text files (100 directories);
 * coderoot N: one stdio server whose script sits in a code root of N files;
 * monorepo N: a project in a checkout of N files that nothing pins (one small skill);
-* servers S:  S stdio servers whose scripts share one directory (`servers/sNNNN.py`).
+* servers S:  S stdio servers whose scripts share one directory (`servers/sNNNN.py`): one code
+              root all of them load, pinned once (the lock's `code_roots`);
+* servers-apart S: S stdio servers each in its own directory (`servers/sNNNN/main.py`).
 
 Each command runs once (a shared machine: one run per figure, no loops) and is measured in CPU
 seconds (user + system of the child, getrusage), the anchors in the same run:
@@ -138,8 +141,18 @@ def make_servers(s: Setup, n: int) -> Path:
     return s.project / "servers"
 
 
+def make_servers_apart(s: Setup, n: int) -> Path:
+    parts = [HEAD]
+    for i in range(n):
+        write(s.project / f"servers/s{i:04d}/main.py", f"print({i})\n")
+        parts.append(f'[servers.s{i:04d}]\ncommand = "python3"\n'
+                     f'args = ["servers/s{i:04d}/main.py"]\n')
+    write(s.project / "agentstack.toml", "\n".join(parts))
+    return s.project / "servers"
+
+
 MAKERS = {"skill": make_skill, "coderoot": make_coderoot, "monorepo": make_monorepo,
-          "servers": make_servers}
+          "servers": make_servers, "servers-apart": make_servers_apart}
 
 
 def guard_argv(s: Setup) -> list[str]:
@@ -253,7 +266,10 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     s.cpu("lock")
     cpu_of(["git", "status", "--porcelain"], s.project, s.env)  # refreshes the index once
     git_status = cpu_of(["git", "status", "--porcelain"], s.project, s.env)  # before apply
-    trust = s.cpu("trust", "--yes", "--accept-risk")
+    # Servers: the review's work, without starting each server to list its tools (that is one
+    # confined process per server, the relay's cost, not the review's: --pins-at-first-run).
+    starts = ("--pins-at-first-run",) if kind.startswith("servers") else ()
+    trust = s.cpu("trust", "--yes", "--accept-risk", *starts)
     prof = args.profile is not None and kind == "skill" and n == max(args.files)
     cp_dst = where / "cp"
     cp_dst.mkdir()
@@ -281,7 +297,7 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
         ("first lock", first, "-", 0.0),
         ("re-lock, unchanged", relock, "first lock", first),
         ("re-lock, one file edited", relock_edit, "re-lock + b3sum of it", relock + hash_one),
-        ("trust --yes", trust, "first lock", first),
+        ("trust --yes" + (" (pins at 1st run)" if starts else ""), trust, "first lock", first),
         ("apply --write, first", apply_first, "cp -r x2", cp),
         ("apply --write, unchanged", apply_again, "re-lock", relock),
         ("status", status, "git status", git_status),
@@ -291,7 +307,7 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     ]
     for name, value, anchor, base in rows:
         ratio = f"{value / base:6.2f}x" if base > 0 and value == value else "      "
-        print(f"  {name:26} {value:8.3f} s   {ratio}  {anchor} ({base:.3f} s)", flush=True)
+        print(f"  {name:34} {value:8.3f} s   {ratio}  {anchor} ({base:.3f} s)", flush=True)
     if prof:  # after the figures: a profiled run costs several times its CPU
         assert args.profile is not None
         profile(s, args.profile, f"after-status-{kind}-{n}", "status")
@@ -309,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", default="1000,10000")
     parser.add_argument("--servers", default="10,100,1000")
     parser.add_argument("--big", action="store_true", help="add the 100,000-file setups")
-    parser.add_argument("--only", default="skill,coderoot,monorepo,servers")
+    parser.add_argument("--only", default="skill,coderoot,monorepo,servers,servers-apart")
     parser.add_argument("--src", type=Path, default=None)
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--keep", type=Path, default=None)
@@ -322,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     try:
         for kind in args.only.split(","):
-            for n in servers if kind == "servers" else args.files:
+            for n in servers if kind.startswith("servers") else args.files:
                 measure(kind, n, tmp / f"{kind}-{n}", args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -75,12 +75,18 @@ def _pinned_files(root: Path, document: dict[str, Any]) -> dict[str, dict[str, A
         str(root / MANIFEST_NAME): {"kind": "manifest", "role": "source"},
         str(root / LOCK_NAME): {"kind": "raw", "role": "source"},
     }
+    from agentstack.lock.coderoots import root_files
+
+    done: set[str] = set()
     for section in ("servers", "hooks"):
         for item in document[section].values():
             for entry in item.get("files", []):
                 files[str(root / entry["path"])] = {"kind": "raw", "role": "source"}
             for tree in item.get("roots", []):  # code roots: every file the command may load
-                for entry in tree["files"]:
+                if tree["path"] in done:
+                    continue  # a tree several commands load (`code_roots`): once
+                done.add(tree["path"])
+                for entry in root_files(document, tree):
                     files[str(root / tree["path"] / entry["path"])] = {
                         "kind": "raw",
                         "role": "source",
@@ -104,9 +110,13 @@ def _watch_code_roots(root: Path, document: dict[str, Any], entries: dict[str, A
     left-out one (`servers/node_modules/CLAUDE.md`) is still walked for them."""
     from agentstack.lock.coderoots import EXCLUDES
 
+    done: set[str] = set()
     for section in ("servers", "hooks"):
         for item in document[section].values():
             for tree in item.get("roots", []):
+                if tree["path"] in done:
+                    continue  # a tree several commands load: walked once
+                done.add(tree["path"])
                 top = root / tree["path"]
                 skip = [] if os.path.basename(tree["path"]) in EXCLUDES else sorted(EXCLUDES)
                 for here, dirs, _ in os.walk(top):  # links are not followed (nor pinned so)

@@ -562,6 +562,8 @@ def file_entry(change: Change) -> tuple[str, str] | None:
 
 def consent_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> ConsentDiff:
     changes: list[Change] = []
+    if old is not None and ("code_roots" in old or "code_roots" in new):
+        old, new = shared_roots_for_diff(old, new)
     visible_old = {k: v for k, v in (old or {}).items() if k not in _INTERNAL_KEYS}
     visible_new = {k: v for k, v in new.items() if k not in _INTERNAL_KEYS}
     _leaf_changes(visible_old, visible_new, "", changes)
@@ -578,3 +580,46 @@ def _server_reach(item: dict[str, Any]) -> tuple[list[str], dict[str, tuple[Any,
     credentials = {str(n): (c.get("secret"), c.get("upstream"))
                    for n, c in (box.get("credentials") or {}).items() if isinstance(c, dict)}
     return hosts, credentials
+
+
+def shared_roots_for_diff(
+    old: dict[str, Any], new: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both documents with every code root as one list of files per command, so that a file
+    changed in a tree several commands share (the lock's `code_roots`) is a change of each of them
+    (`servers.a.roots[servers/x.py]`, `servers.b.roots[servers/x.py]`). A root with the same digest
+    and excluded list on both sides carries no files on either (nothing of it changed; at 1,000
+    servers sharing a directory, comparing its files for each would be a million comparisons).
+    The `code_roots` table itself is left out: every change of it is shown where it is loaded."""
+    out_old = {k: v for k, v in old.items() if k != "code_roots"}
+    out_new = {k: v for k, v in new.items() if k != "code_roots"}
+    for section in ("servers", "hooks"):
+        before, after = old.get(section) or {}, new.get(section) or {}
+        if not isinstance(before, dict) or not isinstance(after, dict):
+            continue
+        was_items, now_items = dict(before), dict(after)
+        for name in set(before) | set(after):
+            was, now = before.get(name), after.get(name)
+            was_roots = {r["path"]: r for r in (was or {}).get("roots", [])}
+            now_roots = {r["path"]: r for r in (now or {}).get("roots", [])}
+            same = {
+                path
+                for path in was_roots.keys() & now_roots.keys()
+                if (was_roots[path]["digest"], was_roots[path].get("excluded", []))
+                == (now_roots[path]["digest"], now_roots[path].get("excluded", []))
+            }
+
+            if was is not None and was_roots:
+                was_items[name] = {**was, "roots": _shown_roots(old, was_roots, same)}
+            if now is not None and now_roots:
+                now_items[name] = {**now, "roots": _shown_roots(new, now_roots, same)}
+        out_old[section], out_new[section] = was_items, now_items
+    return out_old, out_new
+
+
+def _shown_roots(
+    doc: dict[str, Any], roots: dict[str, dict[str, Any]], same: set[str]
+) -> list[dict[str, Any]]:
+    from agentstack.lock.coderoots import root_files as files_of
+
+    return [{**r, "files": [] if path in same else files_of(doc, r)} for path, r in roots.items()]

@@ -143,6 +143,10 @@ def consent_document(manifest: Manifest | ManifestView, lock: dict[str, Any]) ->
         }
     else:
         document["plugins"] = None  # none declared: not part of the document (nor its digest)
+    if lock.get("code_roots"):
+        # Trees several commands load, pinned once; each command's root entry names one by its
+        # path and tree digest (agentstack.lock.coderoots, "shared code roots").
+        document["code_roots"] = lock["code_roots"]
     if lock.get("surface"):
         # Also loaded by the harnesses from the project, not declared (agentstack.surface).
         document["surface"] = lock["surface"]

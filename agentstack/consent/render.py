@@ -189,7 +189,10 @@ def _files(files: list[dict[str, Any]], roots: list[dict[str, Any]] | None = Non
         if out:
             out.append("\n")
         out.append(sanitize(root["path"]) + "/")
-        out.append(f"  {len(root['files'])} files  {short(root['digest'])}", style="dim")
+        if "files" in root:
+            out.append(f"  {len(root['files'])} files  {short(root['digest'])}", style="dim")
+        else:  # a tree several commands load, pinned once (the lock's code_roots)
+            out.append(f"  shared code root  {short(root['digest'])}", style="dim")
         if root.get("excluded"):
             skipped = ", ".join(sanitize(p) for p in root["excluded"])
             out.append(f"  (not pinned: {skipped})", style="yellow")
@@ -271,6 +274,30 @@ def _hooks(doc: dict[str, Any]) -> Section | None:
     return Section(
         "Hooks (run by the harness)", [hook_item(k, h) for k, h in sorted(doc["hooks"].items())]
     )
+
+
+def _code_roots(doc: dict[str, Any]) -> Section | None:
+    """Trees several servers or hooks load, pinned once: the entries above name them."""
+    shared = doc.get("code_roots")
+    if not shared:
+        return None
+    users: dict[str, list[str]] = {}
+    for section in ("servers", "hooks"):
+        for key, item in sorted((doc.get(section) or {}).items()):
+            for root in item.get("roots", []):
+                if "files" not in root:
+                    users.setdefault(root["path"], []).append(f"{section}.{key}")
+    items = []
+    for path, tree in sorted(shared.items()):
+        item = Item(Text(sanitize(path) + "/", style="bold"))
+        item.add("files", t(f"{len(tree['files'])} files  {short(tree['digest'])}"))
+        loaded = users.get(path, [])
+        shown = ", ".join(loaded[:5]) + (f" and {len(loaded) - 5} more" if len(loaded) > 5 else "")
+        item.add("loaded by", t(f"{len(loaded)}: {shown}"))
+        if tree.get("excluded"):
+            item.add("not pinned", lines(*tree["excluded"], style="yellow"))
+        items.append(item)
+    return Section("Code roots shared by several commands", items)
 
 
 def _reads(doc: dict[str, Any]) -> Section | None:
@@ -404,6 +431,7 @@ def _surface(doc: dict[str, Any]) -> list[Section]:
 CONSENT_SECTIONS: list[Callable[[dict[str, Any]], Section | list[Section] | None]] = [
     _servers,
     _hooks,
+    _code_roots,
     _plugins,
     _reads,
     _settings,

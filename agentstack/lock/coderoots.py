@@ -17,9 +17,10 @@ import os
 import posixpath
 import re
 import shlex
+import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 # Directories never pinned inside a code root. Caches are written by the code itself (pinning them
 # would make every lock stale after the first run); installed dependencies are too large to
@@ -110,6 +111,24 @@ def is_loader_env(name: str) -> bool:
     return name in LOADER_ENV or name.startswith(_LOADER_PREFIXES)
 
 
+def is_file(path: Path | str) -> bool:
+    """Whether `path` is a regular file (links followed). A string that cannot be a path (too
+    long for the kernel, a NUL, any error of the probe) is no file: an argument such as a
+    5,000-character `python -c` program is probed like any other and must never fail the lock."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(path: Path | str) -> bool:
+    """Whether `path` is a directory (links followed); False for what cannot be a path."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 class Root(NamedTuple):  # NamedTuples, not dataclasses: `digest` and `status` import this
     """A directory to pin as a tree; `origin` says why (shown in the review)."""
 
@@ -158,10 +177,10 @@ class Analyser:
         return rel if os.path.lexists(self.root / rel) else None
 
     def is_file(self, rel: str) -> bool:
-        return (self.root / rel).is_file()
+        return is_file(self.root / rel)
 
     def is_dir(self, rel: str) -> bool:
-        return (self.root / rel).is_dir()
+        return is_dir(self.root / rel)
 
     # ------------------------------------------------------------------------------ analysis
 
@@ -273,9 +292,9 @@ class Analyser:
             path = self.root / name
             if name in EXCLUDES:
                 continue
-            if path.is_file() and name.endswith((".py", ".pyc", ".so", ".pyd", ".pth")):
+            if is_file(path) and name.endswith((".py", ".pyc", ".so", ".pyd", ".pth")):
                 out.files.append((name, origin))
-            elif path.is_dir() and (path / "__init__.py").is_file():
+            elif is_dir(path) and is_file(path / "__init__.py"):
                 out.roots.append(Root(name, origin))
 
     def _python(self, args: list[str], cwd: str, out: Analysis) -> None:
@@ -326,7 +345,7 @@ class Analyser:
         `rel` itself when there is none."""
         here = rel
         while here not in (".", ""):
-            if (self.root / here / "package.json").is_file():
+            if is_file(self.root / here / "package.json"):
                 return here
             here = posixpath.dirname(here) or "."
         return rel
@@ -384,7 +403,7 @@ class Analyser:
             index += 1
         if rest[:1] == ["exec"] or (program == "npm" and rest[:1] == ["x"]):
             return  # a registry package: an `unpinned-package` fact when it is not pinned
-        if not (self.root / where / "package.json").is_file():
+        if not is_file(self.root / where / "package.json"):
             out.fact(f"unpinnable:{program} {' '.join(rest[:2])} has no package.json in {where}")
             return
         out.files.append((posixpath.join(where, "package.json"), f"{program} reads it"))
@@ -552,7 +571,7 @@ def analyse(
     if pins:
         for rel in pins:
             normal = posixpath.normpath(rel)
-            if (root / normal).is_dir():
+            if is_dir(root / normal):
                 out.roots.append(Root(normal, "pin"))
             else:
                 out.files.append((normal, "pin"))
@@ -588,3 +607,91 @@ def merge_roots(roots: list[Root]) -> list[Root]:
 def _excluded_inside(path: str, outer: str) -> bool:
     """Whether `path` lies in a directory the walk of `outer` skips (then it needs its own root)."""
     return any(part in EXCLUDES for part in path[len(outer) + 1 :].split("/"))
+
+
+# ------------------------------------------------------------------------- shared code roots
+#
+# A tree that several commands load (servers whose scripts share `servers/`) is pinned once: the
+# lock's `code_roots` table holds its files under its path, and each command's root entry keeps
+# its path, origin, digest and excluded list without the files. The tree digest in each entry
+# binds the command to exactly those files, so the consent document (which carries the table as
+# `code_roots`) covers every file each command can run. A root only one command loads stays inline,
+# so a lock without shared trees is written as before.
+
+_COMMANDS = ("servers", "hooks")
+
+
+def share_roots(lock: dict[str, Any]) -> None:
+    """Move each code root that two or more commands load into `lock["code_roots"]`."""
+    uses: dict[str, int] = {}
+    for section in _COMMANDS:
+        items = lock.get(section)
+        if not isinstance(items, dict):
+            continue
+        for item in items.values():
+            for root in item.get("roots", ()):
+                uses[root["path"]] = uses.get(root["path"], 0) + 1
+    shared = {path for path, count in uses.items() if count > 1}
+    if not shared:
+        return
+    table: dict[str, dict[str, Any]] = {}
+    for section in _COMMANDS:
+        for item in lock.get(section, {}).values():
+            roots = item.get("roots")
+            if not roots:
+                continue
+            compact = []
+            for root in roots:
+                if root["path"] in shared:
+                    table.setdefault(
+                        root["path"],
+                        {
+                            "path": root["path"],
+                            "digest": root["digest"],
+                            "excluded": list(root["excluded"]),
+                            "files": root["files"],
+                        },
+                    )
+                    root = {k: v for k, v in root.items() if k != "files"}
+                compact.append(root)
+            item["roots"] = compact
+    lock["code_roots"] = {path: table[path] for path in sorted(table, key=lambda p: p.encode())}
+
+
+def root_files(document: dict[str, Any], root: dict[str, Any]) -> list[dict[str, Any]]:
+    """The files of one code root entry of a lock or consent document: its own, or (a shared
+    root) those of `document["code_roots"]` under its path, which must carry the same digest."""
+    files = root.get("files")
+    if isinstance(files, list):
+        return files
+    table = document.get("code_roots")
+    shared = table.get(root.get("path")) if isinstance(table, dict) else None
+    if not isinstance(shared, dict) or shared.get("digest") != root.get("digest"):
+        raise ValueError(f"code root {root.get('path')!r} is not in the lock's code_roots table")
+    found = shared.get("files")
+    if not isinstance(found, list):
+        raise ValueError(f"code root {root.get('path')!r} has no files in code_roots")
+    return found
+
+
+def with_root_files(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` (a lock or consent document) with every shared root entry carrying its files
+    (shallow copies; the file lists themselves are shared, not copied)."""
+    if not document.get("code_roots"):
+        return document
+    out = dict(document)
+    for section in _COMMANDS:
+        items = document.get(section)
+        if not isinstance(items, dict):
+            continue
+        copied = {}
+        for name, item in items.items():
+            roots = item.get("roots") if isinstance(item, dict) else None
+            if roots and any("files" not in r for r in roots):
+                item = {
+                    **item,
+                    "roots": [{**r, "files": root_files(document, r)} for r in roots],
+                }
+            copied[name] = item
+        out[section] = copied
+    return out

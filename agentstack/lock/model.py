@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from agentstack.errors import ManifestInvalid
 
@@ -25,10 +32,21 @@ class LockedFile(_Model):
 
 
 class LockedRoot(_Model):
-    """A code root: a project tree the command loads code from, pinned like a skill."""
+    """A code root: a project tree the command loads code from, pinned like a skill. A tree that
+    several commands load has no `files` here: they are in the lock's `code_roots` table, under
+    the same path and digest."""
 
     path: str
     origin: str
+    digest: Digest
+    excluded: list[str] = Field(default_factory=list)
+    files: list[LockedFile] | None = None
+
+
+class LockedCodeRoot(_Model):
+    """A code root several commands load, pinned once (`[code_roots.PATH]`)."""
+
+    path: str
     digest: Digest
     excluded: list[str] = Field(default_factory=list)
     files: list[LockedFile]
@@ -92,6 +110,31 @@ class LockModel(_Model):
     hooks: dict[str, LockedCommand] = Field(default_factory=dict)
     plugins: dict[str, LockedPlugin] = Field(default_factory=dict)
     surface: dict[str, LockedSurface] = Field(default_factory=dict)
+    code_roots: dict[str, LockedCodeRoot] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _shared_roots(self) -> LockModel:
+        """Each root without files names a `code_roots` entry with its digest and excluded
+        list; each entry is under its own path and is loaded by some command."""
+        used: set[str] = set()
+        for section in (self.servers, self.hooks):
+            for command in section.values():
+                for root in command.roots:
+                    if root.files is not None:
+                        continue
+                    shared = self.code_roots.get(root.path)
+                    if shared is None or (shared.digest, shared.excluded) != (
+                        root.digest,
+                        root.excluded,
+                    ):
+                        raise ValueError(
+                            f"code root {root.path!r} has no files and no matching code_roots entry"
+                        )
+                    used.add(root.path)
+        for key, shared in self.code_roots.items():
+            if key != shared.path or key not in used:
+                raise ValueError(f"code_roots entry {key!r} is not a shared code root")
+        return self
 
     @classmethod
     def validate_lock(cls, raw: dict[str, Any]) -> None:

@@ -100,6 +100,7 @@ class Resolver:
         self.problems: list[Problem] = []
         self.real_root = self.root.resolve()
         self._code: Analyser | None = None
+        self._walked: dict[str, dict[str, Any]] = {}  # code roots walked, by project path
         self.files_seen = 0
         self.bytes_seen = 0
         self.biggest = 0  # the largest file pinned by a tree (what --max-file-size checks)
@@ -120,7 +121,7 @@ class Resolver:
                 "create it or fix the path (paths are relative to agentstack.toml)",
             )
             return None
-        except (OSError, RuntimeError) as exc:
+        except (OSError, RuntimeError, ValueError) as exc:  # too long, a loop, a NUL
             self.problem(where, f"{rel!r} cannot be resolved: {exc}")
             return None
         if real != self.real_root and self.real_root not in real.parents:
@@ -159,8 +160,11 @@ class Resolver:
             rel = os.path.normpath(str(base / arg))
             if rel == ".." or rel.startswith("../") or rel in files:
                 continue
-            candidate = self.root / rel
-            if not candidate.is_file():  # follows links: a link to a project file counts too
+            from agentstack.lock.coderoots import is_file
+
+            # Follows links (a link to a project file counts too); an argument that cannot be a
+            # path (too long, any error of the probe) names no file.
+            if not is_file(self.root / rel):
                 continue
             entry = self._file(rel, label(index), follow=True)
             if entry is not None:
@@ -226,20 +230,26 @@ class Resolver:
             return None
         if real != root.path:
             root = Root(real, root.origin)
-        # A root that is itself an excluded name (pin = ["app/node_modules"]) is pinned whole.
-        exclude = frozenset() if posixpath.basename(root.path) in EXCLUDES else EXCLUDES
-        try:
-            rows = walk_rows(located[1], self.stat_cache, exclude=exclude, excluded=excluded)
-        except TreeHashError as exc:
-            self.problem(label, f"code root {root.path!r}: {exc.message}", exc.hint)
-            return None
-        self.count_rows(label, rows)
-        tree = self._tree_rows({"path": root.path, "origin": root.origin}, rows)
-        # Only left-out dependencies are recorded: a cache appearing when the code first runs
-        # (`__pycache__`) must not make the lock stale.
-        reported = [p for p in excluded if posixpath.basename(p) in REPORTED_EXCLUDES]
-        tree["excluded"] = sorted(reported, key=lambda p: p.encode())
-        return tree
+        # A tree several commands load (servers/*.py sharing servers/) is walked, hashed and
+        # counted once: the commands' entries share its file list (`coderoots.share_roots` then
+        # pins it once, in the lock's `code_roots` table).
+        walked = self._walked.get(root.path)
+        if walked is None:
+            # A root that is itself an excluded name (pin = ["app/node_modules"]) is pinned whole.
+            exclude = frozenset() if posixpath.basename(root.path) in EXCLUDES else EXCLUDES
+            try:
+                rows = walk_rows(located[1], self.stat_cache, exclude=exclude, excluded=excluded)
+            except TreeHashError as exc:
+                self.problem(label, f"code root {root.path!r}: {exc.message}", exc.hint)
+                return None
+            self.count_rows(label, rows)
+            walked = self._tree_rows({"path": root.path}, rows)
+            # Only left-out dependencies are recorded: a cache appearing when the code first runs
+            # (`__pycache__`) must not make the lock stale.
+            reported = [p for p in excluded if posixpath.basename(p) in REPORTED_EXCLUDES]
+            walked["excluded"] = sorted(reported, key=lambda p: p.encode())
+            self._walked[root.path] = walked
+        return {**walked, "origin": root.origin, "excluded": list(walked["excluded"])}
 
     def count(self, where: str, entries: list[TreeEntry]) -> None:
         """Apply the limits (file count, total size, file size) to what is being pinned."""
@@ -518,6 +528,9 @@ class Resolver:
             "instructions": [],
             "hooks": {n: self.hook(n, h) for n, h in sorted(manifest.hooks.items())},
         }
+        from agentstack.lock.coderoots import share_roots
+
+        share_roots(lock)  # a tree several commands load: pinned once, in `code_roots`
         for name, skill in sorted(manifest.skills.items()):
             resolved = self.skill(name, skill)
             if resolved is not None:
@@ -613,6 +626,11 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} to the lock")
 
 
+# The lock's tables, in the order they are written (`code_roots`: the trees several commands load,
+# present only when there is one).
+SECTIONS = ("servers", "skills", "hooks", "code_roots", "plugins", "surface")
+
+
 def dumps_lock(lock: dict[str, Any]) -> str:
     lines = [
         "# agentstack.lock: generated by 'agentstack lock'. Do not edit by hand.",
@@ -620,7 +638,7 @@ def dumps_lock(lock: dict[str, Any]) -> str:
         f"manifest = {_toml_string(lock['manifest'])}",
         f"instructions = {_toml_value(lock['instructions'])}",
     ]
-    for section in ("servers", "skills", "hooks", "plugins", "surface"):
+    for section in SECTIONS:
         for name, item in sorted(lock.get(section, {}).items()):
             _emit_table(lines, f"{section}.{_toml_key(name)}", item)
     return "\n".join(lines) + "\n"
@@ -877,7 +895,7 @@ def changed_by_text(old_text: bytes, new_text: bytes, new: dict[str, Any]) -> li
     old_manifest, old_instructions, old_items = split(old_text)
     new_manifest, new_instructions, new_items = split(new_text)
     names: dict[bytes, tuple[str, str]] = {}
-    for section in ("servers", "skills", "hooks", "plugins", "surface"):
+    for section in SECTIONS:
         for name in new.get(section, {}):
             names[f"{section}.{_toml_key(name)}]".encode()] = (section, name)
     for header in old_items.keys() - new_items.keys():  # gone: its name from its header
@@ -899,6 +917,7 @@ def changed_by_text(old_text: bytes, new_text: bytes, new: dict[str, Any]) -> li
     if old_instructions != new_instructions:
         changed.append("instructions")
     changed += [f"surface[{rel}]" for rel in sorted(n for s, n in differ if s == "surface")]
+    changed += [f"code_roots[{rel}]" for rel in sorted(n for s, n in differ if s == "code_roots")]
     if old_manifest != new_manifest:
         changed.append("manifest")
     return changed or ["lock format"]
@@ -918,6 +937,10 @@ def changed_items(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for rel in sorted(set(before_surface) | set(after_surface)):
         if before_surface.get(rel) != after_surface.get(rel):
             changed.append(f"surface[{rel}]")
+    before_roots, after_roots = old.get("code_roots", {}), new.get("code_roots", {})
+    for rel in sorted(set(before_roots) | set(after_roots)):
+        if before_roots.get(rel) != after_roots.get(rel):
+            changed.append(f"code_roots[{rel}]")
     if old.get("manifest") != new.get("manifest"):
         changed.append("manifest")
     return changed or ["lock format"]

@@ -39,15 +39,20 @@ def is_text(data: bytes) -> bool:
 
 def document_files(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(item, file entry) for every file a consent document pins: `instructions`,
-    `servers.NAME`, `hooks.NAME`, `skills.NAME`, `plugins.NAME`."""
+    `servers.NAME`, `hooks.NAME`, `skills.NAME`, `plugins.NAME`, `code_roots[PATH]`."""
     for entry in doc.get("instructions", []):
         yield "instructions", entry
     for section in ("servers", "hooks", "skills", "plugins"):
         for name, item in sorted(doc.get(section, {}).items()):
             for entry in item.get("files", []):
                 yield f"{section}.{name}", entry
-            for entry in root_files(item.get("roots", [])):
+            inline = [r for r in item.get("roots", []) if "files" in r]
+            for entry in root_files(inline):
                 yield f"{section}.{name}", entry
+    for path, shared in sorted(doc.get("code_roots", {}).items()):
+        # A tree several commands load (their root entries carry no files): its files once.
+        for entry in root_files([shared]):
+            yield f"code_roots[{path}]", entry
 
 
 def _read_no_follow(path: Path) -> bytes | None:
