@@ -241,8 +241,8 @@ class ContentStore:
             data = pack[offset:offset + length]
             if b3(data) == digest:
                 return data
-        data = _read_no_follow(self.path(digest))
-        return data if data is not None and b3(data) == digest else None
+        loose = _read_no_follow(self.path(digest))
+        return loose if loose is not None and b3(loose) == digest else None
 
     def _loose(self) -> dict[str, Path]:
         """digest -> path of every file of the earlier one-file-per-text store."""
