@@ -89,4 +89,7 @@ def digest_of(value: Any) -> str:
 def is_digest(text: str) -> bool:
     if not text.startswith(DIGEST_PREFIX) or len(text) != len(DIGEST_PREFIX) + 64:
         return False
-    return all(c in "0123456789abcdef" for c in text[len(DIGEST_PREFIX) :])
+    return _HEX.issuperset(text[len(DIGEST_PREFIX) :])
+
+
+_HEX = frozenset("0123456789abcdef")

@@ -3,7 +3,7 @@
 - `fsutil.write_batch` (the content store's writer): every file lands whole with its mode, each
   temp's bytes are synced before any rename and every rename synced before it returns, and a
   failure renames nothing and leaves nothing temporary;
-- `trust` keeps the trusted texts in the content store with no per-file fsync;
+- `trust` keeps the trusted texts in the content store in one pack (one atomic write);
 - the surface matcher's shortcut agrees with the plain recursive match on every pattern;
 - `status` proves a rendered file unchanged with the snapshot's settling mark (as the guard does),
   reading no byte of it, and still finds every change;
@@ -123,26 +123,25 @@ def test_write_batch_never_writes_through_a_link(tmp_path: Path) -> None:
     assert list((tmp_path / "real").iterdir()) == []
 
 
-def test_trust_keeps_the_texts_with_no_per_file_fsync(
+def test_trust_keeps_the_texts_in_one_pack_write(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     files = _skill_files(40)
     root = make_project(tmp_path / "proj", MANIFEST, files).resolve()
     _ok(root, "lock")
-    stored: list[int] = []
-    real = contentstore.write_batch
+    written: list[Path] = []
+    real = contentstore.write_atomic
 
-    def counting(items: list[tuple[Path, bytes, int | None]], **kw: Any) -> None:
-        stored.append(len(items))
-        real(items, **kw)
+    def counting(path: Path, data: bytes, mode: int | None = None, **kw: Any) -> None:
+        written.append(path)
+        real(path, data, mode, **kw)
 
-    monkeypatch.setattr(contentstore, "write_batch", counting)
+    monkeypatch.setattr(contentstore, "write_atomic", counting)
     _ok(root, "trust", "--yes", "--accept-risk")
-    assert stored == [len({b3(t.encode()) for t in files.values()})]  # one batch, every text
     store = contentstore.ContentStore()
+    assert written == list(store.packs.iterdir())  # one atomic write for every text
+    assert written[0].stat().st_mode & 0o777 == 0o600
     for text in files.values():
         assert store.get(b3(text.encode())) == text.encode()
-        mode = store.path(b3(text.encode())).stat().st_mode & 0o777
-        assert mode == 0o600
 
 
 # ------------------------------------------------------------------------------- matching

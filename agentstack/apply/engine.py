@@ -490,10 +490,12 @@ class Planner:
         return change
 
 
-def _context(root: Path, consent: dict[str, Any], digest: str) -> RenderContext:
+def _context(root: Path, consent: dict[str, Any], digest: str,
+             skill_bytes: bool = True) -> RenderContext:
     from agentstack.apply.materialize import Materializer
 
     materializer = Materializer(root, consent)
+    read_skill_file = materializer.skill_file if skill_bytes else (lambda _name, _entry: b"")
     return RenderContext(
         root=root,
         consent=consent,
@@ -502,7 +504,7 @@ def _context(root: Path, consent: dict[str, Any], digest: str) -> RenderContext:
         state_home=agentstack_home(),
         user_home=Path.home(),
         env=dict(os.environ),
-        read_skill_file=materializer.skill_file,
+        read_skill_file=read_skill_file,
         read_project_file=materializer.project_file,
         read_plugin_file=materializer.plugin_file,
         plugin_cache=plugin_cache_dir(),
@@ -518,14 +520,18 @@ def plugin_cache_dir() -> Path:
 
 
 def render_operations(
-    root: Path, consent: dict[str, Any], digest: str, harnesses: list[str] | None = None
+    root: Path, consent: dict[str, Any], digest: str, harnesses: list[str] | None = None, *,
+    skill_bytes: bool = True,
 ) -> list[FileOperation]:
+    """`skill_bytes=False`: the skills' copies are rendered with no bytes (nothing of a skill's
+    tree is read): for a caller that uses only the paths and the owned keys (the trust review's
+    preview of the user-level changes)."""
     from agentstack.paths import is_user_root
 
     if is_user_root(root):  # the user-level setup renders into the user-level configs only
         from agentstack.apply.user import render_user
 
-        return render_user(_context(root, consent, digest), harnesses)
+        return render_user(_context(root, consent, digest, skill_bytes), harnesses)
     from agentstack.harnesses import NO_GUARD
 
     # A harness no guard can protect is described (its surface pinned) but rendered nothing.
@@ -537,7 +543,7 @@ def render_operations(
             f"no adapter for harness {', '.join(unknown)}",
             hint="available: " + ", ".join(sorted(adapters)),
         )
-    context = _context(root, consent, digest)
+    context = _context(root, consent, digest, skill_bytes)
     ops: list[FileOperation] = []
     for harness in targets:
         ops.extend(adapters[harness].render(context))

@@ -16,7 +16,8 @@ def user_level_changes(root: Path, document: dict[str, Any], digest: str) -> lis
 
     lines = []
     marketplaces: dict[str, int] = {}
-    for op in render_operations(root.resolve(), document, digest):
+    # Only paths and owned keys are used here: no byte of a skill's tree is read.
+    for op in render_operations(root.resolve(), document, digest, skill_bytes=False):
         if not isinstance(op, OwnedKeys) and getattr(op, "user_level", False):
             # A plugin's materialized marketplace: one line per directory.
             from agentstack.apply.engine import plugin_cache_dir

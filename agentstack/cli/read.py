@@ -4,6 +4,7 @@ runs them without the command table."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -131,7 +132,10 @@ def diff(
     from agentstack.trust.contentstore import Contents, ContentStore, collect
 
     found = collect(root_dir(), after) if new is None else {}
-    console().print(diff_renderable(result, contents=Contents(ContentStore(), found)))
+    kept = ContentStore()
+    console().print(diff_renderable(result, contents=Contents(kept, found)))
+    for problem in kept.problems:  # its texts were shown by size and hash
+        print(f"warning: {problem}; not used", file=sys.stderr)
     if pins:
         from agentstack import pinreview
 

@@ -289,6 +289,8 @@ def _show_review(reviewed: Any, as_json: bool) -> Any:
             markup=False,
         )
         out.print(diff_renderable(reviewed.result, contents=contents))
+        for problem in contents.store.problems:  # its texts were shown by size and hash
+            out.print(f"warning: {problem}; not used", markup=False, highlight=False)
     for note in harness_notes(document):
         out.print(note, markup=False)
     outside = user_level_changes(root, document, value)

@@ -285,24 +285,28 @@ def review_contents(root: Path, document: dict[str, Any]) -> Any:
     return Contents(ContentStore(), collect(root, document))
 
 
-def keep_contents(store: TrustStore, contents: Any | None) -> None:
-    """After a trust decision: keep the trusted files' bytes, drop what nothing trusted names."""
+def keep_contents(store: TrustStore, contents: Any | None,
+                  known: dict[str, dict[str, Any]] | None = None) -> None:
+    """After a trust decision: keep the trusted files' bytes, drop what nothing trusted names.
+    `known`: consent documents already in hand (digest -> document), not read back."""
     import contextlib
 
     from agentstack.trust.contentstore import ContentStore, keep_trusted
 
     content_store = contents.store if contents is not None else ContentStore()
     if contents is not None:
-        content_store.put_all(contents.found)
+        content_store.put_all(contents.found, checked=True)  # `collect` checked every text
     with contextlib.suppress(OSError):  # a cache that cannot be pruned is only a cache
-        keep_trusted(content_store, trusted_documents(store))
+        keep_trusted(content_store, trusted_documents(store, known))
 
 
-def trusted_documents(store: TrustStore) -> list[dict[str, Any]]:
-    """The consent documents the trust log still trusts, for every project."""
+def trusted_documents(store: TrustStore,
+                      known: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The consent documents the trust log still trusts, for every project (`known`: documents
+    already in hand by digest, used instead of reading the stored copy)."""
     documents = []
     for found in current_trusts(store.log.records()):
-        doc = store.load_consent(found.digest)
+        doc = (known or {}).get(found.digest) or store.load_consent(found.digest)
         if doc is not None:
             documents.append(doc)
     return documents
@@ -313,7 +317,7 @@ def record(store: TrustStore, reviewed: Review, contents: Any | None) -> TrustRe
     The guard's snapshot is apply's to write (`apply.snapshot.write_snapshot`): the `trust`
     command writes it right after, or `trust --apply`'s apply does."""
     done = store.trust(reviewed.root, reviewed.digest, reviewed.document, lock_hash(reviewed.root))
-    keep_contents(store, contents)
+    keep_contents(store, contents, {reviewed.digest: reviewed.document})
     return done
 
 

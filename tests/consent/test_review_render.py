@@ -164,16 +164,20 @@ def test_content_store_keeps_trusted_text_and_prunes_the_rest(tmp_path: Path) ->
     from agentstack.canonical import b3
 
     assert store.get(b3(old_text)) == old_text  # kept when it was trusted
-    tampered = store.path(b3(old_text))
-    tampered.write_bytes(b"something else")
+    (tampered,) = store.packs.iterdir()
+    data = tampered.read_bytes()
+    tampered.write_bytes(data.replace(old_text, old_text.upper()))
+    store = ContentStore()
     assert store.get(b3(old_text)) is None  # read back only when it still hashes to its name
+    assert store.problems and "damaged" in store.problems[0]
     assert not is_text(b"\x00\x01binary")
     # After the new setup is trusted and everything revoked, nothing trusted names these bytes.
     assert run_cli("trust", "--yes", "--accept-risk", cwd=root).returncode == 0
     new_digest = b3((root / "AGENTS.md").read_bytes())
-    assert store.get(new_digest) is not None
+    assert ContentStore().get(new_digest) is not None  # (a store reads the packs once)
+    assert ContentStore().problems == []  # the damaged pack is gone
     assert run_cli("revoke", cwd=root).returncode == 0
-    assert store.get(new_digest) is None
+    assert ContentStore().get(new_digest) is None
     assert not [p for p in store.directory.rglob("*") if p.is_file()]
 
 
