@@ -46,7 +46,7 @@ KNOWN_FACTS = frozenset(
 )
 KNOWN_SECTIONS = frozenset(
     {"consent", "project", "servers", "skills", "instructions", "hooks", "settings", "sandbox",
-     "lock", "surface"}
+     "lock", "surface", "code_roots"}
 )
 # Facts of a harness-surface entry (agentstack.surface) that only describe what the model reads.
 SURFACE_CONTENT_FACTS = frozenset({"model-reads", "setting"})
