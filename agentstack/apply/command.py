@@ -41,7 +41,6 @@ def run_apply(
     """Plan (and with `write`, write) the rendered files; prints the outcome unless
     `report_only`. Returns the exit code and the JSON report. `git_hooks`: with `write`, also
     install the git hooks that re-check the surface after git changes the tree (githooks)."""
-    import agentstack.apply.engine as engine
     from agentstack.teampolicy import enforce as enforce_policy
 
     enforce_policy(document, root, action="apply")  # the team policy in force, if any
@@ -57,6 +56,8 @@ def run_apply(
         proved = apply_record.proven(root.resolve(), digest, harness, git_hooks)
         if proved is not None:
             return _unchanged(root, document, digest, proved, as_json, report_only, git_hooks)
+    import agentstack.apply.engine as engine  # the renderer: not needed for a proven apply
+
     plan = engine.plan(root, document, digest, harness)
     report: dict[str, Any] = {
         "digest": digest,
