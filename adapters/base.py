@@ -51,6 +51,10 @@ class WholeFile:
     # read-only under agentstack's cache.
     user_level: bool = False
     read_only: bool = False  # written without write permission (0444, 0555 when executable)
+    # The directory (relative to the project) of the rendered tree the file belongs to, which
+    # agentstack owns whole (a skill's directory): `.git/info/exclude` lists such a tree by one
+    # pattern while every file in it is agentstack's.
+    tree: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

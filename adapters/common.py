@@ -159,15 +159,18 @@ def skill_files(context: RenderContext, base: str) -> list[WholeFile]:
         planted = git_metadata([str(e["path"]) for e in skill["files"]])
         if planted is not None:
             raise Refused(describe(f"{base}/{name}/{planted}", f"skills.{name}"), hint=HINT)
+        tree = f"{base}/{name}"
         for entry in skill["files"]:
             path = f"{base}/{name}/{entry['path']}"
             data = context.read_skill_file(name, entry)
             if entry["kind"] == "link":
-                out.append(
-                    WholeFile(path=path, link_target=data.decode("utf-8", "surrogateescape"))
-                )
+                out.append(WholeFile(
+                    path=path, link_target=data.decode("utf-8", "surrogateescape"), tree=tree
+                ))
             else:
-                out.append(WholeFile(path=path, content=data, executable=entry["executable"]))
+                out.append(WholeFile(
+                    path=path, content=data, executable=entry["executable"], tree=tree
+                ))
     return out
 
 

@@ -41,7 +41,6 @@ def run_apply(
     """Plan (and with `write`, write) the rendered files; prints the outcome unless
     `report_only`. Returns the exit code and the JSON report. `git_hooks`: with `write`, also
     install the git hooks that re-check the surface after git changes the tree (githooks)."""
-    import agentstack.apply.engine as engine
     from agentstack.teampolicy import enforce as enforce_policy
 
     enforce_policy(document, root, action="apply")  # the team policy in force, if any
@@ -51,6 +50,14 @@ def run_apply(
             f"not trusted: {digest} has not been trusted for {root.resolve()}; nothing was written",
             hint="review it with 'agentstack trust' first",
         )
+    if write and not force:
+        from agentstack.apply import record as apply_record
+
+        proved = apply_record.proven(root.resolve(), digest, harness, git_hooks)
+        if proved is not None:
+            return _unchanged(root, document, digest, proved, as_json, report_only, git_hooks)
+    import agentstack.apply.engine as engine  # the renderer: not needed for a proven apply
+
     plan = engine.plan(root, document, digest, harness)
     report: dict[str, Any] = {
         "digest": digest,
@@ -61,18 +68,18 @@ def run_apply(
     if write:
         exclude = root / ".git" / "info" / "exclude"
         excluded_before = _read_or_none(exclude)
+        from agentstack.apply import record as apply_record
         from agentstack.progress import step
 
+        apply_record.forget(root.resolve())  # a crash half-way leaves no record behind
         with step("apply: writing the rendered files", total=len(plan.pending)):
             backups = engine.write(plan, force=force)
         exclude_changed = _read_or_none(exclude) != excluded_before
         from agentstack.apply.snapshot import write_snapshot
 
-        for item in write_snapshot(root, document, digest):
-            echo(
-                f"warning: kept {item}, which is not in agentstack.toml: the guard blocks "
-                "every tool call while it is there; declare it in agentstack.toml or remove it"
-            )
+        kept = write_snapshot(root, document, digest)
+        for item in kept:
+            echo(_kept_warning(item))
         hooks, hooks_problem = _install_git_hooks(root) if git_hooks else ([], None)
         report.update(
             written=True,
@@ -80,6 +87,14 @@ def run_apply(
             git_exclude=str(exclude) if exclude_changed else None,
             git_hooks=[str(h) for h in hooks],
         )
+        if not plan.conflicts and hooks_problem is None:
+            import contextlib
+
+            with contextlib.suppress(OSError):  # no record: the next apply is a full one
+                apply_record.write_record(
+                    root.resolve(), digest, harness, git_hooks,
+                    [str(c.path) for c in plan.changes], kept, report,
+                )  # fmt: skip
         if as_json:
             if not report_only:
                 print_json(report)
@@ -138,6 +153,59 @@ def run_apply(
                 + ("them (the digest is trusted)" if trusted else "them once the digest is trusted")
             )
     return (1 if check and (plan.pending or plan.conflicts) else 0), report
+
+
+def _kept_warning(item: str) -> str:
+    return (
+        f"warning: kept {item}, which is not in agentstack.toml: the guard blocks "
+        "every tool call while it is there; declare it in agentstack.toml or remove it"
+    )
+
+
+def _unchanged(
+    root: Path,
+    document: dict[str, Any],
+    digest: str,
+    proved: dict[str, Any],
+    as_json: bool,
+    report_only: bool,
+    git_hooks: bool,
+) -> tuple[int, dict[str, Any]]:
+    """`apply --write` when the apply record proves nothing changed (agentstack.apply.record):
+    the full apply's outcome and output, without planning. The git hooks are the ones it
+    installed (their files are in the record, unchanged: writing them again would change
+    nothing)."""
+    hooks = [Path(str(h)) for h in proved.get("git_hooks", [])] if git_hooks else []
+    report: dict[str, Any] = {
+        "digest": digest,
+        "changes": [],
+        "conflicts": {},
+        "written": True,
+        "backups": [],
+        "git_exclude": None,
+        "git_hooks": [str(h) for h in hooks],
+    }
+    if as_json:
+        if not report_only:
+            print_json(report)
+        return 0, report
+    for item in proved["warnings"]:
+        echo(_kept_warning(str(item)))
+    echo(f"0 file(s) changed; rendered from {digest}")
+    if hooks:
+        echo(
+            f"git hooks in {hooks[0].parent} ({', '.join(h.name for h in hooks)}) "
+            "re-check the surface after every pull, checkout, merge and rebase; "
+            "'--no-git-hooks' leaves them out"
+        )
+    from agentstack.projectstatus import missing_secrets
+
+    for entry in missing_secrets(document):
+        echo(
+            f"warning: {entry['item']} needs secret:{entry['secret']}, which is not "
+            f"stored; it cannot start until 'agentstack secret set {entry['secret']}'"
+        )
+    return 0, report
 
 
 def _hooks_to_install(root: Path) -> Path | None:

@@ -15,6 +15,9 @@ from typing import Any
 # harness starts (`drift`, run by `agentstack run` and the shims) needs neither.
 
 
+_RENDERED_RAW = {"kind": "raw", "role": "rendered"}
+
+
 def snapshot_entries(
     root: Path, document: dict[str, Any], existing: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
@@ -74,13 +77,21 @@ def snapshot_entries(
     temp = {
         rel for h in document["project"]["harnesses"] for rel in H.HARNESS_TEMP_DIRS.get(h, ())
     }
+    # A file agentstack rendered whole is watched by its bytes already ({"kind": "raw", "role":
+    # "rendered"}, from the apply ledger), which is all `watch` would make of it: it is not
+    # matched against the rules again (a rendered skill tree is most of a large project's files).
+    rendered = {key for key, entry in existing.items() if entry == _RENDERED_RAW}
     # Every directory of the project is watched, at any size: one listing entry each (its stat
     # proves it unchanged; a name added anywhere below is found by the guard's walk).
+    # Each tree pattern ends in "**": a directory below one inside a tree is inside it too.
+    within: set[str] = set()
     for directory, subdirs, names in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d != ".git")
         rel_dir = os.path.relpath(directory, root)
         parts = [] if rel_dir == "." else rel_dir.split(os.sep)
-        in_tree = any(_match(t, parts) for t in trees)
+        in_tree = os.path.dirname(directory) in within or any(_match(t, parts) for t in trees)
+        if in_tree:
+            within.add(directory)
         skip = sorted(os.path.basename(t) for t in temp if os.path.dirname(t) == rel_dir)
         # The harness's own temporary directory is not walked either (nothing there is loaded).
         subdirs[:] = [d for d in subdirs if d not in skip]
@@ -91,6 +102,8 @@ def snapshot_entries(
         else:
             watch(Path(directory), {"kind": "listing", "names": anywhere})
         for name in [*names, *subdirs]:
+            if rendered and os.path.join(directory, name) in rendered:
+                continue
             child = [*parts, name]
             if not anchors.intersection(child):
                 continue
@@ -121,6 +134,8 @@ def snapshot_entries(
     is_rule = _matcher([r.parts for r in rules])
     for key, current in existing.items():
         if current.get("role") != "rendered" or not key.startswith(prefix) or key in out:
+            continue
+        if key in rendered:
             continue
         rel_parts = key[len(prefix) :].split(os.sep)
         if is_rule(rel_parts) and watchable(Path(key)):

@@ -1,7 +1,7 @@
 """What makes `apply --write` (and `trust --lock --apply`) cheaper, without weakening it.
 
-The rendered files are written several at a time (`apply._write_files`): every file lands whole
-with its mode, nothing temporary is left, a failure still surfaces (the first in plan order, once
+Below BATCH_MIN files, the rendered files are written several at a time (`apply._write_parallel`):
+every file lands whole with its mode, nothing temporary is left, a failure still surfaces (the first in plan order, once
 every write has ended; a link met on the way as the usual refusal), and each file keeps
 write_atomic's order (its bytes fsync'd before its rename, its directory fsync'd after).
 `trust --lock --apply` writes the guard snapshot once (the apply's, after the files), and the
@@ -38,13 +38,13 @@ def _jobs(root: Path, count: int = 40) -> list[tuple[Path, bytes, bool, int, Pat
 
 def test_every_file_lands_whole_with_its_mode(tmp_path: Path) -> None:
     jobs = _jobs(tmp_path)
-    apply._write_files(jobs)
+    apply._write_parallel(jobs)
     for path, data, _executable, mode, _ in jobs:
         assert path.read_bytes() == data
         assert path.stat().st_mode & 0o777 == mode
     left = [p for p in tmp_path.rglob("*") if p.is_file() and ".agentstack-" in p.name]
     assert left == []
-    apply._write_files([(p, b"again\n", x, m, b) for p, _, x, m, b in jobs])  # replaced whole
+    apply._write_parallel([(p, b"again\n", x, m, b) for p, _, x, m, b in jobs])  # replaced whole
     assert {p.read_bytes() for p, *_ in jobs} == {b"again\n"}
 
 
@@ -57,7 +57,7 @@ def test_writes_run_concurrently(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         real(*args, **kwargs)
 
     monkeypatch.setattr(apply, "_write_atomic", spy)
-    apply._write_files(_jobs(tmp_path))
+    apply._write_parallel(_jobs(tmp_path))
     assert len(seen) > 1
 
 
@@ -74,7 +74,7 @@ def test_after_a_failure_no_write_starts_and_the_first_failure_is_raised(
 
     monkeypatch.setattr(apply, "_write_atomic", failing)
     with pytest.raises(OSError, match="No space left"):
-        apply._write_files(jobs)
+        apply._write_parallel(jobs)
     # Each file is whole or absent; the ones before the failure were written (they started
     # first), and the last ones were never started.
     assert all(p.read_bytes() == d for p, d, *_ in jobs if p.exists())
@@ -95,9 +95,9 @@ def test_a_link_met_while_writing_is_the_usual_refusal(tmp_path: Path,
 
     monkeypatch.setattr(apply, "_write_atomic", linked)
     with pytest.raises(Refused):
-        apply._write_files(jobs)
+        apply._write_parallel(jobs)
     with pytest.raises(Refused):
-        apply._write_files(jobs[3:4])  # one file: written in this thread, same refusal
+        apply._write_parallel(jobs[3:4])  # one file: written in this thread, same refusal
 
 
 def test_each_file_keeps_fsync_before_rename_and_directory_fsync_after(
@@ -120,7 +120,7 @@ def test_each_file_keeps_fsync_before_rename_and_directory_fsync_after(
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
     jobs = _jobs(tmp_path, 16)
-    apply._write_files(jobs)
+    apply._write_parallel(jobs)
     monkeypatch.undo()
     for path, *_ in jobs:
         # in its thread: the temp file fsync'd, renamed to the name, then the directory fsync'd
