@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 # The shared builders and runners live in tests/support/; their old home keeps the names.
+from tests.support import shared
 from tests.support.cli import REPO, run_cli, run_cli_in_process
 from tests.support.project import EXAMPLES, copy_example, git, make_project
 
@@ -77,6 +78,10 @@ def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A temporary home for the whole session, set before any module- or class-scoped fixture
     (pytest sets up higher-scoped autouse fixtures first), so none of them can reach the real one."""
     home = tmp_path_factory.mktemp("session-home")
+    # What the xdist workers share (tests/support/shared.py): the session's root, above each
+    # worker's own.
+    root = tmp_path_factory.getbasetemp()
+    shared.set_root((root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "shared")
     with pytest.MonkeyPatch.context() as patch:
         _isolate(patch, home)
         yield home

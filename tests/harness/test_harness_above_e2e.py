@@ -33,6 +33,7 @@ from tests.harness.mock_model import MockModel
 from tests.harness.test_harness_surface_e2e import _codex_home
 from tests.support.cli import REPO
 from tests.support.cli import ok as _ok
+from tests.support.plugindeps import seeded
 from tests.support.project import put as _put
 
 pytestmark = pytest.mark.slow
@@ -175,7 +176,9 @@ def _drive(harness: str, proj: Path, home: Path, model: MockModel) -> str:
         argv = [str(harness_bin("copilot")), "-p", "say hi", "--allow-all-tools"]
         env = copilot_env(home, COPILOT_PROVIDER_BASE_URL=model.openai_base_url,
                           COPILOT_MODEL="gpt-4o")
-    done = subprocess.run(argv, cwd=proj, env=env, capture_output=True, text=True, timeout=scaled(240))
+    with seeded(argv, proj, env):
+        done = subprocess.run(argv, cwd=proj, env=env, capture_output=True, text=True,
+                              timeout=scaled(240))
     return done.stdout + done.stderr
 
 

@@ -22,6 +22,7 @@ from tests.harness import surface_probe as probe
 from tests.harness.binaries import harness_bin, in_ci
 from tests.harness.deadline import scaled
 from tests.harness.mock_model import MockModel, ToolCall
+from tests.support import shared
 
 VERSIONS = probe.pinned_versions()
 
@@ -228,18 +229,29 @@ def _shape(report: dict[str, Any]) -> dict[str, Any]:
             "interactive": report["interactive"].partition(":")[0]}
 
 
-# One full probe run per harness (per test process): the re-run test makes it, and the tests that
-# take a surface entry off read the same run (its findings are a function of what the run observed
-# and the surface; nothing on the surface changes what the harness is given or does).
+# One full probe run per harness and test session (its xdist workers share it, tests/support/
+# shared.py): the re-run test makes it, and the tests that take a surface entry off read the same
+# run (its findings are a function of what the run observed and the surface; nothing on the
+# surface changes what the harness is given or does).
 _RUNS: dict[str, dict[str, Any]] = {}
 
 
+def _run_key(name: str) -> str:
+    return f"surface-probe-{name}-{VERSIONS[name]}"
+
+
 def _probed(name: str) -> dict[str, Any]:
-    """The report of a fresh full probe run of `name` (made once)."""
+    """The report of a fresh full probe run of `name` (made once per session)."""
     if name not in _RUNS:
         _need_probe(name)
-        _RUNS[name] = probe.probe(name, VERSIONS[name])
+        _RUNS[name] = shared.once(_run_key(name), lambda: probe.probe(name, VERSIONS[name]))
     return _RUNS[name]
+
+
+def _made(name: str) -> dict[str, Any] | None:
+    """The session's full probe run of `name` if one was made (by any worker), else None."""
+    made = _RUNS.get(name) or shared.made(_run_key(name))
+    return dict(made) if made is not None else None
 
 
 def _findings_off(name: str, weaker: H.Harness, run: dict[str, Any]) -> list[str]:
@@ -289,10 +301,11 @@ def test_the_probe_session_fails_when_a_skill_or_agent_directory_is_taken_off_th
     monkeypatch: pytest.MonkeyPatch, name: str, pattern: str, planted: str,
 ) -> None:
     """The real harness's scripted session: with the directory its skill or subagent was loaded
-    from off the surface, the probe fails on that file. The re-run's full probe when this process
-    made it (its session is the same), else the session alone (no harvested canaries)."""
+    from off the surface, the probe fails on that file. The re-run's full probe when this session
+    (any worker) made it (its session is the same), else the session alone (no harvested
+    canaries)."""
     weaker = _without(H.get(name), pattern)
-    result = _RUNS.get(name)
+    result = _made(name)
     if result is not None:
         findings = _findings_off(name, weaker, result)
     else:

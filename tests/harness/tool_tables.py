@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.mock_model import MockModel, RecordedRequest, offered_tools
+from tests.support.plugindeps import seeded
 
 TABLES = Path(__file__).resolve().parent / "tools"
 # The harnesses a binary exists for, with the one it is started as.
@@ -151,7 +152,9 @@ def drive(harness: str, project: Path, home: Path, model: MockModel) -> str:
         argv = [str(harness_bin("copilot")), "-p", "say hi", "--allow-all-tools"]
         env = copilot_env(home, COPILOT_PROVIDER_BASE_URL=model.openai_base_url,
                           COPILOT_MODEL="gpt-4o")
-    done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=240)
+    with seeded(argv, project, env):
+        done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True,
+                              timeout=240)
     return done.stdout + done.stderr
 
 

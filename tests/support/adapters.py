@@ -17,6 +17,7 @@ from tests.harness.deadline import scaled
 from tests.harness.drive import NOTES_SERVER
 from tests.harness.mock_model import MockModel, ToolCall
 from tests.support.cli import ok_in_process as ok
+from tests.support.plugindeps import seeded
 
 # The call every end-to-end test makes first: it ran when marker.txt exists.
 TOUCH = ToolCall("Bash", {"command": "touch marker.txt"})
@@ -119,8 +120,10 @@ def guard_snapshot(root: Path) -> dict[str, Any]:
 
 def mcp_list(binary: str, root: Path, env: Mapping[str, str], timeout: int = 180) -> str:
     """`<binary> mcp list` in `root`: what the real harness says it loads (stdout and stderr)."""
-    result = subprocess.run([str(harness_bin(binary)), "mcp", "list"], cwd=root, env=dict(env),
-                            capture_output=True, text=True, timeout=scaled(timeout))
+    argv = [str(harness_bin(binary)), "mcp", "list"]
+    with seeded(argv, root, env):
+        result = subprocess.run(argv, cwd=root, env=dict(env), capture_output=True, text=True,
+                                timeout=scaled(timeout))
     return result.stdout + result.stderr
 
 
@@ -134,8 +137,10 @@ def drive(root: Path, call: ToolCall, argv: list[str],
     marker = root / MARKER
     marker.unlink(missing_ok=True)
     with MockModel([call]) as model:
-        result = subprocess.run(argv, cwd=root, env=dict(env_for(model)), capture_output=True,
-                                text=True, timeout=scaled(timeout))
+        env = dict(env_for(model))
+        with seeded(argv, root, env):
+            result = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
+                                    timeout=scaled(timeout))
     texts = [r.text for r in model.tool_results]
     ran = marker.exists() if call is TOUCH else any("added note" in t for t in texts)
     return ran, "\n".join(texts) + result.stdout + result.stderr, result.returncode
