@@ -25,9 +25,10 @@ What a record vouches for, and why that is enough:
   read can never pass as unchanged.
 - **The lock's bytes** are hashed (BLAKE3) and compared, so a hand-edited lock is re-resolved.
 - **Outside the project**: the project's real path (the record is named by it), the apply ledger
-  the surface scan reads (its path and fingerprint), the installed agentstack code (a fingerprint
-  of every file of its packages and the Python version), the lock limits (the totals must fit
-  the limits in force) and, for a project in a plain directory, the home directory and every
+  the surface scan reads (its path, its fingerprint and the BLAKE3 of its bytes: a ledger an
+  unchanged `apply --write` rewrote with the same bytes still matches), the installed
+  agentstack code (a fingerprint of every file of its packages and the Python version), the
+  lock limits (the totals must fit the limits in force) and, for a project in a plain directory, the home directory and every
   `.git` path above it the surface scan found absent (each must still be absent).
 - **Not recorded at all** (the lock is always resolved): git skills (their pins and mirror); a
   manifest that names a `.git` path or uses `\\u` escapes; a pinned path inside a `.git`
@@ -147,6 +148,34 @@ def _ledger(real_root: str) -> tuple[str, str]:
     return path, ":".join(map(str, _fingerprint(st)))
 
 
+def _ledger_digest(path: str) -> str | None:
+    """BLAKE3 of the ledger's bytes, read as a regular file (never through a link); None when
+    it is none."""
+    import blake3
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return str(blake3.blake3(handle.read()).hexdigest())
+
+
+def _ledger_same(real_root: str, recorded_path: str, recorded: str) -> bool:
+    """The apply ledger is the one the record was sealed with: the same fingerprint, or (an
+    `apply --write` that changed nothing rewrites it) a regular file with the same bytes. The
+    surface scan reads only its bytes, so equal bytes resolve alike."""
+    path, now = _ledger(real_root)
+    if path != recorded_path:
+        return False
+    fingerprint, _, digest = recorded.partition("/")
+    if now == fingerprint:
+        return True
+    return now != "-" and bool(digest) and _ledger_digest(path) == digest
+
+
 # ------------------------------------------------------------------------------ the fast check
 
 
@@ -201,7 +230,7 @@ def _proof(real_root: str, limits: Limits | None) -> tuple[str, str] | None:
     )
     if files_seen > max_files or bytes_seen > max_total or biggest > max_file:
         return None
-    if (ledger_path, ledger_print) != _ledger(real_root):
+    if not _ledger_same(real_root, ledger_path, ledger_print):
         return None
     dirs = code_dirs.split("\0")
     if dirs[0] != _package_root() or code != _code_token(dirs):
@@ -419,6 +448,10 @@ class Recorder:
             mtime, ctime, mode = (int(v) for v in ledger_print.split(":")[3:6])
             if max(mtime, ctime) >= limit or not stat.S_ISREG(mode):
                 return None  # a link's target could change under an unchanged link
+            digest = _ledger_digest(ledger_path)
+            if digest is None or _ledger(self.root)[1] != ledger_print:
+                return None  # replaced while it was read
+            ledger_print += "/" + digest
         package_dirs = _package_dirs()
         block = "\0".join(
             [
