@@ -475,7 +475,7 @@ class Recorder:
                     (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode)
                 )
                 files.append(name)
-            fingerprint = None
+            fingerprint: tuple[int, ...] | None = None
             if quiet and own is not None:
                 fingerprint = (
                     own.st_dev, own.st_ino, own.st_mtime_ns, own.st_ctime_ns, own.st_mode
@@ -485,9 +485,9 @@ class Recorder:
         # the one the lock pins (`.claude -> config`): then no directory is quiet.
         dirs: list[tuple[str, str, list[str], bool]] = []
         quiet_prints: list[int] = []
-        for directory, listing, files, prints, fingerprint in seen_dirs:
-            if fingerprint is not None and not links:
-                quiet_prints.extend(fingerprint)
+        for directory, listing, files, prints, own_print in seen_dirs:
+            if own_print is not None and not links:
+                quiet_prints.extend(own_print)
                 dirs.append((directory, listing, [], True))
                 continue
             add(prints)
