@@ -844,12 +844,15 @@ def _decode(data: bytes, path: str) -> dict[str, Any]:
     lines: list[bytes] = []
     count = sum(len(group[1]) for group in index[0])
 
-    def entry_at(position: int) -> tuple[str, dict[str, Any]]:
+    def entry_lines() -> list[bytes]:
         if not lines:
             lines.extend(bytes(body[h + i :]).split(b"\n") if e else [])
             if len(lines) != count:
                 raise _unreadable(path, f"{len(lines)} entries where its index has {count}")
-        pair = loads(lines[position].decode("utf-8"))
+        return lines
+
+    def entry_at(position: int) -> tuple[str, dict[str, Any]]:
+        pair = loads(entry_lines()[position].decode("utf-8"))
         if type(pair) is not list or len(pair) != 2 or not isinstance(pair[1], dict):
             raise _unreadable(path, "an entry is malformed")
         return pair[0], pair[1]
@@ -862,7 +865,7 @@ def _decode(data: bytes, path: str) -> dict[str, Any]:
             raise _unreadable(path, f"its entries do not match its index of {count}")
         return pairs  # type: ignore[no-any-return]
 
-    header[_TABLE] = (index[0], index[1], entry_at, count, every_entry)
+    header[_TABLE] = (index[0], index[1], entry_at, count, every_entry, entry_lines)
     return header
 
 
@@ -915,6 +918,22 @@ def all_files(snapshot: dict[str, Any]) -> dict[str, Any]:
     if table is None:
         return dict(snapshot["files"])
     return dict(table[4]())
+
+
+def files_mentioning(snapshot: dict[str, Any], word: str) -> dict[str, Any]:
+    """The entries of a snapshot whose encoded form holds `word` (a JSON string, e.g.
+    `"rendered"`), decoding only those (`status` lists the rendered ones; every other entry
+    is skipped by a byte search)."""
+    table = snapshot.get(_TABLE)
+    if table is None:
+        return dict(snapshot["files"])
+    needle = word.encode("utf-8")
+    entry_at = table[2]
+    return dict(
+        entry_at(position)
+        for position, line in enumerate(table[5]())
+        if needle in line
+    )
 
 
 NOT_TRUSTED = (
@@ -1063,6 +1082,24 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
     """Deny when a fingerprinted file, or a directory's surface, is not what was trusted.
     `refreshed` receives the entries whose stat had to be re-proved by their content (and the
     directories created since), for the guard to record once they are no longer racy."""
+    changed = changed_files(snapshot, refreshed)
+    if changed:
+        root = snapshot["project"]
+        shown = [os.path.relpath(p, root) if p.startswith(root + os.sep) else p for p, _ in changed]
+        rendered_only = all(entry.get("role") == "rendered" for _, entry in changed)
+        raise Deny(
+            f"changed behind agentstack's back: {', '.join(shown[:5])}"
+            + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+            + f"; {FIX_RENDERED if rendered_only else FIX_DRIFT}"
+        )
+
+
+def changed_files(
+    snapshot: dict[str, Any], refreshed: dict[str, Any] | None = None, *, new_dirs: bool = True
+) -> list[tuple[str, dict[str, Any]]]:
+    """The fingerprinted paths that are no longer what was trusted, with their entries, sorted
+    (check_files's proof; `status` lists them). `new_dirs`: a directory created since the
+    snapshot under a watched listing counts as a change (the guard's rule)."""
     table = snapshot.get(_TABLE)
     if table is None:  # a snapshot in memory (format 1, or built by a caller): indexed here
         table = _more().index_of(snapshot["files"], _mark_of(snapshot))
@@ -1103,7 +1140,7 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
         finally:
             os.close(fd)
     if not suspects:
-        return
+        return []
     absent = {item[0]: item for item in anchors} if anchors else {}
     anchor_keys: dict[str, list[int] | None] = {}
     changed = []
@@ -1120,7 +1157,7 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
             if anchor_keys[anchored[1]] == anchored[2]:
                 continue
         path, entry = entry_at(position)
-        if files is None:
+        if files is None and new_dirs:
             files = {os.path.join(d, n) for d, names, _ in groups for n in names}
         found = recheck(path, entry, started, files, mark)
         if found is None:
@@ -1128,15 +1165,7 @@ def check_files(snapshot: dict[str, Any], refreshed: dict[str, Any] | None = Non
         elif refreshed is not None:
             refreshed.update(found)
     changed.sort(key=lambda item: item[0])
-    if changed:
-        root = snapshot["project"]
-        shown = [os.path.relpath(p, root) if p.startswith(root + os.sep) else p for p, _ in changed]
-        rendered_only = all(entry.get("role") == "rendered" for _, entry in changed)
-        raise Deny(
-            f"changed behind agentstack's back: {', '.join(shown[:5])}"
-            + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
-            + f"; {FIX_RENDERED if rendered_only else FIX_DRIFT}"
-        )
+    return changed
 
 
 # ---------------------------------------------------------------------------- the call itself

@@ -113,28 +113,29 @@ def rendered_state(
     """Drift of every fingerprinted file (the guard's own check), per harness file, and rendered
     files that git tracks (they are per machine and must not be committed). `ledger`: the
     project's apply ledger, read once by the caller."""
-    from agentstack._guard import Deny
-    from agentstack.fingerprints import drifted, load_snapshot
+    from agentstack import _guard
     from agentstack.paths import guard_snapshot_path
 
-    snapshot_path = guard_snapshot_path(root)
+    snapshot_path = str(guard_snapshot_path(root))
     try:
-        snapshot = load_snapshot(str(snapshot_path))
-    except (OSError, ValueError, Deny):
+        # As the guard reads it: the index, each entry decoded only when its stat does not prove
+        # it unchanged (a key older than the snapshot's mark proves it), a directory's listing
+        # judged by its content (not by directories created since: that is the guard's own rule).
+        snapshot = _guard._decode(_guard._read_snapshot_bytes(snapshot_path), snapshot_path)
+        changed = _guard.changed_files(snapshot, new_dirs=False)
+        files = _guard.files_mentioning(snapshot, '"rendered"')  # a superset of the rendered
+    except (OSError, ValueError, _guard.Deny):
         return {"drift": [], "drift_roles": {}, "rendered": [], "tracked": [], "snapshot": False}
     real = str(root.resolve())
-    drift, rendered = [], []
-    roles: dict[str, str] = {}
-    from agentstack.fingerprints import mark_of
 
-    mark = mark_of(snapshot)  # the guard's own proof: a key older than the mark is unchanged
-    for path, entry in sorted(snapshot.get("files", {}).items()):
-        shown = path[len(real) + 1 :] if path.startswith(real + "/") else path
-        if entry.get("role") == "rendered":
-            rendered.append(shown)
-        if drifted(path, entry, mark):
-            drift.append(shown)
-            roles[shown] = str(entry.get("role", ""))
+    def shown_of(path: str) -> str:
+        return path[len(real) + 1 :] if path.startswith(real + "/") else path
+
+    rendered = [
+        shown_of(path) for path, entry in sorted(files.items()) if entry.get("role") == "rendered"
+    ]
+    drift = [shown_of(path) for path, _ in changed]
+    roles = {shown_of(path): str(entry.get("role", "")) for path, entry in changed}
     # Only files agentstack created are per machine; a user's own CLAUDE.md or AGENTS.md holding
     # an agentstack block stays theirs to commit.
     if ledger is None:

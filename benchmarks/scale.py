@@ -33,7 +33,9 @@ goal of issue 32 where there is one, and the load average before and after each 
 100,000-file setups (minutes, gigabytes: run sparingly). --src DIR runs the agentstack source in
 DIR (e.g. an exported older commit) instead of this checkout's, with the same interpreter, for a
 before/after. --profile DIR writes a cProfile summary (top functions by cumulative time) of trust,
-unchanged apply and status of the largest skill setup into DIR. Exit 0 unless a command fails.
+unchanged apply and status of the largest skill setup into DIR, and of `status` of the largest
+code root and monorepo setups (named by --profile-label, default "after-"). Exit 0 unless a
+command fails.
 """
 
 from __future__ import annotations
@@ -308,6 +310,10 @@ def measure(kind: str, n: int, where: Path, args: argparse.Namespace) -> list[tu
     for name, value, anchor, base in rows:
         ratio = f"{value / base:6.2f}x" if base > 0 and value == value else "      "
         print(f"  {name:34} {value:8.3f} s   {ratio}  {anchor} ({base:.3f} s)", flush=True)
+    if args.profile is not None and kind != "skill" and n == max(args.files):
+        # The status of the other setups (a code root, a monorepo): the steady one, as a user
+        # who runs it twice meets it.
+        profile(s, args.profile, f"{args.profile_label}status-{kind}-{n}", "status")
     if prof:  # after the figures: a profiled run costs several times its CPU
         assert args.profile is not None
         profile(s, args.profile, f"after-status-{kind}-{n}", "status")
@@ -329,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--src", type=Path, default=None)
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--keep", type=Path, default=None)
+    parser.add_argument("--profile-label", default="after-",
+                        help="prefix of the status profiles of the code root and monorepo setups")
     args = parser.parse_args(argv)
     args.files = [int(x) for x in args.files.split(",") if x] + ([100_000] if args.big else [])
     servers = [int(x) for x in args.servers.split(",") if x]

@@ -137,6 +137,7 @@ def _run_lock(
             observed=resolver.stat_cache.observed,
             totals=(resolver.files_seen, resolver.bytes_seen, resolver.biggest),
             git=has_git_skills(manifest),
+            lock=new,
         )
     if as_json:
         print_json({"lock": "stale" if changed else "fresh", "changed": changed})

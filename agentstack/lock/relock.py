@@ -25,9 +25,10 @@ What a record vouches for, and why that is enough:
   read can never pass as unchanged.
 - **The lock's bytes** are hashed (BLAKE3) and compared, so a hand-edited lock is re-resolved.
 - **Outside the project**: the project's real path (the record is named by it), the apply ledger
-  the surface scan reads (its path and fingerprint), the installed agentstack code (a fingerprint
-  of every file of its packages and the Python version), the lock limits (the totals must fit
-  the limits in force) and, for a project in a plain directory, the home directory and every
+  the surface scan reads (its path, its fingerprint and the BLAKE3 of its bytes: a ledger an
+  unchanged `apply --write` rewrote with the same bytes still matches), the installed
+  agentstack code (a fingerprint of every file of its packages and the Python version), the
+  lock limits (the totals must fit the limits in force) and, for a project in a plain directory, the home directory and every
   `.git` path above it the surface scan found absent (each must still be absent).
 - **Not recorded at all** (the lock is always resolved): git skills (their pins and mirror); a
   manifest that names a `.git` path or uses `\\u` escapes; a pinned path inside a `.git`
@@ -57,9 +58,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from agentstack.lock.treehash import Limits
 
-MAGIC = "agentstack-relock-v2"
+MAGIC = "agentstack-relock-v3"
 LOCK_NAME = "agentstack.lock"
 _FIELDS = 6  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, st_mode
+_DIR_FIELDS = 5  # a quiet directory's st_dev, st_ino, st_mtime_ns, st_ctime_ns, st_mode
 # treehash.RACY_SLACK_NS and Limits()'s (max_files, max_total_bytes, max_file_bytes), not
 # imported for start-up cost (a test checks that they agree).
 _RACY_SLACK_NS = 1_000_000_000
@@ -147,6 +149,34 @@ def _ledger(real_root: str) -> tuple[str, str]:
     return path, ":".join(map(str, _fingerprint(st)))
 
 
+def _ledger_digest(path: str) -> str | None:
+    """BLAKE3 of the ledger's bytes, read as a regular file (never through a link); None when
+    it is none."""
+    import blake3
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return str(blake3.blake3(handle.read()).hexdigest())
+
+
+def _ledger_same(real_root: str, recorded_path: str, recorded: str) -> bool:
+    """The apply ledger is the one the record was sealed with: the same fingerprint, or (an
+    `apply --write` that changed nothing rewrites it) a regular file with the same bytes. The
+    surface scan reads only its bytes, so equal bytes resolve alike."""
+    path, now = _ledger(real_root)
+    if path != recorded_path:
+        return False
+    fingerprint, _, digest = recorded.partition("/")
+    if now == fingerprint:
+        return True
+    return now != "-" and bool(digest) and _ledger_digest(path) == digest
+
+
 # ------------------------------------------------------------------------------ the fast check
 
 
@@ -201,22 +231,25 @@ def _proof(real_root: str, limits: Limits | None) -> tuple[str, str] | None:
     )
     if files_seen > max_files or bytes_seen > max_total or biggest > max_file:
         return None
-    if (ledger_path, ledger_print) != _ledger(real_root):
+    if not _ledger_same(real_root, ledger_path, ledger_print):
         return None
     dirs = code_dirs.split("\0")
     if dirs[0] != _package_root() or code != _code_token(dirs):
         return None
     if blake3.blake3(lock_bytes).hexdigest() != lock_digest:
         return None
-    n_dirs, n_files, block_len = (int(v) for v in sizes.split(" "))
+    n_dirs, n_files, block_len, n_quiet = (int(v) for v in sizes.split(" "))
     start = header_end + 2
     names = data[start : start + block_len].split(b"\0")
-    if len(names) != 3 * n_dirs:
+    if len(names) != 4 * n_dirs:
         return None
     packed = memoryview(data)[start + block_len :]
-    if len(packed) != 8 * _FIELDS * n_files:
+    if len(packed) != 8 * (_FIELDS * n_files + _DIR_FIELDS * n_quiet):
         return None
-    expected = packed.cast("q").tolist()  # native int64s (no `array` import: start-up cost)
+    ints = packed.cast("q").tolist()  # native int64s (no `array` import: start-up cost)
+    expected = ints[: _FIELDS * n_files]
+    quiet_prints = ints[_FIELDS * n_files :]
+    quiet_seen: list[int] = []
     # Per directory: its listing, then one lstat (relative to the open directory) per entry that
     # is not a directory; the fingerprints are compared in one go at the end.
     seen: list[int] = []
@@ -229,6 +262,13 @@ def _proof(real_root: str, limits: Limits | None) -> tuple[str, str] | None:
     for index in range(n_dirs):
         tick(len(seen) // 6, n_files)
         directory = names[index]
+        if names[3 * n_dirs + index]:
+            # A quiet directory (no entry of it is pinned, on a surface or anything but a
+            # directory or a regular file): its own stat proves its listing, as git's untracked
+            # cache does; a name added, removed or renamed in it moves its mtime and ctime.
+            st = lstat(directory)
+            quiet_seen.extend((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))
+            continue
         fd = open_(directory, flags)
         try:
             listing = listdir(fd)
@@ -252,7 +292,9 @@ def _proof(real_root: str, limits: Limits | None) -> tuple[str, str] | None:
                     )
         finally:
             close(fd)
-    return (lock_digest, code) if seen == expected else None
+    if seen != expected or quiet_seen != quiet_prints:
+        return None
+    return lock_digest, code
 
 
 def rendered_here(real_root: str, lock_bytes: bytes) -> bool:
@@ -293,6 +335,7 @@ class Recorder:
 
         self._outside = surface.outside_lookups
         self._probes = len(surface.outside_probes)
+        self._touched = len(surface.touched)
         self._sealed: tuple[list[str], bytes] | None = None
 
     def seal(
@@ -303,12 +346,16 @@ class Recorder:
         observed: list[tuple[str, os.stat_result]] | None,
         totals: tuple[int, int, int],
         git: bool,
+        lock: dict[str, object] | None = None,
     ) -> None:
         """Take the project's listings and fingerprints now that the resolution is done (and
         before the lock is written into the root); nothing is recorded if any of them may have
-        changed since the resolution began."""
+        changed since the resolution began. `lock`: the resolved lock (the data of `lock_text`),
+        whose pinned paths let the record prove the other directories by their own stat."""
         try:
-            self._sealed = None if git else self._seal(manifest, lock_text, observed or [], totals)
+            self._sealed = (
+                None if git else self._seal(manifest, lock_text, observed or [], totals, lock)
+            )
         except (OSError, ValueError, OverflowError):
             self._sealed = None
 
@@ -345,6 +392,7 @@ class Recorder:
         lock_text: bytes,
         observed: list[tuple[str, os.stat_result]],
         totals: tuple[int, int, int],
+        lock: dict[str, object] | None = None,
     ) -> tuple[list[str], bytes] | None:
         import array
 
@@ -361,6 +409,14 @@ class Recorder:
         )  # never empty: the header ends at its first empty line
         if not _plain_manifest(manifest) or _names_git(lock_text):
             return None
+        grants = _names_grants(manifest)
+        # What the lock's bytes depend on besides the listings: the paths it pins, the files the
+        # surface scans matched or read (whose bytes decide what is on the surface), and, with
+        # sandbox grants, whatever those name (then no directory is quiet).
+        matters = None if lock is None or grants else _what_matters(self.root, lock)
+        if matters is not None:
+            matters.update(surface.touched[self._touched :])
+            matters.update(path for path, _ in observed)
         limit = self.started_ns - _RACY_SLACK_NS
         # Directories: listed, then stat'ed. A directory whose entries changed since the racy
         # window before the resolution began is not vouched for (a name added and removed again
@@ -375,7 +431,8 @@ class Recorder:
         links: dict[str, str] = {}
         skip = len(self.root) + 1
         count = 0
-        dirs: list[tuple[str, str, list[str]]] = []
+        # (directory, listing, entries, their fingerprints, the directory's own when quiet)
+        seen_dirs: list[tuple[str, str, list[str], list[int], tuple[int, ...] | None]] = []
         pending = [self.root]
         while pending:
             directory = pending.pop()
@@ -386,12 +443,16 @@ class Recorder:
                     names.remove(LOCK_NAME)
                 if (names, _dir_times(directory)) != self._root_before:
                     return None
+                own = None
             else:
-                mtime, ctime = _dir_times(directory)
-                if mtime >= limit or ctime >= limit:
+                own = lstat(directory)
+                if own.st_mtime_ns >= limit or own.st_ctime_ns >= limit:
                     return None
+            # Quiet: not the root, and every entry a directory (recorded itself) or a regular
+            # file the lock does not depend on; its own stat then stands for its listing.
+            quiet = own is not None and matters is not None and ".git" not in names
             files: list[str] = []
-            dirs.append((directory, "/".join(names), files))
+            prints: list[int] = []
             prefix = directory + "/"
             for name in names:
                 if name == ".git":
@@ -408,10 +469,31 @@ class Recorder:
                     return None  # racily clean: cannot be vouched for by its stat
                 if stat.S_ISLNK(mode):
                     links[path[skip:]] = os.readlink(path)
-                add((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode))
+                if quiet and (not stat.S_ISREG(mode) or path in matters):  # type: ignore[operator]
+                    quiet = False
+                prints.extend(
+                    (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode)
+                )
                 files.append(name)
+            fingerprint: tuple[int, ...] | None = None
+            if quiet and own is not None:
+                fingerprint = (
+                    own.st_dev, own.st_ino, own.st_mtime_ns, own.st_ctime_ns, own.st_mode
+                )  # fmt: skip
+            seen_dirs.append((directory, "/".join(names), files, prints, fingerprint))
+        # A link in the project lets a harness read a directory's files under another name than
+        # the one the lock pins (`.claude -> config`): then no directory is quiet.
+        dirs: list[tuple[str, str, list[str], bool]] = []
+        quiet_prints: list[int] = []
+        for directory, listing, files, prints, own_print in seen_dirs:
+            if own_print is not None and not links:
+                quiet_prints.extend(own_print)
+                dirs.append((directory, listing, [], True))
+                continue
+            add(prints)
+            dirs.append((directory, listing, files, False))
             count += len(files)
-        ints = array.array("q", flat)
+        ints = array.array("q", flat + quiet_prints)
         if links and not _links_stay_inside(links):
             return None
         ledger_path, ledger_print = _ledger(self.root)
@@ -419,12 +501,17 @@ class Recorder:
             mtime, ctime, mode = (int(v) for v in ledger_print.split(":")[3:6])
             if max(mtime, ctime) >= limit or not stat.S_ISREG(mode):
                 return None  # a link's target could change under an unchanged link
+            digest = _ledger_digest(ledger_path)
+            if digest is None or _ledger(self.root)[1] != ledger_print:
+                return None  # replaced while it was read
+            ledger_print += "/" + digest
         package_dirs = _package_dirs()
         block = "\0".join(
             [
-                *(d for d, _, _ in dirs),
-                *(listing for _, listing, _ in dirs),
-                *("/".join(files) for _, _, files in dirs),
+                *(d for d, _, _, _ in dirs),
+                *(listing for _, listing, _, _ in dirs),
+                *("/".join(files) for _, _, files, _ in dirs),
+                *("q" if quiet else "" for _, _, _, quiet in dirs),
             ]
         ).encode("utf-8", "surrogateescape")
         header = [
@@ -436,7 +523,7 @@ class Recorder:
             ledger_print,
             "",  # the lock's digest, when it is written (finish)
             " ".join(map(str, totals)),
-            f"{len(dirs)} {count} {len(block)}",
+            f"{len(dirs)} {count} {len(block)} {len(quiet_prints) // _DIR_FIELDS}",
             probes,
         ]
         if any("\n" in field for field in header):
@@ -484,6 +571,35 @@ def _plain_manifest(manifest: bytes) -> bool:
             if any(part.casefold() == ".git" for part in parts):
                 return False
     return True
+
+
+_GRANT_KEYS = frozenset({"read_dirs", "write_dirs", "read_files", "write_files"})
+
+
+def _names_grants(manifest: bytes) -> bool:
+    """The manifest grants a sandbox paths anywhere (what they name is checked by `lock`, outside
+    the lock's bytes): then the record proves every directory by its listing and entries."""
+    import tomllib
+
+    stack: list[object] = [tomllib.loads(manifest.decode("utf-8"))]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if any(value.get(key) for key in _GRANT_KEYS):
+                return True
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
+def _what_matters(real_root: str, lock: dict[str, object]) -> set[str]:
+    """The absolute paths of every project file `lock` pins (skills' and servers' trees, single
+    files, the surface)."""
+    from agentstack.lock.gitmeta import pinned_paths
+
+    prefix = real_root + "/"
+    return {prefix + rel for rel in pinned_paths(lock).get(".", []) if not rel.startswith("../")}
 
 
 def _names_git(lock_text: bytes) -> bool:

@@ -813,12 +813,17 @@ def _fresh_by_bytes(
     if dumps_lock(relocked).encode("utf-8") != on_disk:
         return None
     if recorder is not None and previous is None:
-        _record_fresh(root, manifest, recorder, resolver, on_disk)
+        _record_fresh(root, manifest, recorder, resolver, on_disk, relocked)
     return relocked
 
 
 def _record_fresh(
-    root: Path, manifest: ManifestView, recorder: Recorder, resolver: Resolver, on_disk: bytes
+    root: Path,
+    manifest: ManifestView,
+    recorder: Recorder,
+    resolver: Resolver,
+    on_disk: bytes,
+    lock: dict[str, Any],
 ) -> None:
     """The re-lock record of a lock a resolution just rendered again (as `lock` writes it), when
     `lock` itself would accept the manifest (its sandbox grants are enforceable here)."""
@@ -836,6 +841,7 @@ def _record_fresh(
         observed=resolver.stat_cache.observed,
         totals=(resolver.files_seen, resolver.bytes_seen, resolver.biggest),
         git=False,
+        lock=lock,
     )
     recorder.keep(on_disk)
 

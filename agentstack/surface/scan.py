@@ -22,7 +22,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -223,6 +223,21 @@ def checkout_above(root: Path) -> list[Path]:
     return []
 
 
+# The project's files a scan matched, read or looked for (absolute paths, in scan order): their
+# bytes and modes decide the surface, so the re-lock record fingerprints each of them
+# (agentstack.lock.relock); a file no scan names is on no harness's surface.
+touched: list[str] = []
+
+
+def _touch(root: Path, rels: list[str]) -> None:
+    global outside_lookups
+    if len(touched) > 1_000_000:  # a long-lived process: start again (a resolution under way
+        touched.clear()  # records nothing: its count of outside lookups moved)
+        outside_lookups += 1
+    prefix = str(root) + os.sep
+    touched.extend(prefix + rel for rel in rels if not rel.startswith("../"))
+
+
 # `.git` paths above projects found absent (and the home directory then), in the order
 # `checkout_above` looked for them: the re-lock record keeps them (agentstack.lock.relock).
 outside_probes: list[tuple[str, str]] = []
@@ -381,40 +396,8 @@ def scan(
     rules = _rules(targets)
     if not rules:
         return {}
-    anchors = _anchors(rules)
-    literals = [(r, r.literals) for r in rules]
     context = _context(root, lock)
-    found: dict[str, list[_Rule]] = {}
-    # A link to a directory on an anchored surface path (`.claude -> config`) is what the harness
-    # reads through: the link itself is pinned, and a target inside the project is walked under
-    # the link's name (os.walk does not follow links, and the target's own path matches no rule).
-    walks: list[tuple[str, list[str]]] = [(str(root), [])]
-    followed: set[str] = set()
-    while walks:
-        top, logical = walks.pop()
-        for directory, dirs, files in os.walk(top):
-            dirs[:] = sorted(d for d in dirs if d != ".git")
-            rel_dir = os.path.relpath(directory, top)
-            base = [*logical, *([] if rel_dir == "." else rel_dir.split(os.sep))]
-            names = list(files) + [d for d in dirs if os.path.islink(os.path.join(directory, d))]
-            for name in dirs:
-                link = os.path.join(directory, name)
-                if not os.path.islink(link):
-                    continue
-                parts = [*base, name]
-                leading = [r for r in rules if _leads_into(r.parts, parts)]
-                if not leading:
-                    continue
-                found.setdefault("/".join(parts), leading)
-                real = os.path.realpath(link)
-                if (
-                    real.startswith(str(root) + os.sep)
-                    and os.path.isdir(real)
-                    and real not in followed
-                ):
-                    followed.add(real)
-                    walks.append((real, parts))
-            _match_names(names, base, anchors, literals, found)
+    found = surface_paths(root, rules)
     _plugin_roots(root, rules, found)
     # What the harnesses load from the directories above the project, within the checkout.
     above_rules = _above_rules(targets)
@@ -448,7 +431,79 @@ def scan(
         imported = _pin_imported(context, rel, depth, pending_imports)
         if imported is not None:
             out[rel] = imported
+    _touch(root, [*seen, INSTRUCTIONS_FILE])
     return {surface_key(rel): out[rel] for rel in sorted(out, key=lambda r: _text(r).encode())}
+
+
+def surface_paths(root: Path, rules: list[_Rule]) -> dict[str, list[_Rule]]:
+    """Every path under `root` (project-relative, `/`-joined) that a rule matches, with the
+    rules: files, and links (to directories too) on a surface path."""
+    anchors = _anchors(rules)
+    literals = [(r, r.literals) for r in rules]
+    found: dict[str, list[_Rule]] = {}
+    memo: dict[frozenset[str], tuple[list[_Rule], dict[str, list[_Rule]]]] = {}
+    # A link to a directory on an anchored surface path (`.claude -> config`) is what the harness
+    # reads through: the link itself is pinned, and a target inside the project is walked under
+    # the link's name (os.walk does not follow links, and the target's own path matches no rule).
+    walks: list[tuple[str, list[str]]] = [(str(root), [])]
+    followed: set[str] = set()
+    while walks:
+        top, logical = walks.pop()
+        for directory, files, linked in _directories(top):
+            rel_dir = os.path.relpath(directory, top)
+            base = [*logical, *([] if rel_dir == "." else rel_dir.split(os.sep))]
+            names = files + linked
+            for name in linked:
+                link = os.path.join(directory, name)
+                parts = [*base, name]
+                leading = [r for r in rules if _leads_into(r.parts, parts)]
+                if not leading:
+                    continue
+                found.setdefault("/".join(parts), leading)
+                real = os.path.realpath(link)
+                if (
+                    real.startswith(str(root) + os.sep)
+                    and os.path.isdir(real)
+                    and real not in followed
+                ):
+                    followed.add(real)
+                    walks.append((real, parts))
+            _match_names(names, base, anchors, literals, found, memo)
+    return found
+
+
+def _directories(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """(directory, its files, its links to directories (sorted)) for `top` and every directory
+    below it but `.git`, top-down, subdirectories in sorted order: what `os.walk` gives, with
+    each entry's type from the listing (no `lstat` per subdirectory). A link is never walked
+    into; a directory that cannot be listed is skipped, as `os.walk` skips it."""
+    pending = [top]
+    while pending:
+        directory = pending.pop()
+        dirs: list[str] = []
+        files: list[str] = []
+        linked: list[str] = []
+        try:
+            with os.scandir(directory) as it:
+                for entry in it:
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    if not is_dir:
+                        files.append(entry.name)
+                    elif entry.name != ".git":
+                        try:
+                            link = entry.is_symlink()
+                        except OSError:
+                            link = False
+                        (linked if link else dirs).append(entry.name)
+        except OSError:
+            continue
+        dirs.sort()
+        linked.sort()
+        yield directory, files, linked
+        pending.extend(os.path.join(directory, d) for d in reversed(dirs))
 
 
 def _plugin_roots(root: Path, rules: list[_Rule], found: dict[str, list[_Rule]]) -> None:
@@ -517,8 +572,11 @@ def _match_names(
     anchors: set[str],
     literals: list[tuple[_Rule, frozenset[str]]],
     found: dict[str, list[_Rule]],
+    memo: dict[frozenset[str], tuple[list[_Rule], dict[str, list[_Rule]]]] | None = None,
 ) -> None:
-    """Record in `found` each of `names` (in the directory `base`) that a surface rule matches."""
+    """Record in `found` each of `names` (in the directory `base`) that a surface rule matches.
+    `memo`: the rules worked out per set of literal segments a directory holds, kept across the
+    directories of one scan (most directories of a checkout hold none of them)."""
     # What depends on the directory alone is worked out once for it, not once per name: whether
     # its own segments hold an anchor, and which rules its segments (with which name) give all
     # their literals; a rule's literals are all there when what its directory lacks is the name.
@@ -527,14 +585,22 @@ def _match_names(
     anchored = bool(anchors.intersection(present)) or any(
         fnmatch.fnmatchcase(p, a) for p in base for a in wild
     )
-    rests = [(rule, need - present) for rule, need in literals]
-    always = [rule for rule, rest in rests if not rest]
-    by_name = {
-        name: [rule for rule, rest in rests if not rest or rest == {name}]
-        for _, rest in rests
-        if len(rest) == 1
-        for name in rest
-    }
+    # `need - present` depends on `present` only through the literals it holds.
+    held = frozenset(p for p in present if any(p in need for _, need in literals))
+    known = None if memo is None else memo.get(held)
+    if known is None:
+        rests = [(rule, need - held) for rule, need in literals]
+        always = [rule for rule, rest in rests if not rest]
+        by_name = {
+            name: [rule for rule, rest in rests if not rest or rest == {name}]
+            for _, rest in rests
+            if len(rest) == 1
+            for name in rest
+        }
+        if memo is not None:
+            memo[held] = (always, by_name)
+    else:
+        always, by_name = known
     for name in names:
         candidates = by_name.get(name, always)
         if not candidates or (
